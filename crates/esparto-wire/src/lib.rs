@@ -1,0 +1,1 @@
+//! Esparto wire.
