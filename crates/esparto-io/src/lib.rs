@@ -1,1 +1,33 @@
-//! Esparto io.
+//! Esparto I/O: the kernel primitives of the data plane.
+//!
+//! This is the only crate that makes syscalls and the only one allowed
+//! `unsafe` (each block carries a `// SAFETY:` comment). It gives each worker
+//! thread k its own queue k of a multi-queue TUN device ([`tun`]) and its own
+//! socket k of a `SO_REUSEPORT` group on UDP 4500 ([`udp`]), with a classic BPF
+//! program that steers inbound ESP by SPI to the worker that owns the SA
+//! ([`steer`]); the worker loop ([`worker`]) polls both plus a command queue and
+//! hands batches to a [`worker::Datapath`] (ESP, plugged in by the binary).
+//!
+//! Kernel I/O costs far more per packet than AES-GCM, so everything moves in
+//! batches ([`batch`]): TSO/USO super-packets from the TUN are split into
+//! MTU-sized packets, outbound datagrams leave as UDP GSO super-packets
+//! (`UDP_SEGMENT`), inbound ones arrive coalesced by UDP GRO and are split by
+//! segment size, and packets written back to the TUN are coalesced again
+//! (virtio-net header GSO) where that pays.
+//!
+//! [`netns`] creates network namespaces and veth pairs for the tests, the demo
+//! and the end-to-end benchmark, and removes exactly what it created.
+
+pub mod batch;
+pub mod netns;
+pub mod steer;
+mod sys;
+pub mod tun;
+pub mod udp;
+pub mod worker;
+
+pub use batch::{BatchFull, PacketBuf, RxBatch, RxEntry, TxBatch};
+pub use steer::{spi_for_worker, spi_to_worker, steer_index};
+pub use tun::{TunConfig, TunDevice, TunQueue};
+pub use udp::{UdpConfig, UdpGroup, UdpSocket};
+pub use worker::{Datapath, WorkerConfig, Workers};

@@ -1,0 +1,383 @@
+//! Pre-allocated packet batches: the currency between the kernel and the data path.
+//!
+//! Kernel I/O costs microseconds per call, crypto a couple of hundred
+//! nanoseconds per packet, so every syscall here moves a *batch*. Batches are
+//! allocated once, when a worker starts, and reused forever: nothing on the
+//! per-packet path allocates.
+//!
+//! - [`RxBatch`] holds what a receive call produced. Its storage is a set of
+//!   fixed-size slots ([`PacketBuf`]); an *entry* is a byte range inside one
+//!   slot. A TUN read gives one entry per slot (a TSO/USO super-packet is split
+//!   into MTU-sized packets, one per slot, each placed after `headroom` bytes);
+//!   a UDP read with `UDP_GRO` may give many entries in one slot (one GRO'd
+//!   buffer holds several datagrams, split by the segment size).
+//! - [`TxBatch`] holds what will be sent: entry *i* lives in slot *i*, after
+//!   `headroom` bytes, with an optional destination address (UDP) or none
+//!   (TUN). The writer fills a slot in place through [`TxBatch::push_with`].
+//!
+//! Out-of-place processing (read an [`RxBatch`], write a [`TxBatch`]) is the
+//! intended shape: AES-GCM encrypts or decrypts out of place at the same cost
+//! as in place, and it leaves the kernel-facing layouts independent.
+
+use std::net::SocketAddr;
+
+/// One fixed-capacity packet buffer whose visible length can change without
+/// reallocating.
+///
+/// `tun-rs` coalesces TCP/UDP segments (GRO before a TUN write) by growing the
+/// first buffer of a flow through its [`tun_rs::ExpandBuffer`] trait; it checks
+/// the capacity before it grows, so with this type coalescing never allocates.
+#[derive(Debug)]
+pub struct PacketBuf {
+    data: Box<[u8]>,
+    len: usize,
+}
+
+impl PacketBuf {
+    /// A zeroed buffer of `capacity` bytes whose visible length is `capacity`.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            data: vec![0u8; capacity].into_boxed_slice(),
+            len: capacity,
+        }
+    }
+
+    /// Total bytes the buffer can hold.
+    pub fn capacity(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Visible length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the visible length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Set the visible length, clamped to the capacity (never reallocates).
+    pub fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.data.len());
+    }
+
+    /// The whole storage, regardless of the visible length.
+    pub fn storage_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+}
+
+impl AsRef<[u8]> for PacketBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+}
+
+impl AsMut<[u8]> for PacketBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.data[..self.len]
+    }
+}
+
+impl tun_rs::ExpandBuffer for PacketBuf {
+    fn buf_capacity(&self) -> usize {
+        self.data.len()
+    }
+
+    fn buf_resize(&mut self, new_len: usize, value: u8) {
+        let new_len = new_len.min(self.data.len());
+        if new_len > self.len {
+            self.data[self.len..new_len].fill(value);
+        }
+        self.len = new_len;
+    }
+
+    fn buf_extend_from_slice(&mut self, src: &[u8]) {
+        // tun-rs checks `buf_capacity` before extending; clamp anyway so a
+        // violated assumption truncates (and the packet fails its checksum
+        // at the receiver) rather than panicking on the data path.
+        let end = (self.len + src.len()).min(self.data.len());
+        let n = end - self.len;
+        self.data[self.len..end].copy_from_slice(&src[..n]);
+        self.len = end;
+    }
+}
+
+/// Where one received packet or datagram lives, and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxEntry {
+    /// Index of the slot holding the bytes.
+    pub slot: u32,
+    /// Offset of the first byte inside the slot.
+    pub start: u32,
+    /// Length in bytes.
+    pub len: u32,
+    /// Source address (UDP); `None` for TUN packets.
+    pub peer: Option<SocketAddr>,
+}
+
+/// A batch of received packets (see the module essay).
+#[derive(Debug)]
+pub struct RxBatch {
+    pub(crate) slots: Vec<PacketBuf>,
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) entries: Vec<RxEntry>,
+    pub(crate) headroom: usize,
+}
+
+impl RxBatch {
+    /// `slots` buffers of `headroom + slot_len` bytes each. Entries may hold up
+    /// to `max_entries` packets (a GRO'd UDP buffer splits into many).
+    pub fn new(slots: usize, headroom: usize, slot_len: usize, max_entries: usize) -> Self {
+        let slots = slots.max(1);
+        Self {
+            slots: (0..slots).map(|_| PacketBuf::new(headroom + slot_len)).collect(),
+            sizes: vec![0; slots],
+            entries: Vec::with_capacity(max_entries.max(slots)),
+            headroom,
+        }
+    }
+
+    /// Number of packets in the batch.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Number of slots.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Bytes reserved in front of each TUN packet.
+    pub fn headroom(&self) -> usize {
+        self.headroom
+    }
+
+    /// Forget all entries.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// The entry descriptors.
+    pub fn entries(&self) -> &[RxEntry] {
+        &self.entries
+    }
+
+    /// Bytes of packet `i`, or `None` past the end.
+    pub fn packet(&self, i: usize) -> Option<&[u8]> {
+        let e = self.entries.get(i)?;
+        let slot = self.slots.get(e.slot as usize)?;
+        let start = e.start as usize;
+        slot.data.get(start..start + e.len as usize)
+    }
+
+    /// Mutable bytes of packet `i` (for in-place processing).
+    pub fn packet_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        let e = *self.entries.get(i)?;
+        let slot = self.slots.get_mut(e.slot as usize)?;
+        let start = e.start as usize;
+        slot.data.get_mut(start..start + e.len as usize)
+    }
+
+    /// Iterate over `(bytes, peer)` of every packet.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<SocketAddr>)> + '_ {
+        (0..self.entries.len()).filter_map(move |i| Some((self.packet(i)?, self.entries[i].peer)))
+    }
+
+    /// Restore every slot to full length before a receive call.
+    pub(crate) fn reset_slots(&mut self) {
+        for s in &mut self.slots {
+            let cap = s.capacity();
+            s.set_len(cap);
+        }
+    }
+}
+
+/// The batch was full; the packet was not added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchFull;
+
+impl std::fmt::Display for BatchFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("batch full")
+    }
+}
+
+impl std::error::Error for BatchFull {}
+
+/// A batch of packets to send (see the module essay).
+#[derive(Debug)]
+pub struct TxBatch {
+    pub(crate) slots: Vec<PacketBuf>,
+    pub(crate) dsts: Vec<Option<SocketAddr>>,
+    pub(crate) len: usize,
+    pub(crate) headroom: usize,
+}
+
+impl TxBatch {
+    /// `slots` buffers, each with `headroom` bytes in front of up to
+    /// `slot_len` bytes of packet. For a TUN batch, `headroom` must be at least
+    /// [`crate::tun::VNET_HDR_LEN`] and `slot_len` bounds how far GRO may
+    /// coalesce (64 KiB lets a whole TSO super-packet form).
+    pub fn new(slots: usize, headroom: usize, slot_len: usize) -> Self {
+        let slots = slots.max(1);
+        Self {
+            slots: (0..slots).map(|_| PacketBuf::new(headroom + slot_len)).collect(),
+            dsts: vec![None; slots],
+            len: 0,
+            headroom,
+        }
+    }
+
+    /// Number of packets queued.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no packet is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether no further packet fits.
+    pub fn is_full(&self) -> bool {
+        self.len == self.slots.len()
+    }
+
+    /// Maximum number of packets.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Headroom in front of each packet.
+    pub fn headroom(&self) -> usize {
+        self.headroom
+    }
+
+    /// Drop all queued packets.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Append a packet: `fill` gets the slot after the headroom and returns
+    /// how many bytes it wrote (clamped to the slot). Returning 0 discards
+    /// the slot (for example when encapsulation failed).
+    pub fn push_with(
+        &mut self,
+        dst: Option<SocketAddr>,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), BatchFull> {
+        let headroom = self.headroom;
+        let Some(slot) = self.slots.get_mut(self.len) else {
+            return Err(BatchFull);
+        };
+        let storage = slot.storage_mut();
+        let room = storage.len().saturating_sub(headroom);
+        let n = fill(&mut storage[headroom..]).min(room);
+        if n == 0 {
+            return Ok(());
+        }
+        slot.set_len(headroom + n);
+        self.dsts[self.len] = dst;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Append a copy of `pkt`.
+    pub fn push(&mut self, dst: Option<SocketAddr>, pkt: &[u8]) -> Result<(), BatchFull> {
+        if pkt.is_empty() {
+            return Ok(());
+        }
+        if self.is_full() {
+            return Err(BatchFull);
+        }
+        let room = self.slots[self.len].capacity().saturating_sub(self.headroom);
+        if pkt.len() > room {
+            return Err(BatchFull);
+        }
+        self.push_with(dst, |buf| {
+            buf[..pkt.len()].copy_from_slice(pkt);
+            pkt.len()
+        })
+    }
+
+    /// Bytes of queued packet `i`.
+    pub fn packet(&self, i: usize) -> Option<&[u8]> {
+        if i >= self.len {
+            return None;
+        }
+        self.slots[i].as_ref().get(self.headroom..)
+    }
+
+    /// Destination of queued packet `i`.
+    pub fn dst(&self, i: usize) -> Option<SocketAddr> {
+        if i >= self.len { None } else { self.dsts[i] }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tun_rs::ExpandBuffer;
+
+    #[test]
+    fn tx_push_and_read_back() {
+        let mut b = TxBatch::new(2, 16, 100);
+        let a: SocketAddr = "192.0.2.1:4500".parse().unwrap();
+        b.push(Some(a), b"hello").unwrap();
+        b.push_with(None, |buf| {
+            buf[..3].copy_from_slice(b"abc");
+            3
+        })
+        .unwrap();
+        assert_eq!(b.push(None, b"x"), Err(BatchFull));
+        assert_eq!(b.packet(0).unwrap(), b"hello");
+        assert_eq!(b.packet(1).unwrap(), b"abc");
+        assert_eq!(b.dst(0), Some(a));
+        assert_eq!(b.dst(1), None);
+        assert!(b.packet(2).is_none());
+        b.clear();
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn tx_rejects_oversized_and_skips_empty() {
+        let mut b = TxBatch::new(2, 4, 8);
+        assert_eq!(b.push(None, &[0u8; 9]), Err(BatchFull));
+        b.push_with(None, |_| 0).unwrap();
+        assert_eq!(b.len(), 0);
+        // A fill that claims more than the slot is clamped.
+        b.push_with(None, |_| 1000).unwrap();
+        assert_eq!(b.packet(0).unwrap().len(), 8);
+    }
+
+    #[test]
+    fn packetbuf_never_grows_past_capacity() {
+        let mut p = PacketBuf::new(8);
+        p.set_len(2);
+        p.buf_extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(p.len(), 8);
+        p.buf_resize(100, 0);
+        assert_eq!(p.len(), 8);
+        p.buf_resize(4, 0);
+        p.buf_resize(6, 0xaa);
+        assert_eq!(&p.as_ref()[4..], &[0xaa, 0xaa]);
+    }
+
+    #[test]
+    fn rx_packet_views_are_bounded() {
+        let mut r = RxBatch::new(2, 0, 16, 4);
+        r.entries.push(RxEntry { slot: 0, start: 4, len: 4, peer: None });
+        r.entries.push(RxEntry { slot: 1, start: 10, len: 100, peer: None });
+        assert_eq!(r.packet(0).unwrap().len(), 4);
+        assert!(r.packet(1).is_none(), "out-of-range entry gives None, not a panic");
+        assert!(r.packet(2).is_none());
+    }
+}

@@ -1,0 +1,706 @@
+//! ESP-in-UDP sockets (RFC 3948): a `SO_REUSEPORT` group on port 4500 with
+//! batched I/O, UDP GSO on send and UDP GRO on receive.
+//!
+//! One socket per worker, plus one *control* socket that joins the group last
+//! (index N) and belongs to the IKE thread; the cBPF program of [`crate::steer`]
+//! chooses between them by SPI. The group index of a socket is the order of
+//! its `bind()`, so [`UdpGroup::bind`] binds the workers 0..N, then the control
+//! socket, then attaches the program. (If a member closes, the kernel moves the
+//! last member into its slot: indices only hold while the group is whole.)
+//!
+//! **Send.** [`UdpSocket::send_batch`] walks a [`TxBatch`] and folds runs of
+//! consecutive datagrams with the same destination and the same length (the
+//! last of a run may be shorter) into one `sendmmsg` entry carrying a
+//! `UDP_SEGMENT` control message: the kernel builds one super-packet and
+//! segments it as late as possible (GSO). A run also ends at 64 segments
+//! (`UDP_MAX_SEGMENTS`) or 65 507 bytes (the largest UDP payload over IPv4),
+//! and — unless disabled — when the first four payload bytes (the SPI) change,
+//! so that a super-packet that reaches the peer whole is steered correctly
+//! there. Each segment is one `iovec` pointing into its own slot: no copy.
+//! If the kernel refuses GSO (`EIO`: no checksum offload on the route;
+//! `EINVAL`: segment larger than the MTU) the socket turns GSO off and sends
+//! plain `sendmmsg` from then on.
+//!
+//! **Receive.** [`UdpSocket::recv_batch`] is one `recvmmsg` into the slots of
+//! an [`RxBatch`]; with `UDP_GRO` on, one slot may hold several datagrams of
+//! equal size (the last may be shorter) and a `UDP_GRO` control message gives
+//! the segment size, by which the slot is split into entries.
+//!
+//! Why not `quinn-udp`: it sends one `sendmsg` per transmit and wants each
+//! GSO batch contiguous in one buffer (a copy per packet for us, since every
+//! ESP packet is built in its own slot), and has no `sendmmsg`; this file is a
+//! few hundred lines of `libc` and gathers segments with `iovec`s instead.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use crate::batch::{RxBatch, RxEntry, TxBatch};
+use crate::steer;
+use crate::sys::{self, RawAddr};
+
+/// Most segments the kernel accepts in one GSO send (`UDP_MAX_SEGMENTS`).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+
+/// Largest UDP payload in one IPv4 datagram (65 535 − 20 − 8); also used for
+/// IPv6 to keep one limit.
+pub const MAX_GSO_BYTES: usize = 65_507;
+
+/// Buffer size for one GRO'd receive: a whole 64 KiB super-packet.
+pub const GRO_SLOT_LEN: usize = 65_535;
+
+/// `SO_SNDBUFFORCE` / `SO_RCVBUFFORCE`: as root, exceed `wmem_max`/`rmem_max`.
+const SO_SNDBUFFORCE: libc::c_int = 32;
+const SO_RCVBUFFORCE: libc::c_int = 33;
+
+/// Socket options for every member of a group.
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// `SO_RCVBUF` in bytes (forced past `rmem_max` when permitted).
+    pub recv_buffer: usize,
+    /// `SO_SNDBUF` in bytes (forced past `wmem_max` when permitted).
+    pub send_buffer: usize,
+    /// Ask for `UDP_GRO` on receive.
+    pub gro: bool,
+    /// Use `UDP_SEGMENT` on send.
+    pub gso: bool,
+    /// End a GSO run when the first four payload bytes (the SPI) change.
+    pub gso_split_on_spi: bool,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self {
+            recv_buffer: 8 << 20,
+            send_buffer: 8 << 20,
+            gro: true,
+            gso: true,
+            gso_split_on_spi: true,
+        }
+    }
+}
+
+/// Counters kept by one socket (single owner, no atomics).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UdpStats {
+    /// `recvmmsg` calls that returned messages.
+    pub rx_calls: u64,
+    /// Messages (kernel buffers) received; fewer than datagrams under GRO.
+    pub rx_msgs: u64,
+    /// Datagrams after splitting GRO buffers.
+    pub rx_datagrams: u64,
+    /// Messages dropped because they did not fit a slot (`MSG_TRUNC`).
+    pub rx_truncated: u64,
+    /// Datagrams dropped because the batch had no entry left.
+    pub rx_overflow: u64,
+    /// `sendmmsg` calls.
+    pub tx_calls: u64,
+    /// `sendmmsg` entries (one GSO super-packet or one plain datagram each).
+    pub tx_msgs: u64,
+    /// Datagrams handed to the kernel.
+    pub tx_datagrams: u64,
+    /// Datagrams dropped on a send error (other than a full buffer).
+    pub tx_errors: u64,
+    /// Datagrams without a destination address (dropped).
+    pub tx_no_dst: u64,
+    /// Times the kernel refused GSO and it was turned off.
+    pub gso_fallbacks: u64,
+}
+
+/// Room for the control messages we read (`UDP_GRO`: one int) or write
+/// (`UDP_SEGMENT`: one u16), 8-byte aligned like `struct cmsghdr`.
+type CmsgBuf = [u64; 8];
+
+/// Scratch arrays for `sendmmsg`/`recvmmsg`, sized once and reused; the raw
+/// pointers inside are rebuilt before every call.
+struct Scratch {
+    msgs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<CmsgBuf>,
+    /// Per send entry: index of the first datagram and how many.
+    groups: Vec<(usize, usize)>,
+}
+
+// SAFETY: the raw pointers stored in `msgs`/`iovs` are scratch values written
+// immediately before each syscall and never dereferenced afterwards; moving
+// the struct to another thread cannot create aliasing.
+unsafe impl Send for Scratch {}
+
+impl Scratch {
+    fn new() -> Self {
+        Self { msgs: Vec::new(), iovs: Vec::new(), names: Vec::new(), cmsgs: Vec::new(), groups: Vec::new() }
+    }
+
+    /// Grow to at least `n` of everything (allocates only when a batch is
+    /// larger than any seen before on this socket).
+    fn ensure(&mut self, n: usize) {
+        if self.msgs.len() < n {
+            // SAFETY: mmsghdr, iovec and sockaddr_storage are plain old data
+            // for which all-zero bytes are valid values.
+            unsafe {
+                self.msgs.resize_with(n, || zeroed());
+                self.iovs.resize_with(n, || zeroed());
+                self.names.resize_with(n, || zeroed());
+            }
+            self.cmsgs.resize(n, [0; 8]);
+            self.groups.reserve(n.saturating_sub(self.groups.len()));
+        }
+    }
+}
+
+/// One UDP socket of the group, with batched send and receive.
+pub struct UdpSocket {
+    fd: OwnedFd,
+    local: SocketAddr,
+    gso: bool,
+    gro: bool,
+    split_on_spi: bool,
+    scratch: Scratch,
+    stats: UdpStats,
+}
+
+impl std::fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpSocket")
+            .field("fd", &self.fd)
+            .field("local", &self.local)
+            .field("gso", &self.gso)
+            .field("gro", &self.gro)
+            .finish()
+    }
+}
+
+impl AsRawFd for UdpSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl UdpSocket {
+    /// A single socket bound to `addr` with the options of `cfg`, optionally
+    /// with `SO_REUSEPORT` (to join a group).
+    pub fn bind(addr: SocketAddr, cfg: &UdpConfig, reuse_port: bool) -> io::Result<Self> {
+        let fd = sys::udp_socket(&addr)?;
+        let raw = fd.as_raw_fd();
+        if reuse_port {
+            sys::setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+        }
+        if addr.is_ipv6() {
+            // A separate IPv4 group can then share the port.
+            sys::setsockopt_int(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        }
+        set_buffer(raw, SO_RCVBUFFORCE, libc::SO_RCVBUF, cfg.recv_buffer)?;
+        set_buffer(raw, SO_SNDBUFFORCE, libc::SO_SNDBUF, cfg.send_buffer)?;
+        let gro = cfg.gro && sys::setsockopt_int(raw, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        sys::bind(raw, &addr)?;
+        let local = sys::local_addr(raw)?;
+        Ok(Self {
+            fd,
+            local,
+            gso: cfg.gso,
+            gro,
+            split_on_spi: cfg.gso_split_on_spi,
+            scratch: Scratch::new(),
+            stats: UdpStats::default(),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Whether sends still use `UDP_SEGMENT`.
+    pub fn gso_enabled(&self) -> bool {
+        self.gso
+    }
+
+    /// Whether `UDP_GRO` was accepted.
+    pub fn gro_enabled(&self) -> bool {
+        self.gro
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> UdpStats {
+        self.stats
+    }
+
+    /// Effective `SO_RCVBUF` (the kernel doubles the requested value).
+    pub fn recv_buffer(&self) -> io::Result<usize> {
+        sys::getsockopt_int(self.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).map(|v| v as usize)
+    }
+
+    /// Send one datagram (control path: IKE, keepalives).
+    pub fn send_to(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        let raw = RawAddr::from_std(&dst);
+        // SAFETY: buf and raw are live for the call and describe their sizes.
+        let rc = unsafe {
+            libc::sendto(
+                self.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                (&raw.storage as *const libc::sockaddr_storage).cast(),
+                raw.len,
+            )
+        };
+        if rc < 0 { Err(sys::last_err()) } else { Ok(rc as usize) }
+    }
+
+    /// Receive one datagram without GRO splitting (control path). Returns
+    /// `Ok(None)` when nothing is queued.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddr)>> {
+        // SAFETY: all-zero sockaddr_storage is valid.
+        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: buf, storage and len are live and sized as declared.
+        let rc = unsafe {
+            libc::recvfrom(
+                self.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+                (&mut storage as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        };
+        if rc < 0 {
+            let e = sys::last_err();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
+        }
+        let peer = sys::to_std(&storage, len).ok_or_else(|| io::Error::other("bad peer address"))?;
+        Ok(Some((rc as usize, peer)))
+    }
+
+    /// Receive up to one message per slot of `batch` with one `recvmmsg`,
+    /// splitting GRO buffers into datagrams. Non-blocking: `Ok(0)` when
+    /// nothing is queued. Replaces the batch's previous contents.
+    pub fn recv_batch(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
+        batch.clear();
+        batch.reset_slots();
+        let n = batch.slots.len();
+        let headroom = batch.headroom;
+        self.scratch.ensure(n);
+        let s = &mut self.scratch;
+        for i in 0..n {
+            let storage = batch.slots[i].storage_mut();
+            let start = headroom.min(storage.len());
+            let room = storage.len() - start;
+            s.iovs[i] = libc::iovec {
+                iov_base: storage[start..].as_mut_ptr().cast(),
+                iov_len: room,
+            };
+            let h = &mut s.msgs[i].msg_hdr;
+            h.msg_name = (&mut s.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut s.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = s.cmsgs[i].as_mut_ptr().cast();
+            h.msg_controllen = size_of::<CmsgBuf>();
+            h.msg_flags = 0;
+            s.msgs[i].msg_len = 0;
+        }
+        let got = loop {
+            // SAFETY: msgs[..n] are initialised above and point at buffers
+            // (slots, names, cmsgs, iovs) that stay borrowed for the call.
+            let rc = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    s.msgs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if rc >= 0 {
+                break rc as usize;
+            }
+            let e = sys::last_err();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(0),
+                _ => return Err(e),
+            }
+        };
+        self.stats.rx_calls += 1;
+        self.stats.rx_msgs += got as u64;
+        for i in 0..got {
+            let m = &s.msgs[i];
+            let len = m.msg_len as usize;
+            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.stats.rx_truncated += 1;
+                continue;
+            }
+            let peer = sys::to_std(&s.names[i], m.msg_hdr.msg_namelen);
+            let seg = gro_segment_size(&m.msg_hdr).filter(|g| *g > 0).unwrap_or(len).max(1);
+            let mut off = 0;
+            while off < len {
+                let this = seg.min(len - off);
+                if batch.entries.len() == batch.entries.capacity() {
+                    self.stats.rx_overflow += 1;
+                } else {
+                    batch.entries.push(RxEntry {
+                        slot: i as u32,
+                        start: (headroom + off) as u32,
+                        len: this as u32,
+                        peer,
+                    });
+                }
+                off += this;
+            }
+        }
+        self.stats.rx_datagrams += batch.entries.len() as u64;
+        Ok(batch.entries.len())
+    }
+
+    /// Send every datagram of `batch` (each needs a destination), folding
+    /// runs into GSO sends. Returns how many datagrams were consumed (sent,
+    /// or dropped on a per-destination error and counted); fewer than
+    /// `batch.len()` means the socket buffer is full: the caller may retry the
+    /// rest with [`UdpSocket::send_batch_from`] or drop it.
+    pub fn send_batch(&mut self, batch: &TxBatch) -> io::Result<usize> {
+        self.send_batch_from(batch, 0)
+    }
+
+    /// [`UdpSocket::send_batch`] starting at datagram `from`; returns the
+    /// index one past the last consumed datagram.
+    pub fn send_batch_from(&mut self, batch: &TxBatch, mut from: usize) -> io::Result<usize> {
+        let n = batch.len();
+        self.scratch.ensure(n);
+        while from < n {
+            let (msgs, used_gso) = self.build_send(batch, from);
+            if msgs == 0 {
+                // Only destination-less datagrams were left.
+                from = n;
+                break;
+            }
+            let s = &mut self.scratch;
+            // SAFETY: msgs[..msgs] were initialised by build_send and point at
+            // slots of `batch`, names, cmsgs and iovs, all borrowed for the call.
+            let rc = unsafe {
+                libc::sendmmsg(self.fd.as_raw_fd(), s.msgs.as_mut_ptr(), msgs as libc::c_uint, 0)
+            };
+            self.stats.tx_calls += 1;
+            if rc > 0 {
+                let sent = rc as usize;
+                let datagrams: usize = s.groups[..sent].iter().map(|g| g.1).sum();
+                self.stats.tx_msgs += sent as u64;
+                self.stats.tx_datagrams += datagrams as u64;
+                from = s.groups[sent - 1].0 + s.groups[sent - 1].1;
+                continue;
+            }
+            let e = sys::last_err();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => return Ok(from),
+                Some(libc::EIO) | Some(libc::EINVAL) if used_gso && s.groups[0].1 > 1 => {
+                    // The route cannot do GSO (no checksum offload, or a
+                    // segment above the MTU): RFC-neutral fallback to plain
+                    // datagrams, kept for the life of the socket.
+                    self.gso = false;
+                    self.stats.gso_fallbacks += 1;
+                }
+                Some(_) => {
+                    // This entry's destination failed (unreachable, too big,
+                    // ...): drop its datagrams, count, go on with the rest.
+                    let (first, count) = s.groups[0];
+                    self.stats.tx_errors += count as u64;
+                    from = first + count;
+                }
+                None => return Err(e),
+            }
+        }
+        Ok(from)
+    }
+
+    /// Fill the scratch `mmsghdr`s for datagrams `from..`; returns the number
+    /// of entries and whether any carries `UDP_SEGMENT`.
+    fn build_send(&mut self, batch: &TxBatch, mut i: usize) -> (usize, bool) {
+        let n = batch.len();
+        let headroom = batch.headroom;
+        let s = &mut self.scratch;
+        s.groups.clear();
+        let mut iov_at = 0;
+        let mut used_gso = false;
+        while i < n {
+            let Some(dst) = batch.dsts[i] else {
+                self.stats.tx_no_dst += 1;
+                i += 1;
+                continue;
+            };
+            let first = i;
+            let seg_len = batch.slots[i].len() - headroom;
+            let spi = spi_of(batch, i);
+            let mut bytes = seg_len;
+            i += 1;
+            if self.gso {
+                while i < n
+                    && i - first < MAX_GSO_SEGMENTS
+                    && batch.dsts[i] == Some(dst)
+                    && bytes + (batch.slots[i].len() - headroom) <= MAX_GSO_BYTES
+                {
+                    let len = batch.slots[i].len() - headroom;
+                    if len > seg_len || (self.split_on_spi && spi_of(batch, i) != spi) {
+                        break;
+                    }
+                    bytes += len;
+                    i += 1;
+                    if len < seg_len {
+                        break; // a shorter segment ends the run
+                    }
+                }
+            }
+            let count = i - first;
+            let g = s.groups.len();
+            s.groups.push((first, count));
+            for k in first..i {
+                let pkt = &batch.slots[k].as_ref()[headroom..];
+                s.iovs[iov_at + k - first] = libc::iovec {
+                    // The kernel only reads through this pointer (sendmmsg).
+                    iov_base: pkt.as_ptr() as *mut libc::c_void,
+                    iov_len: pkt.len(),
+                };
+            }
+            let raw = RawAddr::from_std(&dst);
+            s.names[g] = raw.storage;
+            let h = &mut s.msgs[g].msg_hdr;
+            h.msg_name = (&mut s.names[g] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = raw.len;
+            h.msg_iov = &mut s.iovs[iov_at];
+            h.msg_iovlen = count;
+            h.msg_flags = 0;
+            if count > 1 {
+                used_gso = true;
+                h.msg_control = s.cmsgs[g].as_mut_ptr().cast();
+                h.msg_controllen = size_of::<CmsgBuf>();
+                write_segment_cmsg(h, seg_len as u16);
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+            s.msgs[g].msg_len = 0;
+            iov_at += count;
+        }
+        (s.groups.len(), used_gso)
+    }
+}
+
+/// The first four payload bytes of datagram `i` (its SPI), if it has them.
+fn spi_of(batch: &TxBatch, i: usize) -> Option<[u8; 4]> {
+    let p = batch.packet(i)?;
+    p.get(..4).and_then(|b| b.try_into().ok())
+}
+
+/// Write a `SOL_UDP`/`UDP_SEGMENT` control message into `h`'s control buffer
+/// and shrink `msg_controllen` to what it uses.
+fn write_segment_cmsg(h: &mut libc::msghdr, seg: u16) {
+    // SAFETY: h.msg_control points at a live, 8-byte aligned CmsgBuf of
+    // msg_controllen bytes (64), which holds CMSG_SPACE(2) = 24 bytes;
+    // CMSG_FIRSTHDR is non-null for such a buffer.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+        h.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+    }
+}
+
+/// The `UDP_GRO` segment size from a received message's control data.
+fn gro_segment_size(h: &libc::msghdr) -> Option<usize> {
+    // SAFETY: the kernel filled msg_control with msg_controllen bytes of
+    // well-formed cmsgs; CMSG_FIRSTHDR/NXTHDR stay inside that buffer and
+    // return null at its end; the data of a UDP_GRO cmsg is one c_int.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return usize::try_from(v).ok();
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// Ask for `bytes` of socket buffer, forcing past the sysctl cap if we may.
+fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    if sys::setsockopt_int(fd, libc::SOL_SOCKET, force, v).is_ok() {
+        return Ok(());
+    }
+    sys::setsockopt_int(fd, libc::SOL_SOCKET, plain, v)
+}
+
+/// The sockets of one reuseport group: `workers` data sockets and a control
+/// socket, with SPI steering attached.
+#[derive(Debug)]
+pub struct UdpGroup {
+    /// Worker sockets; index = group index = worker number.
+    pub workers: Vec<UdpSocket>,
+    /// The control (IKE) socket, group index `workers.len()`.
+    pub control: UdpSocket,
+}
+
+impl UdpGroup {
+    /// Bind `workers` sockets and then the control socket to `addr` (port
+    /// 4500 normally; port 0 picks one for all), and attach the steering
+    /// program. Must run in the network namespace the sockets belong to.
+    pub fn bind(addr: SocketAddr, workers: usize, cfg: &UdpConfig) -> io::Result<Self> {
+        if workers == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "at least one worker"));
+        }
+        let mut socks = Vec::with_capacity(workers);
+        let first = UdpSocket::bind(addr, cfg, true)?;
+        // With port 0 the first bind picks the port; the rest join it.
+        let addr = first.local_addr();
+        socks.push(first);
+        for _ in 1..workers {
+            socks.push(UdpSocket::bind(addr, cfg, true)?);
+        }
+        let control = UdpSocket::bind(addr, cfg, true)?;
+        steer::attach_steering(&socks[0], workers)?;
+        Ok(Self { workers: socks, control })
+    }
+
+    /// The shared local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.control.local_addr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn lo_pair(cfg: &UdpConfig) -> (UdpSocket, UdpSocket) {
+        let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), cfg, false).unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), cfg, false).unwrap();
+        (a, b)
+    }
+
+    fn recv_all(sock: &mut UdpSocket, want: usize) -> Vec<Vec<u8>> {
+        let mut rx = RxBatch::new(8, 0, GRO_SLOT_LEN, 512);
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            sock.recv_batch(&mut rx).unwrap();
+            got.extend(rx.iter().map(|(p, _)| p.to_vec()));
+            if got.len() >= want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got
+    }
+
+    fn datagram(spi: u32, seq: u32, len: usize) -> Vec<u8> {
+        let mut d = vec![0u8; len];
+        d[..4].copy_from_slice(&spi.to_be_bytes());
+        d[4..8].copy_from_slice(&seq.to_be_bytes());
+        for (i, b) in d.iter_mut().enumerate().skip(8) {
+            *b = (i as u32 ^ seq) as u8;
+        }
+        d
+    }
+
+    /// Loopback: a run of equal datagrams goes out as one GSO send and comes
+    /// back, split, byte for byte and in order.
+    #[test]
+    fn gso_runs_round_trip_on_loopback() {
+        let cfg = UdpConfig::default();
+        let (mut tx, mut rx) = lo_pair(&cfg);
+        let dst = rx.local_addr();
+        let mut batch = TxBatch::new(128, 0, 1500);
+        let mut sent = Vec::new();
+        for seq in 0..100u32 {
+            let len = if seq == 39 { 700 } else { 1400 }; // a short one ends a run
+            let spi = if seq < 80 { 0x1111 } else { 0x2222 }; // an SPI change too
+            let d = datagram(spi, seq, len);
+            batch.push(Some(dst), &d).unwrap();
+            sent.push(d);
+        }
+        // And a run that hits the 65 507-byte cap: 47 × 1400 > 65 507.
+        let mut big = TxBatch::new(64, 0, 1500);
+        for seq in 0..50u32 {
+            big.push(Some(dst), &datagram(0x3333, seq, 1400)).unwrap();
+        }
+        assert_eq!(tx.send_batch(&batch).unwrap(), 100);
+        let st = tx.stats();
+        assert_eq!(st.tx_datagrams, 100);
+        // runs: 0..=39 (40, ends short), 40..=79 (40, SPI change), 80..=99 (20)
+        assert_eq!(st.tx_msgs, 3, "{st:?}");
+        assert_eq!(tx.stats().tx_calls, 1);
+        let got = recv_all(&mut rx, 100);
+        assert_eq!(got, sent);
+        assert_eq!(tx.send_batch(&big).unwrap(), 50);
+        assert_eq!(tx.stats().tx_msgs, 3 + 2, "46 + 4 segments");
+        assert_eq!(recv_all(&mut rx, 50).len(), 50);
+    }
+
+    #[test]
+    fn plain_sendmmsg_when_gso_off() {
+        let cfg = UdpConfig { gso: false, ..UdpConfig::default() };
+        let (mut tx, mut rx) = lo_pair(&cfg);
+        let dst = rx.local_addr();
+        let mut batch = TxBatch::new(16, 0, 1500);
+        for seq in 0..10 {
+            batch.push(Some(dst), &datagram(7, seq, 300)).unwrap();
+        }
+        assert_eq!(tx.send_batch(&batch).unwrap(), 10);
+        assert_eq!(tx.stats().tx_msgs, 10);
+        assert_eq!(recv_all(&mut rx, 10).len(), 10);
+    }
+
+    #[test]
+    fn datagrams_without_destination_are_counted_not_sent() {
+        let cfg = UdpConfig::default();
+        let (mut tx, mut rx) = lo_pair(&cfg);
+        let mut batch = TxBatch::new(4, 0, 100);
+        batch.push(None, &[1; 20]).unwrap();
+        batch.push(Some(rx.local_addr()), &[2; 20]).unwrap();
+        assert_eq!(tx.send_batch(&batch).unwrap(), 2);
+        assert_eq!(tx.stats().tx_no_dst, 1);
+        let got = recv_all(&mut rx, 1);
+        assert_eq!(got, vec![vec![2u8; 20]]);
+    }
+
+    #[test]
+    fn gro_split_reports_peer() {
+        let cfg = UdpConfig::default();
+        let (mut tx, mut rx) = lo_pair(&cfg);
+        let mut batch = TxBatch::new(64, 0, 1500);
+        for seq in 0..40 {
+            batch.push(Some(rx.local_addr()), &datagram(9, seq, 1200)).unwrap();
+        }
+        tx.send_batch(&batch).unwrap();
+        let mut rxb = RxBatch::new(4, 0, GRO_SLOT_LEN, 256);
+        let mut n = 0;
+        for _ in 0..1000 {
+            n += rx.recv_batch(&mut rxb).unwrap();
+            for (p, peer) in rxb.iter() {
+                assert_eq!(p.len(), 1200);
+                assert_eq!(peer, Some(tx.local_addr()));
+            }
+            if n == 40 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(n, 40);
+        // On loopback the GSO super-packet is delivered whole: fewer messages.
+        assert!(rx.stats().rx_msgs < 40, "{:?}", rx.stats());
+    }
+
+    #[test]
+    fn recv_on_empty_socket_is_zero() {
+        let (_, mut rx) = lo_pair(&UdpConfig::default());
+        let mut rxb = RxBatch::new(2, 0, 2048, 8);
+        assert_eq!(rx.recv_batch(&mut rxb).unwrap(), 0);
+        assert!(rx.recv_from(&mut [0u8; 64]).unwrap().is_none());
+    }
+}

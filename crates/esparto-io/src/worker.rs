@@ -1,0 +1,395 @@
+//! Worker threads: one per core, each owning a TUN queue, a UDP socket of the
+//! reuseport group and a command queue, and driving a [`Datapath`].
+//!
+//! ```text
+//! loop {
+//!     poll(tun_queue_k, udp_socket_k, eventfd_k)
+//!     eventfd:       drain commands       -> Datapath::on_command
+//!     TUN readable:  recv_batch (split)   -> Datapath::outbound -> UDP send_batch (GSO)
+//!     UDP readable:  recv_batch (GRO)     -> Datapath::inbound  -> TUN send_batch (GRO)
+//!                                                              \-> control channel (IKE)
+//!     tick due:      Datapath::on_tick
+//! }
+//! ```
+//!
+//! The shape follows quinn's driver/core split: the I/O loop here knows
+//! nothing of ESP; the [`Datapath`] (the lead's ESP engine) sees batches and
+//! an explicit `now`, so it can be tested without sockets. All batches are
+//! allocated when the thread starts; the loop itself does not allocate, lock
+//! or log. Commands go through a per-worker `std::sync::mpsc` channel (the
+//! receiving side's `try_recv` takes no lock) and an `eventfd` wakes the
+//! worker from `poll`. Threads are pinned round-robin to the CPUs the process
+//! may use (`sched_setaffinity`), so more workers than cores still works.
+//!
+//! Datagrams that reach a worker but are not ESP — an IKE message or a
+//! keepalive coalesced behind ESP by UDP GRO (see [`crate::steer`]) — go to
+//! the `to_control` batch and from there, copied, to the control channel:
+//! that copy allocates, which is acceptable on the (rare) control path only.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::batch::{RxBatch, TxBatch};
+use crate::sys::{self, EventFd};
+use crate::tun::{TunQueue, TunStats, VNET_HDR_LEN};
+use crate::udp::{GRO_SLOT_LEN, UdpSocket, UdpStats};
+
+/// The data path a worker drives; implemented by the ESP engine.
+pub trait Datapath: Send + 'static {
+    /// Control-plane messages (install SA, delete SA, ...).
+    type Command: Send + 'static;
+
+    /// A command from the control plane, applied between batches.
+    fn on_command(&mut self, now: Instant, cmd: Self::Command);
+
+    /// Plain IP packets read from this worker's TUN queue; push ESP-in-UDP
+    /// datagrams (with their destination) into `out`.
+    fn outbound(&mut self, now: Instant, pkts: &mut RxBatch, out: &mut TxBatch);
+
+    /// Datagrams read from this worker's UDP socket; push decrypted inner
+    /// packets into `to_tun`, and non-ESP datagrams (IKE, keepalives) with
+    /// their source address as destination into `to_control`.
+    fn inbound(
+        &mut self,
+        now: Instant,
+        dgrams: &mut RxBatch,
+        to_tun: &mut TxBatch,
+        to_control: &mut TxBatch,
+    );
+
+    /// Called every [`WorkerConfig::tick`] (lifetimes, counters, timers).
+    fn on_tick(&mut self, now: Instant) {
+        let _ = now;
+    }
+}
+
+/// Batch sizes and timing of every worker.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Slots for packets read from the TUN (one packet per slot).
+    pub tun_rx_slots: usize,
+    /// Bytes per TUN read slot after the headroom (≥ the TUN MTU).
+    pub tun_rx_slot_len: usize,
+    /// Headroom in front of each TUN packet (room for in-place headers).
+    pub tun_rx_headroom: usize,
+    /// Slots for `recvmmsg` (each holds a whole GRO buffer).
+    pub udp_rx_slots: usize,
+    /// Datagrams the outbound path may produce per batch.
+    pub udp_tx_slots: usize,
+    /// Bytes per outbound datagram slot.
+    pub udp_tx_slot_len: usize,
+    /// Packets the inbound path may produce per batch.
+    pub tun_tx_slots: usize,
+    /// Bytes per TUN write slot: bounds GRO coalescing (64 KiB = full).
+    pub tun_tx_slot_len: usize,
+    /// Non-ESP datagrams per inbound batch.
+    pub control_slots: usize,
+    /// Interval of [`Datapath::on_tick`].
+    pub tick: Duration,
+    /// Pin worker k to the k-th allowed CPU (round-robin).
+    pub pin: bool,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            tun_rx_slots: 128,
+            tun_rx_slot_len: 1500 + 64,
+            tun_rx_headroom: 64,
+            udp_rx_slots: 16,
+            udp_tx_slots: 128,
+            udp_tx_slot_len: 1600,
+            tun_tx_slots: 128,
+            tun_tx_slot_len: 65_535,
+            control_slots: 16,
+            tick: Duration::from_millis(100),
+            pin: true,
+        }
+    }
+}
+
+/// A non-ESP datagram a worker received, for the control (IKE) thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlDatagram {
+    /// Worker that received it.
+    pub worker: usize,
+    /// Its source address.
+    pub peer: Option<SocketAddr>,
+    /// The UDP payload.
+    pub bytes: Vec<u8>,
+}
+
+/// What a worker reports when it stops.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerReport {
+    /// Worker index.
+    pub index: usize,
+    /// CPU it was pinned to, if pinning succeeded.
+    pub cpu: Option<usize>,
+    /// TUN queue counters.
+    pub tun: TunStats,
+    /// UDP socket counters.
+    pub udp: UdpStats,
+    /// Outbound datagrams dropped because the socket buffer was full.
+    pub udp_tx_dropped: u64,
+    /// Control datagrams dropped (no control channel, or it was closed).
+    pub control_dropped: u64,
+    /// Receive/send errors other than "would block".
+    pub io_errors: u64,
+    /// Commands applied.
+    pub commands: u64,
+    /// Loop iterations.
+    pub loops: u64,
+}
+
+struct Shared {
+    wake: EventFd,
+    stop: AtomicBool,
+}
+
+/// Running worker threads; stops and joins them on drop.
+pub struct Workers<C: Send + 'static> {
+    senders: Vec<mpsc::Sender<C>>,
+    shared: Vec<Arc<Shared>>,
+    threads: Vec<JoinHandle<WorkerReport>>,
+}
+
+impl<C: Send + 'static> std::fmt::Debug for Workers<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers").field("len", &self.threads.len()).finish()
+    }
+}
+
+impl<C: Send + 'static> Workers<C> {
+    /// Spawn one worker per `(tun queue, udp socket, datapath)` triple; all
+    /// three vectors must have the same length. `control` receives non-ESP
+    /// datagrams.
+    pub fn spawn<D: Datapath<Command = C>>(
+        cfg: &WorkerConfig,
+        tun: Vec<TunQueue>,
+        udp: Vec<UdpSocket>,
+        datapaths: Vec<D>,
+        control: Option<mpsc::Sender<ControlDatagram>>,
+    ) -> io::Result<Self> {
+        let n = tun.len();
+        if n == 0 || udp.len() != n || datapaths.len() != n {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "need equally many TUN queues, UDP sockets and datapaths (at least one)",
+            ));
+        }
+        if cfg.tun_rx_slots == 0 || cfg.udp_rx_slots == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty batches"));
+        }
+        let cpus = sys::allowed_cpus().unwrap_or_default();
+        let mut w = Self { senders: Vec::new(), shared: Vec::new(), threads: Vec::new() };
+        for (k, ((t, u), d)) in tun.into_iter().zip(udp).zip(datapaths).enumerate() {
+            let (tx, rx) = mpsc::channel();
+            let shared = Arc::new(Shared { wake: EventFd::new()?, stop: AtomicBool::new(false) });
+            let cpu = if cfg.pin && !cpus.is_empty() { Some(cpus[k % cpus.len()]) } else { None };
+            let worker = Worker::new(k, cfg, t, u, d, rx, shared.clone(), control.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("esparto-w{k}"))
+                .spawn(move || worker.run(cpu))?;
+            w.senders.push(tx);
+            w.shared.push(shared);
+            w.threads.push(h);
+        }
+        Ok(w)
+    }
+
+    /// Number of workers.
+    pub fn len(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Whether there are no workers.
+    pub fn is_empty(&self) -> bool {
+        self.senders.is_empty()
+    }
+
+    /// Queue a command for worker `k` and wake it. Gives the command back if
+    /// the worker does not exist or has stopped.
+    pub fn send(&self, k: usize, cmd: C) -> Result<(), C> {
+        let (Some(tx), Some(sh)) = (self.senders.get(k), self.shared.get(k)) else {
+            return Err(cmd);
+        };
+        tx.send(cmd).map_err(|e| e.0)?;
+        // A failed wake-up only delays the command to the next tick.
+        let _ = sh.wake.notify();
+        Ok(())
+    }
+
+    /// Stop every worker, join it, and collect the reports. The workers'
+    /// TUN queues and sockets are closed when this returns.
+    pub fn shutdown(mut self) -> Vec<WorkerReport> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Vec<WorkerReport> {
+        for sh in &self.shared {
+            sh.stop.store(true, Ordering::Release);
+            let _ = sh.wake.notify();
+        }
+        self.threads.drain(..).filter_map(|h| h.join().ok()).collect()
+    }
+}
+
+impl<C: Send + 'static> Drop for Workers<C> {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+struct Worker<D: Datapath> {
+    index: usize,
+    tick: Duration,
+    tun: TunQueue,
+    udp: UdpSocket,
+    dp: D,
+    commands: mpsc::Receiver<D::Command>,
+    shared: Arc<Shared>,
+    control: Option<mpsc::Sender<ControlDatagram>>,
+    tun_rx: RxBatch,
+    udp_rx: RxBatch,
+    udp_tx: TxBatch,
+    tun_tx: TxBatch,
+    ctl_tx: TxBatch,
+    report: WorkerReport,
+}
+
+impl<D: Datapath> Worker<D> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        index: usize,
+        cfg: &WorkerConfig,
+        tun: TunQueue,
+        udp: UdpSocket,
+        dp: D,
+        commands: mpsc::Receiver<D::Command>,
+        shared: Arc<Shared>,
+        control: Option<mpsc::Sender<ControlDatagram>>,
+    ) -> Self {
+        Self {
+            index,
+            tick: cfg.tick.max(Duration::from_millis(1)),
+            tun,
+            udp,
+            dp,
+            commands,
+            shared,
+            control,
+            tun_rx: RxBatch::new(cfg.tun_rx_slots, cfg.tun_rx_headroom, cfg.tun_rx_slot_len, cfg.tun_rx_slots),
+            udp_rx: RxBatch::new(cfg.udp_rx_slots, 0, GRO_SLOT_LEN, cfg.udp_rx_slots * 64),
+            udp_tx: TxBatch::new(cfg.udp_tx_slots, 0, cfg.udp_tx_slot_len),
+            tun_tx: TxBatch::new(cfg.tun_tx_slots, VNET_HDR_LEN.next_multiple_of(8), cfg.tun_tx_slot_len),
+            ctl_tx: TxBatch::new(cfg.control_slots.max(1), 0, GRO_SLOT_LEN),
+            report: WorkerReport { index, ..WorkerReport::default() },
+        }
+    }
+
+    fn run(mut self, cpu: Option<usize>) -> WorkerReport {
+        if let Some(c) = cpu {
+            if sys::pin_current_thread(c).is_ok() {
+                self.report.cpu = sys::current_cpu();
+            }
+        }
+        let mut fds = [
+            libc::pollfd { fd: self.tun.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.udp.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.shared.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        let mut next_tick = Instant::now() + self.tick;
+        loop {
+            if self.shared.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            let timeout = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+            for f in &mut fds {
+                f.revents = 0;
+            }
+            if sys::poll(&mut fds, timeout).is_err() {
+                self.report.io_errors += 1;
+            }
+            self.report.loops += 1;
+            let now = Instant::now();
+            if fds[2].revents != 0 {
+                self.shared.wake.drain();
+                while let Ok(cmd) = self.commands.try_recv() {
+                    self.dp.on_command(now, cmd);
+                    self.report.commands += 1;
+                }
+                if self.shared.stop.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+            if fds[0].revents & (libc::POLLHUP | libc::POLLNVAL) != 0 {
+                break; // the TUN device is gone
+            }
+            if fds[0].revents & libc::POLLIN != 0 {
+                self.outbound(now);
+            }
+            if fds[1].revents & libc::POLLIN != 0 {
+                self.inbound(now);
+            }
+            if now >= next_tick {
+                self.dp.on_tick(now);
+                next_tick = now + self.tick;
+            }
+        }
+        self.report.tun = self.tun.stats();
+        self.report.udp = self.udp.stats();
+        self.report
+    }
+
+    fn outbound(&mut self, now: Instant) {
+        match self.tun.recv_batch(&mut self.tun_rx) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(_) => {
+                self.report.io_errors += 1;
+                return;
+            }
+        }
+        self.udp_tx.clear();
+        self.dp.outbound(now, &mut self.tun_rx, &mut self.udp_tx);
+        match self.udp.send_batch(&self.udp_tx) {
+            Ok(sent) => self.report.udp_tx_dropped += (self.udp_tx.len() - sent) as u64,
+            Err(_) => self.report.io_errors += 1,
+        }
+        self.udp_tx.clear();
+    }
+
+    fn inbound(&mut self, now: Instant) {
+        match self.udp.recv_batch(&mut self.udp_rx) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(_) => {
+                self.report.io_errors += 1;
+                return;
+            }
+        }
+        self.tun_tx.clear();
+        self.ctl_tx.clear();
+        self.dp.inbound(now, &mut self.udp_rx, &mut self.tun_tx, &mut self.ctl_tx);
+        if !self.tun_tx.is_empty() && self.tun.send_batch(&mut self.tun_tx).is_err() {
+            self.report.io_errors += 1;
+        }
+        for i in 0..self.ctl_tx.len() {
+            let Some(bytes) = self.ctl_tx.packet(i) else { continue };
+            let msg = ControlDatagram { worker: self.index, peer: self.ctl_tx.dst(i), bytes: bytes.to_vec() };
+            let delivered = self.control.as_ref().is_some_and(|c| c.send(msg).is_ok());
+            if !delivered {
+                self.report.control_dropped += 1;
+            }
+        }
+        self.ctl_tx.clear();
+    }
+}
