@@ -311,7 +311,8 @@ impl<D: Datapath> Worker<D> {
                 break;
             }
             let wait = next_tick.saturating_duration_since(Instant::now());
-            let timeout = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+            // Round up: a sub-millisecond wait must not become a busy spin.
+            let timeout = i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
             for f in &mut fds {
                 f.revents = 0;
             }
