@@ -18,3 +18,8 @@ pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
 pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
+
+#[inline(always)]
+pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}

@@ -79,7 +79,10 @@ pub fn pseudo_header_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, len: u32)
     for shift in (0..128).step_by(32) {
         let sw = (s >> shift) as u32;
         let dw = (d >> shift) as u32;
-        sum += u64::from(sw >> 16) + u64::from(sw & 0xffff) + u64::from(dw >> 16) + u64::from(dw & 0xffff);
+        sum += u64::from(sw >> 16)
+            + u64::from(sw & 0xffff)
+            + u64::from(dw >> 16)
+            + u64::from(dw & 0xffff);
     }
     fold(sum)
 }
@@ -229,7 +232,10 @@ mod tests {
     #[test]
     fn rfc1071_numerical_example() {
         // RFC 1071 §3: bytes 00 01 f2 03 f4 f5 f6 f7 sum to ddf2.
-        assert_eq!(data(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]), 0xddf2);
+        assert_eq!(
+            data(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
+            0xddf2
+        );
     }
 
     #[test]

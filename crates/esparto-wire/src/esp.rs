@@ -171,7 +171,10 @@ impl Repr {
     #[inline]
     pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&T>) -> Result<Repr> {
         packet.check_len()?;
-        Ok(Repr { spi: packet.spi(), seq: packet.seq() })
+        Ok(Repr {
+            spi: packet.spi(),
+            seq: packet.seq(),
+        })
     }
 
     /// Bytes [`Repr::emit`] writes.
@@ -182,7 +185,10 @@ impl Repr {
 
     /// Writes the header; the payload is left alone.
     #[inline]
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Packet<&mut T>) -> Result<()> {
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
+        &self,
+        packet: &mut Packet<&mut T>,
+    ) -> Result<()> {
         packet.check_len()?;
         packet.set_spi(self.spi);
         packet.set_seq(self.seq);
@@ -229,10 +235,20 @@ impl Trailer {
             .ok_or(Error::Malformed("esp pad length"))?;
         let (data, rest) = plaintext.split_at(data_len);
         let padding = &rest[..usize::from(pad_len)];
-        if !padding.iter().enumerate().all(|(i, &b)| usize::from(b) == i + 1) {
+        if !padding
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| usize::from(b) == i + 1)
+        {
             return Err(Error::Malformed("esp padding"));
         }
-        Ok((data, Trailer { pad_len, next_header }))
+        Ok((
+            data,
+            Trailer {
+                pad_len,
+                next_header,
+            },
+        ))
     }
 
     /// Bytes [`Trailer::emit`] writes: padding, Pad Length, Next Header.
@@ -300,13 +316,27 @@ mod tests {
         assert_eq!(p.seq(), 7);
         assert_eq!(p.payload(), &[0xaa, 0xbb]);
         assert!(!p.is_reserved_spi());
-        assert_eq!(Repr::parse(&p).unwrap(), Repr { spi: 0x1234, seq: 7 });
+        assert_eq!(
+            Repr::parse(&p).unwrap(),
+            Repr {
+                spi: 0x1234,
+                seq: 7
+            }
+        );
     }
 
     #[test]
     fn short_header_is_truncated() {
-        assert_eq!(Packet::new_checked(&[0u8; 7][..]).unwrap_err(), Error::Truncated);
-        assert!(Packet::new_checked(&[0u8; 8][..]).unwrap().payload().is_empty());
+        assert_eq!(
+            Packet::new_checked(&[0u8; 7][..]).unwrap_err(),
+            Error::Truncated
+        );
+        assert!(
+            Packet::new_checked(&[0u8; 8][..])
+                .unwrap()
+                .payload()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -321,11 +351,17 @@ mod tests {
     #[test]
     fn emit_header() {
         let mut buf = [0u8; 12];
-        let repr = Repr { spi: 0xdead_beef, seq: 0x0102_0304 };
+        let repr = Repr {
+            spi: 0xdead_beef,
+            seq: 0x0102_0304,
+        };
         repr.emit(&mut Packet::new_unchecked(&mut buf[..])).unwrap();
         assert_eq!(&buf[..8], &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4]);
         let mut short = [0u8; 4];
-        assert_eq!(repr.emit(&mut Packet::new_unchecked(&mut short[..])), Err(Error::Truncated));
+        assert_eq!(
+            repr.emit(&mut Packet::new_unchecked(&mut short[..])),
+            Err(Error::Truncated)
+        );
     }
 
     #[test]
@@ -334,7 +370,13 @@ mod tests {
         let pt = *b"hello\x01\x02\x03\x03\x04";
         let (data, t) = Trailer::split(&pt).unwrap();
         assert_eq!(data, b"hello");
-        assert_eq!(t, Trailer { pad_len: 3, next_header: NEXT_HEADER_IPV4 });
+        assert_eq!(
+            t,
+            Trailer {
+                pad_len: 3,
+                next_header: NEXT_HEADER_IPV4
+            }
+        );
         assert_eq!(t.buffer_len(), 5);
     }
 
@@ -347,10 +389,19 @@ mod tests {
 
     #[test]
     fn trailer_rejects_bad_padding() {
-        assert_eq!(Trailer::parse(b"x\x01\x03\x02\x04"), Err(Error::Malformed("esp padding")));
-        assert_eq!(Trailer::parse(b"x\x00\x01\x02\x04"), Err(Error::Malformed("esp padding")));
+        assert_eq!(
+            Trailer::parse(b"x\x01\x03\x02\x04"),
+            Err(Error::Malformed("esp padding"))
+        );
+        assert_eq!(
+            Trailer::parse(b"x\x00\x01\x02\x04"),
+            Err(Error::Malformed("esp padding"))
+        );
         // Pad Length larger than what precedes it.
-        assert_eq!(Trailer::parse(b"\x01\x02\x04"), Err(Error::Malformed("esp pad length")));
+        assert_eq!(
+            Trailer::parse(b"\x01\x02\x04"),
+            Err(Error::Malformed("esp pad length"))
+        );
         assert_eq!(Trailer::parse(b"\x04"), Err(Error::Truncated));
         assert_eq!(Trailer::parse(b""), Err(Error::Truncated));
     }
@@ -367,7 +418,10 @@ mod tests {
 
     #[test]
     fn trailer_emit_parse() {
-        let t = Trailer { pad_len: 6, next_header: NEXT_HEADER_IPCOMP };
+        let t = Trailer {
+            pad_len: 6,
+            next_header: NEXT_HEADER_IPCOMP,
+        };
         let mut buf = [0u8; 3 + 8];
         buf[..3].copy_from_slice(b"abc");
         t.emit(&mut buf[3..]).unwrap();
@@ -382,7 +436,11 @@ mod tests {
             for len in 0..100usize {
                 let pad = padding_for(len, align);
                 assert!(pad < align);
-                assert_eq!((len + pad + TRAILER_LEN) % align, 0, "len {len} align {align}");
+                assert_eq!(
+                    (len + pad + TRAILER_LEN) % align,
+                    0,
+                    "len {len} align {align}"
+                );
             }
         }
         // AEAD (block size 1) still aligns to 4 bytes.

@@ -124,8 +124,14 @@ mod tests {
             other => panic!("classified as {other:?}"),
         }
         // Any non-zero octet in the first four makes it ESP, even 0xff first.
-        assert!(matches!(Datagram::classify(&[0xff, 0, 0, 0, 0, 0, 0, 0]), Ok(Kind::Esp(_))));
-        assert!(matches!(Datagram::classify(&[0, 0, 0, 1, 0, 0, 0, 0]), Ok(Kind::Esp(_))));
+        assert!(matches!(
+            Datagram::classify(&[0xff, 0, 0, 0, 0, 0, 0, 0]),
+            Ok(Kind::Esp(_))
+        ));
+        assert!(matches!(
+            Datagram::classify(&[0, 0, 0, 1, 0, 0, 0, 0]),
+            Ok(Kind::Esp(_))
+        ));
     }
 
     #[test]
@@ -135,6 +141,9 @@ mod tests {
         assert_eq!(Datagram::classify(&[0xff, 0xff]), Err(Error::Truncated));
         assert_eq!(Datagram::classify(&[0, 0, 0]), Err(Error::Truncated));
         // SPI present but no sequence number.
-        assert_eq!(Datagram::classify(&[1, 2, 3, 4, 5, 6, 7]), Err(Error::Truncated));
+        assert_eq!(
+            Datagram::classify(&[1, 2, 3, 4, 5, 6, 7]),
+            Err(Error::Truncated)
+        );
     }
 }

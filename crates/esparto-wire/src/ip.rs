@@ -120,8 +120,18 @@ impl FiveTuple {
         let p = ipv4::Packet::new_checked(packet)?;
         let proto = p.protocol();
         // RFC 4301 §7: only the first fragment carries the ports.
-        let (src_port, dst_port) = if p.frag_offset() != 0 { (0, 0) } else { ports(proto, p.payload())? };
-        Ok(FiveTuple { src: IpAddr::V4(p.src_addr()), dst: IpAddr::V4(p.dst_addr()), proto, src_port, dst_port })
+        let (src_port, dst_port) = if p.frag_offset() != 0 {
+            (0, 0)
+        } else {
+            ports(proto, p.payload())?
+        };
+        Ok(FiveTuple {
+            src: IpAddr::V4(p.src_addr()),
+            dst: IpAddr::V4(p.dst_addr()),
+            proto,
+            src_port,
+            dst_port,
+        })
     }
 
     /// [`FiveTuple::extract`] for a packet known to be IPv6.
@@ -215,7 +225,10 @@ mod tests {
     fn ipv6_behind_extension_headers() {
         let b = hex(include_str!("../testdata/ipv6_hbh_frag_udp.hex"));
         let t = FiveTuple::extract(&b).unwrap();
-        assert_eq!(t.src, IpAddr::V6("2001:db8:1::10".parse::<Ipv6Addr>().unwrap()));
+        assert_eq!(
+            t.src,
+            IpAddr::V6("2001:db8:1::10".parse::<Ipv6Addr>().unwrap())
+        );
         assert_eq!(t.proto, proto::UDP);
         assert_eq!((t.src_port, t.dst_port), (5060, 5061));
     }
@@ -250,9 +263,16 @@ mod tests {
         let t = FiveTuple::extract(&v6(59, &[])).unwrap();
         assert_eq!((t.proto, t.src_port, t.dst_port), (59, 0, 0));
         // Non-initial fragment of a TCP packet: proto from the Fragment header.
-        let t = FiveTuple::extract(&v6(44, &[6, 0, 0x05, 0xa8, 0, 0, 0, 1, 0xaa, 0xbb, 0xcc, 0xdd])).unwrap();
+        let t = FiveTuple::extract(&v6(
+            44,
+            &[6, 0, 0x05, 0xa8, 0, 0, 0, 1, 0xaa, 0xbb, 0xcc, 0xdd],
+        ))
+        .unwrap();
         assert_eq!((t.proto, t.src_port, t.dst_port), (6, 0, 0));
-        assert_eq!(FiveTuple::extract(&v6(17, &[0, 1, 0])), Err(Error::Truncated));
+        assert_eq!(
+            FiveTuple::extract(&v6(17, &[0, 1, 0])),
+            Err(Error::Truncated)
+        );
         assert_eq!(FiveTuple::extract(&v6(58, &[1])), Err(Error::Truncated));
         assert_eq!(FiveTuple::extract(&v6(0, &[])), Err(Error::Truncated));
     }

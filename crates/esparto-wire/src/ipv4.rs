@@ -411,7 +411,10 @@ impl Repr {
     /// Writes the header (with its checksum) at the start of the buffer,
     /// which must hold [`Repr::buffer_len`] bytes; the payload is left for
     /// the caller (via [`Packet::payload_mut`]).
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Packet<&mut T>) -> Result<()> {
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
+        &self,
+        packet: &mut Packet<&mut T>,
+    ) -> Result<()> {
         if self.payload_len > MAX_PAYLOAD_LEN {
             return Err(Error::Malformed("ipv4 payload too long"));
         }
@@ -530,7 +533,10 @@ mod tests {
         assert_eq!(Packet::new_checked(&h[..19]).unwrap_err(), Error::Truncated);
         let mut bad = h;
         bad[0] = 0x44; // IHL 4
-        assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), Error::Malformed("ipv4 ihl < 5"));
+        assert_eq!(
+            Packet::new_checked(&bad[..]).unwrap_err(),
+            Error::Malformed("ipv4 ihl < 5")
+        );
         bad[0] = 0x46; // IHL 6: 24 > 20
         assert_eq!(Packet::new_checked(&bad[..]).unwrap_err(), Error::Truncated);
         let mut bad = h;
@@ -566,11 +572,32 @@ mod tests {
         let r = Repr::parse(&p).unwrap();
         let mut buf = [0u8; 20];
         let mut view = Packet::new_unchecked(&mut buf[..]);
-        assert_eq!(Repr { payload_len: 1, ..r }.emit(&mut view), Err(Error::Truncated));
+        assert_eq!(
+            Repr {
+                payload_len: 1,
+                ..r
+            }
+            .emit(&mut view),
+            Err(Error::Truncated)
+        );
         assert!(Repr { dscp: 64, ..r }.emit(&mut view).is_err());
         assert!(Repr { ecn: 4, ..r }.emit(&mut view).is_err());
-        assert!(Repr { frag_offset: 3, ..r }.emit(&mut view).is_err());
-        assert!(Repr { payload_len: MAX_PAYLOAD_LEN + 1, ..r }.emit(&mut view).is_err());
+        assert!(
+            Repr {
+                frag_offset: 3,
+                ..r
+            }
+            .emit(&mut view)
+            .is_err()
+        );
+        assert!(
+            Repr {
+                payload_len: MAX_PAYLOAD_LEN + 1,
+                ..r
+            }
+            .emit(&mut view)
+            .is_err()
+        );
     }
 
     #[test]

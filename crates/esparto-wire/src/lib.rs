@@ -37,13 +37,13 @@ mod testutil;
 pub mod checksum;
 pub mod esp;
 pub mod espinudp;
+pub mod icmp;
 pub mod ike;
-// pub mod icmp;
 pub mod ip;
-// pub mod ipcomp;
+pub mod ipcomp;
 pub mod ipv4;
 pub mod ipv6;
-// pub mod tcp;
-// pub mod udp;
+pub mod tcp;
+pub mod udp;
 
 pub use error::{Error, Result};

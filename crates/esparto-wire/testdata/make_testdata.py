@@ -87,3 +87,13 @@ write("ipv6_hbh_frag_udp.hex",
       "IPv6 2001:db8:1::10 -> 2001:db8:2::20, TC 0xb8 (EF), flow 0x54321, hop limit 64,\n"
       "Hop-by-Hop (Router Alert) + Fragment (offset 0, M=1, id 0xcafef00d) + first piece of UDP 5060 -> 5061",
       hdr + payload)
+
+# --- IPv6 ICMPv6 echo request (like ping -6) ---
+s6, d6 = "fe80::1c2d:3e4f:5a6b:7c8d", "2001:db8:2::20"
+data = bytes(range(0x20, 0x20 + 32))
+icmp = struct.pack("!BBHHH", 128, 0, 0, 0x1d2c, 7) + data
+icmp = icmp[:2] + struct.pack("!H", csum(ph6(s6, d6, 58, len(icmp)) + icmp)) + icmp[4:]
+hdr = struct.pack("!IHBB16s16s", 6 << 28, len(icmp), 58, 64,
+                  ipaddress.IPv6Address(s6).packed, ipaddress.IPv6Address(d6).packed)
+write("ipv6_icmpv6_echo.hex", "IPv6 ICMPv6 echo request fe80::1c2d:3e4f:5a6b:7c8d -> 2001:db8:2::20, id 0x1d2c seq 7, 32 data bytes",
+      hdr + icmp)

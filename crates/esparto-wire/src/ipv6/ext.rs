@@ -127,23 +127,39 @@ pub fn walk(next_header: u8, payload: &[u8]) -> Result<UpperLayer> {
                 (usize::from(hdr[1]) + 2) * 4
             }
             FRAGMENT => {
-                let hdr = payload.get(off..off + FRAGMENT_HEADER_LEN).ok_or(Error::Truncated)?;
+                let hdr = payload
+                    .get(off..off + FRAGMENT_HEADER_LEN)
+                    .ok_or(Error::Truncated)?;
                 if fragment.is_some() {
                     // RFC 8200 §4.1: each extension header (Destination
                     // Options excepted) occurs at most once.
                     return Err(Error::Malformed("ipv6 two fragment headers"));
                 }
                 let word = u16_at(hdr, 2);
-                let f = Fragment { offset: word & 0xfff8, more: word & 1 != 0, ident: u32_at(hdr, 4) };
+                let f = Fragment {
+                    offset: word & 0xfff8,
+                    more: word & 1 != 0,
+                    ident: u32_at(hdr, 4),
+                };
                 fragment = Some(f);
                 if !f.is_initial() {
                     // The rest is the middle of the original packet: no
                     // upper-layer header to find (RFC 8200 §4.5).
-                    return Ok(UpperLayer { protocol: hdr[0], offset: off + FRAGMENT_HEADER_LEN, fragment });
+                    return Ok(UpperLayer {
+                        protocol: hdr[0],
+                        offset: off + FRAGMENT_HEADER_LEN,
+                        fragment,
+                    });
                 }
                 FRAGMENT_HEADER_LEN
             }
-            upper => return Ok(UpperLayer { protocol: upper, offset: off, fragment }),
+            upper => {
+                return Ok(UpperLayer {
+                    protocol: upper,
+                    offset: off,
+                    fragment,
+                });
+            }
         };
         if i == MAX_EXT_HEADERS {
             break;
@@ -199,7 +215,14 @@ mod tests {
         let u = walk(HOP_BY_HOP, &p).unwrap();
         assert_eq!(u.protocol, 58);
         assert_eq!(u.offset, 8 + 16 + 8 + 8 + 24);
-        assert_eq!(u.fragment, Some(Fragment { offset: 0, more: false, ident: 0 }));
+        assert_eq!(
+            u.fragment,
+            Some(Fragment {
+                offset: 0,
+                more: false,
+                ident: 0
+            })
+        );
         assert!(!u.is_non_initial_fragment());
     }
 
@@ -221,20 +244,33 @@ mod tests {
         assert_eq!(u.protocol, 6);
         assert_eq!(u.offset, 8);
         assert!(u.is_non_initial_fragment());
-        assert_eq!(u.fragment, Some(Fragment { offset: 1448, more: true, ident: 0x1234_5678 }));
+        assert_eq!(
+            u.fragment,
+            Some(Fragment {
+                offset: 1448,
+                more: true,
+                ident: 0x1234_5678
+            })
+        );
     }
 
     #[test]
     fn hop_by_hop_must_be_first() {
         let p = generic(HOP_BY_HOP, 0);
-        assert_eq!(walk(DEST_OPTS, &p), Err(Error::Malformed("ipv6 hop-by-hop not first")));
+        assert_eq!(
+            walk(DEST_OPTS, &p),
+            Err(Error::Malformed("ipv6 hop-by-hop not first"))
+        );
     }
 
     #[test]
     fn duplicate_fragment_header() {
         let mut p = vec![FRAGMENT, 0, 0, 0, 0, 0, 0, 0];
         p.extend([17, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(walk(FRAGMENT, &p), Err(Error::Malformed("ipv6 two fragment headers")));
+        assert_eq!(
+            walk(FRAGMENT, &p),
+            Err(Error::Malformed("ipv6 two fragment headers"))
+        );
     }
 
     #[test]
@@ -243,8 +279,14 @@ mod tests {
         assert_eq!(walk(HOP_BY_HOP, &[6]), Err(Error::Truncated));
         // Claims 16 bytes, has 8.
         assert_eq!(walk(ROUTING, &generic(6, 1)[..8]), Err(Error::Truncated));
-        assert_eq!(walk(FRAGMENT, &[6, 0, 0, 0, 0, 0, 0]), Err(Error::Truncated));
-        assert_eq!(walk(AH, &[6, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::Truncated));
+        assert_eq!(
+            walk(FRAGMENT, &[6, 0, 0, 0, 0, 0, 0]),
+            Err(Error::Truncated)
+        );
+        assert_eq!(
+            walk(AH, &[6, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(Error::Truncated)
+        );
     }
 
     #[test]
@@ -252,9 +294,19 @@ mod tests {
         // MAX_EXT_HEADERS Destination Options headers then UDP: accepted.
         let mut p = Vec::new();
         for i in 0..MAX_EXT_HEADERS {
-            p.extend(generic(if i + 1 == MAX_EXT_HEADERS { 17 } else { DEST_OPTS }, 0));
+            p.extend(generic(
+                if i + 1 == MAX_EXT_HEADERS {
+                    17
+                } else {
+                    DEST_OPTS
+                },
+                0,
+            ));
         }
-        assert_eq!(upper_layer(DEST_OPTS, &p).unwrap(), (17, MAX_EXT_HEADERS * 8));
+        assert_eq!(
+            upper_layer(DEST_OPTS, &p).unwrap(),
+            (17, MAX_EXT_HEADERS * 8)
+        );
         // One more and the walk refuses.
         let mut q = generic(DEST_OPTS, 0);
         q.extend(p);

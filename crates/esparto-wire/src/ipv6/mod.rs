@@ -295,7 +295,10 @@ impl Repr {
 
     /// Writes the fixed header; the buffer must hold [`Repr::buffer_len`]
     /// bytes. The payload is left to the caller.
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Packet<&mut T>) -> Result<()> {
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
+        &self,
+        packet: &mut Packet<&mut T>,
+    ) -> Result<()> {
         if self.payload_len > usize::from(u16::MAX) {
             return Err(Error::Unsupported("ipv6 jumbogram"));
         }
@@ -373,9 +376,26 @@ mod tests {
         let p = Packet::new_checked(&longer[..]).unwrap();
         assert_eq!(p.payload().len(), 8);
         assert_eq!(p.flow_label(), MAX_FLOW_LABEL);
-        assert_eq!(r.emit(&mut Packet::new_unchecked(&mut [0u8; 47][..])), Err(Error::Truncated));
-        assert!(Repr { flow_label: MAX_FLOW_LABEL + 1, ..r }.emit(&mut Packet::new_unchecked(&mut h[..])).is_err());
-        assert!(Repr { payload_len: 70000, ..r }.emit(&mut Packet::new_unchecked(&mut h[..])).is_err());
+        assert_eq!(
+            r.emit(&mut Packet::new_unchecked(&mut [0u8; 47][..])),
+            Err(Error::Truncated)
+        );
+        assert!(
+            Repr {
+                flow_label: MAX_FLOW_LABEL + 1,
+                ..r
+            }
+            .emit(&mut Packet::new_unchecked(&mut h[..]))
+            .is_err()
+        );
+        assert!(
+            Repr {
+                payload_len: 70000,
+                ..r
+            }
+            .emit(&mut Packet::new_unchecked(&mut h[..]))
+            .is_err()
+        );
     }
 
     #[test]
@@ -383,7 +403,10 @@ mod tests {
         let mut h = [0u8; 48];
         h[0] = 0x60;
         h[6] = ext::HOP_BY_HOP;
-        assert_eq!(Packet::new_checked(&h[..]).unwrap_err(), Error::Unsupported("ipv6 jumbogram"));
+        assert_eq!(
+            Packet::new_checked(&h[..]).unwrap_err(),
+            Error::Unsupported("ipv6 jumbogram")
+        );
         // Payload Length 0 with nothing after the header is just empty.
         assert!(Packet::new_checked(&h[..40]).is_ok());
     }
