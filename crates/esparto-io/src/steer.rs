@@ -236,7 +236,7 @@ mod tests {
                     let spi = spi_for_worker(r, worker, workers).unwrap();
                     assert_eq!(spi_to_worker(spi, workers), worker);
                     assert!(spi >= MIN_SPI);
-                    if r >= 1024 && r <= u32::MAX - 16 {
+                    if (1024..=u32::MAX - 16).contains(&r) {
                         assert!(spi.abs_diff(r) < workers as u32, "only the residue changes");
                     }
                 }

@@ -3,6 +3,8 @@
 //! socket — in a real kernel, between two namespaces. Also documents the GRO
 //! caveat: a GSO super-packet is steered as a whole by its first datagram.
 
+#![allow(clippy::unwrap_used, clippy::needless_range_loop)]
+
 mod common;
 
 use std::net::SocketAddr;
@@ -48,11 +50,15 @@ fn esp(spi: u32, seq: u32, len: usize) -> Vec<u8> {
 fn spi_steering_in_kernel() {
     require_netns!("spi_steering_in_kernel");
     let pair = Pair::new("steer", "10.201.0.1/24", "10.201.0.2/24").unwrap();
-    for workers in [1usize, 2, 3, 4] {
+    pair.a.ip(&["-6", "addr", "add", "fd00:201::1/64", "dev", "veth0", "nodad"]).unwrap();
+    pair.b.ip(&["-6", "addr", "add", "fd00:201::2/64", "dev", "veth1", "nodad"]).unwrap();
+    let cases = [(1usize, false), (2, false), (3, false), (4, false), (3, true)];
+    for (workers, v6) in cases {
         let port = 4500 + workers as u16;
-        let bind: SocketAddr = format!("10.201.0.2:{port}").parse().unwrap();
+        let (dst, src) = if v6 { ("[fd00:201::2]", "[fd00:201::1]:0") } else { ("10.201.0.2", "10.201.0.1:0") };
+        let bind: SocketAddr = format!("{dst}:{port}").parse().unwrap();
         let group = pair.b.run(|| UdpGroup::bind(bind, workers, &UdpConfig::default())).unwrap().unwrap();
-        let tx = pair.a.run(|| std::net::UdpSocket::bind("10.201.0.1:0")).unwrap().unwrap();
+        let tx = pair.a.run(|| std::net::UdpSocket::bind(src)).unwrap().unwrap();
 
         // expected[i] = payloads that must land on socket i.
         let mut expected: Vec<Vec<Vec<u8>>> = vec![Vec::new(); workers + 1];
@@ -86,7 +92,7 @@ fn spi_steering_in_kernel() {
             let mut e = expected[i].clone();
             g.sort();
             e.sort();
-            assert_eq!(g, e, "workers={workers}: socket {i} got the wrong datagrams");
+            assert_eq!(g, e, "workers={workers} v6={v6}: socket {i} got the wrong datagrams");
         }
     }
 }

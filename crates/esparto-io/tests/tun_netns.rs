@@ -9,6 +9,8 @@
 //! checking every packet on the way, so a TCP stream from A to a listener on
 //! B's TUN address crosses our recv_batch/send_batch in both directions.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +30,8 @@ const MTU: u16 = 1420;
 #[derive(Default, Debug)]
 struct RelayLog {
     packets: [u64; 2],
+    /// Reads from A that split a super-packet of UDP datagrams (USO).
+    uso_super_reads: u64,
     max_len: usize,
     bad: Vec<String>,
 }
@@ -52,11 +56,18 @@ fn relay(mut qa: TunQueue, mut qb: TunQueue, stop: Arc<AtomicBool>) -> (RelayLog
         let mut idle = true;
         for dir in 0..2 {
             let (from, to) = if dir == 0 { (&mut qa, &mut qb) } else { (&mut qb, &mut qa) };
+            let gso_before = from.stats().rx_gso_reads;
             let n = from.recv_batch(&mut rx).unwrap();
             if n == 0 {
                 continue;
             }
             idle = false;
+            // (Late TCP ACK/FIN packets may share the batch; the TCP stream
+            // has finished, so a super-packet read now is the UDP one.)
+            let udp = rx.iter().filter(|(p, _)| p[0] >> 4 == 4 && p[9] == 17).count();
+            if dir == 0 && udp > 1 && from.stats().rx_gso_reads > gso_before {
+                log.uso_super_reads += 1;
+            }
             for (p, _) in rx.iter() {
                 log.max_len = log.max_len.max(p.len());
                 if let Some(e) = common::checksum_error(p) {
@@ -154,13 +165,16 @@ fn tso_uso_split_and_gro_write_through_two_tuns() {
     let sa = qa.stats();
     assert!(sa.rx_gso_reads > 0, "no TSO/USO super-packet was read: {sa:?}");
     assert_eq!(sa.rx_malformed + sa.rx_split_overflow, 0, "{sa:?}");
+    if uso {
+        assert!(log.uso_super_reads > 0, "USO on, but no UDP super-packet was split");
+    }
     // GRO on write: tunB received fewer skbs than we gave send_batch.
     let written = log.packets[0];
     let rx_skbs = sysfs_counter(&b, "tunB", "rx_packets");
     assert!(rx_skbs < written, "no coalescing: {rx_skbs} skbs for {written} packets");
     eprintln!(
-        "relay: A→B {} packets ({} reads, {} super), B→A {}; tunB saw {rx_skbs} skbs; USO {uso}",
-        log.packets[0], sa.rx_reads, sa.rx_gso_reads, log.packets[1]
+        "relay: A→B {} packets ({} reads, {} super), B→A {}; tunB saw {rx_skbs} skbs; USO {uso} ({} UDP super reads)",
+        log.packets[0], sa.rx_reads, sa.rx_gso_reads, log.packets[1], log.uso_super_reads
     );
 }
 

@@ -1,6 +1,8 @@
 //! (b) A GSO batch sent from one namespace arrives GRO'd in the other and is
 //! split back into the very same datagrams, in order — over IPv4 and IPv6.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::net::SocketAddr;

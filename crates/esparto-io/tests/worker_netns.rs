@@ -5,6 +5,8 @@
 //! their queues; IKE-marked datagrams reach the control socket; shutdown
 //! joins the threads and the TUN devices disappear.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::io::{Read, Write};
