@@ -1,0 +1,422 @@
+//! Typed configuration: what the binary builds from swanctl-style TOML.
+//!
+//! Names follow swanctl.conf so that an operator who knows strongSwan can
+//! read an Esparto configuration: a [`Connection`] has `local_addrs`,
+//! `remote_addrs`, `proposals`, `encap`, a `local` and a `remote`
+//! [`AuthConfig`] (identity; PSK authentication), and `children`
+//! ([`ChildConfig`]: `local_ts`, `remote_ts`, `esp_proposals`,
+//! `start_action`). PSKs live apart, in [`Secrets`], looked up by the pair
+//! of identities as strongSwan does with its `ike` secrets. Endpoint-wide
+//! knobs (ports, retransmission, timeouts) are in [`EndpointConfig`].
+//!
+//! Core crates take validated structs (STYLE.md habit 9): the parsers here
+//! turn strings into typed values and report what is wrong; they never
+//! read files.
+
+use crate::identity::Identity;
+use crate::proposal::{Proposal, ProposalError, Protocol};
+use crate::ts::{TrafficSelector, TsConfig, TsError};
+use core::net::IpAddr;
+use core::time::Duration;
+use esparto_crypto::SecretBytes;
+use std::sync::Arc;
+
+/// What to do with a child when the configuration is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartAction {
+    /// Wait for the peer (responder only).
+    #[default]
+    None,
+    /// Install a trap policy; traffic triggers `acquire`.
+    Trap,
+    /// Initiate at once.
+    Start,
+}
+
+/// How one side authenticates. Only pre-shared keys (RFC 7296 §2.15) for now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    /// The identity (IDi/IDr). `None` for the local side means "our IKE
+    /// address"; for the remote side, `None` or `%any` accepts any identity
+    /// for which a PSK is found.
+    pub id: Option<Identity>,
+}
+
+/// One Child SA configuration (swanctl `children.<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildConfig {
+    /// Child name (used in events).
+    pub name: Arc<str>,
+    /// Local traffic selectors.
+    pub local_ts: Vec<TsConfig>,
+    /// Remote traffic selectors.
+    pub remote_ts: Vec<TsConfig>,
+    /// ESP proposals, in preference order. A KE method in a proposal
+    /// requests PFS for CREATE_CHILD_SA (the first Child SA, in IKE_AUTH,
+    /// never has its own key exchange, RFC 7296 §1.2).
+    pub esp_proposals: Vec<Proposal>,
+    /// What to do on load.
+    pub start_action: StartAction,
+}
+
+/// One connection (swanctl `connections.<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// Connection name (used in events and logs).
+    pub name: Arc<str>,
+    /// Our addresses; empty accepts any (responder).
+    pub local_addrs: Vec<IpAddr>,
+    /// Peer addresses; the initiator uses the first; empty accepts any.
+    pub remote_addrs: Vec<IpAddr>,
+    /// Peer IKE port (500).
+    pub remote_port: u16,
+    /// IKE proposals, in preference order.
+    pub proposals: Vec<Proposal>,
+    /// Force UDP encapsulation of ESP even without a NAT (swanctl `encap`):
+    /// we then send a NAT_DETECTION_SOURCE_IP that cannot match (RFC 7296
+    /// §2.23 allows it; strongSwan does the same), so both sides float to
+    /// port 4500 and use ESP-in-UDP. Esparto's data plane speaks only
+    /// ESP-in-UDP, so the daemon sets this unless it knows the path has a NAT.
+    pub encap: bool,
+    /// Local authentication.
+    pub local: AuthConfig,
+    /// Remote authentication.
+    pub remote: AuthConfig,
+    /// Child SA configurations.
+    pub children: Vec<ChildConfig>,
+    /// Send a liveness check (empty INFORMATIONAL, §1.4) after this much
+    /// time without hearing from the peer. `None` disables.
+    pub dpd_delay: Option<Duration>,
+}
+
+/// A configuration string that could not be turned into a typed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A bad proposal.
+    Proposal(ProposalError),
+    /// A bad traffic selector.
+    Ts(TsError),
+    /// A bad identity.
+    Identity(crate::identity::IdentityError),
+    /// A structural problem (no children, no proposals, …).
+    Invalid(&'static str),
+}
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ConfigError::Proposal(e) => e.fmt(f),
+            ConfigError::Ts(e) => e.fmt(f),
+            ConfigError::Identity(e) => e.fmt(f),
+            ConfigError::Invalid(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<ProposalError> for ConfigError {
+    fn from(e: ProposalError) -> Self {
+        ConfigError::Proposal(e)
+    }
+}
+impl From<TsError> for ConfigError {
+    fn from(e: TsError) -> Self {
+        ConfigError::Ts(e)
+    }
+}
+impl From<crate::identity::IdentityError> for ConfigError {
+    fn from(e: crate::identity::IdentityError) -> Self {
+        ConfigError::Identity(e)
+    }
+}
+
+impl ChildConfig {
+    /// Build from swanctl-style strings: comma-separated selectors and proposals.
+    pub fn new(
+        name: &str,
+        local_ts: &str,
+        remote_ts: &str,
+        esp_proposals: &str,
+    ) -> Result<Self, ConfigError> {
+        let ts = |s: &str| -> Result<Vec<TsConfig>, ConfigError> {
+            s.split(',').filter(|w| !w.trim().is_empty()).map(|w| Ok(TsConfig::parse(w)?)).collect()
+        };
+        let c = ChildConfig {
+            name: name.into(),
+            local_ts: ts(local_ts)?,
+            remote_ts: ts(remote_ts)?,
+            esp_proposals: Proposal::parse_list(Protocol::Esp, esp_proposals)?,
+            start_action: StartAction::None,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Check the invariants the core relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.local_ts.is_empty() || self.remote_ts.is_empty() {
+            return Err(ConfigError::Invalid("child without traffic selectors"));
+        }
+        if self.esp_proposals.is_empty() {
+            return Err(ConfigError::Invalid("child without ESP proposals"));
+        }
+        if self.esp_proposals.iter().any(|p| p.protocol != Protocol::Esp) {
+            return Err(ConfigError::Invalid("child proposal is not ESP"));
+        }
+        Ok(())
+    }
+
+    /// Local selectors with `dynamic` resolved to `own`.
+    pub fn local_selectors(&self, own: IpAddr) -> Vec<TrafficSelector> {
+        self.local_ts.iter().map(|t| t.resolve(own)).collect()
+    }
+
+    /// Remote selectors with `dynamic` resolved to `peer`.
+    pub fn remote_selectors(&self, peer: IpAddr) -> Vec<TrafficSelector> {
+        self.remote_ts.iter().map(|t| t.resolve(peer)).collect()
+    }
+}
+
+impl Connection {
+    /// A connection with swanctl defaults: port 500, no DPD, no encap
+    /// forcing, identities defaulting to addresses.
+    pub fn new(name: &str, proposals: &str) -> Result<Self, ConfigError> {
+        let c = Connection {
+            name: name.into(),
+            local_addrs: vec![],
+            remote_addrs: vec![],
+            remote_port: 500,
+            proposals: Proposal::parse_list(Protocol::Ike, proposals)?,
+            encap: false,
+            local: AuthConfig { id: None },
+            remote: AuthConfig { id: None },
+            children: vec![],
+            dpd_delay: None,
+        };
+        if c.proposals.is_empty() {
+            return Err(ConfigError::Invalid("connection without proposals"));
+        }
+        Ok(c)
+    }
+
+    /// Check the invariants the core relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.proposals.is_empty() {
+            return Err(ConfigError::Invalid("connection without proposals"));
+        }
+        if self.proposals.iter().any(|p| p.protocol != Protocol::Ike) {
+            return Err(ConfigError::Invalid("connection proposal is not IKE"));
+        }
+        if self.proposals.len() > 255 {
+            return Err(ConfigError::Invalid("more than 255 proposals"));
+        }
+        if self.children.is_empty() {
+            return Err(ConfigError::Invalid("connection without children"));
+        }
+        if matches!(self.local.id, Some(Identity::Any)) {
+            return Err(ConfigError::Invalid("local identity %any"));
+        }
+        for c in &self.children {
+            c.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The child configuration named `name`.
+    pub fn child(&self, name: &str) -> Option<&ChildConfig> {
+        self.children.iter().find(|c| &*c.name == name)
+    }
+
+    /// Does this connection accept an IKE_SA_INIT between these addresses?
+    pub fn matches_addrs(&self, local: IpAddr, remote: IpAddr) -> bool {
+        (self.local_addrs.is_empty() || self.local_addrs.contains(&local))
+            && (self.remote_addrs.is_empty() || self.remote_addrs.contains(&remote))
+    }
+
+    /// The local identity, defaulting to the local IKE address.
+    pub fn local_id(&self, local: IpAddr) -> Identity {
+        self.local.id.clone().unwrap_or_else(|| Identity::from(local))
+    }
+
+    /// Does the configured remote identity accept `peer`?
+    pub fn accepts_remote_id(&self, peer: &Identity) -> bool {
+        self.remote.id.as_ref().is_none_or(|id| id.matches(peer))
+    }
+}
+
+/// One pre-shared key and the identities it belongs to.
+pub struct Psk {
+    /// Identities this key is for; empty matches any pair (lowest priority).
+    pub ids: Vec<Identity>,
+    /// The key.
+    pub secret: SecretBytes,
+}
+
+impl core::fmt::Debug for Psk {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Psk").field("ids", &self.ids).finish_non_exhaustive()
+    }
+}
+
+/// The PSK store (swanctl `secrets.ike<suffix>`).
+#[derive(Debug, Default)]
+pub struct Secrets {
+    /// All keys.
+    pub psks: Vec<Psk>,
+}
+
+impl Secrets {
+    /// Add a key for the given identities.
+    pub fn add_psk(&mut self, ids: &[Identity], secret: &[u8]) {
+        self.psks.push(Psk { ids: ids.to_vec(), secret: SecretBytes::from_slice(secret) });
+    }
+
+    /// The best key for the pair of identities, strongSwan-style: a key
+    /// listing both identities beats one listing only the peer's, which
+    /// beats one listing only ours, which beats a key with no identities.
+    /// A key whose identities match neither is not a candidate.
+    pub fn find_psk(&self, local: &Identity, remote: &Identity) -> Option<&SecretBytes> {
+        let score = |p: &Psk| -> Option<u8> {
+            if p.ids.is_empty() {
+                return Some(0);
+            }
+            let l = p.ids.iter().any(|i| !i.is_any() && i.matches(local));
+            let r = p.ids.iter().any(|i| !i.is_any() && i.matches(remote));
+            let any = p.ids.iter().any(Identity::is_any);
+            match (l, r) {
+                (true, true) => Some(3),
+                (false, true) => Some(2),
+                (true, false) => Some(1),
+                (false, false) if any => Some(0),
+                (false, false) => None,
+            }
+        };
+        let mut best: Option<(u8, &Psk)> = None;
+        for p in &self.psks {
+            if let Some(s) = score(p) {
+                if best.is_none_or(|(b, _)| s > b) {
+                    best = Some((s, p));
+                }
+            }
+        }
+        best.map(|(_, p)| &p.secret)
+    }
+}
+
+/// Retransmission schedule (RFC 7296 §2.1: "retransmission times MUST
+/// increase exponentially"). strongSwan's defaults: 4 s, factor 1.8, five
+/// retransmissions, i.e. give up after about 165 s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetransmitConfig {
+    /// Timeout before the first retransmission.
+    pub timeout: Duration,
+    /// Each timeout is the previous one times this.
+    pub base: f64,
+    /// Retransmissions before giving up.
+    pub tries: u32,
+    /// No single timeout exceeds this.
+    pub max_timeout: Duration,
+}
+
+impl Default for RetransmitConfig {
+    fn default() -> Self {
+        RetransmitConfig {
+            timeout: Duration::from_secs(4),
+            base: 1.8,
+            tries: 5,
+            max_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl RetransmitConfig {
+    /// How long to wait after transmission number `n` (0 = the original).
+    pub fn timeout_after(&self, n: u32) -> Duration {
+        let f = self.base.max(1.0).powi(n.min(64) as i32);
+        let t = self.timeout.as_secs_f64() * f;
+        Duration::from_secs_f64(t.min(self.max_timeout.as_secs_f64()))
+    }
+}
+
+/// Endpoint-wide settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointConfig {
+    /// The IKE port (500).
+    pub ike_port: u16,
+    /// The NAT-T port (4500, RFC 3948); datagrams on it carry the non-ESP marker.
+    pub natt_port: u16,
+    /// Retransmission schedule for our requests.
+    pub retransmit: RetransmitConfig,
+    /// A responder drops an IKE SA that has not authenticated within this.
+    pub half_open_timeout: Duration,
+    /// Nonce length we send (RFC 7296 §2.10: at least half the PRF key
+    /// size; 32 octets covers SHA-512).
+    pub nonce_len: usize,
+    /// NAT keepalive interval (RFC 3948 §2.3) when we are behind a NAT.
+    pub keepalive_interval: Duration,
+    /// Upper bound on IKE SAs (established and half-open) this endpoint holds.
+    pub max_ike_sas: usize,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            ike_port: 500,
+            natt_port: 4500,
+            retransmit: RetransmitConfig::default(),
+            half_open_timeout: Duration::from_secs(30),
+            nonce_len: 32,
+            keepalive_interval: Duration::from_secs(20),
+            max_ike_sas: 1_000_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn backoff_is_exponential_and_capped() {
+        let r = RetransmitConfig::default();
+        assert_eq!(r.timeout_after(0), Duration::from_secs(4));
+        assert_eq!(r.timeout_after(1), Duration::from_secs_f64(7.2));
+        assert!(r.timeout_after(2) > r.timeout_after(1));
+        assert_eq!(r.timeout_after(30), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn psk_lookup_prefers_the_most_specific() {
+        let moon = Identity::parse("@moon").unwrap();
+        let sun = Identity::parse("@sun").unwrap();
+        let carol = Identity::parse("carol@x").unwrap();
+        let mut s = Secrets::default();
+        s.add_psk(&[], b"wild");
+        s.add_psk(&[moon.clone()], b"moon-only");
+        s.add_psk(&[moon.clone(), sun.clone()], b"moon-sun");
+        s.add_psk(&[carol.clone()], b"carol");
+        assert_eq!(s.find_psk(&moon, &sun).unwrap().as_slice(), b"moon-sun");
+        assert_eq!(s.find_psk(&sun, &moon).unwrap().as_slice(), b"moon-sun");
+        assert_eq!(s.find_psk(&moon, &carol).unwrap().as_slice(), b"carol");
+        assert_eq!(s.find_psk(&moon, &Identity::parse("@x").unwrap()).unwrap().as_slice(), b"moon-only");
+        assert_eq!(s.find_psk(&sun, &Identity::parse("@x").unwrap()).unwrap().as_slice(), b"moon-sun");
+        assert_eq!(s.find_psk(&Identity::parse("@y").unwrap(), &Identity::parse("@x").unwrap()).unwrap().as_slice(), b"wild");
+        let mut t = Secrets::default();
+        t.add_psk(&[carol], b"c");
+        assert!(t.find_psk(&moon, &sun).is_none());
+    }
+
+    #[test]
+    fn connection_validation() {
+        let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+        assert!(c.validate().is_err(), "no children");
+        c.children.push(ChildConfig::new("net", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap());
+        c.validate().unwrap();
+        assert!(c.child("net").is_some());
+        assert!(Connection::new("gw", "").is_err());
+        assert!(ChildConfig::new("n", "", "10.2.0.0/16", "aes256gcm16").is_err());
+        assert!(ChildConfig::new("n", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16-prfsha256").is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! IKE identities (RFC 7296 §3.5) in strongSwan's notation.
+//!
+//! An [`Identity`] is what goes into IDi/IDr and what PSKs are looked up by.
+//! The string forms follow swanctl.conf so that a gateway's configuration
+//! reads the same on both ends:
+//!
+//! | string | type |
+//! | --- | --- |
+//! | `192.0.2.1`, `2001:db8::1` | ID_IPV4_ADDR / ID_IPV6_ADDR |
+//! | `@moon.example`, `moon.example` | ID_FQDN (the `@` forces FQDN) |
+//! | `carol@example.org` | ID_RFC822_ADDR (USER_FQDN) |
+//! | `keyid:0a0b…`, `@#0a0b…` | ID_KEY_ID (hex) |
+//! | `fqdn:…`, `email:…` | explicit type prefixes |
+//! | `%any` | wildcard, for matching only |
+//!
+//! Distinguished names (ID_DER_ASN1_DN) are certificate business and are
+//! not accepted here. FQDN and e-mail identities compare case-insensitively
+//! (DNS names are case-insensitive, RFC 4343), as strongSwan does.
+
+use core::fmt;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use esparto_wire::ike::IdType;
+
+/// An IKE identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// ID_IPV4_ADDR.
+    Ipv4(Ipv4Addr),
+    /// ID_IPV6_ADDR.
+    Ipv6(Ipv6Addr),
+    /// ID_FQDN.
+    Fqdn(String),
+    /// ID_RFC822_ADDR.
+    UserFqdn(String),
+    /// ID_KEY_ID.
+    KeyId(Vec<u8>),
+    /// `%any`: matches every identity; never sent.
+    Any,
+}
+
+/// An identity string that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityError(pub String);
+
+impl fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid identity {:?}", self.0)
+    }
+}
+
+impl std::error::Error for IdentityError {}
+
+fn hex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_start_matches("0x");
+    if s.is_empty() || s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+impl Identity {
+    /// Parse strongSwan notation (see the module table).
+    pub fn parse(s: &str) -> Result<Self, IdentityError> {
+        let err = || IdentityError(s.to_string());
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(err());
+        }
+        if s == "%any" || s == "*" {
+            return Ok(Identity::Any);
+        }
+        if let Some(h) = s.strip_prefix("keyid:").or_else(|| s.strip_prefix("@#")) {
+            let h = h.strip_prefix('#').unwrap_or(h);
+            return hex(h).map(Identity::KeyId).ok_or_else(err);
+        }
+        if let Some(f) = s.strip_prefix("fqdn:").or_else(|| s.strip_prefix('@')) {
+            return if f.is_empty() { Err(err()) } else { Ok(Identity::Fqdn(f.to_string())) };
+        }
+        if let Some(e) = s.strip_prefix("email:").or_else(|| s.strip_prefix("rfc822:")) {
+            return if e.is_empty() { Err(err()) } else { Ok(Identity::UserFqdn(e.to_string())) };
+        }
+        if let Ok(ip) = s.parse::<IpAddr>() {
+            return Ok(Identity::from(ip));
+        }
+        if s.contains('=') {
+            // Looks like a distinguished name: certificates only.
+            return Err(err());
+        }
+        if s.contains('@') {
+            return Ok(Identity::UserFqdn(s.to_string()));
+        }
+        Ok(Identity::Fqdn(s.to_string()))
+    }
+
+    /// The (type, data) pair for an ID payload. `None` for `%any`.
+    pub fn to_wire(&self) -> Option<(IdType, Vec<u8>)> {
+        Some(match self {
+            Identity::Ipv4(a) => (IdType::IPV4_ADDR, a.octets().to_vec()),
+            Identity::Ipv6(a) => (IdType::IPV6_ADDR, a.octets().to_vec()),
+            Identity::Fqdn(s) => (IdType::FQDN, s.as_bytes().to_vec()),
+            Identity::UserFqdn(s) => (IdType::RFC822_ADDR, s.as_bytes().to_vec()),
+            Identity::KeyId(k) => (IdType::KEY_ID, k.clone()),
+            Identity::Any => return None,
+        })
+    }
+
+    /// From a received ID payload. Types we do not handle (DNs, GNs) and
+    /// malformed data give `None`; the caller treats that as an
+    /// authentication failure (the identity cannot match any configuration).
+    pub fn from_wire(id_type: IdType, data: &[u8]) -> Option<Self> {
+        Some(match id_type {
+            IdType::IPV4_ADDR => Identity::Ipv4(Ipv4Addr::from(<[u8; 4]>::try_from(data).ok()?)),
+            IdType::IPV6_ADDR => {
+                Identity::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(data).ok()?))
+            }
+            IdType::FQDN => Identity::Fqdn(String::from_utf8(data.to_vec()).ok()?),
+            IdType::RFC822_ADDR => Identity::UserFqdn(String::from_utf8(data.to_vec()).ok()?),
+            IdType::KEY_ID => Identity::KeyId(data.to_vec()),
+            _ => return None,
+        })
+    }
+
+    /// Does `self` (a configured identity, possibly `%any`) accept `other`?
+    pub fn matches(&self, other: &Identity) -> bool {
+        match (self, other) {
+            (Identity::Any, _) => true,
+            (Identity::Fqdn(a), Identity::Fqdn(b)) | (Identity::UserFqdn(a), Identity::UserFqdn(b)) => {
+                a.eq_ignore_ascii_case(b)
+            }
+            (a, b) => a == b,
+        }
+    }
+
+    /// True for `%any`.
+    pub fn is_any(&self) -> bool {
+        matches!(self, Identity::Any)
+    }
+}
+
+impl From<IpAddr> for Identity {
+    fn from(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(a) => Identity::Ipv4(a),
+            IpAddr::V6(a) => Identity::Ipv6(a),
+        }
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Identity::Ipv4(a) => write!(f, "{a}"),
+            Identity::Ipv6(a) => write!(f, "{a}"),
+            Identity::Fqdn(s) => write!(f, "@{}", s.escape_debug()),
+            Identity::UserFqdn(s) => write!(f, "{}", s.escape_debug()),
+            Identity::KeyId(k) => {
+                f.write_str("keyid:")?;
+                k.iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+            Identity::Any => f.write_str("%any"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_notations() {
+        assert_eq!(Identity::parse("192.0.2.1").unwrap(), Identity::Ipv4([192, 0, 2, 1].into()));
+        assert!(matches!(Identity::parse("2001:db8::1").unwrap(), Identity::Ipv6(_)));
+        assert_eq!(Identity::parse("@moon.example").unwrap(), Identity::Fqdn("moon.example".into()));
+        assert_eq!(Identity::parse("moon.example").unwrap(), Identity::Fqdn("moon.example".into()));
+        assert_eq!(Identity::parse("carol@example.org").unwrap(), Identity::UserFqdn("carol@example.org".into()));
+        assert_eq!(Identity::parse("keyid:0a0B").unwrap(), Identity::KeyId(vec![0x0a, 0x0b]));
+        assert_eq!(Identity::parse("@#0a0b").unwrap(), Identity::KeyId(vec![0x0a, 0x0b]));
+        assert_eq!(Identity::parse("%any").unwrap(), Identity::Any);
+        assert!(Identity::parse("C=CH, O=strongSwan").is_err());
+        assert!(Identity::parse("keyid:abc").is_err());
+        assert!(Identity::parse("@").is_err());
+    }
+
+    #[test]
+    fn wire_round_trip() {
+        for s in ["192.0.2.1", "2001:db8::1", "@moon.example", "carol@example.org", "keyid:0102"] {
+            let id = Identity::parse(s).unwrap();
+            let (t, d) = id.to_wire().unwrap();
+            assert_eq!(Identity::from_wire(t, &d).unwrap(), id, "{s}");
+        }
+        assert_eq!(Identity::from_wire(IdType::IPV4_ADDR, &[1, 2, 3]), None);
+        assert_eq!(Identity::from_wire(IdType::DER_ASN1_DN, &[1]), None);
+        assert_eq!(Identity::Any.to_wire(), None);
+    }
+
+    #[test]
+    fn matching() {
+        let moon = Identity::parse("@Moon.Example").unwrap();
+        assert!(moon.matches(&Identity::Fqdn("moon.example".into())));
+        assert!(!moon.matches(&Identity::UserFqdn("moon.example".into())));
+        assert!(Identity::Any.matches(&moon));
+        assert!(!moon.matches(&Identity::Any));
+    }
+}

@@ -1,0 +1,599 @@
+//! Proposals: strongSwan's proposal syntax, the wire form, and selection
+//! (RFC 7296 §2.7, §3.3).
+//!
+//! A configured [`Proposal`] is a set of acceptable algorithms per
+//! transform type, written the way swanctl.conf writes it:
+//! `aes256gcm16-prfsha256-x25519`, `aes128-sha256-ecp256`,
+//! `aes256-sha256-modp2048` for IKE; `aes256gcm16`, `aes128-sha256`,
+//! `chacha20poly1305-x25519` (a group means PFS) for ESP. As in strongSwan,
+//! an IKE proposal without a `prf…` keyword takes its PRFs from its
+//! integrity algorithms (`sha256` gives HMAC-SHA2-256-128 *and*
+//! PRF-HMAC-SHA2-256), and several keywords of one type in one string are
+//! alternatives (`aes128-aes256-sha256-x25519-ecp256`).
+//!
+//! Selection follows §2.7 and the brief: the responder walks the
+//! initiator's proposals in order and takes the first one that every
+//! required transform type can be satisfied from its own set, picking, per
+//! type, the first offered transform it accepts (the initiator lists them
+//! in its order of preference). The answer is one proposal with exactly
+//! one transform per type, carrying the initiator's proposal number. The
+//! initiator checks a response with the same code plus "exactly one of
+//! each" ([`Proposal::accept_response`]).
+
+use core::fmt;
+use esparto_wire::ike::consts::{encr, esn, integ, ke, prf};
+use esparto_wire::ike::{ProposalRepr, ProtocolId, Spi, TransformRepr, TransformType};
+
+/// An encryption algorithm with its key size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EncrAlg {
+    /// AES-CBC (RFC 3602), 128 or 256-bit key.
+    AesCbc(u16),
+    /// AES-GCM with a 16-octet ICV (RFC 4106 / RFC 5282), 128 or 256-bit key.
+    AesGcm16(u16),
+    /// ChaCha20-Poly1305 (RFC 7634).
+    ChaCha20Poly1305,
+}
+
+impl EncrAlg {
+    /// Combined-mode (AEAD) ciphers need no separate integrity algorithm.
+    pub fn is_aead(self) -> bool {
+        !matches!(self, EncrAlg::AesCbc(_))
+    }
+
+    fn transform(self) -> TransformRepr {
+        match self {
+            EncrAlg::AesCbc(b) => {
+                TransformRepr::with_key_length(TransformType::ENCR, encr::AES_CBC, b)
+            }
+            EncrAlg::AesGcm16(b) => {
+                TransformRepr::with_key_length(TransformType::ENCR, encr::AES_GCM_16, b)
+            }
+            // RFC 7634 §2: ChaCha20-Poly1305 has a fixed key size and takes
+            // no Key Length attribute.
+            EncrAlg::ChaCha20Poly1305 => {
+                TransformRepr::new(TransformType::ENCR, encr::CHACHA20_POLY1305)
+            }
+        }
+    }
+
+    fn from_transform(t: &TransformRepr) -> Option<Self> {
+        match (t.id, t.key_length) {
+            (encr::AES_CBC, Some(b @ (128 | 256))) => Some(EncrAlg::AesCbc(b)),
+            (encr::AES_GCM_16, Some(b @ (128 | 256))) => Some(EncrAlg::AesGcm16(b)),
+            (encr::CHACHA20_POLY1305, None) => Some(EncrAlg::ChaCha20Poly1305),
+            _ => None,
+        }
+    }
+}
+
+/// A pseudorandom function (IKE only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PrfAlg {
+    /// PRF_HMAC_SHA1 (RFC 2104).
+    HmacSha1,
+    /// PRF_HMAC_SHA2_256 (RFC 4868).
+    HmacSha256,
+    /// PRF_HMAC_SHA2_384 (RFC 4868).
+    HmacSha384,
+    /// PRF_HMAC_SHA2_512 (RFC 4868).
+    HmacSha512,
+}
+
+impl PrfAlg {
+    fn id(self) -> u16 {
+        match self {
+            PrfAlg::HmacSha1 => prf::HMAC_SHA1,
+            PrfAlg::HmacSha256 => prf::HMAC_SHA2_256,
+            PrfAlg::HmacSha384 => prf::HMAC_SHA2_384,
+            PrfAlg::HmacSha512 => prf::HMAC_SHA2_512,
+        }
+    }
+    fn from_id(id: u16) -> Option<Self> {
+        [PrfAlg::HmacSha1, PrfAlg::HmacSha256, PrfAlg::HmacSha384, PrfAlg::HmacSha512]
+            .into_iter()
+            .find(|p| p.id() == id)
+    }
+}
+
+/// An integrity algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IntegAlg {
+    /// AUTH_HMAC_SHA1_96 (RFC 2404).
+    HmacSha1_96,
+    /// AUTH_HMAC_SHA2_256_128 (RFC 4868).
+    HmacSha256_128,
+    /// AUTH_HMAC_SHA2_384_192 (RFC 4868).
+    HmacSha384_192,
+    /// AUTH_HMAC_SHA2_512_256 (RFC 4868).
+    HmacSha512_256,
+}
+
+impl IntegAlg {
+    fn id(self) -> u16 {
+        match self {
+            IntegAlg::HmacSha1_96 => integ::HMAC_SHA1_96,
+            IntegAlg::HmacSha256_128 => integ::HMAC_SHA2_256_128,
+            IntegAlg::HmacSha384_192 => integ::HMAC_SHA2_384_192,
+            IntegAlg::HmacSha512_256 => integ::HMAC_SHA2_512_256,
+        }
+    }
+    fn from_id(id: u16) -> Option<Self> {
+        [IntegAlg::HmacSha1_96, IntegAlg::HmacSha256_128, IntegAlg::HmacSha384_192, IntegAlg::HmacSha512_256]
+            .into_iter()
+            .find(|p| p.id() == id)
+    }
+    /// The PRF strongSwan derives from this integrity keyword when an IKE
+    /// proposal names no PRF.
+    fn as_prf(self) -> PrfAlg {
+        match self {
+            IntegAlg::HmacSha1_96 => PrfAlg::HmacSha1,
+            IntegAlg::HmacSha256_128 => PrfAlg::HmacSha256,
+            IntegAlg::HmacSha384_192 => PrfAlg::HmacSha384,
+            IntegAlg::HmacSha512_256 => PrfAlg::HmacSha512,
+        }
+    }
+}
+
+/// A key exchange method (the IANA "Transform Type 4" registry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeMethod {
+    /// 2048-bit MODP group (RFC 3526), 14.
+    Modp2048,
+    /// 3072-bit MODP group (RFC 3526), 15.
+    Modp3072,
+    /// 256-bit random ECP group (RFC 5903), 19.
+    Ecp256,
+    /// 384-bit random ECP group (RFC 5903), 20.
+    Ecp384,
+    /// Curve25519 (RFC 8031), 31.
+    Curve25519,
+}
+
+impl KeMethod {
+    /// The IANA number, as carried in transforms and KE payloads.
+    pub fn id(self) -> u16 {
+        match self {
+            KeMethod::Modp2048 => ke::MODP_2048,
+            KeMethod::Modp3072 => ke::MODP_3072,
+            KeMethod::Ecp256 => ke::ECP_256,
+            KeMethod::Ecp384 => ke::ECP_384,
+            KeMethod::Curve25519 => ke::CURVE25519,
+        }
+    }
+    /// From the IANA number.
+    pub fn from_id(id: u16) -> Option<Self> {
+        [KeMethod::Modp2048, KeMethod::Modp3072, KeMethod::Ecp256, KeMethod::Ecp384, KeMethod::Curve25519]
+            .into_iter()
+            .find(|k| k.id() == id)
+    }
+}
+
+/// Which SA a proposal is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// The IKE SA.
+    Ike,
+    /// An ESP Child SA.
+    Esp,
+}
+
+impl Protocol {
+    fn id(self) -> ProtocolId {
+        match self {
+            Protocol::Ike => ProtocolId::IKE,
+            Protocol::Esp => ProtocolId::ESP,
+        }
+    }
+}
+
+/// A configured proposal: acceptable algorithms per transform type, each
+/// list in order of preference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    /// IKE or ESP.
+    pub protocol: Protocol,
+    /// Encryption algorithms (all AEAD or all not, as strongSwan requires).
+    pub encr: Vec<EncrAlg>,
+    /// PRFs (IKE only).
+    pub prf: Vec<PrfAlg>,
+    /// Integrity algorithms (empty for AEAD).
+    pub integ: Vec<IntegAlg>,
+    /// Key exchange methods (IKE: at least one; ESP: empty unless PFS).
+    pub ke: Vec<KeMethod>,
+    /// Extended sequence numbers acceptable (ESP only): `[false]` unless configured.
+    pub esn: Vec<bool>,
+}
+
+/// Why a proposal string was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProposalError {
+    /// The string as given.
+    pub proposal: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for ProposalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "proposal {:?}: {}", self.proposal, self.reason)
+    }
+}
+
+impl std::error::Error for ProposalError {}
+
+enum Keyword {
+    Encr(EncrAlg),
+    Integ(IntegAlg),
+    Prf(PrfAlg),
+    Ke(KeMethod),
+    Esn(bool),
+}
+
+fn keyword(k: &str) -> Option<Keyword> {
+    use Keyword::*;
+    Some(match k {
+        "aes128" => Encr(EncrAlg::AesCbc(128)),
+        "aes256" => Encr(EncrAlg::AesCbc(256)),
+        "aes128gcm16" | "aes128gcm128" | "aes128gcm" => Encr(EncrAlg::AesGcm16(128)),
+        "aes256gcm16" | "aes256gcm128" | "aes256gcm" => Encr(EncrAlg::AesGcm16(256)),
+        "chacha20poly1305" => Encr(EncrAlg::ChaCha20Poly1305),
+        "sha1" | "sha" => Integ(IntegAlg::HmacSha1_96),
+        "sha256" | "sha2_256" => Integ(IntegAlg::HmacSha256_128),
+        "sha384" | "sha2_384" => Integ(IntegAlg::HmacSha384_192),
+        "sha512" | "sha2_512" => Integ(IntegAlg::HmacSha512_256),
+        "prfsha1" => Prf(PrfAlg::HmacSha1),
+        "prfsha256" => Prf(PrfAlg::HmacSha256),
+        "prfsha384" => Prf(PrfAlg::HmacSha384),
+        "prfsha512" => Prf(PrfAlg::HmacSha512),
+        "modp2048" => Ke(KeMethod::Modp2048),
+        "modp3072" => Ke(KeMethod::Modp3072),
+        "ecp256" => Ke(KeMethod::Ecp256),
+        "ecp384" => Ke(KeMethod::Ecp384),
+        "curve25519" | "x25519" => Ke(KeMethod::Curve25519),
+        "esn" => Esn(true),
+        "noesn" => Esn(false),
+        _ => return None,
+    })
+}
+
+fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
+    if !v.contains(&x) {
+        v.push(x);
+    }
+}
+
+impl Proposal {
+    /// Parse one proposal in strongSwan syntax for `protocol`.
+    pub fn parse(protocol: Protocol, s: &str) -> Result<Self, ProposalError> {
+        let err = |reason| ProposalError { proposal: s.to_string(), reason };
+        let mut p = Proposal {
+            protocol,
+            encr: vec![],
+            prf: vec![],
+            integ: vec![],
+            ke: vec![],
+            esn: vec![],
+        };
+        for word in s.trim().split('-') {
+            match keyword(&word.to_ascii_lowercase()).ok_or_else(|| err("unknown algorithm"))? {
+                Keyword::Encr(e) => push_unique(&mut p.encr, e),
+                Keyword::Integ(i) => push_unique(&mut p.integ, i),
+                Keyword::Prf(f) => push_unique(&mut p.prf, f),
+                Keyword::Ke(k) => push_unique(&mut p.ke, k),
+                Keyword::Esn(e) => push_unique(&mut p.esn, e),
+            }
+        }
+        if p.encr.is_empty() {
+            return Err(err("no encryption algorithm"));
+        }
+        let aead = p.encr[0].is_aead();
+        if p.encr.iter().any(|e| e.is_aead() != aead) {
+            return Err(err("AEAD and non-AEAD encryption in one proposal"));
+        }
+        if aead && !p.integ.is_empty() {
+            return Err(err("integrity algorithm with an AEAD cipher"));
+        }
+        if !aead && p.integ.is_empty() {
+            return Err(err("no integrity algorithm"));
+        }
+        match protocol {
+            Protocol::Ike => {
+                if p.prf.is_empty() {
+                    if aead {
+                        return Err(err("AEAD IKE proposal needs a prf keyword"));
+                    }
+                    p.prf = p.integ.iter().map(|i| i.as_prf()).collect();
+                }
+                if p.ke.is_empty() {
+                    return Err(err("no key exchange method"));
+                }
+                if !p.esn.is_empty() {
+                    return Err(err("esn in an IKE proposal"));
+                }
+            }
+            Protocol::Esp => {
+                if !p.prf.is_empty() {
+                    return Err(err("prf in an ESP proposal"));
+                }
+                if p.esn.is_empty() {
+                    p.esn.push(false);
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// Parse a comma-separated list of proposals (swanctl's `proposals = a, b`).
+    pub fn parse_list(protocol: Protocol, s: &str) -> Result<Vec<Self>, ProposalError> {
+        s.split(',').filter(|w| !w.trim().is_empty()).map(|w| Self::parse(protocol, w)).collect()
+    }
+
+    /// The wire form, numbered `number`, with `spi`. `with_ke = false`
+    /// drops the KE transforms (the first Child SA in IKE_AUTH has no KE
+    /// of its own, RFC 7296 §1.2).
+    pub fn to_wire(&self, number: u8, spi: Spi, with_ke: bool) -> ProposalRepr {
+        let mut t = Vec::new();
+        t.extend(self.encr.iter().map(|e| e.transform()));
+        t.extend(self.prf.iter().map(|p| TransformRepr::new(TransformType::PRF, p.id())));
+        t.extend(self.integ.iter().map(|i| TransformRepr::new(TransformType::INTEG, i.id())));
+        if with_ke {
+            t.extend(self.ke.iter().map(|k| TransformRepr::new(TransformType::KE, k.id())));
+        }
+        t.extend(self.esn.iter().map(|&e| {
+            TransformRepr::new(TransformType::ESN, if e { esn::YES } else { esn::NO })
+        }));
+        ProposalRepr { number, protocol: self.protocol.id(), spi, transforms: t }
+    }
+
+    /// Try to satisfy this configured proposal from one offered proposal.
+    /// `ignore_ke` skips key exchange transforms entirely (IKE_AUTH).
+    fn select_from(&self, offered: &ProposalRepr, ignore_ke: bool) -> Option<Selected> {
+        if offered.protocol != self.protocol.id() {
+            return None;
+        }
+        // §3.3.6: a proposal with a transform type or attribute we do not
+        // understand is rejected as a whole.
+        if offered.transforms.iter().any(|t| t.unknown_attribute || !(1..=5).contains(&t.kind.0)) {
+            return None;
+        }
+        let of = |k| offered.transforms_of(k);
+        let e = of(TransformType::ENCR).find_map(|t| {
+            EncrAlg::from_transform(t).filter(|e| self.encr.contains(e))
+        })?;
+        let prf = match self.protocol {
+            Protocol::Ike => Some(
+                of(TransformType::PRF)
+                    .find_map(|t| PrfAlg::from_id(t.id).filter(|p| self.prf.contains(p)))?,
+            ),
+            Protocol::Esp => {
+                if of(TransformType::PRF).next().is_some() {
+                    return None;
+                }
+                None
+            }
+        };
+        let integ = if e.is_aead() {
+            // RFC 7296 §3.3: with a combined-mode cipher, the integrity
+            // transform is absent or "NONE".
+            if of(TransformType::INTEG).any(|t| t.id != integ::NONE) {
+                return None;
+            }
+            None
+        } else {
+            Some(
+                of(TransformType::INTEG)
+                    .find_map(|t| IntegAlg::from_id(t.id).filter(|i| self.integ.contains(i)))?,
+            )
+        };
+        let ke_offered: Vec<_> = of(TransformType::KE).collect();
+        let ke = if ignore_ke {
+            None
+        } else if self.ke.is_empty() {
+            // No PFS configured: acceptable if the peer offers none or NONE (0).
+            if ke_offered.is_empty() || ke_offered.iter().any(|t| t.id == 0) {
+                None
+            } else {
+                return None;
+            }
+        } else {
+            Some(
+                ke_offered
+                    .iter()
+                    .find_map(|t| KeMethod::from_id(t.id).filter(|k| self.ke.contains(k)))?,
+            )
+        };
+        let esn = match self.protocol {
+            Protocol::Ike => false,
+            Protocol::Esp => {
+                let offered_esn: Vec<_> = of(TransformType::ESN).collect();
+                if offered_esn.is_empty() {
+                    // Lenient: a missing ESN transform means no ESN.
+                    if !self.esn.contains(&false) {
+                        return None;
+                    }
+                    false
+                } else {
+                    offered_esn.iter().find_map(|t| match t.id {
+                        esn::NO if self.esn.contains(&false) => Some(false),
+                        esn::YES if self.esn.contains(&true) => Some(true),
+                        _ => None,
+                    })?
+                }
+            }
+        };
+        Some(Selected { number: offered.number, spi: offered.spi, encr: e, prf, integ, ke, esn })
+    }
+
+    /// Responder side (§2.7): the first offered proposal, in the initiator's
+    /// order, that one of `ours` can satisfy.
+    pub fn select(
+        ours: &[Proposal],
+        offered: &[ProposalRepr],
+        ignore_ke: bool,
+    ) -> Option<Selected> {
+        offered.iter().find_map(|o| ours.iter().find_map(|p| p.select_from(o, ignore_ke)))
+    }
+
+    /// Initiator side: the responder's answer must be a single proposal with
+    /// exactly one transform of each type, all of which we offered.
+    pub fn accept_response(
+        ours: &[Proposal],
+        response: &[ProposalRepr],
+        ignore_ke: bool,
+    ) -> Option<Selected> {
+        let [answer] = response else { return None };
+        for kind in [TransformType::ENCR, TransformType::PRF, TransformType::INTEG, TransformType::KE, TransformType::ESN] {
+            if answer.transforms_of(kind).count() > 1 {
+                return None;
+            }
+        }
+        // The answer must carry the number of one of our proposals (§3.3.1)
+        // and fit that proposal.
+        let idx = usize::from(answer.number).checked_sub(1)?;
+        ours.get(idx)?.select_from(answer, ignore_ke)
+    }
+}
+
+/// The outcome of negotiation: one algorithm per type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Selected {
+    /// The proposal number to echo.
+    pub number: u8,
+    /// The SPI the proposer put in its proposal (its inbound SPI for ESP).
+    pub spi: Spi,
+    /// Encryption.
+    pub encr: EncrAlg,
+    /// PRF (IKE only).
+    pub prf: Option<PrfAlg>,
+    /// Integrity (non-AEAD only).
+    pub integ: Option<IntegAlg>,
+    /// Key exchange (IKE; ESP with PFS).
+    pub ke: Option<KeMethod>,
+    /// Extended sequence numbers (ESP).
+    pub esn: bool,
+}
+
+impl Selected {
+    /// The single-proposal answer to send back, with our own SPI.
+    pub fn to_wire(&self, protocol: Protocol, spi: Spi) -> ProposalRepr {
+        let p = Proposal {
+            protocol,
+            encr: vec![self.encr],
+            prf: self.prf.into_iter().collect(),
+            integ: self.integ.into_iter().collect(),
+            ke: self.ke.into_iter().collect(),
+            esn: if protocol == Protocol::Esp { vec![self.esn] } else { vec![] },
+        };
+        p.to_wire(self.number, spi, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn ike(s: &str) -> Proposal {
+        Proposal::parse(Protocol::Ike, s).unwrap()
+    }
+
+    #[test]
+    fn parses_strongswan_spellings() {
+        let p = ike("aes256gcm16-prfsha256-x25519");
+        assert_eq!(p.encr, [EncrAlg::AesGcm16(256)]);
+        assert_eq!(p.prf, [PrfAlg::HmacSha256]);
+        assert!(p.integ.is_empty());
+        assert_eq!(p.ke, [KeMethod::Curve25519]);
+        let p = ike("aes128-sha256-ecp256");
+        assert_eq!(p.integ, [IntegAlg::HmacSha256_128]);
+        assert_eq!(p.prf, [PrfAlg::HmacSha256], "PRF derived from integrity");
+        let p = ike("aes256-sha256-modp2048");
+        assert_eq!(p.ke, [KeMethod::Modp2048]);
+        let e = Proposal::parse(Protocol::Esp, "aes128-sha256").unwrap();
+        assert_eq!(e.esn, [false]);
+        assert!(e.ke.is_empty());
+        let e = Proposal::parse(Protocol::Esp, "chacha20poly1305-x25519-esn").unwrap();
+        assert_eq!(e.ke, [KeMethod::Curve25519]);
+        assert_eq!(e.esn, [true]);
+        assert_eq!(Proposal::parse_list(Protocol::Esp, "aes256gcm16, aes128gcm16").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn refuses_bad_proposals() {
+        for (proto, s) in [
+            (Protocol::Ike, "aes256gcm16-x25519"),
+            (Protocol::Ike, "aes128-prfsha256-x25519"),
+            (Protocol::Ike, "aes128-sha256"),
+            (Protocol::Ike, "aes128-aes128gcm16-sha256-x25519"),
+            (Protocol::Ike, "3des-sha1-modp1024"),
+            (Protocol::Esp, "aes128gcm16-sha256"),
+            (Protocol::Esp, "aes128-prfsha256-sha256"),
+            (Protocol::Ike, ""),
+        ] {
+            assert!(Proposal::parse(proto, s).is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn responder_takes_initiators_first_acceptable() {
+        let offered = [
+            ike("aes128-sha1-modp2048").to_wire(1, Spi::None, true),
+            ike("aes256gcm16-prfsha384-ecp384-x25519").to_wire(2, Spi::None, true),
+            ike("aes128gcm16-prfsha256-x25519").to_wire(3, Spi::None, true),
+        ];
+        let ours = [ike("aes128gcm16-aes256gcm16-prfsha256-prfsha384-x25519")];
+        let s = Proposal::select(&ours, &offered, false).unwrap();
+        assert_eq!(s.number, 2);
+        assert_eq!(s.encr, EncrAlg::AesGcm16(256));
+        assert_eq!(s.prf, Some(PrfAlg::HmacSha384));
+        assert_eq!(s.ke, Some(KeMethod::Curve25519), "first offered group we accept");
+        // The answer is accepted by the initiator.
+        let ans = s.to_wire(Protocol::Ike, Spi::None);
+        let mine: Vec<_> = ["aes128-sha1-modp2048", "aes256gcm16-prfsha384-ecp384-x25519", "aes128gcm16-prfsha256-x25519"]
+            .iter().map(|s| ike(s)).collect();
+        assert_eq!(Proposal::accept_response(&mine, &[ans], false), Some(s));
+    }
+
+    #[test]
+    fn no_match_is_none() {
+        let offered = [ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true)];
+        assert_eq!(Proposal::select(&[ike("aes256gcm16-prfsha256-x25519")], &offered, false), None);
+        // Same algorithms, wrong key length.
+        let offered = [ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true)];
+        assert_eq!(Proposal::select(&[ike("aes256-sha256-ecp256")], &offered, false), None);
+    }
+
+    #[test]
+    fn esp_pfs_and_ke_ignoring() {
+        let esp = |s| Proposal::parse(Protocol::Esp, s).unwrap();
+        let offered = [esp("aes256gcm16-x25519").to_wire(1, Spi::U32(0x1000), true)];
+        // Without PFS configured, a KE-only offer does not match...
+        assert_eq!(Proposal::select(&[esp("aes256gcm16")], &offered, false), None);
+        // ...unless KE is ignored (IKE_AUTH).
+        let s = Proposal::select(&[esp("aes256gcm16")], &offered, true).unwrap();
+        assert_eq!(s.spi, Spi::U32(0x1000));
+        assert_eq!(s.ke, None);
+        let s = Proposal::select(&[esp("aes256gcm16-x25519")], &offered, false).unwrap();
+        assert_eq!(s.ke, Some(KeMethod::Curve25519));
+    }
+
+    #[test]
+    fn accept_response_refuses_multiple_or_foreign() {
+        let mine = [ike("aes128gcm16-aes256gcm16-prfsha256-x25519")];
+        // Responder echoed our whole proposal (two ENCR): refused.
+        assert_eq!(Proposal::accept_response(&mine, &[mine[0].to_wire(1, Spi::None, true)], false), None);
+        // A proposal number we never sent: refused.
+        let s = Proposal::select(&mine, &[mine[0].to_wire(1, Spi::None, true)], false).unwrap();
+        let mut ans = s.to_wire(Protocol::Ike, Spi::None);
+        ans.number = 2;
+        assert_eq!(Proposal::accept_response(&mine, &[ans], false), None);
+    }
+
+    #[test]
+    fn unknown_attribute_rejects_proposal() {
+        let mut o = ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true);
+        o.transforms[0].unknown_attribute = true;
+        assert_eq!(Proposal::select(&[ike("aes128-sha256-ecp256")], &[o], false), None);
+    }
+}
