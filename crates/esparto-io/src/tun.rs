@@ -15,8 +15,13 @@
 //! coalesces consecutive TCP segments (and UDP datagrams when USO is on) of
 //! the same flow back into super-packets before writing (GRO), so the stack
 //! sees fewer, bigger packets. `tun-rs` checks the buffer capacity before it
-//! coalesces, and [`crate::batch::PacketBuf`] never reallocates, so neither
-//! direction allocates per packet.
+//! coalesces, and [`crate::batch::PacketBuf`] never reallocates, so the read
+//! path makes no allocation (tested, `tests/no_alloc.rs`). **Known gap:** on
+//! the write path, tun-rs 2.8's `tcp_gro`/`udp_gro` copy every packet into a
+//! fresh `Vec` before trying to coalesce it — one allocation and one copy per
+//! packet written (an ignored, failing test keeps the count). Fixing it means
+//! patching tun-rs upstream or carrying our own GRO over its public
+//! `VirtioNetHdr`.
 //!
 //! **Queue selection** (found by test, `tests/tun_netns.rs`, and in
 //! `drivers/net/tun.c`, `tun_automq_select_queue`): without a steering eBPF
