@@ -37,7 +37,6 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::batch::{RxBatch, RxEntry, TxBatch};
-use crate::steer;
 use crate::sys::{self, RawAddr};
 
 /// Most segments the kernel accepts in one GSO send (`UDP_MAX_SEGMENTS`).
@@ -108,47 +107,12 @@ pub struct UdpStats {
     pub gso_fallbacks: u64,
 }
 
-/// Room for the control messages we read (`UDP_GRO`: one int) or write
-/// (`UDP_SEGMENT`: one u16), 8-byte aligned like `struct cmsghdr`.
-type CmsgBuf = [u64; 8];
 
-/// Scratch arrays for `sendmmsg`/`recvmmsg`, sized once and reused; the raw
-/// pointers inside are rebuilt before every call.
-struct Scratch {
-    msgs: Vec<libc::mmsghdr>,
-    iovs: Vec<libc::iovec>,
-    names: Vec<libc::sockaddr_storage>,
-    cmsgs: Vec<CmsgBuf>,
-    /// Per send entry: index of the first datagram and how many.
-    groups: Vec<(usize, usize)>,
-}
+mod group;
+mod mmsg;
 
-// SAFETY: the raw pointers stored in `msgs`/`iovs` are scratch values written
-// immediately before each syscall and never dereferenced afterwards; moving
-// the struct to another thread cannot create aliasing.
-unsafe impl Send for Scratch {}
-
-impl Scratch {
-    fn new() -> Self {
-        Self { msgs: Vec::new(), iovs: Vec::new(), names: Vec::new(), cmsgs: Vec::new(), groups: Vec::new() }
-    }
-
-    /// Grow to at least `n` of everything (allocates only when a batch is
-    /// larger than any seen before on this socket).
-    fn ensure(&mut self, n: usize) {
-        if self.msgs.len() < n {
-            // SAFETY: mmsghdr, iovec and sockaddr_storage are plain old data
-            // for which all-zero bytes are valid values.
-            unsafe {
-                self.msgs.resize_with(n, || zeroed());
-                self.iovs.resize_with(n, || zeroed());
-                self.names.resize_with(n, || zeroed());
-            }
-            self.cmsgs.resize(n, [0; 8]);
-            self.groups.reserve(n.saturating_sub(self.groups.len()));
-        }
-    }
-}
+pub use group::UdpGroup;
+use mmsg::{CmsgBuf, Scratch, gro_segment_size, write_segment_cmsg};
 
 /// One UDP socket of the group, with batched send and receive.
 pub struct UdpSocket {
@@ -487,45 +451,13 @@ impl UdpSocket {
     }
 }
 
+
 /// The first four payload bytes of datagram `i` (its SPI), if it has them.
 fn spi_of(batch: &TxBatch, i: usize) -> Option<[u8; 4]> {
     let p = batch.packet(i)?;
     p.get(..4).and_then(|b| b.try_into().ok())
 }
 
-/// Write a `SOL_UDP`/`UDP_SEGMENT` control message into `h`'s control buffer
-/// and shrink `msg_controllen` to what it uses.
-fn write_segment_cmsg(h: &mut libc::msghdr, seg: u16) {
-    // SAFETY: h.msg_control points at a live, 8-byte aligned CmsgBuf of
-    // msg_controllen bytes (64), which holds CMSG_SPACE(2) = 24 bytes;
-    // CMSG_FIRSTHDR is non-null for such a buffer.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(h);
-        (*c).cmsg_level = libc::SOL_UDP;
-        (*c).cmsg_type = libc::UDP_SEGMENT;
-        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-        h.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
-    }
-}
-
-/// The `UDP_GRO` segment size from a received message's control data.
-fn gro_segment_size(h: &libc::msghdr) -> Option<usize> {
-    // SAFETY: the kernel filled msg_control with msg_controllen bytes of
-    // well-formed cmsgs; CMSG_FIRSTHDR/NXTHDR stay inside that buffer and
-    // return null at its end; the data of a UDP_GRO cmsg is one c_int.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                return usize::try_from(v).ok();
-            }
-            c = libc::CMSG_NXTHDR(h, c);
-        }
-    }
-    None
-}
 
 /// Ask for `bytes` of socket buffer, forcing past the sysctl cap if we may.
 fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: usize) -> io::Result<()> {
@@ -536,42 +468,6 @@ fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: usize) -
     sys::setsockopt_int(fd, libc::SOL_SOCKET, plain, v)
 }
 
-/// The sockets of one reuseport group: `workers` data sockets and a control
-/// socket, with SPI steering attached.
-#[derive(Debug)]
-pub struct UdpGroup {
-    /// Worker sockets; index = group index = worker number.
-    pub workers: Vec<UdpSocket>,
-    /// The control (IKE) socket, group index `workers.len()`.
-    pub control: UdpSocket,
-}
-
-impl UdpGroup {
-    /// Bind `workers` sockets and then the control socket to `addr` (port
-    /// 4500 normally; port 0 picks one for all), and attach the steering
-    /// program. Must run in the network namespace the sockets belong to.
-    pub fn bind(addr: SocketAddr, workers: usize, cfg: &UdpConfig) -> io::Result<Self> {
-        if workers == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "at least one worker"));
-        }
-        let mut socks = Vec::with_capacity(workers);
-        let first = UdpSocket::bind(addr, cfg, true)?;
-        // With port 0 the first bind picks the port; the rest join it.
-        let addr = first.local_addr();
-        socks.push(first);
-        for _ in 1..workers {
-            socks.push(UdpSocket::bind(addr, cfg, true)?);
-        }
-        let control = UdpSocket::bind(addr, cfg, true)?;
-        steer::attach_steering(&socks[0], workers)?;
-        Ok(Self { workers: socks, control })
-    }
-
-    /// The shared local address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.control.local_addr()
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -704,3 +600,4 @@ mod tests {
         assert!(rx.recv_from(&mut [0u8; 64]).unwrap().is_none());
     }
 }
+
