@@ -26,7 +26,11 @@ use esparto_io::{RxBatch, TxBatch};
 const LEN: usize = 1400;
 
 fn wait_readable(fd: i32, ms: i32) {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd on the stack.
     unsafe { libc::poll(&mut p, 1, ms) };
 }
@@ -61,16 +65,31 @@ impl Rate {
             s / 1e6,
             r / 1e6,
             r * (LEN * 8) as f64 / 1e9,
-            if self.sent > 0 { 100.0 * (1.0 - self.recv as f64 / self.sent as f64).max(0.0) } else { 0.0 }
+            if self.sent > 0 {
+                100.0 * (1.0 - self.recv as f64 / self.sent as f64).max(0.0)
+            } else {
+                0.0
+            }
         );
     }
 }
 
 fn udp_probe(pair: &Pair, gso: bool, secs: f64, port: u16) -> Rate {
     let dst: SocketAddr = format!("10.210.0.2:{port}").parse().unwrap();
-    let cfg = UdpConfig { gso, ..UdpConfig::default() };
-    let mut rx = pair.b.run(|| UdpSocket::bind(dst, &cfg, false)).unwrap().unwrap();
-    let mut tx = pair.a.run(|| UdpSocket::bind("10.210.0.1:0".parse().unwrap(), &cfg, false)).unwrap().unwrap();
+    let cfg = UdpConfig {
+        gso,
+        ..UdpConfig::default()
+    };
+    let mut rx = pair
+        .b
+        .run(|| UdpSocket::bind(dst, &cfg, false))
+        .unwrap()
+        .unwrap();
+    let mut tx = pair
+        .a
+        .run(|| UdpSocket::bind("10.210.0.1:0".parse().unwrap(), &cfg, false))
+        .unwrap()
+        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let receiver = std::thread::spawn(move || {
@@ -95,15 +114,38 @@ fn udp_probe(pair: &Pair, gso: bool, secs: f64, port: u16) -> Rate {
     let el = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
-    Rate { sent, recv: receiver.join().unwrap(), secs: el }
+    Rate {
+        sent,
+        recv: receiver.join().unwrap(),
+        secs: el,
+    }
 }
 
 fn tun_read_probe(secs: f64) -> Rate {
     let ns = Netns::new("probe-tunr").unwrap();
-    let cfg = TunConfig { name: "ptun0".into(), mtu: 1500, ipv4: Some((Ipv4Addr::new(10, 211, 0, 1), 24)), ..TunConfig::default() };
-    let mut q = ns.run(|| TunDevice::create(&cfg)).unwrap().unwrap().into_queues().remove(0);
+    let cfg = TunConfig {
+        name: "ptun0".into(),
+        mtu: 1500,
+        ipv4: Some((Ipv4Addr::new(10, 211, 0, 1), 24)),
+        ..TunConfig::default()
+    };
+    let mut q = ns
+        .run(|| TunDevice::create(&cfg))
+        .unwrap()
+        .unwrap()
+        .into_queues()
+        .remove(0);
     println!("  (TUN offload {}, USO {})", q.offload(), q.udp_offload());
-    let mut tx = ns.run(|| UdpSocket::bind("10.211.0.1:0".parse().unwrap(), &UdpConfig::default(), false)).unwrap().unwrap();
+    let mut tx = ns
+        .run(|| {
+            UdpSocket::bind(
+                "10.211.0.1:0".parse().unwrap(),
+                &UdpConfig::default(),
+                false,
+            )
+        })
+        .unwrap()
+        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let reader = std::thread::spawn(move || {
@@ -129,14 +171,37 @@ fn tun_read_probe(secs: f64) -> Rate {
     let el = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
-    Rate { sent, recv: reader.join().unwrap(), secs: el }
+    Rate {
+        sent,
+        recv: reader.join().unwrap(),
+        secs: el,
+    }
 }
 
 fn tun_write_probe(secs: f64) -> Rate {
     let ns = Netns::new("probe-tunw").unwrap();
-    let cfg = TunConfig { name: "ptun1".into(), mtu: 1500, ipv4: Some((Ipv4Addr::new(10, 212, 0, 1), 24)), ..TunConfig::default() };
-    let mut q = ns.run(|| TunDevice::create(&cfg)).unwrap().unwrap().into_queues().remove(0);
-    let mut rx = ns.run(|| UdpSocket::bind("10.212.0.1:7000".parse().unwrap(), &UdpConfig::default(), false)).unwrap().unwrap();
+    let cfg = TunConfig {
+        name: "ptun1".into(),
+        mtu: 1500,
+        ipv4: Some((Ipv4Addr::new(10, 212, 0, 1), 24)),
+        ..TunConfig::default()
+    };
+    let mut q = ns
+        .run(|| TunDevice::create(&cfg))
+        .unwrap()
+        .unwrap()
+        .into_queues()
+        .remove(0);
+    let mut rx = ns
+        .run(|| {
+            UdpSocket::bind(
+                "10.212.0.1:7000".parse().unwrap(),
+                &UdpConfig::default(),
+                false,
+            )
+        })
+        .unwrap()
+        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let receiver = std::thread::spawn(move || {
@@ -154,7 +219,9 @@ fn tun_write_probe(secs: f64) -> Rate {
     // Inner packets as the decapsulating side would write them.
     let src = (Ipv4Addr::new(10, 212, 0, 2), 5555);
     let dst = (Ipv4Addr::new(10, 212, 0, 1), 7000);
-    let pkts: Vec<Vec<u8>> = (0..128u32).map(|i| udp4(src, dst, &esp_like(i)[..LEN - 28])).collect();
+    let pkts: Vec<Vec<u8>> = (0..128u32)
+        .map(|i| udp4(src, dst, &esp_like(i)[..LEN - 28]))
+        .collect();
     let mut batch = TxBatch::new(128, VNET_HDR_LEN.next_multiple_of(8), 65_535);
     let t0 = Instant::now();
     let mut sent = 0u64;
@@ -167,7 +234,11 @@ fn tun_write_probe(secs: f64) -> Rate {
     let el = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
-    Rate { sent, recv: receiver.join().unwrap(), secs: el }
+    Rate {
+        sent,
+        recv: receiver.join().unwrap(),
+        secs: el,
+    }
 }
 
 fn sum16(data: &[u8], mut acc: u32) -> u32 {
@@ -199,8 +270,14 @@ fn udp4(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), payload: &[u8]) -> Vec<u8> {
     p[22..24].copy_from_slice(&dst.1.to_be_bytes());
     p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
     p[28..].copy_from_slice(payload);
-    let ps = sum16(&p[20..], sum16(&p[12..20], 0) + 17 + (8 + payload.len()) as u32);
-    let c = match !fold(ps) { 0 => 0xffff, c => c };
+    let ps = sum16(
+        &p[20..],
+        sum16(&p[12..20], 0) + 17 + (8 + payload.len()) as u32,
+    );
+    let c = match !fold(ps) {
+        0 => 0xffff,
+        c => c,
+    };
     p[26..28].copy_from_slice(&c.to_be_bytes());
     p
 }
@@ -210,8 +287,14 @@ fn main() {
         eprintln!("io_probe needs root and iproute2 (network namespaces)");
         std::process::exit(2);
     }
-    let secs: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2.0);
-    println!("esparto-io probe: {LEN}-byte datagrams, {secs} s per case, {} CPUs", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    println!(
+        "esparto-io probe: {LEN}-byte datagrams, {secs} s per case, {} CPUs",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     let pair = Pair::new("probe", "10.210.0.1/24", "10.210.0.2/24").unwrap();
     udp_probe(&pair, true, secs, 4500).line("UDP GSO sendmmsg -> GRO recvmmsg (veth)");
     udp_probe(&pair, false, secs, 4501).line("UDP plain sendmmsg -> recvmmsg (veth)");

@@ -132,7 +132,9 @@ impl RxBatch {
     pub fn new(slots: usize, headroom: usize, slot_len: usize, max_entries: usize) -> Self {
         let slots = slots.max(1);
         Self {
-            slots: (0..slots).map(|_| PacketBuf::new(headroom + slot_len)).collect(),
+            slots: (0..slots)
+                .map(|_| PacketBuf::new(headroom + slot_len))
+                .collect(),
             sizes: vec![0; slots],
             entries: Vec::with_capacity(max_entries.max(slots)),
             headroom,
@@ -228,7 +230,9 @@ impl TxBatch {
     pub fn new(slots: usize, headroom: usize, slot_len: usize) -> Self {
         let slots = slots.max(1);
         Self {
-            slots: (0..slots).map(|_| PacketBuf::new(headroom + slot_len)).collect(),
+            slots: (0..slots)
+                .map(|_| PacketBuf::new(headroom + slot_len))
+                .collect(),
             dsts: vec![None; slots],
             len: 0,
             headroom,
@@ -297,7 +301,9 @@ impl TxBatch {
         if self.is_full() {
             return Err(BatchFull);
         }
-        let room = self.slots[self.len].capacity().saturating_sub(self.headroom);
+        let room = self.slots[self.len]
+            .capacity()
+            .saturating_sub(self.headroom);
         if pkt.len() > room {
             return Err(BatchFull);
         }
@@ -374,10 +380,23 @@ mod tests {
     #[test]
     fn rx_packet_views_are_bounded() {
         let mut r = RxBatch::new(2, 0, 16, 4);
-        r.entries.push(RxEntry { slot: 0, start: 4, len: 4, peer: None });
-        r.entries.push(RxEntry { slot: 1, start: 10, len: 100, peer: None });
+        r.entries.push(RxEntry {
+            slot: 0,
+            start: 4,
+            len: 4,
+            peer: None,
+        });
+        r.entries.push(RxEntry {
+            slot: 1,
+            start: 10,
+            len: 100,
+            peer: None,
+        });
         assert_eq!(r.packet(0).unwrap().len(), 4);
-        assert!(r.packet(1).is_none(), "out-of-range entry gives None, not a panic");
+        assert!(
+            r.packet(1).is_none(),
+            "out-of-range entry gives None, not a panic"
+        );
         assert!(r.packet(2).is_none());
     }
 }

@@ -31,7 +31,10 @@ pub fn own_prefix() -> String {
 pub fn available() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    root && Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success())
+    root && Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Run a command, turning a non-zero exit into an error carrying its stderr.
@@ -77,12 +80,15 @@ impl Netns {
 
     /// `ip netns exec NAME <program> <args>`.
     pub fn exec(&self, program: &str, args: &[&str]) -> io::Result<Output> {
-        run(Command::new("ip").args(["netns", "exec", &self.name, program]).args(args))
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.name, program])
+            .args(args))
     }
 
     /// Set a sysctl inside the namespace (`net.*` keys are per namespace).
     pub fn sysctl(&self, key: &str, value: &str) -> io::Result<()> {
-        self.exec("sysctl", &["-q", "-w", &format!("{key}={value}")]).map(|_| ())
+        self.exec("sysctl", &["-q", "-w", &format!("{key}={value}")])
+            .map(|_| ())
     }
 
     /// Add an address (`"10.0.0.1/24"`) to an interface and bring it up.
@@ -105,7 +111,18 @@ impl Netns {
 
     /// Create a veth pair: `a_if` in `self`, `b_if` in `other`; both up.
     pub fn veth(&self, a_if: &str, other: &Netns, b_if: &str) -> io::Result<()> {
-        self.ip(&["link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", &other.name])?;
+        self.ip(&[
+            "link",
+            "add",
+            a_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b_if,
+            "netns",
+            &other.name,
+        ])?;
         self.ip(&["link", "set", a_if, "up"])?;
         other.ip(&["link", "set", b_if, "up"]).map(|_| ())
     }
@@ -135,7 +152,11 @@ impl Netns {
         let file = File::open(format!("/var/run/netns/{}", self.name))?;
         // SAFETY: as in `run`; the caller accepts that this thread moves.
         let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -143,7 +164,9 @@ impl Drop for Netns {
     fn drop(&mut self) {
         // Only ever our own name: the prefix carries our pid.
         debug_assert!(self.name.starts_with(&own_prefix()));
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }
 
@@ -203,11 +226,18 @@ mod tests {
             assert!(name.starts_with(&own_prefix()));
             // Sockets made through `run` live in their namespace, and the
             // veth carries a datagram from one to the other.
-            let rx = p.b.run(|| std::net::UdpSocket::bind("10.200.0.2:0")).unwrap().unwrap();
+            let rx =
+                p.b.run(|| std::net::UdpSocket::bind("10.200.0.2:0"))
+                    .unwrap()
+                    .unwrap();
             let dst = rx.local_addr().unwrap();
-            let tx = p.a.run(|| std::net::UdpSocket::bind("10.200.0.1:0")).unwrap().unwrap();
+            let tx =
+                p.a.run(|| std::net::UdpSocket::bind("10.200.0.1:0"))
+                    .unwrap()
+                    .unwrap();
             tx.send_to(b"over the veth", dst).unwrap();
-            rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+            rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
             let mut buf = [0u8; 64];
             let (n, from) = rx.recv_from(&mut buf).unwrap();
             assert_eq!(&buf[..n], b"over the veth");
@@ -216,6 +246,9 @@ mod tests {
             assert!(std::net::UdpSocket::bind("10.200.0.2:0").is_err());
         }
         let list = run(Command::new("ip").args(["netns", "list"])).unwrap();
-        assert!(!String::from_utf8_lossy(&list.stdout).contains(&name), "namespace left behind");
+        assert!(
+            !String::from_utf8_lossy(&list.stdout).contains(&name),
+            "namespace left behind"
+        );
     }
 }

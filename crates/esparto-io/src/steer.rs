@@ -68,7 +68,11 @@ pub fn steer_index(payload: &[u8], workers: usize) -> usize {
     match payload {
         [a, b, c, d, _, _, _, _, ..] => {
             let spi = u32::from_be_bytes([*a, *b, *c, *d]);
-            if spi == 0 { workers } else { spi_to_worker(spi, workers) }
+            if spi == 0 {
+                workers
+            } else {
+                spi_to_worker(spi, workers)
+            }
         }
         _ => workers,
     }
@@ -96,11 +100,21 @@ pub fn spi_for_worker(random: u32, worker: usize, workers: usize) -> Option<u32>
 }
 
 fn stmt(code: u32, k: u32) -> libc::sock_filter {
-    libc::sock_filter { code: code as u16, jt: 0, jf: 0, k }
+    libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 
 fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code: code as u16, jt, jf, k }
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
 }
 
 /// The classic BPF steering program for a group of `workers` worker sockets
@@ -148,7 +162,11 @@ pub fn attach_steering(sock: &impl AsRawFd, workers: usize) -> io::Result<()> {
             std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
         )
     };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -221,7 +239,11 @@ mod tests {
     #[test]
     fn control_cases() {
         assert_eq!(steer_index(&[0xff], 4), 4, "NAT keepalive (RFC 3948 §2.3)");
-        assert_eq!(steer_index(&[0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x20], 4), 4, "IKE");
+        assert_eq!(
+            steer_index(&[0, 0, 0, 0, 0x11, 0x22, 0x33, 0x44, 0x20], 4),
+            4,
+            "IKE"
+        );
         assert_eq!(steer_index(&[0, 0, 0, 7], 4), 4, "too short for ESP");
         assert_eq!(steer_index(&[0, 0, 1, 3, 0, 0, 0, 1], 4), 3);
     }

@@ -45,7 +45,13 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: value and len are live locals of the sizes the kernel expects.
     let rc = unsafe {
-        libc::getsockopt(fd, level, name, (&mut value as *mut libc::c_int).cast(), &mut len)
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
     };
     cvt(rc).map(|_| value)
 }
@@ -66,7 +72,9 @@ impl RawAddr {
                 let sin = libc::sockaddr_in {
                     sin_family: libc::AF_INET as libc::sa_family_t,
                     sin_port: a.port().to_be(),
-                    sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
                     sin_zero: [0; 8],
                 };
                 // SAFETY: sockaddr_storage is larger than and suitably aligned
@@ -81,7 +89,9 @@ impl RawAddr {
                     sin6_family: libc::AF_INET6 as libc::sa_family_t,
                     sin6_port: a.port().to_be(),
                     sin6_flowinfo: a.flowinfo(),
-                    sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
                     sin6_scope_id: a.scope_id(),
                 };
                 // SAFETY: as above, for sockaddr_in6.
@@ -91,7 +101,10 @@ impl RawAddr {
                 size_of::<libc::sockaddr_in6>()
             }
         };
-        Self { storage, len: len as libc::socklen_t }
+        Self {
+            storage,
+            len: len as libc::socklen_t,
+        }
     }
 }
 
@@ -127,10 +140,18 @@ pub(crate) fn to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> 
 
 /// A new non-blocking, close-on-exec UDP socket of the address's family.
 pub(crate) fn udp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
-    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain syscall with constant arguments.
     let fd = cvt(unsafe {
-        libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+        libc::socket(
+            family,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
     })?;
     // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -139,8 +160,14 @@ pub(crate) fn udp_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
 pub(crate) fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
     let raw = RawAddr::from_std(addr);
     // SAFETY: `raw` holds a valid sockaddr of `raw.len` bytes.
-    cvt(unsafe { libc::bind(fd, (&raw.storage as *const libc::sockaddr_storage).cast(), raw.len) })
-        .map(|_| ())
+    cvt(unsafe {
+        libc::bind(
+            fd,
+            (&raw.storage as *const libc::sockaddr_storage).cast(),
+            raw.len,
+        )
+    })
+    .map(|_| ())
 }
 
 pub(crate) fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
@@ -149,7 +176,11 @@ pub(crate) fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: storage/len describe a writable buffer of the right size.
     cvt(unsafe {
-        libc::getsockname(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len)
+        libc::getsockname(
+            fd,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
     })?;
     to_std(&storage, len).ok_or_else(|| io::Error::other("unexpected address family"))
 }
@@ -195,7 +226,11 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usiz
     let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
     if rc < 0 {
         let e = last_err();
-        if e.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(e) }
+        if e.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(e)
+        }
     } else {
         Ok(rc as usize)
     }
@@ -209,20 +244,30 @@ pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
     cvt(unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) })?;
     let max = 8 * size_of::<libc::cpu_set_t>();
     // SAFETY: CPU_ISSET reads a bit of the live set, index < its size.
-    Ok((0..max).filter(|c| unsafe { libc::CPU_ISSET(*c, &set) }).collect())
+    Ok((0..max)
+        .filter(|c| unsafe { libc::CPU_ISSET(*c, &set) })
+        .collect())
 }
 
 /// Pin the calling thread to one CPU.
 pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= 8 * size_of::<libc::cpu_set_t>() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "cpu index out of range"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cpu index out of range",
+        ));
     }
     // SAFETY: all-zero is the empty set; CPU_SET writes a bit below its size
     // (checked above); sched_setaffinity reads the live set.
     unsafe {
         let mut set: libc::cpu_set_t = zeroed();
         libc::CPU_SET(cpu, &mut set);
-        cvt(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)).map(|_| ())
+        cvt(libc::sched_setaffinity(
+            0,
+            size_of::<libc::cpu_set_t>(),
+            &set,
+        ))
+        .map(|_| ())
     }
 }
 
@@ -260,7 +305,11 @@ mod tests {
     #[test]
     fn eventfd_wakes_poll() {
         let e = EventFd::new().unwrap();
-        let mut fds = [libc::pollfd { fd: e.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let mut fds = [libc::pollfd {
+            fd: e.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         assert_eq!(poll(&mut fds, 0).unwrap(), 0);
         e.notify().unwrap();
         assert_eq!(poll(&mut fds, 0).unwrap(), 1);

@@ -277,7 +277,9 @@ impl TunQueue {
                     // Not an OS error: tun-rs refused the packet (bad virtio
                     // header, short packet, or not enough slots to split).
                     _ => {
-                        if e.get_ref().is_some_and(|i| i.to_string().contains("segments")) {
+                        if e.get_ref()
+                            .is_some_and(|i| i.to_string().contains("segments"))
+                        {
                             self.stats.rx_split_overflow += 1;
                         } else {
                             self.stats.rx_malformed += 1;
@@ -305,7 +307,9 @@ impl TunQueue {
         if n == 0 {
             return Ok(0);
         }
-        let r = self.dev.send_multiple(&mut self.gro, &mut batch.slots[..n], batch.headroom);
+        let r = self
+            .dev
+            .send_multiple(&mut self.gro, &mut batch.slots[..n], batch.headroom);
         batch.clear();
         self.stats.tx_packets += n as u64;
         match r {

@@ -162,7 +162,9 @@ pub struct Workers<C: Send + 'static> {
 
 impl<C: Send + 'static> std::fmt::Debug for Workers<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Workers").field("len", &self.threads.len()).finish()
+        f.debug_struct("Workers")
+            .field("len", &self.threads.len())
+            .finish()
     }
 }
 
@@ -188,11 +190,22 @@ impl<C: Send + 'static> Workers<C> {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty batches"));
         }
         let cpus = sys::allowed_cpus().unwrap_or_default();
-        let mut w = Self { senders: Vec::new(), shared: Vec::new(), threads: Vec::new() };
+        let mut w = Self {
+            senders: Vec::new(),
+            shared: Vec::new(),
+            threads: Vec::new(),
+        };
         for (k, ((t, u), d)) in tun.into_iter().zip(udp).zip(datapaths).enumerate() {
             let (tx, rx) = mpsc::channel();
-            let shared = Arc::new(Shared { wake: EventFd::new()?, stop: AtomicBool::new(false) });
-            let cpu = if cfg.pin && !cpus.is_empty() { Some(cpus[k % cpus.len()]) } else { None };
+            let shared = Arc::new(Shared {
+                wake: EventFd::new()?,
+                stop: AtomicBool::new(false),
+            });
+            let cpu = if cfg.pin && !cpus.is_empty() {
+                Some(cpus[k % cpus.len()])
+            } else {
+                None
+            };
             let worker = Worker::new(k, cfg, t, u, d, rx, shared.clone(), control.clone());
             let h = std::thread::Builder::new()
                 .name(format!("esparto-w{k}"))
@@ -237,7 +250,10 @@ impl<C: Send + 'static> Workers<C> {
             sh.stop.store(true, Ordering::Release);
             let _ = sh.wake.notify();
         }
-        self.threads.drain(..).filter_map(|h| h.join().ok()).collect()
+        self.threads
+            .drain(..)
+            .filter_map(|h| h.join().ok())
+            .collect()
     }
 }
 
@@ -285,12 +301,24 @@ impl<D: Datapath> Worker<D> {
             commands,
             shared,
             control,
-            tun_rx: RxBatch::new(cfg.tun_rx_slots, cfg.tun_rx_headroom, cfg.tun_rx_slot_len, cfg.tun_rx_slots),
+            tun_rx: RxBatch::new(
+                cfg.tun_rx_slots,
+                cfg.tun_rx_headroom,
+                cfg.tun_rx_slot_len,
+                cfg.tun_rx_slots,
+            ),
             udp_rx: RxBatch::new(cfg.udp_rx_slots, 0, GRO_SLOT_LEN, cfg.udp_rx_slots * 64),
             udp_tx: TxBatch::new(cfg.udp_tx_slots, 0, cfg.udp_tx_slot_len),
-            tun_tx: TxBatch::new(cfg.tun_tx_slots, VNET_HDR_LEN.next_multiple_of(8), cfg.tun_tx_slot_len),
+            tun_tx: TxBatch::new(
+                cfg.tun_tx_slots,
+                VNET_HDR_LEN.next_multiple_of(8),
+                cfg.tun_tx_slot_len,
+            ),
             ctl_tx: TxBatch::new(cfg.control_slots.max(1), 0, GRO_SLOT_LEN),
-            report: WorkerReport { index, ..WorkerReport::default() },
+            report: WorkerReport {
+                index,
+                ..WorkerReport::default()
+            },
         }
     }
 
@@ -301,9 +329,21 @@ impl<D: Datapath> Worker<D> {
             }
         }
         let mut fds = [
-            libc::pollfd { fd: self.tun.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: self.udp.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: self.shared.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: self.tun.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.udp.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.shared.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let mut next_tick = Instant::now() + self.tick;
         loop {
@@ -379,13 +419,20 @@ impl<D: Datapath> Worker<D> {
         }
         self.tun_tx.clear();
         self.ctl_tx.clear();
-        self.dp.inbound(now, &mut self.udp_rx, &mut self.tun_tx, &mut self.ctl_tx);
+        self.dp
+            .inbound(now, &mut self.udp_rx, &mut self.tun_tx, &mut self.ctl_tx);
         if !self.tun_tx.is_empty() && self.tun.send_batch(&mut self.tun_tx).is_err() {
             self.report.io_errors += 1;
         }
         for i in 0..self.ctl_tx.len() {
-            let Some(bytes) = self.ctl_tx.packet(i) else { continue };
-            let msg = ControlDatagram { worker: self.index, peer: self.ctl_tx.dst(i), bytes: bytes.to_vec() };
+            let Some(bytes) = self.ctl_tx.packet(i) else {
+                continue;
+            };
+            let msg = ControlDatagram {
+                worker: self.index,
+                peer: self.ctl_tx.dst(i),
+                bytes: bytes.to_vec(),
+            };
             let delivered = self.control.as_ref().is_some_and(|c| c.send(msg).is_ok());
             if !delivered {
                 self.report.control_dropped += 1;

@@ -98,17 +98,37 @@ struct TunRig {
 
 fn tun_rig(name: &str, net: u8) -> TunRig {
     let ns = Netns::new(name).unwrap();
-    let cfg = TunConfig { name: "tunNA".into(), mtu: 1500, ipv4: Some((Ipv4Addr::new(10, 97, net, 1), 24)), ..TunConfig::default() };
-    let q = ns.run(|| TunDevice::create(&cfg)).unwrap().unwrap().into_queues().remove(0);
+    let cfg = TunConfig {
+        name: "tunNA".into(),
+        mtu: 1500,
+        ipv4: Some((Ipv4Addr::new(10, 97, net, 1), 24)),
+        ..TunConfig::default()
+    };
+    let q = ns
+        .run(|| TunDevice::create(&cfg))
+        .unwrap()
+        .unwrap()
+        .into_queues()
+        .remove(0);
     let (src, sink) = ns
         .run(|| {
-            let s = UdpSocket::bind(SocketAddr::from((Ipv4Addr::new(10, 97, net, 1), 0)), &UdpConfig::default(), false).unwrap();
+            let s = UdpSocket::bind(
+                SocketAddr::from((Ipv4Addr::new(10, 97, net, 1), 0)),
+                &UdpConfig::default(),
+                false,
+            )
+            .unwrap();
             let sink = std::net::UdpSocket::bind((Ipv4Addr::new(10, 97, net, 1), 7000)).unwrap();
             (s, sink)
         })
         .unwrap();
     sink.set_nonblocking(true).unwrap();
-    TunRig { _ns: ns, q, src, sink }
+    TunRig {
+        _ns: ns,
+        q,
+        src,
+        sink,
+    }
 }
 
 #[test]
@@ -134,7 +154,12 @@ fn tun_read_does_not_allocate() {
             allocs += a;
             // Count ours only: the stack may also emit e.g. IPv6 router
             // solicitations on a fresh interface.
-            got += rxb.iter().filter(|(p, _)| p[0] >> 4 == 4 && p[9] == 17 && common::ports4(p).map(|x| x.1) == Some(9)).count();
+            got += rxb
+                .iter()
+                .filter(|(p, _)| {
+                    p[0] >> 4 == 4 && p[9] == 17 && common::ports4(p).map(|x| x.1) == Some(9)
+                })
+                .count();
             got >= 64
         });
         assert_eq!(got, 64);
@@ -156,7 +181,13 @@ fn tun_write_does_not_allocate() {
     let TunRig { mut q, sink, .. } = tun_rig("noalloc-w", 1);
     let mut txb = TxBatch::new(128, VNET_HDR_LEN.next_multiple_of(8), 65_535);
     let inner: Vec<Vec<u8>> = (0..64u32)
-        .map(|i| common::udp4((Ipv4Addr::new(10, 97, 1, 2), 5555), (Ipv4Addr::new(10, 97, 1, 1), 7000), &common::pattern(1000, i)))
+        .map(|i| {
+            common::udp4(
+                (Ipv4Addr::new(10, 97, 1, 2), 5555),
+                (Ipv4Addr::new(10, 97, 1, 1), 7000),
+                &common::pattern(1000, i),
+            )
+        })
         .collect();
     let mut buf = [0u8; 2048];
     for round in 0..5 {

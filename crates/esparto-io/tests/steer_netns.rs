@@ -21,7 +21,12 @@ fn drain_until(group: &UdpGroup, done: impl Fn(&[Vec<Vec<u8>>]) -> bool) -> Vec<
     let mut got: Vec<Vec<Vec<u8>>> = vec![Vec::new(); n + 1];
     let mut buf = vec![0u8; 65536];
     common::wait_until(Duration::from_secs(5), || {
-        for (i, s) in group.workers.iter().chain(std::iter::once(&group.control)).enumerate() {
+        for (i, s) in group
+            .workers
+            .iter()
+            .chain(std::iter::once(&group.control))
+            .enumerate()
+        {
             while let Some((len, _)) = s.recv_from(&mut buf).unwrap() {
                 got[i].push(buf[..len].to_vec());
             }
@@ -50,21 +55,65 @@ fn esp(spi: u32, seq: u32, len: usize) -> Vec<u8> {
 fn spi_steering_in_kernel() {
     require_netns!("spi_steering_in_kernel");
     let pair = Pair::new("steer", "10.201.0.1/24", "10.201.0.2/24").unwrap();
-    pair.a.ip(&["-6", "addr", "add", "fd00:201::1/64", "dev", "veth0", "nodad"]).unwrap();
-    pair.b.ip(&["-6", "addr", "add", "fd00:201::2/64", "dev", "veth1", "nodad"]).unwrap();
-    let cases = [(1usize, false), (2, false), (3, false), (4, false), (3, true)];
+    pair.a
+        .ip(&[
+            "-6",
+            "addr",
+            "add",
+            "fd00:201::1/64",
+            "dev",
+            "veth0",
+            "nodad",
+        ])
+        .unwrap();
+    pair.b
+        .ip(&[
+            "-6",
+            "addr",
+            "add",
+            "fd00:201::2/64",
+            "dev",
+            "veth1",
+            "nodad",
+        ])
+        .unwrap();
+    let cases = [
+        (1usize, false),
+        (2, false),
+        (3, false),
+        (4, false),
+        (3, true),
+    ];
     for (workers, v6) in cases {
         let port = 4500 + workers as u16;
-        let (dst, src) = if v6 { ("[fd00:201::2]", "[fd00:201::1]:0") } else { ("10.201.0.2", "10.201.0.1:0") };
+        let (dst, src) = if v6 {
+            ("[fd00:201::2]", "[fd00:201::1]:0")
+        } else {
+            ("10.201.0.2", "10.201.0.1:0")
+        };
         let bind: SocketAddr = format!("{dst}:{port}").parse().unwrap();
-        let group = pair.b.run(|| UdpGroup::bind(bind, workers, &UdpConfig::default())).unwrap().unwrap();
-        let tx = pair.a.run(|| std::net::UdpSocket::bind(src)).unwrap().unwrap();
+        let group = pair
+            .b
+            .run(|| UdpGroup::bind(bind, workers, &UdpConfig::default()))
+            .unwrap()
+            .unwrap();
+        let tx = pair
+            .a
+            .run(|| std::net::UdpSocket::bind(src))
+            .unwrap()
+            .unwrap();
 
         // expected[i] = payloads that must land on socket i.
         let mut expected: Vec<Vec<Vec<u8>>> = vec![Vec::new(); workers + 1];
         let mut seq = 0;
         for k in 0..workers {
-            for r in [0x1234_5678u32, 0xdead_beef, 0x0000_0300, 0xffff_ffff, 0x8000_0001] {
+            for r in [
+                0x1234_5678u32,
+                0xdead_beef,
+                0x0000_0300,
+                0xffff_ffff,
+                0x8000_0001,
+            ] {
                 let spi = spi_for_worker(r, k, workers).unwrap();
                 assert_eq!(spi_to_worker(spi, workers), k);
                 seq += 1;
@@ -92,7 +141,10 @@ fn spi_steering_in_kernel() {
             let mut e = expected[i].clone();
             g.sort();
             e.sort();
-            assert_eq!(g, e, "workers={workers} v6={v6}: socket {i} got the wrong datagrams");
+            assert_eq!(
+                g, e,
+                "workers={workers} v6={v6}: socket {i} got the wrong datagrams"
+            );
         }
     }
 }
@@ -106,13 +158,24 @@ fn gso_super_packet_is_steered_by_its_first_datagram() {
     require_netns!("gso_super_packet_is_steered_by_its_first_datagram");
     let pair = Pair::new("steergso", "10.202.0.1/24", "10.202.0.2/24").unwrap();
     let bind: SocketAddr = "10.202.0.2:4500".parse().unwrap();
-    let group = pair.b.run(|| UdpGroup::bind(bind, 2, &UdpConfig::default())).unwrap().unwrap();
+    let group = pair
+        .b
+        .run(|| UdpGroup::bind(bind, 2, &UdpConfig::default()))
+        .unwrap()
+        .unwrap();
     let spi0 = spi_for_worker(0x5555_0000, 0, 2).unwrap();
     let spi1 = spi_for_worker(0x7777_0000, 1, 2).unwrap();
 
     for split in [false, true] {
-        let cfg = UdpConfig { gso_split_on_spi: split, ..UdpConfig::default() };
-        let mut tx = pair.a.run(|| UdpSocket::bind("10.202.0.1:0".parse().unwrap(), &cfg, false)).unwrap().unwrap();
+        let cfg = UdpConfig {
+            gso_split_on_spi: split,
+            ..UdpConfig::default()
+        };
+        let mut tx = pair
+            .a
+            .run(|| UdpSocket::bind("10.202.0.1:0".parse().unwrap(), &cfg, false))
+            .unwrap()
+            .unwrap();
         let mut batch = TxBatch::new(16, 0, 1500);
         for seq in 0..10u32 {
             let spi = if seq < 5 { spi0 } else { spi1 };
@@ -121,12 +184,22 @@ fn gso_super_packet_is_steered_by_its_first_datagram() {
         assert_eq!(tx.send_batch(&batch).unwrap(), 10);
         assert_eq!(tx.stats().tx_msgs, if split { 2 } else { 1 });
         // recv_from does not split GRO buffers: count bytes.
-        let got = drain_until(&group, |g| g.iter().map(|m| bytes(m)).sum::<usize>() >= 10_000);
+        let got = drain_until(&group, |g| {
+            g.iter().map(|m| bytes(m)).sum::<usize>() >= 10_000
+        });
         if split {
-            assert_eq!((bytes(&got[0]), bytes(&got[1])), (5000, 5000), "split runs steer per SPI");
+            assert_eq!(
+                (bytes(&got[0]), bytes(&got[1])),
+                (5000, 5000),
+                "split runs steer per SPI"
+            );
         } else {
             // One skb, steered by the first SPI: all ten at worker 0.
-            assert_eq!((bytes(&got[0]), bytes(&got[1])), (10_000, 0), "whole super-packet at worker 0");
+            assert_eq!(
+                (bytes(&got[0]), bytes(&got[1])),
+                (10_000, 0),
+                "whole super-packet at worker 0"
+            );
             assert_eq!(got[0].len(), 1, "delivered as one GRO buffer");
         }
     }

@@ -48,14 +48,22 @@ fn tun_in(ns: &Netns, name: &str, addr: Ipv4Addr, queues: usize) -> TunDevice {
 }
 
 /// Move packets A→B and B→A until `stop`, checking each one.
-fn relay(mut qa: TunQueue, mut qb: TunQueue, stop: Arc<AtomicBool>) -> (RelayLog, TunQueue, TunQueue) {
+fn relay(
+    mut qa: TunQueue,
+    mut qb: TunQueue,
+    stop: Arc<AtomicBool>,
+) -> (RelayLog, TunQueue, TunQueue) {
     let mut log = RelayLog::default();
     let mut rx = RxBatch::new(128, 32, 1500, 128);
     let mut tx = TxBatch::new(128, 16, 65_535);
     while !stop.load(Ordering::Relaxed) {
         let mut idle = true;
         for dir in 0..2 {
-            let (from, to) = if dir == 0 { (&mut qa, &mut qb) } else { (&mut qb, &mut qa) };
+            let (from, to) = if dir == 0 {
+                (&mut qa, &mut qb)
+            } else {
+                (&mut qb, &mut qa)
+            };
             let gso_before = from.stats().rx_gso_reads;
             let n = from.recv_batch(&mut rx).unwrap();
             if n == 0 {
@@ -64,7 +72,10 @@ fn relay(mut qa: TunQueue, mut qb: TunQueue, stop: Arc<AtomicBool>) -> (RelayLog
             idle = false;
             // (Late TCP ACK/FIN packets may share the batch; the TCP stream
             // has finished, so a super-packet read now is the UDP one.)
-            let udp = rx.iter().filter(|(p, _)| p[0] >> 4 == 4 && p[9] == 17).count();
+            let udp = rx
+                .iter()
+                .filter(|(p, _)| p[0] >> 4 == 4 && p[9] == 17)
+                .count();
             if dir == 0 && udp > 1 && from.stats().rx_gso_reads > gso_before {
                 log.uso_super_reads += 1;
             }
@@ -86,7 +97,9 @@ fn relay(mut qa: TunQueue, mut qb: TunQueue, stop: Arc<AtomicBool>) -> (RelayLog
 }
 
 fn sysfs_counter(ns: &Netns, dev: &str, name: &str) -> u64 {
-    let out = ns.exec("cat", &[&format!("/sys/class/net/{dev}/statistics/{name}")]).unwrap();
+    let out = ns
+        .exec("cat", &[&format!("/sys/class/net/{dev}/statistics/{name}")])
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
@@ -102,8 +115,14 @@ fn tso_uso_split_and_gro_write_through_two_tuns() {
     assert!(qa.offload(), "IFF_VNET_HDR + TSO accepted");
     let uso = qa.udp_offload();
 
-    let listener = b.run(|| TcpListener::bind("10.99.0.2:5000")).unwrap().unwrap();
-    let udp_rx = b.run(|| std::net::UdpSocket::bind("10.99.0.2:6000")).unwrap().unwrap();
+    let listener = b
+        .run(|| TcpListener::bind("10.99.0.2:5000"))
+        .unwrap()
+        .unwrap();
+    let udp_rx = b
+        .run(|| std::net::UdpSocket::bind("10.99.0.2:6000"))
+        .unwrap()
+        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let relay_t = {
         let stop = stop.clone();
@@ -128,17 +147,28 @@ fn tso_uso_split_and_gro_write_through_two_tuns() {
             use std::os::fd::AsRawFd;
             // SAFETY: setns on a namespace fd we opened, for this thread.
             assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-            let mut s = TcpStream::connect_timeout(&"10.99.0.2:5000".parse().unwrap(), Duration::from_secs(5)).unwrap();
+            let mut s = TcpStream::connect_timeout(
+                &"10.99.0.2:5000".parse().unwrap(),
+                Duration::from_secs(5),
+            )
+            .unwrap();
             s.write_all(&data).unwrap();
         })
     };
     client.join().unwrap();
     let got = server.join().unwrap();
-    assert!(got == *data, "TCP stream corrupted ({} of {LEN} bytes)", got.len());
+    assert!(
+        got == *data,
+        "TCP stream corrupted ({} of {LEN} bytes)",
+        got.len()
+    );
 
     // UDP with GSO from A's stack: a USO super-packet into tunA when USO is on.
     let cfg = UdpConfig::default();
-    let mut us = a.run(|| UdpSocket::bind("10.99.0.1:0".parse().unwrap(), &cfg, false)).unwrap().unwrap();
+    let mut us = a
+        .run(|| UdpSocket::bind("10.99.0.1:0".parse().unwrap(), &cfg, false))
+        .unwrap()
+        .unwrap();
     let dst: SocketAddr = "10.99.0.2:6000".parse().unwrap();
     let mut batch = TxBatch::new(64, 0, 1500);
     let mut sent = Vec::new();
@@ -149,7 +179,9 @@ fn tso_uso_split_and_gro_write_through_two_tuns() {
         sent.push(d);
     }
     assert_eq!(us.send_batch(&batch).unwrap(), 40);
-    udp_rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    udp_rx
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let mut buf = [0u8; 2000];
     let mut udp_got = Vec::new();
     while udp_got.len() < 40 {
@@ -160,18 +192,35 @@ fn tso_uso_split_and_gro_write_through_two_tuns() {
 
     stop.store(true, Ordering::Relaxed);
     let (log, qa, _qb) = relay_t.join().unwrap();
-    assert!(log.bad.is_empty(), "bad checksums: {:?}", &log.bad[..log.bad.len().min(5)]);
-    assert!(log.max_len <= MTU as usize, "packet of {} > MTU", log.max_len);
+    assert!(
+        log.bad.is_empty(),
+        "bad checksums: {:?}",
+        &log.bad[..log.bad.len().min(5)]
+    );
+    assert!(
+        log.max_len <= MTU as usize,
+        "packet of {} > MTU",
+        log.max_len
+    );
     let sa = qa.stats();
-    assert!(sa.rx_gso_reads > 0, "no TSO/USO super-packet was read: {sa:?}");
+    assert!(
+        sa.rx_gso_reads > 0,
+        "no TSO/USO super-packet was read: {sa:?}"
+    );
     assert_eq!(sa.rx_malformed + sa.rx_split_overflow, 0, "{sa:?}");
     if uso {
-        assert!(log.uso_super_reads > 0, "USO on, but no UDP super-packet was split");
+        assert!(
+            log.uso_super_reads > 0,
+            "USO on, but no UDP super-packet was split"
+        );
     }
     // GRO on write: tunB received fewer skbs than we gave send_batch.
     let written = log.packets[0];
     let rx_skbs = sysfs_counter(&b, "tunB", "rx_packets");
-    assert!(rx_skbs < written, "no coalescing: {rx_skbs} skbs for {written} packets");
+    assert!(
+        rx_skbs < written,
+        "no coalescing: {rx_skbs} skbs for {written} packets"
+    );
     eprintln!(
         "relay: A→B {} packets ({} reads, {} super), B→A {}; tunB saw {rx_skbs} skbs; USO {uso} ({} UDP super reads)",
         log.packets[0], sa.rx_reads, sa.rx_gso_reads, log.packets[1], log.uso_super_reads
@@ -204,7 +253,11 @@ fn multiqueue_spreads_flows_and_learns_from_writes() {
     let mut queues = tun_in(&ns, "tunMQ", Ipv4Addr::new(10, 98, 0, 1), 2).into_queues();
     assert_eq!(queues.len(), 2);
     let socks: Vec<std::net::UdpSocket> = ns
-        .run(|| (0..16).map(|_| std::net::UdpSocket::bind("10.98.0.1:0").unwrap()).collect())
+        .run(|| {
+            (0..16)
+                .map(|_| std::net::UdpSocket::bind("10.98.0.1:0").unwrap())
+                .collect()
+        })
         .unwrap();
     let dst: SocketAddr = "10.98.0.2:7000".parse().unwrap();
     for _ in 0..3 {
@@ -216,7 +269,11 @@ fn multiqueue_spreads_flows_and_learns_from_writes() {
     collect(&mut queues, 48, &mut per_flow);
     assert_eq!(per_flow.len(), 16, "every flow seen");
     for (port, qs) in &per_flow {
-        assert_eq!(qs.len(), 1, "flow from port {port} hit queues {qs:?}: must stay on one");
+        assert_eq!(
+            qs.len(),
+            1,
+            "flow from port {port} hit queues {qs:?}: must stay on one"
+        );
     }
     let used: BTreeSet<usize> = per_flow.values().flatten().copied().collect();
     assert_eq!(used.len(), 2, "16 flows all on one queue: no hashing?");
@@ -227,7 +284,11 @@ fn multiqueue_spreads_flows_and_learns_from_writes() {
     let sport = s.local_addr().unwrap().port();
     let q_before = *per_flow[&sport].iter().next().unwrap();
     let q_other = 1 - q_before;
-    let reply = common::udp4((Ipv4Addr::new(10, 98, 0, 2), 7000), (Ipv4Addr::new(10, 98, 0, 1), sport), b"reply");
+    let reply = common::udp4(
+        (Ipv4Addr::new(10, 98, 0, 2), 7000),
+        (Ipv4Addr::new(10, 98, 0, 1), sport),
+        b"reply",
+    );
     let mut tx = TxBatch::new(4, VNET_HDR_LEN.next_multiple_of(8), 2048);
     tx.push(None, &reply).unwrap();
     queues[q_other].send_batch(&mut tx).unwrap();
@@ -240,5 +301,9 @@ fn multiqueue_spreads_flows_and_learns_from_writes() {
     }
     let mut after = BTreeMap::new();
     collect(&mut queues, 3, &mut after);
-    assert_eq!(after.get(&sport), Some(&BTreeSet::from([q_other])), "flow did not follow the write queue");
+    assert_eq!(
+        after.get(&sport),
+        Some(&BTreeSet::from([q_other])),
+        "flow did not follow the write queue"
+    );
 }

@@ -14,8 +14,16 @@ use esparto_io::{RxBatch, TxBatch};
 
 fn round_trip(pair: &Pair, src: SocketAddr, dst: SocketAddr) {
     let cfg = UdpConfig::default();
-    let mut rx = pair.b.run(|| UdpSocket::bind(dst, &cfg, true)).unwrap().unwrap();
-    let mut tx = pair.a.run(|| UdpSocket::bind(src, &cfg, false)).unwrap().unwrap();
+    let mut rx = pair
+        .b
+        .run(|| UdpSocket::bind(dst, &cfg, true))
+        .unwrap()
+        .unwrap();
+    let mut tx = pair
+        .a
+        .run(|| UdpSocket::bind(src, &cfg, false))
+        .unwrap()
+        .unwrap();
     assert!(rx.gro_enabled());
 
     // 150 datagrams: runs of 1400 bytes (64 per GSO send at most), a short
@@ -36,7 +44,10 @@ fn round_trip(pair: &Pair, src: SocketAddr, dst: SocketAddr) {
     assert_eq!(tx.send_batch(&batch).unwrap(), 150);
     let st = tx.stats();
     assert_eq!(st.tx_calls, 1, "one sendmmsg");
-    assert!(st.tx_msgs <= 6, "GSO folded 150 datagrams into few sends: {st:?}");
+    assert!(
+        st.tx_msgs <= 6,
+        "GSO folded 150 datagrams into few sends: {st:?}"
+    );
 
     let mut rxb = RxBatch::new(16, 0, GRO_SLOT_LEN, 1024);
     let mut got = Vec::new();
@@ -51,7 +62,10 @@ fn round_trip(pair: &Pair, src: SocketAddr, dst: SocketAddr) {
     assert_eq!(got.len(), 150);
     assert!(got == sent, "datagrams differ after GSO → GRO → split");
     let rs = rx.stats();
-    assert!(rs.rx_msgs < 150 / 10, "arrived GRO'd, not one by one: {rs:?}");
+    assert!(
+        rs.rx_msgs < 150 / 10,
+        "arrived GRO'd, not one by one: {rs:?}"
+    );
     assert_eq!(rs.rx_datagrams, 150);
 }
 
@@ -59,14 +73,42 @@ fn round_trip(pair: &Pair, src: SocketAddr, dst: SocketAddr) {
 fn gso_to_gro_ipv4() {
     require_netns!("gso_to_gro_ipv4");
     let pair = Pair::new("gro4", "10.203.0.1/24", "10.203.0.2/24").unwrap();
-    round_trip(&pair, "10.203.0.1:0".parse().unwrap(), "10.203.0.2:4500".parse().unwrap());
+    round_trip(
+        &pair,
+        "10.203.0.1:0".parse().unwrap(),
+        "10.203.0.2:4500".parse().unwrap(),
+    );
 }
 
 #[test]
 fn gso_to_gro_ipv6() {
     require_netns!("gso_to_gro_ipv6");
     let pair = Pair::new("gro6", "10.204.0.1/24", "10.204.0.2/24").unwrap();
-    pair.a.ip(&["-6", "addr", "add", "fd00:204::1/64", "dev", "veth0", "nodad"]).unwrap();
-    pair.b.ip(&["-6", "addr", "add", "fd00:204::2/64", "dev", "veth1", "nodad"]).unwrap();
-    round_trip(&pair, "[fd00:204::1]:0".parse().unwrap(), "[fd00:204::2]:4500".parse().unwrap());
+    pair.a
+        .ip(&[
+            "-6",
+            "addr",
+            "add",
+            "fd00:204::1/64",
+            "dev",
+            "veth0",
+            "nodad",
+        ])
+        .unwrap();
+    pair.b
+        .ip(&[
+            "-6",
+            "addr",
+            "add",
+            "fd00:204::2/64",
+            "dev",
+            "veth1",
+            "nodad",
+        ])
+        .unwrap();
+    round_trip(
+        &pair,
+        "[fd00:204::1]:0".parse().unwrap(),
+        "[fd00:204::2]:4500".parse().unwrap(),
+    );
 }

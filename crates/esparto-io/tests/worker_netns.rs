@@ -58,7 +58,9 @@ impl Datapath for PlainTunnel {
 
     fn outbound(&mut self, _now: Instant, pkts: &mut RxBatch, out: &mut TxBatch) {
         let Some(peer) = self.peer else {
-            self.counters.no_peer.fetch_add(pkts.len() as u64, Ordering::Relaxed);
+            self.counters
+                .no_peer
+                .fetch_add(pkts.len() as u64, Ordering::Relaxed);
             return;
         };
         for (p, _) in pkts.iter() {
@@ -73,7 +75,13 @@ impl Datapath for PlainTunnel {
         }
     }
 
-    fn inbound(&mut self, _now: Instant, dgrams: &mut RxBatch, to_tun: &mut TxBatch, to_control: &mut TxBatch) {
+    fn inbound(
+        &mut self,
+        _now: Instant,
+        dgrams: &mut RxBatch,
+        to_tun: &mut TxBatch,
+        to_control: &mut TxBatch,
+    ) {
         for (d, peer) in dgrams.iter() {
             let idx = steer_index(d, WORKERS);
             if idx == WORKERS {
@@ -98,7 +106,13 @@ struct Gateway {
     counters: Arc<Counters>,
 }
 
-fn gateway(ns: &Netns, tun_name: &str, tun_addr: Ipv4Addr, bind: SocketAddr, ctl: mpsc::Sender<ControlDatagram>) -> Gateway {
+fn gateway(
+    ns: &Netns,
+    tun_name: &str,
+    tun_addr: Ipv4Addr,
+    bind: SocketAddr,
+    ctl: mpsc::Sender<ControlDatagram>,
+) -> Gateway {
     let (tun, group) = ns
         .run(|| {
             let tun = TunDevice::create(&TunConfig {
@@ -124,21 +138,45 @@ fn gateway(ns: &Netns, tun_name: &str, tun_addr: Ipv4Addr, bind: SocketAddr, ctl
             counters: counters.clone(),
         })
         .collect();
-    let cfg = WorkerConfig { tick: Duration::from_millis(20), ..WorkerConfig::default() };
-    let UdpGroup { workers: socks, control } = group;
+    let cfg = WorkerConfig {
+        tick: Duration::from_millis(20),
+        ..WorkerConfig::default()
+    };
+    let UdpGroup {
+        workers: socks,
+        control,
+    } = group;
     let workers = Workers::spawn(&cfg, tun.into_queues(), socks, dps, Some(ctl)).unwrap();
-    Gateway { workers, control, counters }
+    Gateway {
+        workers,
+        control,
+        counters,
+    }
 }
 
 #[test]
 fn two_gateways_carry_tcp_and_shut_down_cleanly() {
     require_netns!("two_gateways_carry_tcp_and_shut_down_cleanly");
     let pair = Pair::new("gw", "10.205.0.1/24", "10.205.0.2/24").unwrap();
-    let (west_ul, east_ul): (SocketAddr, SocketAddr) =
-        ("10.205.0.1:4500".parse().unwrap(), "10.205.0.2:4500".parse().unwrap());
+    let (west_ul, east_ul): (SocketAddr, SocketAddr) = (
+        "10.205.0.1:4500".parse().unwrap(),
+        "10.205.0.2:4500".parse().unwrap(),
+    );
     let (ctl_tx, ctl_rx) = mpsc::channel();
-    let west = gateway(&pair.a, "tunW", Ipv4Addr::new(10, 90, 0, 1), west_ul, ctl_tx.clone());
-    let east = gateway(&pair.b, "tunE", Ipv4Addr::new(10, 90, 0, 2), east_ul, ctl_tx);
+    let west = gateway(
+        &pair.a,
+        "tunW",
+        Ipv4Addr::new(10, 90, 0, 1),
+        west_ul,
+        ctl_tx.clone(),
+    );
+    let east = gateway(
+        &pair.b,
+        "tunE",
+        Ipv4Addr::new(10, 90, 0, 2),
+        east_ul,
+        ctl_tx,
+    );
 
     // Commands: tell every worker its peer, then check each applied it.
     for k in 0..WORKERS {
@@ -156,7 +194,11 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
     // A TCP stream west → east across the tunnel.
     const LEN: usize = 4 << 20;
     let data = Arc::new(common::pattern(LEN, 5));
-    let listener = pair.b.run(|| TcpListener::bind("10.90.0.2:5001")).unwrap().unwrap();
+    let listener = pair
+        .b
+        .run(|| TcpListener::bind("10.90.0.2:5001"))
+        .unwrap()
+        .unwrap();
     let server = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let mut got = Vec::new();
@@ -167,16 +209,27 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
     let client = pair
         .a
         .run(move || {
-            let mut s = TcpStream::connect_timeout(&"10.90.0.2:5001".parse().unwrap(), Duration::from_secs(5))?;
+            let mut s = TcpStream::connect_timeout(
+                &"10.90.0.2:5001".parse().unwrap(),
+                Duration::from_secs(5),
+            )?;
             s.write_all(&d2)
         })
         .unwrap();
     client.unwrap();
     let got = server.join().unwrap();
-    assert!(got == *data, "stream corrupted: {} of {LEN} bytes", got.len());
+    assert!(
+        got == *data,
+        "stream corrupted: {} of {LEN} bytes",
+        got.len()
+    );
 
     // IKE (non-ESP marker) to east:4500 lands on the control socket, not a worker.
-    let ike_src = pair.a.run(|| std::net::UdpSocket::bind("10.205.0.1:0")).unwrap().unwrap();
+    let ike_src = pair
+        .a
+        .run(|| std::net::UdpSocket::bind("10.205.0.1:0"))
+        .unwrap()
+        .unwrap();
     let mut ike = vec![0u8; 4];
     ike.extend(common::pattern(36, 1));
     ike_src.send_to(&ike, east_ul).unwrap();
@@ -192,7 +245,11 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
 
     assert!(west.counters.ticks.load(Ordering::Relaxed) > 0, "ticks run");
     assert_eq!(west.counters.strays.load(Ordering::Relaxed), 0);
-    assert_eq!(east.counters.strays.load(Ordering::Relaxed), 0, "every datagram reached its SA's worker");
+    assert_eq!(
+        east.counters.strays.load(Ordering::Relaxed),
+        0,
+        "every datagram reached its SA's worker"
+    );
 
     let west_reports = west.workers.shutdown();
     let east_reports = east.workers.shutdown();
@@ -210,6 +267,12 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
     }
     eprintln!("west: {west_reports:#?}\neast: {east_reports:#?}");
     // Queues closed → the TUN devices are gone.
-    assert!(pair.a.ip(&["link", "show", "tunW"]).is_err(), "tunW still exists");
-    assert!(pair.b.ip(&["link", "show", "tunE"]).is_err(), "tunE still exists");
+    assert!(
+        pair.a.ip(&["link", "show", "tunW"]).is_err(),
+        "tunW still exists"
+    );
+    assert!(
+        pair.b.ip(&["link", "show", "tunE"]).is_err(),
+        "tunE still exists"
+    );
 }

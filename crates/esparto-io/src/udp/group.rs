@@ -23,7 +23,10 @@ impl UdpGroup {
     /// program. Must run in the network namespace the sockets belong to.
     pub fn bind(addr: SocketAddr, workers: usize, cfg: &UdpConfig) -> io::Result<Self> {
         if workers == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "at least one worker"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "at least one worker",
+            ));
         }
         let mut socks = Vec::with_capacity(workers);
         let first = UdpSocket::bind(addr, cfg, true)?;
@@ -35,7 +38,10 @@ impl UdpGroup {
         }
         let control = UdpSocket::bind(addr, cfg, true)?;
         steer::attach_steering(&socks[0], workers)?;
-        Ok(Self { workers: socks, control })
+        Ok(Self {
+            workers: socks,
+            control,
+        })
     }
 
     /// The shared local address.
@@ -43,4 +49,3 @@ impl UdpGroup {
         self.control.local_addr()
     }
 }
-

@@ -28,7 +28,13 @@ unsafe impl Send for Scratch {}
 
 impl Scratch {
     pub(super) fn new() -> Self {
-        Self { msgs: Vec::new(), iovs: Vec::new(), names: Vec::new(), cmsgs: Vec::new(), groups: Vec::new() }
+        Self {
+            msgs: Vec::new(),
+            iovs: Vec::new(),
+            names: Vec::new(),
+            cmsgs: Vec::new(),
+            groups: Vec::new(),
+        }
     }
 
     /// Grow to at least `n` of everything (allocates only when a batch is
@@ -47,7 +53,6 @@ impl Scratch {
         }
     }
 }
-
 
 /// Write a `SOL_UDP`/`UDP_SEGMENT` control message into `h`'s control buffer
 /// and shrink `msg_controllen` to what it uses.
@@ -82,4 +87,3 @@ pub(super) fn gro_segment_size(h: &libc::msghdr) -> Option<usize> {
     }
     None
 }
-

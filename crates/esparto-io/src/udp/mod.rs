@@ -107,7 +107,6 @@ pub struct UdpStats {
     pub gso_fallbacks: u64,
 }
 
-
 mod group;
 mod mmsg;
 
@@ -210,7 +209,11 @@ impl UdpSocket {
                 raw.len,
             )
         };
-        if rc < 0 { Err(sys::last_err()) } else { Ok(rc as usize) }
+        if rc < 0 {
+            Err(sys::last_err())
+        } else {
+            Ok(rc as usize)
+        }
     }
 
     /// Receive one datagram without GRO splitting (control path). Returns
@@ -232,9 +235,14 @@ impl UdpSocket {
         };
         if rc < 0 {
             let e = sys::last_err();
-            return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(None)
+            } else {
+                Err(e)
+            };
         }
-        let peer = sys::to_std(&storage, len).ok_or_else(|| io::Error::other("bad peer address"))?;
+        let peer =
+            sys::to_std(&storage, len).ok_or_else(|| io::Error::other("bad peer address"))?;
         Ok(Some((rc as usize, peer)))
     }
 
@@ -298,7 +306,10 @@ impl UdpSocket {
                 continue;
             }
             let peer = sys::to_std(&s.names[i], m.msg_hdr.msg_namelen);
-            let seg = gro_segment_size(&m.msg_hdr).filter(|g| *g > 0).unwrap_or(len).max(1);
+            let seg = gro_segment_size(&m.msg_hdr)
+                .filter(|g| *g > 0)
+                .unwrap_or(len)
+                .max(1);
             let mut off = 0;
             while off < len {
                 let this = seg.min(len - off);
@@ -344,7 +355,12 @@ impl UdpSocket {
             // SAFETY: msgs[..msgs] were initialised by build_send and point at
             // slots of `batch`, names, cmsgs and iovs, all borrowed for the call.
             let rc = unsafe {
-                libc::sendmmsg(self.fd.as_raw_fd(), s.msgs.as_mut_ptr(), msgs as libc::c_uint, 0)
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    s.msgs.as_mut_ptr(),
+                    msgs as libc::c_uint,
+                    0,
+                )
             };
             self.stats.tx_calls += 1;
             if rc > 0 {
@@ -451,13 +467,11 @@ impl UdpSocket {
     }
 }
 
-
 /// The first four payload bytes of datagram `i` (its SPI), if it has them.
 fn spi_of(batch: &TxBatch, i: usize) -> Option<[u8; 4]> {
     let p = batch.packet(i)?;
     p.get(..4).and_then(|b| b.try_into().ok())
 }
-
 
 /// Ask for `bytes` of socket buffer, forcing past the sysctl cap if we may.
 fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: usize) -> io::Result<()> {
@@ -467,7 +481,6 @@ fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: usize) -
     }
     sys::setsockopt_int(fd, libc::SOL_SOCKET, plain, v)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -540,7 +553,10 @@ mod tests {
 
     #[test]
     fn plain_sendmmsg_when_gso_off() {
-        let cfg = UdpConfig { gso: false, ..UdpConfig::default() };
+        let cfg = UdpConfig {
+            gso: false,
+            ..UdpConfig::default()
+        };
         let (mut tx, mut rx) = lo_pair(&cfg);
         let dst = rx.local_addr();
         let mut batch = TxBatch::new(16, 0, 1500);
@@ -571,7 +587,9 @@ mod tests {
         let (mut tx, mut rx) = lo_pair(&cfg);
         let mut batch = TxBatch::new(64, 0, 1500);
         for seq in 0..40 {
-            batch.push(Some(rx.local_addr()), &datagram(9, seq, 1200)).unwrap();
+            batch
+                .push(Some(rx.local_addr()), &datagram(9, seq, 1200))
+                .unwrap();
         }
         tx.send_batch(&batch).unwrap();
         let mut rxb = RxBatch::new(4, 0, GRO_SLOT_LEN, 256);
@@ -600,4 +618,3 @@ mod tests {
         assert!(rx.recv_from(&mut [0u8; 64]).unwrap().is_none());
     }
 }
-

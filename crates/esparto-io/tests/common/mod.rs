@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 macro_rules! require_netns {
     ($name:expr) => {
         if !esparto_io::netns::available() {
-            eprintln!("SKIP {}: needs root and iproute2 (network namespaces)", $name);
+            eprintln!(
+                "SKIP {}: needs root and iproute2 (network namespaces)",
+                $name
+            );
             return;
         }
     };
@@ -112,7 +115,10 @@ pub fn udp4(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), payload: &[u8]) -> Vec<u
 pub fn ports4(pkt: &[u8]) -> Option<(u16, u16)> {
     let ihl = usize::from(pkt.first()? & 0xf) * 4;
     let l4 = pkt.get(ihl..ihl + 4)?;
-    Some((u16::from_be_bytes([l4[0], l4[1]]), u16::from_be_bytes([l4[2], l4[3]])))
+    Some((
+        u16::from_be_bytes([l4[0], l4[1]]),
+        u16::from_be_bytes([l4[2], l4[3]]),
+    ))
 }
 
 /// Poll `f` until it returns true or `timeout` passes.
@@ -142,7 +148,11 @@ pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
 
 #[test]
 fn oracle_accepts_what_it_builds() {
-    let p = udp4((Ipv4Addr::new(10, 0, 0, 1), 1000), (Ipv4Addr::new(10, 0, 0, 2), 2000), b"hello!!");
+    let p = udp4(
+        (Ipv4Addr::new(10, 0, 0, 1), 1000),
+        (Ipv4Addr::new(10, 0, 0, 2), 2000),
+        b"hello!!",
+    );
     assert_eq!(checksum_error(&p), None);
     let mut bad = p.clone();
     bad[30] ^= 1;
