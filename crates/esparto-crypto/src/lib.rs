@@ -13,7 +13,7 @@
 //!   It is the data plane's inner loop: keys are expanded once in
 //!   [`EspCipher::new`]; [`EspCipher::seal`] and [`EspCipher::open`] neither
 //!   allocate nor copy the payload.
-//! * `ike` (next commit): [`ike::Prf`] and prf+ (RFC 7296 §2.13), Diffie-Hellman /
+//! * [`ike`]: [`ike::Prf`] and prf+ (RFC 7296 §2.13), Diffie-Hellman /
 //!   ECDH groups ([`ike::KeGroup`]) with IKEv2 wire encodings and peer-value
 //!   validation, and [`ike::IkeCipher`] for the Encrypted (SK) payload
 //!   (RFC 7296 §3.14, RFC 5282, RFC 7634).
@@ -27,6 +27,7 @@
 //! in through [`Rng`], so every test here is deterministic.
 
 pub mod esp;
+pub mod ike;
 mod primitive;
 pub mod rand;
 mod secret;
