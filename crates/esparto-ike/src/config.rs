@@ -140,7 +140,10 @@ impl ChildConfig {
         esp_proposals: &str,
     ) -> Result<Self, ConfigError> {
         let ts = |s: &str| -> Result<Vec<TsConfig>, ConfigError> {
-            s.split(',').filter(|w| !w.trim().is_empty()).map(|w| Ok(TsConfig::parse(w)?)).collect()
+            s.split(',')
+                .filter(|w| !w.trim().is_empty())
+                .map(|w| Ok(TsConfig::parse(w)?))
+                .collect()
         };
         let c = ChildConfig {
             name: name.into(),
@@ -161,7 +164,11 @@ impl ChildConfig {
         if self.esp_proposals.is_empty() {
             return Err(ConfigError::Invalid("child without ESP proposals"));
         }
-        if self.esp_proposals.iter().any(|p| p.protocol != Protocol::Esp) {
+        if self
+            .esp_proposals
+            .iter()
+            .any(|p| p.protocol != Protocol::Esp)
+        {
             return Err(ConfigError::Invalid("child proposal is not ESP"));
         }
         Ok(())
@@ -236,7 +243,10 @@ impl Connection {
 
     /// The local identity, defaulting to the local IKE address.
     pub fn local_id(&self, local: IpAddr) -> Identity {
-        self.local.id.clone().unwrap_or_else(|| Identity::from(local))
+        self.local
+            .id
+            .clone()
+            .unwrap_or_else(|| Identity::from(local))
     }
 
     /// Does the configured remote identity accept `peer`?
@@ -255,7 +265,9 @@ pub struct Psk {
 
 impl core::fmt::Debug for Psk {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Psk").field("ids", &self.ids).finish_non_exhaustive()
+        f.debug_struct("Psk")
+            .field("ids", &self.ids)
+            .finish_non_exhaustive()
     }
 }
 
@@ -269,7 +281,10 @@ pub struct Secrets {
 impl Secrets {
     /// Add a key for the given identities.
     pub fn add_psk(&mut self, ids: &[Identity], secret: &[u8]) {
-        self.psks.push(Psk { ids: ids.to_vec(), secret: SecretBytes::from_slice(secret) });
+        self.psks.push(Psk {
+            ids: ids.to_vec(),
+            secret: SecretBytes::from_slice(secret),
+        });
     }
 
     /// The best key for the pair of identities, strongSwan-style: a key
@@ -394,15 +409,33 @@ mod tests {
         let carol = Identity::parse("carol@x").unwrap();
         let mut s = Secrets::default();
         s.add_psk(&[], b"wild");
-        s.add_psk(&[moon.clone()], b"moon-only");
+        s.add_psk(std::slice::from_ref(&moon), b"moon-only");
         s.add_psk(&[moon.clone(), sun.clone()], b"moon-sun");
-        s.add_psk(&[carol.clone()], b"carol");
+        s.add_psk(std::slice::from_ref(&carol), b"carol");
         assert_eq!(s.find_psk(&moon, &sun).unwrap().as_slice(), b"moon-sun");
         assert_eq!(s.find_psk(&sun, &moon).unwrap().as_slice(), b"moon-sun");
         assert_eq!(s.find_psk(&moon, &carol).unwrap().as_slice(), b"carol");
-        assert_eq!(s.find_psk(&moon, &Identity::parse("@x").unwrap()).unwrap().as_slice(), b"moon-only");
-        assert_eq!(s.find_psk(&sun, &Identity::parse("@x").unwrap()).unwrap().as_slice(), b"moon-sun");
-        assert_eq!(s.find_psk(&Identity::parse("@y").unwrap(), &Identity::parse("@x").unwrap()).unwrap().as_slice(), b"wild");
+        assert_eq!(
+            s.find_psk(&moon, &Identity::parse("@x").unwrap())
+                .unwrap()
+                .as_slice(),
+            b"moon-only"
+        );
+        assert_eq!(
+            s.find_psk(&sun, &Identity::parse("@x").unwrap())
+                .unwrap()
+                .as_slice(),
+            b"moon-sun"
+        );
+        assert_eq!(
+            s.find_psk(
+                &Identity::parse("@y").unwrap(),
+                &Identity::parse("@x").unwrap()
+            )
+            .unwrap()
+            .as_slice(),
+            b"wild"
+        );
         let mut t = Secrets::default();
         t.add_psk(&[carol], b"c");
         assert!(t.find_psk(&moon, &sun).is_none());
@@ -412,11 +445,14 @@ mod tests {
     fn connection_validation() {
         let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
         assert!(c.validate().is_err(), "no children");
-        c.children.push(ChildConfig::new("net", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap());
+        c.children
+            .push(ChildConfig::new("net", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap());
         c.validate().unwrap();
         assert!(c.child("net").is_some());
         assert!(Connection::new("gw", "").is_err());
         assert!(ChildConfig::new("n", "", "10.2.0.0/16", "aes256gcm16").is_err());
-        assert!(ChildConfig::new("n", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16-prfsha256").is_err());
+        assert!(
+            ChildConfig::new("n", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16-prfsha256").is_err()
+        );
     }
 }

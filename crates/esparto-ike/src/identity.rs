@@ -55,7 +55,10 @@ fn hex(s: &str) -> Option<Vec<u8>> {
     if s.is_empty() || s.len() % 2 != 0 {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 impl Identity {
@@ -74,10 +77,21 @@ impl Identity {
             return hex(h).map(Identity::KeyId).ok_or_else(err);
         }
         if let Some(f) = s.strip_prefix("fqdn:").or_else(|| s.strip_prefix('@')) {
-            return if f.is_empty() { Err(err()) } else { Ok(Identity::Fqdn(f.to_string())) };
+            return if f.is_empty() {
+                Err(err())
+            } else {
+                Ok(Identity::Fqdn(f.to_string()))
+            };
         }
-        if let Some(e) = s.strip_prefix("email:").or_else(|| s.strip_prefix("rfc822:")) {
-            return if e.is_empty() { Err(err()) } else { Ok(Identity::UserFqdn(e.to_string())) };
+        if let Some(e) = s
+            .strip_prefix("email:")
+            .or_else(|| s.strip_prefix("rfc822:"))
+        {
+            return if e.is_empty() {
+                Err(err())
+            } else {
+                Ok(Identity::UserFqdn(e.to_string()))
+            };
         }
         if let Ok(ip) = s.parse::<IpAddr>() {
             return Ok(Identity::from(ip));
@@ -110,9 +124,7 @@ impl Identity {
     pub fn from_wire(id_type: IdType, data: &[u8]) -> Option<Self> {
         Some(match id_type {
             IdType::IPV4_ADDR => Identity::Ipv4(Ipv4Addr::from(<[u8; 4]>::try_from(data).ok()?)),
-            IdType::IPV6_ADDR => {
-                Identity::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(data).ok()?))
-            }
+            IdType::IPV6_ADDR => Identity::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(data).ok()?)),
             IdType::FQDN => Identity::Fqdn(String::from_utf8(data.to_vec()).ok()?),
             IdType::RFC822_ADDR => Identity::UserFqdn(String::from_utf8(data.to_vec()).ok()?),
             IdType::KEY_ID => Identity::KeyId(data.to_vec()),
@@ -124,9 +136,8 @@ impl Identity {
     pub fn matches(&self, other: &Identity) -> bool {
         match (self, other) {
             (Identity::Any, _) => true,
-            (Identity::Fqdn(a), Identity::Fqdn(b)) | (Identity::UserFqdn(a), Identity::UserFqdn(b)) => {
-                a.eq_ignore_ascii_case(b)
-            }
+            (Identity::Fqdn(a), Identity::Fqdn(b))
+            | (Identity::UserFqdn(a), Identity::UserFqdn(b)) => a.eq_ignore_ascii_case(b),
             (a, b) => a == b,
         }
     }
@@ -169,13 +180,34 @@ mod tests {
 
     #[test]
     fn parses_notations() {
-        assert_eq!(Identity::parse("192.0.2.1").unwrap(), Identity::Ipv4([192, 0, 2, 1].into()));
-        assert!(matches!(Identity::parse("2001:db8::1").unwrap(), Identity::Ipv6(_)));
-        assert_eq!(Identity::parse("@moon.example").unwrap(), Identity::Fqdn("moon.example".into()));
-        assert_eq!(Identity::parse("moon.example").unwrap(), Identity::Fqdn("moon.example".into()));
-        assert_eq!(Identity::parse("carol@example.org").unwrap(), Identity::UserFqdn("carol@example.org".into()));
-        assert_eq!(Identity::parse("keyid:0a0B").unwrap(), Identity::KeyId(vec![0x0a, 0x0b]));
-        assert_eq!(Identity::parse("@#0a0b").unwrap(), Identity::KeyId(vec![0x0a, 0x0b]));
+        assert_eq!(
+            Identity::parse("192.0.2.1").unwrap(),
+            Identity::Ipv4([192, 0, 2, 1].into())
+        );
+        assert!(matches!(
+            Identity::parse("2001:db8::1").unwrap(),
+            Identity::Ipv6(_)
+        ));
+        assert_eq!(
+            Identity::parse("@moon.example").unwrap(),
+            Identity::Fqdn("moon.example".into())
+        );
+        assert_eq!(
+            Identity::parse("moon.example").unwrap(),
+            Identity::Fqdn("moon.example".into())
+        );
+        assert_eq!(
+            Identity::parse("carol@example.org").unwrap(),
+            Identity::UserFqdn("carol@example.org".into())
+        );
+        assert_eq!(
+            Identity::parse("keyid:0a0B").unwrap(),
+            Identity::KeyId(vec![0x0a, 0x0b])
+        );
+        assert_eq!(
+            Identity::parse("@#0a0b").unwrap(),
+            Identity::KeyId(vec![0x0a, 0x0b])
+        );
         assert_eq!(Identity::parse("%any").unwrap(), Identity::Any);
         assert!(Identity::parse("C=CH, O=strongSwan").is_err());
         assert!(Identity::parse("keyid:abc").is_err());
@@ -184,7 +216,13 @@ mod tests {
 
     #[test]
     fn wire_round_trip() {
-        for s in ["192.0.2.1", "2001:db8::1", "@moon.example", "carol@example.org", "keyid:0102"] {
+        for s in [
+            "192.0.2.1",
+            "2001:db8::1",
+            "@moon.example",
+            "carol@example.org",
+            "keyid:0102",
+        ] {
             let id = Identity::parse(s).unwrap();
             let (t, d) = id.to_wire().unwrap();
             assert_eq!(Identity::from_wire(t, &d).unwrap(), id, "{s}");

@@ -90,9 +90,14 @@ impl PrfAlg {
         }
     }
     fn from_id(id: u16) -> Option<Self> {
-        [PrfAlg::HmacSha1, PrfAlg::HmacSha256, PrfAlg::HmacSha384, PrfAlg::HmacSha512]
-            .into_iter()
-            .find(|p| p.id() == id)
+        [
+            PrfAlg::HmacSha1,
+            PrfAlg::HmacSha256,
+            PrfAlg::HmacSha384,
+            PrfAlg::HmacSha512,
+        ]
+        .into_iter()
+        .find(|p| p.id() == id)
     }
 }
 
@@ -119,9 +124,14 @@ impl IntegAlg {
         }
     }
     fn from_id(id: u16) -> Option<Self> {
-        [IntegAlg::HmacSha1_96, IntegAlg::HmacSha256_128, IntegAlg::HmacSha384_192, IntegAlg::HmacSha512_256]
-            .into_iter()
-            .find(|p| p.id() == id)
+        [
+            IntegAlg::HmacSha1_96,
+            IntegAlg::HmacSha256_128,
+            IntegAlg::HmacSha384_192,
+            IntegAlg::HmacSha512_256,
+        ]
+        .into_iter()
+        .find(|p| p.id() == id)
     }
     /// The PRF strongSwan derives from this integrity keyword when an IKE
     /// proposal names no PRF.
@@ -163,9 +173,15 @@ impl KeMethod {
     }
     /// From the IANA number.
     pub fn from_id(id: u16) -> Option<Self> {
-        [KeMethod::Modp2048, KeMethod::Modp3072, KeMethod::Ecp256, KeMethod::Ecp384, KeMethod::Curve25519]
-            .into_iter()
-            .find(|k| k.id() == id)
+        [
+            KeMethod::Modp2048,
+            KeMethod::Modp3072,
+            KeMethod::Ecp256,
+            KeMethod::Ecp384,
+            KeMethod::Curve25519,
+        ]
+        .into_iter()
+        .find(|k| k.id() == id)
     }
 }
 
@@ -266,7 +282,10 @@ fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
 impl Proposal {
     /// Parse one proposal in strongSwan syntax for `protocol`.
     pub fn parse(protocol: Protocol, s: &str) -> Result<Self, ProposalError> {
-        let err = |reason| ProposalError { proposal: s.to_string(), reason };
+        let err = |reason| ProposalError {
+            proposal: s.to_string(),
+            reason,
+        };
         let mut p = Proposal {
             protocol,
             encr: vec![],
@@ -326,7 +345,10 @@ impl Proposal {
 
     /// Parse a comma-separated list of proposals (swanctl's `proposals = a, b`).
     pub fn parse_list(protocol: Protocol, s: &str) -> Result<Vec<Self>, ProposalError> {
-        s.split(',').filter(|w| !w.trim().is_empty()).map(|w| Self::parse(protocol, w)).collect()
+        s.split(',')
+            .filter(|w| !w.trim().is_empty())
+            .map(|w| Self::parse(protocol, w))
+            .collect()
     }
 
     /// The wire form, numbered `number`, with `spi`. `with_ke = false`
@@ -335,15 +357,34 @@ impl Proposal {
     pub fn to_wire(&self, number: u8, spi: Spi, with_ke: bool) -> ProposalRepr {
         let mut t = Vec::new();
         t.extend(self.encr.iter().map(|e| e.transform()));
-        t.extend(self.prf.iter().map(|p| TransformRepr::new(TransformType::PRF, p.id())));
-        t.extend(self.integ.iter().map(|i| TransformRepr::new(TransformType::INTEG, i.id())));
+        t.extend(
+            self.prf
+                .iter()
+                .map(|p| TransformRepr::new(TransformType::PRF, p.id())),
+        );
+        t.extend(
+            self.integ
+                .iter()
+                .map(|i| TransformRepr::new(TransformType::INTEG, i.id())),
+        );
         if with_ke {
-            t.extend(self.ke.iter().map(|k| TransformRepr::new(TransformType::KE, k.id())));
+            t.extend(
+                self.ke
+                    .iter()
+                    .map(|k| TransformRepr::new(TransformType::KE, k.id())),
+            );
         }
-        t.extend(self.esn.iter().map(|&e| {
-            TransformRepr::new(TransformType::ESN, if e { esn::YES } else { esn::NO })
-        }));
-        ProposalRepr { number, protocol: self.protocol.id(), spi, transforms: t }
+        t.extend(
+            self.esn.iter().map(|&e| {
+                TransformRepr::new(TransformType::ESN, if e { esn::YES } else { esn::NO })
+            }),
+        );
+        ProposalRepr {
+            number,
+            protocol: self.protocol.id(),
+            spi,
+            transforms: t,
+        }
     }
 
     /// Try to satisfy this configured proposal from one offered proposal.
@@ -354,13 +395,16 @@ impl Proposal {
         }
         // §3.3.6: a proposal with a transform type or attribute we do not
         // understand is rejected as a whole.
-        if offered.transforms.iter().any(|t| t.unknown_attribute || !(1..=5).contains(&t.kind.0)) {
+        if offered
+            .transforms
+            .iter()
+            .any(|t| t.unknown_attribute || !(1..=5).contains(&t.kind.0))
+        {
             return None;
         }
         let of = |k| offered.transforms_of(k);
-        let e = of(TransformType::ENCR).find_map(|t| {
-            EncrAlg::from_transform(t).filter(|e| self.encr.contains(e))
-        })?;
+        let e = of(TransformType::ENCR)
+            .find_map(|t| EncrAlg::from_transform(t).filter(|e| self.encr.contains(e)))?;
         let prf = match self.protocol {
             Protocol::Ike => Some(
                 of(TransformType::PRF)
@@ -422,7 +466,15 @@ impl Proposal {
                 }
             }
         };
-        Some(Selected { number: offered.number, spi: offered.spi, encr: e, prf, integ, ke, esn })
+        Some(Selected {
+            number: offered.number,
+            spi: offered.spi,
+            encr: e,
+            prf,
+            integ,
+            ke,
+            esn,
+        })
     }
 
     /// Responder side (§2.7): the first offered proposal, in the initiator's
@@ -432,7 +484,9 @@ impl Proposal {
         offered: &[ProposalRepr],
         ignore_ke: bool,
     ) -> Option<Selected> {
-        offered.iter().find_map(|o| ours.iter().find_map(|p| p.select_from(o, ignore_ke)))
+        offered
+            .iter()
+            .find_map(|o| ours.iter().find_map(|p| p.select_from(o, ignore_ke)))
     }
 
     /// Initiator side: the responder's answer must be a single proposal with
@@ -443,7 +497,13 @@ impl Proposal {
         ignore_ke: bool,
     ) -> Option<Selected> {
         let [answer] = response else { return None };
-        for kind in [TransformType::ENCR, TransformType::PRF, TransformType::INTEG, TransformType::KE, TransformType::ESN] {
+        for kind in [
+            TransformType::ENCR,
+            TransformType::PRF,
+            TransformType::INTEG,
+            TransformType::KE,
+            TransformType::ESN,
+        ] {
             if answer.transforms_of(kind).count() > 1 {
                 return None;
             }
@@ -483,7 +543,11 @@ impl Selected {
             prf: self.prf.into_iter().collect(),
             integ: self.integ.into_iter().collect(),
             ke: self.ke.into_iter().collect(),
-            esn: if protocol == Protocol::Esp { vec![self.esn] } else { vec![] },
+            esn: if protocol == Protocol::Esp {
+                vec![self.esn]
+            } else {
+                vec![]
+            },
         };
         p.to_wire(self.number, spi, true)
     }
@@ -516,7 +580,12 @@ mod tests {
         let e = Proposal::parse(Protocol::Esp, "chacha20poly1305-x25519-esn").unwrap();
         assert_eq!(e.ke, [KeMethod::Curve25519]);
         assert_eq!(e.esn, [true]);
-        assert_eq!(Proposal::parse_list(Protocol::Esp, "aes256gcm16, aes128gcm16").unwrap().len(), 2);
+        assert_eq!(
+            Proposal::parse_list(Protocol::Esp, "aes256gcm16, aes128gcm16")
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -547,21 +616,37 @@ mod tests {
         assert_eq!(s.number, 2);
         assert_eq!(s.encr, EncrAlg::AesGcm16(256));
         assert_eq!(s.prf, Some(PrfAlg::HmacSha384));
-        assert_eq!(s.ke, Some(KeMethod::Curve25519), "first offered group we accept");
+        assert_eq!(
+            s.ke,
+            Some(KeMethod::Curve25519),
+            "first offered group we accept"
+        );
         // The answer is accepted by the initiator.
         let ans = s.to_wire(Protocol::Ike, Spi::None);
-        let mine: Vec<_> = ["aes128-sha1-modp2048", "aes256gcm16-prfsha384-ecp384-x25519", "aes128gcm16-prfsha256-x25519"]
-            .iter().map(|s| ike(s)).collect();
+        let mine: Vec<_> = [
+            "aes128-sha1-modp2048",
+            "aes256gcm16-prfsha384-ecp384-x25519",
+            "aes128gcm16-prfsha256-x25519",
+        ]
+        .iter()
+        .map(|s| ike(s))
+        .collect();
         assert_eq!(Proposal::accept_response(&mine, &[ans], false), Some(s));
     }
 
     #[test]
     fn no_match_is_none() {
         let offered = [ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true)];
-        assert_eq!(Proposal::select(&[ike("aes256gcm16-prfsha256-x25519")], &offered, false), None);
+        assert_eq!(
+            Proposal::select(&[ike("aes256gcm16-prfsha256-x25519")], &offered, false),
+            None
+        );
         // Same algorithms, wrong key length.
         let offered = [ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true)];
-        assert_eq!(Proposal::select(&[ike("aes256-sha256-ecp256")], &offered, false), None);
+        assert_eq!(
+            Proposal::select(&[ike("aes256-sha256-ecp256")], &offered, false),
+            None
+        );
     }
 
     #[test]
@@ -569,7 +654,10 @@ mod tests {
         let esp = |s| Proposal::parse(Protocol::Esp, s).unwrap();
         let offered = [esp("aes256gcm16-x25519").to_wire(1, Spi::U32(0x1000), true)];
         // Without PFS configured, a KE-only offer does not match...
-        assert_eq!(Proposal::select(&[esp("aes256gcm16")], &offered, false), None);
+        assert_eq!(
+            Proposal::select(&[esp("aes256gcm16")], &offered, false),
+            None
+        );
         // ...unless KE is ignored (IKE_AUTH).
         let s = Proposal::select(&[esp("aes256gcm16")], &offered, true).unwrap();
         assert_eq!(s.spi, Spi::U32(0x1000));
@@ -582,7 +670,10 @@ mod tests {
     fn accept_response_refuses_multiple_or_foreign() {
         let mine = [ike("aes128gcm16-aes256gcm16-prfsha256-x25519")];
         // Responder echoed our whole proposal (two ENCR): refused.
-        assert_eq!(Proposal::accept_response(&mine, &[mine[0].to_wire(1, Spi::None, true)], false), None);
+        assert_eq!(
+            Proposal::accept_response(&mine, &[mine[0].to_wire(1, Spi::None, true)], false),
+            None
+        );
         // A proposal number we never sent: refused.
         let s = Proposal::select(&mine, &[mine[0].to_wire(1, Spi::None, true)], false).unwrap();
         let mut ans = s.to_wire(Protocol::Ike, Spi::None);
@@ -594,6 +685,9 @@ mod tests {
     fn unknown_attribute_rejects_proposal() {
         let mut o = ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true);
         o.transforms[0].unknown_attribute = true;
-        assert_eq!(Proposal::select(&[ike("aes128-sha256-ecp256")], &[o], false), None);
+        assert_eq!(
+            Proposal::select(&[ike("aes128-sha256-ecp256")], &[o], false),
+            None
+        );
     }
 }

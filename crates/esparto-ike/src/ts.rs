@@ -58,7 +58,13 @@ fn from_u128(v6: bool, x: u128) -> IpAddr {
 impl TrafficSelector {
     /// A selector covering exactly one host, any protocol and port.
     pub fn host(a: IpAddr) -> Self {
-        TrafficSelector { protocol: 0, start_port: 0, end_port: 65535, start: a, end: a }
+        TrafficSelector {
+            protocol: 0,
+            start_port: 0,
+            end_port: 65535,
+            start: a,
+            end: a,
+        }
     }
 
     /// A selector covering `addr/prefix`, any protocol and port.
@@ -70,9 +76,17 @@ impl TrafficSelector {
             return None;
         }
         let host_bits = bits - prefix;
-        let mask: u128 = if host_bits == 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+        let mask: u128 = if host_bits == 128 {
+            u128::MAX
+        } else {
+            (1u128 << host_bits) - 1
+        };
         let start = x & !mask;
-        let end = if v6 { start | mask } else { (start | mask) & u128::from(u32::MAX) };
+        let end = if v6 {
+            start | mask
+        } else {
+            (start | mask) & u128::from(u32::MAX)
+        };
         Some(TrafficSelector {
             protocol: 0,
             start_port: 0,
@@ -117,7 +131,13 @@ impl TrafficSelector {
         if s > e {
             return None;
         }
-        Some(TrafficSelector { protocol, start_port, end_port, start: from_u128(v6, s), end: from_u128(v6, e) })
+        Some(TrafficSelector {
+            protocol,
+            start_port,
+            end_port,
+            start: from_u128(v6, s),
+            end: from_u128(v6, e),
+        })
     }
 
     /// Is `self` entirely inside `other`?
@@ -250,20 +270,37 @@ impl TsConfig {
             Some((b, rest)) => {
                 let inner = rest.strip_suffix(']').ok_or_else(err)?;
                 let (proto, ports) = inner.split_once('/').unwrap_or((inner, ""));
-                (b, (protocol_number(proto).ok_or_else(err)?, port_range(ports).ok_or_else(err)?))
+                (
+                    b,
+                    (
+                        protocol_number(proto).ok_or_else(err)?,
+                        port_range(ports).ok_or_else(err)?,
+                    ),
+                )
             }
             None => (s, (0, (0, 65535))),
         };
         if base == "dynamic" {
-            return Ok(TsConfig::Dynamic { protocol, start_port, end_port });
+            return Ok(TsConfig::Dynamic {
+                protocol,
+                start_port,
+                end_port,
+            });
         }
         let mut ts = if let Some((a, p)) = base.split_once('/') {
             let a: IpAddr = a.parse().map_err(|_| err())?;
             let p: u8 = p.parse().map_err(|_| err())?;
             TrafficSelector::subnet(a, p).ok_or_else(err)?
         } else if let Some((a, b)) = base.split_once('-') {
-            let (a, b): (IpAddr, IpAddr) = (a.parse().map_err(|_| err())?, b.parse().map_err(|_| err())?);
-            TrafficSelector { protocol: 0, start_port: 0, end_port: 65535, start: a, end: b }
+            let (a, b): (IpAddr, IpAddr) =
+                (a.parse().map_err(|_| err())?, b.parse().map_err(|_| err())?);
+            TrafficSelector {
+                protocol: 0,
+                start_port: 0,
+                end_port: 65535,
+                start: a,
+                end: b,
+            }
         } else {
             TrafficSelector::host(base.parse().map_err(|_| err())?)
         };
@@ -280,9 +317,17 @@ impl TsConfig {
     pub fn resolve(&self, own: IpAddr) -> TrafficSelector {
         match *self {
             TsConfig::Fixed(t) => t,
-            TsConfig::Dynamic { protocol, start_port, end_port } => {
-                TrafficSelector { protocol, start_port, end_port, start: own, end: own }
-            }
+            TsConfig::Dynamic {
+                protocol,
+                start_port,
+                end_port,
+            } => TrafficSelector {
+                protocol,
+                start_port,
+                end_port,
+                start: own,
+                end: own,
+            },
         }
     }
 }
@@ -305,7 +350,10 @@ pub fn narrow(proposed: &[TrafficSelector], policy: &[TrafficSelector]) -> Vec<T
 
 /// Initiator check: every returned selector lies inside one we proposed.
 pub fn is_subset_of_any(returned: &[TrafficSelector], proposed: &[TrafficSelector]) -> bool {
-    !returned.is_empty() && returned.iter().all(|r| proposed.iter().any(|p| r.is_subset_of(p)))
+    !returned.is_empty()
+        && returned
+            .iter()
+            .all(|r| proposed.iter().any(|p| r.is_subset_of(p)))
 }
 
 #[cfg(test)]
@@ -336,9 +384,20 @@ mod tests {
         assert_eq!((t.protocol, t.start_port, t.end_port), (17, 1000, 2000));
         assert_eq!(
             TsConfig::parse("dynamic[udp/500]").unwrap(),
-            TsConfig::Dynamic { protocol: 17, start_port: 500, end_port: 500 }
+            TsConfig::Dynamic {
+                protocol: 17,
+                start_port: 500,
+                end_port: 500
+            }
         );
-        for bad in ["10.0.0.0/33", "10.0.0.9-10.0.0.1", "10.0.0.0/8[tcp", "x", "1.1.1.1-::1", "1.1.1.1[tcp/9-1]"] {
+        for bad in [
+            "10.0.0.0/33",
+            "10.0.0.9-10.0.0.1",
+            "10.0.0.0/8[tcp",
+            "x",
+            "1.1.1.1-::1",
+            "1.1.1.1[tcp/9-1]",
+        ] {
             assert!(TsConfig::parse(bad).is_err(), "{bad}");
         }
     }
@@ -357,11 +416,21 @@ mod tests {
         assert_eq!(a.intersect(&b), Some(b));
         assert!(b.is_subset_of(&a));
         assert!(!a.is_subset_of(&b));
-        assert_eq!(ts("10.0.0.0/8[tcp]").intersect(&ts("10.0.0.0/8[udp]")), None);
+        assert_eq!(
+            ts("10.0.0.0/8[tcp]").intersect(&ts("10.0.0.0/8[udp]")),
+            None
+        );
         assert_eq!(ts("10.0.0.0/8").intersect(&ts("11.0.0.0/8")), None);
         assert_eq!(ts("10.0.0.0/8").intersect(&ts("::/0")), None);
-        assert_eq!(ts("0.0.0.0/0[tcp/1-100]").intersect(&ts("0.0.0.0/0[tcp/50-200]")), Some(ts("0.0.0.0/0[tcp/50-100]")));
-        let opaque = TrafficSelector { start_port: 65535, end_port: 0, ..a };
+        assert_eq!(
+            ts("0.0.0.0/0[tcp/1-100]").intersect(&ts("0.0.0.0/0[tcp/50-200]")),
+            Some(ts("0.0.0.0/0[tcp/50-100]"))
+        );
+        let opaque = TrafficSelector {
+            start_port: 65535,
+            end_port: 0,
+            ..a
+        };
         assert_eq!(opaque.intersect(&a), None);
     }
 
@@ -387,6 +456,9 @@ mod tests {
     fn display() {
         assert_eq!(ts("10.1.0.0/16").to_string(), "10.1.0.0/16");
         assert_eq!(ts("0.0.0.0/0").to_string(), "0.0.0.0/0");
-        assert_eq!(ts("10.1.0.5-10.1.0.9[6/80]").to_string(), "10.1.0.5-10.1.0.9[6/80]");
+        assert_eq!(
+            ts("10.1.0.5-10.1.0.9[6/80]").to_string(),
+            "10.1.0.5-10.1.0.9[6/80]"
+        );
     }
 }

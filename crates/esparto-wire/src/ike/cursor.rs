@@ -71,7 +71,10 @@ impl<'a> Writer<'a> {
 
     pub(crate) fn put(&mut self, b: &[u8]) -> Result<()> {
         let end = self.pos.checked_add(b.len()).ok_or(Error::Truncated)?;
-        self.buf.get_mut(self.pos..end).ok_or(Error::Truncated)?.copy_from_slice(b);
+        self.buf
+            .get_mut(self.pos..end)
+            .ok_or(Error::Truncated)?
+            .copy_from_slice(b);
         self.pos = end;
         Ok(())
     }

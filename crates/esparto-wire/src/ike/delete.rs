@@ -35,7 +35,10 @@ impl DeleteRepr {
                 if count != 0 || !r.is_empty() {
                     return Err(Error::Malformed("Delete of IKE SA with SPIs"));
                 }
-                Ok(DeleteRepr { protocol, spis: Vec::new() })
+                Ok(DeleteRepr {
+                    protocol,
+                    spis: Vec::new(),
+                })
             }
             (ProtocolId::ESP | ProtocolId::AH, 4) => {
                 if count > limits::MAX_DELETE_SPIS {
@@ -67,7 +70,11 @@ impl DeleteRepr {
         let mut w = Writer::new(buf);
         let count = u16::try_from(self.spis.len()).map_err(|_| Error::Limit("Delete SPIs"))?;
         w.u8(self.protocol.0)?;
-        w.u8(if self.protocol == ProtocolId::IKE { 0 } else { 4 })?;
+        w.u8(if self.protocol == ProtocolId::IKE {
+            0
+        } else {
+            4
+        })?;
         w.u16(count)?;
         for spi in &self.spis {
             w.u32(*spi)?;
@@ -83,7 +90,10 @@ mod tests {
 
     #[test]
     fn esp_delete_bytes() {
-        let d = DeleteRepr { protocol: ProtocolId::ESP, spis: vec![0xc1c2c3c4, 7] };
+        let d = DeleteRepr {
+            protocol: ProtocolId::ESP,
+            spis: vec![0xc1c2c3c4, 7],
+        };
         let mut b = vec![0u8; d.buffer_len()];
         d.emit(&mut b).unwrap();
         assert_eq!(b, [3, 4, 0, 2, 0xc1, 0xc2, 0xc3, 0xc4, 0, 0, 0, 7]);
@@ -92,7 +102,10 @@ mod tests {
 
     #[test]
     fn ike_delete_bytes() {
-        let d = DeleteRepr { protocol: ProtocolId::IKE, spis: vec![] };
+        let d = DeleteRepr {
+            protocol: ProtocolId::IKE,
+            spis: vec![],
+        };
         let mut b = vec![0u8; d.buffer_len()];
         d.emit(&mut b).unwrap();
         assert_eq!(b, [1, 0, 0, 0]);

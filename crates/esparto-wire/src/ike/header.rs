@@ -290,12 +290,18 @@ mod tests {
 
     #[test]
     fn rejects_short_and_lying_lengths() {
-        assert_eq!(Header::new_checked(&BYTES[..27]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Header::new_checked(&BYTES[..27]).unwrap_err(),
+            Error::Truncated
+        );
         let mut b = BYTES;
         b[27] = 29;
         assert_eq!(Header::new_checked(&b[..]).unwrap_err(), Error::Truncated);
         b[27] = 27;
-        assert!(matches!(Header::new_checked(&b[..]), Err(Error::Malformed(_))));
+        assert!(matches!(
+            Header::new_checked(&b[..]),
+            Err(Error::Malformed(_))
+        ));
     }
 
     #[test]

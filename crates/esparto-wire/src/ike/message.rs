@@ -107,9 +107,15 @@ impl<'a> PayloadRepr<'a> {
             | PayloadType::CERTREQ
             | PayloadType::CP
             | PayloadType::EAP
-            | PayloadType::SKF) => PayloadRepr::Other { payload_type: t, body: b },
+            | PayloadType::SKF) => PayloadRepr::Other {
+                payload_type: t,
+                body: b,
+            },
             t if raw.critical => return Err(Error::UnsupportedCriticalPayload(t.0)),
-            t => PayloadRepr::Other { payload_type: t, body: b },
+            t => PayloadRepr::Other {
+                payload_type: t,
+                body: b,
+            },
         })
     }
 
@@ -142,7 +148,9 @@ impl<'a> PayloadRepr<'a> {
             PayloadRepr::VendorId(p) => p.emit(buf),
             PayloadRepr::TsI(p) | PayloadRepr::TsR(p) => p.emit(buf),
             PayloadRepr::Other { body, .. } => {
-                buf.get_mut(..body.len()).ok_or(Error::Truncated)?.copy_from_slice(body);
+                buf.get_mut(..body.len())
+                    .ok_or(Error::Truncated)?
+                    .copy_from_slice(body);
                 Ok(())
             }
         }
@@ -183,7 +191,9 @@ impl<'a> Message<'a> {
         let view = Header::new_checked(data)?;
         let header = HeaderRepr::parse(&view)?;
         if header.length as usize != data.len() {
-            return Err(Error::Malformed("IKE header length differs from datagram length"));
+            return Err(Error::Malformed(
+                "IKE header length differs from datagram length",
+            ));
         }
         let body = &data[HEADER_LEN..];
         let mut payloads = Vec::new();
@@ -200,13 +210,20 @@ impl<'a> Message<'a> {
                 payloads.push(PayloadRepr::parse(&raw)?);
             }
         }
-        Ok(Message { header, payloads, sk })
+        Ok(Message {
+            header,
+            payloads,
+            sk,
+        })
     }
 }
 
 /// Octets needed for a chain of payloads, generic headers included.
 pub fn payloads_len(payloads: &[PayloadRepr<'_>]) -> usize {
-    payloads.iter().map(|p| GENERIC_HEADER_LEN + p.buffer_len()).sum()
+    payloads
+        .iter()
+        .map(|p| GENERIC_HEADER_LEN + p.buffer_len())
+        .sum()
 }
 
 /// Write a payload chain into `buf`; the last payload's Next Payload is `after`.
@@ -215,7 +232,9 @@ fn emit_chain(payloads: &[PayloadRepr<'_>], buf: &mut [u8], after: PayloadType) 
     for (i, p) in payloads.iter().enumerate() {
         let next = payloads.get(i + 1).map_or(after, PayloadRepr::payload_type);
         let len = p.buffer_len();
-        let dst = buf.get_mut(pos..pos + GENERIC_HEADER_LEN + len).ok_or(Error::Truncated)?;
+        let dst = buf
+            .get_mut(pos..pos + GENERIC_HEADER_LEN + len)
+            .ok_or(Error::Truncated)?;
         emit_generic_header(dst, next, len)?;
         p.emit(&mut dst[GENERIC_HEADER_LEN..])?;
         pos += GENERIC_HEADER_LEN + len;
@@ -224,12 +243,18 @@ fn emit_chain(payloads: &[PayloadRepr<'_>], buf: &mut [u8], after: PayloadType) 
 }
 
 fn first_type(payloads: &[PayloadRepr<'_>], otherwise: PayloadType) -> PayloadType {
-    payloads.first().map_or(otherwise, PayloadRepr::payload_type)
+    payloads
+        .first()
+        .map_or(otherwise, PayloadRepr::payload_type)
 }
 
 fn emit_header(header: &HeaderRepr, next: PayloadType, len: usize, out: &mut [u8]) -> Result<()> {
     let length = u32::try_from(len).map_err(|_| Error::Limit("message length"))?;
-    let h = HeaderRepr { next_payload: next, length, ..*header };
+    let h = HeaderRepr {
+        next_payload: next,
+        length,
+        ..*header
+    };
     let dst = out.get_mut(..HEADER_LEN).ok_or(Error::Truncated)?;
     h.emit(&mut Header::new_unchecked(dst));
     Ok(())
@@ -327,8 +352,15 @@ mod tests {
 
     #[test]
     fn encrypted_layout_then_inner_parse() {
-        let layout = SkLayout { iv_len: 16, icv_len: 12, block_size: 16 };
-        let inner = vec![PayloadRepr::Notify(NotifyRepr::new(NotifyType::COOKIE, &[1, 2, 3]))];
+        let layout = SkLayout {
+            iv_len: 16,
+            icv_len: 12,
+            block_size: 16,
+        };
+        let inner = vec![PayloadRepr::Notify(NotifyRepr::new(
+            NotifyType::COOKIE,
+            &[1, 2, 3],
+        ))];
         let mut out = Vec::new();
         let sk_offset = emit_encrypted(&header(), &inner, &layout, &mut out).unwrap();
         let m = Message::parse(&out).unwrap();
@@ -346,7 +378,11 @@ mod tests {
 
     #[test]
     fn empty_encrypted_message() {
-        let layout = SkLayout { iv_len: 8, icv_len: 16, block_size: 1 };
+        let layout = SkLayout {
+            iv_len: 8,
+            icv_len: 16,
+            block_size: 1,
+        };
         let mut out = Vec::new();
         emit_encrypted(&header(), &[], &layout, &mut out).unwrap();
         assert_eq!(out.len(), 28 + 4 + 8 + 1 + 16);
@@ -361,7 +397,10 @@ mod tests {
         out[16] = 200; // first payload: unknown type 200
         out.extend_from_slice(&[0, 0x80, 0, 4]);
         out[27] = out.len() as u8;
-        assert_eq!(Message::parse(&out).unwrap_err(), Error::UnsupportedCriticalPayload(200));
+        assert_eq!(
+            Message::parse(&out).unwrap_err(),
+            Error::UnsupportedCriticalPayload(200)
+        );
         out[29] = 0; // not critical: skipped
         let m = Message::parse(&out).unwrap();
         assert_eq!(m.payloads[0].payload_type(), PayloadType(200));

@@ -37,7 +37,12 @@ pub struct NotifyRepr<'a> {
 impl<'a> NotifyRepr<'a> {
     /// A notify about no particular SA.
     pub const fn new(kind: NotifyType, data: &'a [u8]) -> Self {
-        NotifyRepr { protocol: ProtocolId(0), spi: Spi::None, kind, data }
+        NotifyRepr {
+            protocol: ProtocolId(0),
+            spi: Spi::None,
+            kind,
+            data,
+        }
     }
 
     /// Parse the body.
@@ -47,7 +52,12 @@ impl<'a> NotifyRepr<'a> {
         let spi_size = r.u8()?;
         let kind = NotifyType(r.u16()?);
         let spi = Spi::read(&mut r, spi_size)?;
-        Ok(NotifyRepr { protocol, spi, kind, data: r.rest() })
+        Ok(NotifyRepr {
+            protocol,
+            spi,
+            kind,
+            data: r.rest(),
+        })
     }
 
     /// Body length.
@@ -58,7 +68,11 @@ impl<'a> NotifyRepr<'a> {
     /// Write the body.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         let mut w = Writer::new(buf);
-        let protocol = if self.spi.is_empty() { 0 } else { self.protocol.0 };
+        let protocol = if self.spi.is_empty() {
+            0
+        } else {
+            self.protocol.0
+        };
         w.u8(protocol)?;
         w.u8(self.spi.len() as u8)?;
         w.u16(self.kind.0)?;

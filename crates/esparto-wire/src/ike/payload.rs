@@ -58,7 +58,13 @@ impl<'a> PayloadIter<'a> {
     /// Walk `buf` (the bytes after the IKE header, or an SK plaintext)
     /// starting with a payload of type `first`.
     pub fn new(first: PayloadType, buf: &'a [u8]) -> Self {
-        PayloadIter { buf, pos: 0, next: first, count: 0, done: false }
+        PayloadIter {
+            buf,
+            pos: 0,
+            next: first,
+            count: 0,
+            done: false,
+        }
     }
 
     /// Offset just past the last payload yielded so far.
@@ -87,16 +93,26 @@ impl<'a> PayloadIter<'a> {
         let critical = rest[1] & CRITICAL != 0;
         let len = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
         if len < GENERIC_HEADER_LEN {
-            return Err(Error::Malformed("payload length shorter than generic header"));
+            return Err(Error::Malformed(
+                "payload length shorter than generic header",
+            ));
         }
         let body = rest.get(GENERIC_HEADER_LEN..len).ok_or(Error::Truncated)?;
-        let p = RawPayload { payload_type: self.next, critical, next, body, offset: self.pos };
+        let p = RawPayload {
+            payload_type: self.next,
+            critical,
+            next,
+            body,
+            offset: self.pos,
+        };
         self.pos += len;
         if self.next == PayloadType::SK {
             // RFC 7296 §3.14: "the Encrypted payload, if present in a message,
             // MUST be the last payload in the message."
             if self.pos != self.buf.len() {
-                return Err(Error::Malformed("Encrypted payload is not the last payload"));
+                return Err(Error::Malformed(
+                    "Encrypted payload is not the last payload",
+                ));
             }
             self.next = PayloadType::NONE;
         } else {
@@ -151,7 +167,9 @@ mod tests {
     fn walks_two_payloads() {
         // Nonce (4-octet body) then Vendor ID (empty), then end.
         let b = [43, 0, 0, 8, 1, 2, 3, 4, 0, 0, 0, 4];
-        let v: Vec<_> = PayloadIter::new(PayloadType::NONCE, &b).collect::<Result<_>>().unwrap();
+        let v: Vec<_> = PayloadIter::new(PayloadType::NONCE, &b)
+            .collect::<Result<_>>()
+            .unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].payload_type, PayloadType::NONCE);
         assert_eq!(v[0].body, &[1, 2, 3, 4]);
@@ -168,7 +186,10 @@ mod tests {
             Some(Err(Error::Malformed(_)))
         ));
         let long = [0, 0, 0, 9, 1, 2, 3, 4];
-        assert_eq!(PayloadIter::new(PayloadType::NONCE, &long).next(), Some(Err(Error::Truncated)));
+        assert_eq!(
+            PayloadIter::new(PayloadType::NONCE, &long).next(),
+            Some(Err(Error::Truncated))
+        );
         let trailing = [0, 0, 0, 4, 9];
         let r: Result<Vec<_>> = PayloadIter::new(PayloadType::NONCE, &trailing).collect();
         assert!(matches!(r, Err(Error::Malformed(_))));
@@ -178,7 +199,9 @@ mod tests {
     fn stops_at_sk_and_requires_it_last() {
         // SK announcing an inner Nonce, 2 octets of ciphertext.
         let b = [40, 0, 0, 6, 0xaa, 0xbb];
-        let v: Vec<_> = PayloadIter::new(PayloadType::SK, &b).collect::<Result<_>>().unwrap();
+        let v: Vec<_> = PayloadIter::new(PayloadType::SK, &b)
+            .collect::<Result<_>>()
+            .unwrap();
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].next, PayloadType::NONCE);
         let b2 = [40, 0, 0, 6, 0xaa, 0xbb, 0, 0, 0, 4];
@@ -200,7 +223,10 @@ mod tests {
     #[test]
     fn critical_bit_is_reported() {
         let b = [0, 0x80, 0, 4];
-        let p = PayloadIter::new(PayloadType(250), &b).next().unwrap().unwrap();
+        let p = PayloadIter::new(PayloadType(250), &b)
+            .next()
+            .unwrap()
+            .unwrap();
         assert!(p.critical);
     }
 }

@@ -8,24 +8,37 @@ use core::net::IpAddr;
 use proptest::prelude::*;
 
 fn spi() -> impl Strategy<Value = Spi> {
-    prop_oneof![Just(Spi::None), any::<u32>().prop_map(Spi::U32), any::<u64>().prop_map(Spi::U64)]
+    prop_oneof![
+        Just(Spi::None),
+        any::<u32>().prop_map(Spi::U32),
+        any::<u64>().prop_map(Spi::U64)
+    ]
 }
 
 fn transform() -> impl Strategy<Value = TransformRepr> {
     (1u8..=5, any::<u16>(), proptest::option::of(any::<u16>())).prop_map(|(k, id, kl)| {
-        TransformRepr { kind: TransformType(k), id, key_length: kl, unknown_attribute: false }
+        TransformRepr {
+            kind: TransformType(k),
+            id,
+            key_length: kl,
+            unknown_attribute: false,
+        }
     })
 }
 
 fn proposal() -> impl Strategy<Value = ProposalRepr> {
-    (any::<u8>(), 1u8..=3, spi(), proptest::collection::vec(transform(), 1..8)).prop_map(
-        |(number, p, spi, transforms)| ProposalRepr {
+    (
+        any::<u8>(),
+        1u8..=3,
+        spi(),
+        proptest::collection::vec(transform(), 1..8),
+    )
+        .prop_map(|(number, p, spi, transforms)| ProposalRepr {
             number,
             protocol: ProtocolId(p),
             spi,
             transforms,
-        },
-    )
+        })
 }
 
 fn sa() -> impl Strategy<Value = SaRepr> {
@@ -33,8 +46,8 @@ fn sa() -> impl Strategy<Value = SaRepr> {
 }
 
 fn selector() -> impl Strategy<Value = TrafficSelectorRepr> {
-    let v4 = (any::<[u8; 4]>(), any::<[u8; 4]>())
-        .prop_map(|(a, b)| (IpAddr::from(a), IpAddr::from(b)));
+    let v4 =
+        (any::<[u8; 4]>(), any::<[u8; 4]>()).prop_map(|(a, b)| (IpAddr::from(a), IpAddr::from(b)));
     let v6 = (any::<[u8; 16]>(), any::<[u8; 16]>())
         .prop_map(|(a, b)| (IpAddr::from(a), IpAddr::from(b)));
     (any::<u8>(), any::<u16>(), any::<u16>(), prop_oneof![v4, v6]).prop_map(
@@ -68,10 +81,22 @@ fn build(seed: &(u8, u16, Vec<u8>, SaRepr, TsRepr, Vec<u32>)) -> PayloadRepr<'_>
     let (kind, n, bytes, sa, ts, spis) = seed;
     match kind {
         0 => PayloadRepr::Sa(sa.clone()),
-        1 => PayloadRepr::Ke(KeRepr { group: *n, data: bytes }),
-        2 => PayloadRepr::IdI(IdRepr { id_type: IdType(*n as u8), data: bytes }),
-        3 => PayloadRepr::IdR(IdRepr { id_type: IdType(*n as u8), data: bytes }),
-        4 => PayloadRepr::Auth(AuthRepr { method: AuthMethod(*n as u8), data: bytes }),
+        1 => PayloadRepr::Ke(KeRepr {
+            group: *n,
+            data: bytes,
+        }),
+        2 => PayloadRepr::IdI(IdRepr {
+            id_type: IdType(*n as u8),
+            data: bytes,
+        }),
+        3 => PayloadRepr::IdR(IdRepr {
+            id_type: IdType(*n as u8),
+            data: bytes,
+        }),
+        4 => PayloadRepr::Auth(AuthRepr {
+            method: AuthMethod(*n as u8),
+            data: bytes,
+        }),
         5 => PayloadRepr::Nonce(NonceRepr { data: bytes }),
         6 => PayloadRepr::Notify(NotifyRepr {
             protocol: ProtocolId(3),
@@ -79,14 +104,21 @@ fn build(seed: &(u8, u16, Vec<u8>, SaRepr, TsRepr, Vec<u32>)) -> PayloadRepr<'_>
             kind: NotifyType(*n),
             data: bytes,
         }),
-        7 if spis.is_empty() => {
-            PayloadRepr::Delete(DeleteRepr { protocol: ProtocolId::IKE, spis: vec![] })
-        }
-        7 => PayloadRepr::Delete(DeleteRepr { protocol: ProtocolId::ESP, spis: spis.clone() }),
+        7 if spis.is_empty() => PayloadRepr::Delete(DeleteRepr {
+            protocol: ProtocolId::IKE,
+            spis: vec![],
+        }),
+        7 => PayloadRepr::Delete(DeleteRepr {
+            protocol: ProtocolId::ESP,
+            spis: spis.clone(),
+        }),
         8 => PayloadRepr::VendorId(VendorIdRepr { data: bytes }),
         9 => PayloadRepr::TsI(ts.clone()),
         10 => PayloadRepr::TsR(ts.clone()),
-        _ => PayloadRepr::Other { payload_type: PayloadType::CERTREQ, body: bytes },
+        _ => PayloadRepr::Other {
+            payload_type: PayloadType::CERTREQ,
+            body: bytes,
+        },
     }
 }
 

@@ -97,12 +97,22 @@ pub struct TransformRepr {
 impl TransformRepr {
     /// A transform without attributes.
     pub const fn new(kind: TransformType, id: u16) -> Self {
-        TransformRepr { kind, id, key_length: None, unknown_attribute: false }
+        TransformRepr {
+            kind,
+            id,
+            key_length: None,
+            unknown_attribute: false,
+        }
     }
 
     /// A transform with a Key Length attribute (bits).
     pub const fn with_key_length(kind: TransformType, id: u16, bits: u16) -> Self {
-        TransformRepr { kind, id, key_length: Some(bits), unknown_attribute: false }
+        TransformRepr {
+            kind,
+            id,
+            key_length: Some(bits),
+            unknown_attribute: false,
+        }
     }
 
     fn parse(body: &[u8]) -> Result<Self> {
@@ -138,7 +148,12 @@ impl TransformRepr {
                 unknown_attribute = true;
             }
         }
-        Ok(TransformRepr { kind, id, key_length, unknown_attribute })
+        Ok(TransformRepr {
+            kind,
+            id,
+            key_length,
+            unknown_attribute,
+        })
     }
 
     /// Octets on the wire, substructure header included.
@@ -180,7 +195,11 @@ impl ProposalRepr {
     pub fn buffer_len(&self) -> usize {
         PROPOSAL_HEADER_LEN
             + self.spi.len()
-            + self.transforms.iter().map(TransformRepr::buffer_len).sum::<usize>()
+            + self
+                .transforms
+                .iter()
+                .map(TransformRepr::buffer_len)
+                .sum::<usize>()
     }
 
     fn parse(body: &[u8]) -> Result<Self> {
@@ -214,9 +233,16 @@ impl ProposalRepr {
             transforms.push(TransformRepr::parse(body)?);
         }
         if !r.is_empty() {
-            return Err(Error::Malformed("proposal length disagrees with transforms"));
+            return Err(Error::Malformed(
+                "proposal length disagrees with transforms",
+            ));
         }
-        Ok(ProposalRepr { number, protocol, spi, transforms })
+        Ok(ProposalRepr {
+            number,
+            protocol,
+            spi,
+            transforms,
+        })
     }
 
     fn emit(&self, w: &mut Writer<'_>, last: bool) -> Result<()> {
@@ -317,7 +343,9 @@ mod tests {
     #[test]
     fn known_bytes() {
         // aes128-sha256-ecp256 as one IKE proposal, byte by byte (RFC 7296 §3.3).
-        let sa = SaRepr { proposals: vec![ike_proposal()] };
+        let sa = SaRepr {
+            proposals: vec![ike_proposal()],
+        };
         let mut b = vec![0u8; sa.buffer_len()];
         sa.emit(&mut b).unwrap();
         #[rustfmt::skip]
@@ -338,7 +366,9 @@ mod tests {
         p2.number = 2;
         p2.protocol = ProtocolId::ESP;
         p2.spi = Spi::U32(0xc0ffee01);
-        let sa = SaRepr { proposals: vec![ike_proposal(), p2] };
+        let sa = SaRepr {
+            proposals: vec![ike_proposal(), p2],
+        };
         let mut b = vec![0u8; sa.buffer_len()];
         sa.emit(&mut b).unwrap();
         assert_eq!(b[0], MORE_PROPOSALS);
@@ -348,14 +378,18 @@ mod tests {
     #[test]
     fn unknown_attribute_is_flagged_not_fatal() {
         // One ENCR transform carrying a TLV attribute of type 99.
-        let b = [0, 0, 0, 21, 1, 3, 0, 1, 0, 0, 0, 13, 1, 0, 0, 12, 0, 99, 0, 1, 0xff];
+        let b = [
+            0, 0, 0, 21, 1, 3, 0, 1, 0, 0, 0, 13, 1, 0, 0, 12, 0, 99, 0, 1, 0xff,
+        ];
         let sa = SaRepr::parse(&b).unwrap();
         assert!(sa.proposals[0].transforms[0].unknown_attribute);
     }
 
     #[test]
     fn last_substruc_must_agree() {
-        let sa = SaRepr { proposals: vec![ike_proposal()] };
+        let sa = SaRepr {
+            proposals: vec![ike_proposal()],
+        };
         let mut b = vec![0u8; sa.buffer_len()];
         sa.emit(&mut b).unwrap();
         let mut bad = b.clone();

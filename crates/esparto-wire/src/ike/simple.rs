@@ -177,18 +177,27 @@ mod tests {
 
     #[test]
     fn ke_round_trip_and_bytes() {
-        let ke = KeRepr { group: 31, data: &[9; 32] };
+        let ke = KeRepr {
+            group: 31,
+            data: &[9; 32],
+        };
         let mut b = vec![0u8; ke.buffer_len()];
         ke.emit(&mut b).unwrap();
         assert_eq!(&b[..4], &[0, 31, 0, 0]);
         assert_eq!(KeRepr::parse(&b).unwrap(), ke);
-        assert_eq!(KeRepr::parse(&b[..4]), Err(Error::Malformed("empty Key Exchange data")));
+        assert_eq!(
+            KeRepr::parse(&b[..4]),
+            Err(Error::Malformed("empty Key Exchange data"))
+        );
         assert_eq!(KeRepr::parse(&b[..3]), Err(Error::Truncated));
     }
 
     #[test]
     fn id_fqdn_bytes() {
-        let id = IdRepr { id_type: IdType::FQDN, data: b"moon.example" };
+        let id = IdRepr {
+            id_type: IdType::FQDN,
+            data: b"moon.example",
+        };
         let mut b = vec![0u8; id.buffer_len()];
         id.emit(&mut b).unwrap();
         assert_eq!(&b[..4], &[2, 0, 0, 0]);
@@ -198,7 +207,10 @@ mod tests {
 
     #[test]
     fn auth_round_trip() {
-        let a = AuthRepr { method: AuthMethod::SHARED_KEY_MIC, data: &[1; 32] };
+        let a = AuthRepr {
+            method: AuthMethod::SHARED_KEY_MIC,
+            data: &[1; 32],
+        };
         let mut b = vec![0u8; a.buffer_len()];
         a.emit(&mut b).unwrap();
         assert_eq!(b[0], 2);

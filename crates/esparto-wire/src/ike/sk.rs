@@ -72,15 +72,16 @@ impl SkLocation {
     /// the message to the cipher.
     pub fn check(&self, layout: &SkLayout) -> Result<()> {
         let overhead = layout.iv_len + layout.icv_len;
-        let plain = self
-            .body_len
-            .checked_sub(overhead)
-            .ok_or(Error::Malformed("Encrypted payload shorter than IV and ICV"))?;
+        let plain = self.body_len.checked_sub(overhead).ok_or(Error::Malformed(
+            "Encrypted payload shorter than IV and ICV",
+        ))?;
         if plain == 0 {
             return Err(Error::Malformed("Encrypted payload without Pad Length"));
         }
         if plain % layout.block_size.max(1) != 0 {
-            return Err(Error::Malformed("Encrypted payload not a whole number of blocks"));
+            return Err(Error::Malformed(
+                "Encrypted payload not a whole number of blocks",
+            ));
         }
         Ok(())
     }
@@ -110,20 +111,36 @@ mod tests {
 
     #[test]
     fn padding_fills_blocks() {
-        let cbc = SkLayout { iv_len: 16, icv_len: 16, block_size: 16 };
+        let cbc = SkLayout {
+            iv_len: 16,
+            icv_len: 16,
+            block_size: 16,
+        };
         assert_eq!(cbc.padding_for(15), 0);
         assert_eq!(cbc.padding_for(16), 15);
         assert_eq!(cbc.padding_for(0), 15);
         assert_eq!(cbc.body_len(15), 16 + 16 + 16);
-        let gcm = SkLayout { iv_len: 8, icv_len: 16, block_size: 1 };
+        let gcm = SkLayout {
+            iv_len: 8,
+            icv_len: 16,
+            block_size: 1,
+        };
         assert_eq!(gcm.padding_for(37), 0);
         assert_eq!(gcm.body_len(37), 8 + 37 + 1 + 16);
     }
 
     #[test]
     fn location_checks() {
-        let cbc = SkLayout { iv_len: 16, icv_len: 12, block_size: 16 };
-        let loc = |n| SkLocation { offset: 28, first_inner: PayloadType::IDI, body_len: n };
+        let cbc = SkLayout {
+            iv_len: 16,
+            icv_len: 12,
+            block_size: 16,
+        };
+        let loc = |n| SkLocation {
+            offset: 28,
+            first_inner: PayloadType::IDI,
+            body_len: n,
+        };
         assert!(loc(16 + 12 + 16).check(&cbc).is_ok());
         assert!(loc(16 + 12).check(&cbc).is_err());
         assert!(loc(16 + 12 + 15).check(&cbc).is_err());
@@ -133,7 +150,10 @@ mod tests {
 
     #[test]
     fn strips_padding() {
-        assert_eq!(strip_padding(&[1, 2, 3, 0xee, 0xee, 2]).unwrap(), &[1, 2, 3]);
+        assert_eq!(
+            strip_padding(&[1, 2, 3, 0xee, 0xee, 2]).unwrap(),
+            &[1, 2, 3]
+        );
         assert_eq!(strip_padding(&[1, 0]).unwrap(), &[1]);
         assert!(strip_padding(&[1, 2]).is_err());
         assert!(strip_padding(&[]).is_err());

@@ -137,14 +137,20 @@ impl TsRepr {
             });
         }
         if !r.is_empty() {
-            return Err(Error::Malformed("TS payload length disagrees with selector count"));
+            return Err(Error::Malformed(
+                "TS payload length disagrees with selector count",
+            ));
         }
         Ok(TsRepr { selectors })
     }
 
     /// Body length.
     pub fn buffer_len(&self) -> usize {
-        4 + self.selectors.iter().map(TrafficSelectorRepr::buffer_len).sum::<usize>()
+        4 + self
+            .selectors
+            .iter()
+            .map(TrafficSelectorRepr::buffer_len)
+            .sum::<usize>()
     }
 
     /// Write the body.
