@@ -13,12 +13,14 @@
 //! These are not on the per-packet path, so clarity wins over the last
 //! nanosecond; but nothing here allocates more than the secret it returns.
 
+mod encr;
 mod ke;
 mod modp;
 mod modp_groups;
 mod prf;
 mod sk;
 
+pub use encr::IkeEncr;
 pub use ke::{KeError, KeGroup, KeyExchange};
 pub use prf::{Prf, PrfOutput, PrfPlusError};
-pub use sk::{IkeCipher, IkeCipherError, IkeEncr};
+pub use sk::{IkeCipher, IkeCipherError};
