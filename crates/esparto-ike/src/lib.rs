@@ -3,5 +3,8 @@
 
 pub mod config;
 pub mod identity;
+pub mod nat;
 pub mod proposal;
+pub mod rules;
+pub mod spi;
 pub mod ts;

@@ -1,0 +1,123 @@
+//! SPI allocation (IKE and ESP).
+//!
+//! Both kinds of SPI must be unpredictable (an off-path attacker who can
+//! guess an SPI can aim forged packets at the SA; RFC 7296 §2.6 asks for
+//! IKE SPIs "in a way that [they] cannot be predicted") and unique among
+//! the SAs we hold. They come from the injected [`Rng`]'s public stream.
+//!
+//! Inbound ESP SPIs have a second job: the data plane steers each inbound
+//! packet to the worker that owns its SA *by its SPI* (a cBPF program on
+//! the reuseport group reads it, DESIGN.md). So ESP SPI allocation is a
+//! trait the daemon implements: it knows the steering function and which
+//! SPIs are live in the SAD. [`RandomSpiAllocator`] is the default for
+//! tests and for daemons without steering: random, never 0–255 (RFC 4303
+//! §2.1 reserves 1–255; 0 is "no SA"), never a collision with its own
+//! recent allocations.
+
+use esparto_crypto::Rng;
+use std::collections::HashSet;
+
+/// First SPI value that is not reserved (RFC 4303 §2.1: "The set of SPI
+/// values in the range 1 through 255 are reserved by IANA", and 0 means
+/// no SA).
+pub const MIN_ESP_SPI: u32 = 256;
+
+/// Allocates inbound ESP SPIs. Implemented by the daemon so SPIs steer to
+/// the chosen worker.
+pub trait SpiAllocator {
+    /// A fresh inbound SPI ≥ [`MIN_ESP_SPI`], unique among live SAs,
+    /// steering to `worker` if given (RFC 9611 per-resource SAs; `None`
+    /// for the fallback SA). Randomness comes from `rng`.
+    fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32;
+    /// The SA with this inbound SPI is gone; the value may be reused.
+    fn release(&mut self, spi: u32);
+}
+
+/// Random SPIs, unique among those allocated and not yet released.
+#[derive(Debug, Default)]
+pub struct RandomSpiAllocator {
+    live: HashSet<u32>,
+}
+
+impl RandomSpiAllocator {
+    /// An empty allocator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl SpiAllocator for RandomSpiAllocator {
+    fn allocate(&mut self, rng: &mut dyn Rng, _worker: Option<u16>) -> u32 {
+        loop {
+            let mut b = [0u8; 4];
+            rng.fill_public(&mut b);
+            let spi = u32::from_be_bytes(b);
+            if spi >= MIN_ESP_SPI && self.live.insert(spi) {
+                return spi;
+            }
+        }
+    }
+
+    fn release(&mut self, spi: u32) {
+        self.live.remove(&spi);
+    }
+}
+
+/// A fresh, non-zero IKE SPI not in use (`in_use` says whether it is).
+pub(crate) fn ike_spi(rng: &mut dyn Rng, in_use: impl Fn(u64) -> bool) -> u64 {
+    loop {
+        let mut b = [0u8; 8];
+        rng.fill_public(&mut b);
+        let spi = u64::from_be_bytes(b);
+        // RFC 7296 §3.1: the responder's SPI is zero only in the first
+        // IKE_SA_INIT request, so zero can never be a real SPI.
+        if spi != 0 && !in_use(spi) {
+            return spi;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An RNG that replays a script, to force the corner cases.
+    struct Script(Vec<u8>);
+    impl Rng for Script {
+        fn fill_public(&mut self, buf: &mut [u8]) {
+            for b in buf {
+                *b = self.0.remove(0);
+            }
+        }
+        fn fill_secret(&mut self, buf: &mut [u8]) {
+            self.fill_public(buf);
+        }
+    }
+
+    #[test]
+    fn esp_spis_skip_reserved_and_collisions() {
+        let mut rng = Script(vec![0, 0, 0, 7, 0, 0, 1, 0, 0, 0, 1, 0, 0xc0, 0, 0, 1]);
+        let mut a = RandomSpiAllocator::new();
+        assert_eq!(a.allocate(&mut rng, None), 256, "0x00000007 is reserved");
+        assert_eq!(a.allocate(&mut rng, None), 0xc000_0001, "256 is taken");
+        a.release(256);
+        let mut rng = Script(vec![0, 0, 1, 0]);
+        assert_eq!(
+            a.allocate(&mut rng, Some(3)),
+            256,
+            "released SPIs may come back"
+        );
+    }
+
+    #[test]
+    fn ike_spis_are_nonzero_and_unique() {
+        let mut rng = Script(
+            vec![0; 8]
+                .into_iter()
+                .chain([0, 0, 0, 0, 0, 0, 0, 5])
+                .chain([0, 0, 0, 0, 0, 0, 0, 6])
+                .collect(),
+        );
+        assert_eq!(ike_spi(&mut rng, |s| s == 5), 6);
+    }
+}
