@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod identity;
+pub mod keys;
 pub mod nat;
 pub mod proposal;
 pub mod rules;

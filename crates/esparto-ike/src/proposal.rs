@@ -21,167 +21,28 @@
 //! each" ([`Proposal::accept_response`]).
 
 use core::fmt;
-use esparto_wire::ike::consts::{encr, esn, integ, ke, prf};
+use esparto_crypto::Integ;
+use esparto_crypto::ike::{IkeEncr, KeGroup, Prf};
+use esparto_wire::ike::consts::{esn, integ};
 use esparto_wire::ike::{ProposalRepr, ProtocolId, Spi, TransformRepr, TransformType};
 
-/// An encryption algorithm with its key size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EncrAlg {
-    /// AES-CBC (RFC 3602), 128 or 256-bit key.
-    AesCbc(u16),
-    /// AES-GCM with a 16-octet ICV (RFC 4106 / RFC 5282), 128 or 256-bit key.
-    AesGcm16(u16),
-    /// ChaCha20-Poly1305 (RFC 7634).
-    ChaCha20Poly1305,
-}
-
-impl EncrAlg {
-    /// Combined-mode (AEAD) ciphers need no separate integrity algorithm.
-    pub fn is_aead(self) -> bool {
-        !matches!(self, EncrAlg::AesCbc(_))
-    }
-
-    fn transform(self) -> TransformRepr {
-        match self {
-            EncrAlg::AesCbc(b) => {
-                TransformRepr::with_key_length(TransformType::ENCR, encr::AES_CBC, b)
-            }
-            EncrAlg::AesGcm16(b) => {
-                TransformRepr::with_key_length(TransformType::ENCR, encr::AES_GCM_16, b)
-            }
-            // RFC 7634 §2: ChaCha20-Poly1305 has a fixed key size and takes
-            // no Key Length attribute.
-            EncrAlg::ChaCha20Poly1305 => {
-                TransformRepr::new(TransformType::ENCR, encr::CHACHA20_POLY1305)
-            }
-        }
-    }
-
-    fn from_transform(t: &TransformRepr) -> Option<Self> {
-        match (t.id, t.key_length) {
-            (encr::AES_CBC, Some(b @ (128 | 256))) => Some(EncrAlg::AesCbc(b)),
-            (encr::AES_GCM_16, Some(b @ (128 | 256))) => Some(EncrAlg::AesGcm16(b)),
-            (encr::CHACHA20_POLY1305, None) => Some(EncrAlg::ChaCha20Poly1305),
-            _ => None,
-        }
+fn encr_transform(e: IkeEncr) -> TransformRepr {
+    match e.key_bits() {
+        Some(bits) => TransformRepr::with_key_length(TransformType::ENCR, e.iana_id(), bits),
+        // RFC 7634 §2: ChaCha20-Poly1305 has a fixed key size and takes no
+        // Key Length attribute.
+        None => TransformRepr::new(TransformType::ENCR, e.iana_id()),
     }
 }
 
-/// A pseudorandom function (IKE only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PrfAlg {
-    /// PRF_HMAC_SHA1 (RFC 2104).
-    HmacSha1,
-    /// PRF_HMAC_SHA2_256 (RFC 4868).
-    HmacSha256,
-    /// PRF_HMAC_SHA2_384 (RFC 4868).
-    HmacSha384,
-    /// PRF_HMAC_SHA2_512 (RFC 4868).
-    HmacSha512,
-}
-
-impl PrfAlg {
-    fn id(self) -> u16 {
-        match self {
-            PrfAlg::HmacSha1 => prf::HMAC_SHA1,
-            PrfAlg::HmacSha256 => prf::HMAC_SHA2_256,
-            PrfAlg::HmacSha384 => prf::HMAC_SHA2_384,
-            PrfAlg::HmacSha512 => prf::HMAC_SHA2_512,
-        }
-    }
-    fn from_id(id: u16) -> Option<Self> {
-        [
-            PrfAlg::HmacSha1,
-            PrfAlg::HmacSha256,
-            PrfAlg::HmacSha384,
-            PrfAlg::HmacSha512,
-        ]
-        .into_iter()
-        .find(|p| p.id() == id)
-    }
-}
-
-/// An integrity algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IntegAlg {
-    /// AUTH_HMAC_SHA1_96 (RFC 2404).
-    HmacSha1_96,
-    /// AUTH_HMAC_SHA2_256_128 (RFC 4868).
-    HmacSha256_128,
-    /// AUTH_HMAC_SHA2_384_192 (RFC 4868).
-    HmacSha384_192,
-    /// AUTH_HMAC_SHA2_512_256 (RFC 4868).
-    HmacSha512_256,
-}
-
-impl IntegAlg {
-    fn id(self) -> u16 {
-        match self {
-            IntegAlg::HmacSha1_96 => integ::HMAC_SHA1_96,
-            IntegAlg::HmacSha256_128 => integ::HMAC_SHA2_256_128,
-            IntegAlg::HmacSha384_192 => integ::HMAC_SHA2_384_192,
-            IntegAlg::HmacSha512_256 => integ::HMAC_SHA2_512_256,
-        }
-    }
-    fn from_id(id: u16) -> Option<Self> {
-        [
-            IntegAlg::HmacSha1_96,
-            IntegAlg::HmacSha256_128,
-            IntegAlg::HmacSha384_192,
-            IntegAlg::HmacSha512_256,
-        ]
-        .into_iter()
-        .find(|p| p.id() == id)
-    }
-    /// The PRF strongSwan derives from this integrity keyword when an IKE
-    /// proposal names no PRF.
-    fn as_prf(self) -> PrfAlg {
-        match self {
-            IntegAlg::HmacSha1_96 => PrfAlg::HmacSha1,
-            IntegAlg::HmacSha256_128 => PrfAlg::HmacSha256,
-            IntegAlg::HmacSha384_192 => PrfAlg::HmacSha384,
-            IntegAlg::HmacSha512_256 => PrfAlg::HmacSha512,
-        }
-    }
-}
-
-/// A key exchange method (the IANA "Transform Type 4" registry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KeMethod {
-    /// 2048-bit MODP group (RFC 3526), 14.
-    Modp2048,
-    /// 3072-bit MODP group (RFC 3526), 15.
-    Modp3072,
-    /// 256-bit random ECP group (RFC 5903), 19.
-    Ecp256,
-    /// 384-bit random ECP group (RFC 5903), 20.
-    Ecp384,
-    /// Curve25519 (RFC 8031), 31.
-    Curve25519,
-}
-
-impl KeMethod {
-    /// The IANA number, as carried in transforms and KE payloads.
-    pub fn id(self) -> u16 {
-        match self {
-            KeMethod::Modp2048 => ke::MODP_2048,
-            KeMethod::Modp3072 => ke::MODP_3072,
-            KeMethod::Ecp256 => ke::ECP_256,
-            KeMethod::Ecp384 => ke::ECP_384,
-            KeMethod::Curve25519 => ke::CURVE25519,
-        }
-    }
-    /// From the IANA number.
-    pub fn from_id(id: u16) -> Option<Self> {
-        [
-            KeMethod::Modp2048,
-            KeMethod::Modp3072,
-            KeMethod::Ecp256,
-            KeMethod::Ecp384,
-            KeMethod::Curve25519,
-        ]
-        .into_iter()
-        .find(|k| k.id() == id)
+/// The PRF strongSwan derives from an integrity keyword when an IKE
+/// proposal names no PRF (`aes128-sha256-…` means PRF-HMAC-SHA2-256 too).
+fn integ_as_prf(i: Integ) -> Prf {
+    match i {
+        Integ::HmacSha1_96 => Prf::HmacSha1,
+        Integ::HmacSha256_128 => Prf::HmacSha256,
+        Integ::HmacSha384_192 => Prf::HmacSha384,
+        Integ::HmacSha512_256 => Prf::HmacSha512,
     }
 }
 
@@ -210,13 +71,13 @@ pub struct Proposal {
     /// IKE or ESP.
     pub protocol: Protocol,
     /// Encryption algorithms (all AEAD or all not, as strongSwan requires).
-    pub encr: Vec<EncrAlg>,
+    pub encr: Vec<IkeEncr>,
     /// PRFs (IKE only).
-    pub prf: Vec<PrfAlg>,
+    pub prf: Vec<Prf>,
     /// Integrity algorithms (empty for AEAD).
-    pub integ: Vec<IntegAlg>,
+    pub integ: Vec<Integ>,
     /// Key exchange methods (IKE: at least one; ESP: empty unless PFS).
-    pub ke: Vec<KeMethod>,
+    pub ke: Vec<KeGroup>,
     /// Extended sequence numbers acceptable (ESP only): `[false]` unless configured.
     pub esn: Vec<bool>,
 }
@@ -239,38 +100,31 @@ impl fmt::Display for ProposalError {
 impl std::error::Error for ProposalError {}
 
 enum Keyword {
-    Encr(EncrAlg),
-    Integ(IntegAlg),
-    Prf(PrfAlg),
-    Ke(KeMethod),
+    Encr(IkeEncr),
+    Integ(Integ),
+    Prf(Prf),
+    Ke(KeGroup),
     Esn(bool),
 }
 
 fn keyword(k: &str) -> Option<Keyword> {
-    use Keyword::*;
-    Some(match k {
-        "aes128" => Encr(EncrAlg::AesCbc(128)),
-        "aes256" => Encr(EncrAlg::AesCbc(256)),
-        "aes128gcm16" | "aes128gcm128" | "aes128gcm" => Encr(EncrAlg::AesGcm16(128)),
-        "aes256gcm16" | "aes256gcm128" | "aes256gcm" => Encr(EncrAlg::AesGcm16(256)),
-        "chacha20poly1305" => Encr(EncrAlg::ChaCha20Poly1305),
-        "sha1" | "sha" => Integ(IntegAlg::HmacSha1_96),
-        "sha256" | "sha2_256" => Integ(IntegAlg::HmacSha256_128),
-        "sha384" | "sha2_384" => Integ(IntegAlg::HmacSha384_192),
-        "sha512" | "sha2_512" => Integ(IntegAlg::HmacSha512_256),
-        "prfsha1" => Prf(PrfAlg::HmacSha1),
-        "prfsha256" => Prf(PrfAlg::HmacSha256),
-        "prfsha384" => Prf(PrfAlg::HmacSha384),
-        "prfsha512" => Prf(PrfAlg::HmacSha512),
-        "modp2048" => Ke(KeMethod::Modp2048),
-        "modp3072" => Ke(KeMethod::Modp3072),
-        "ecp256" => Ke(KeMethod::Ecp256),
-        "ecp384" => Ke(KeMethod::Ecp384),
-        "curve25519" | "x25519" => Ke(KeMethod::Curve25519),
-        "esn" => Esn(true),
-        "noesn" => Esn(false),
-        _ => return None,
-    })
+    if let Some(e) = IkeEncr::from_keyword(k) {
+        return Some(Keyword::Encr(e));
+    }
+    if let Some(i) = Integ::from_keyword(k) {
+        return Some(Keyword::Integ(i));
+    }
+    if let Some(p) = Prf::from_keyword(k) {
+        return Some(Keyword::Prf(p));
+    }
+    if let Some(g) = KeGroup::from_keyword(k) {
+        return Some(Keyword::Ke(g));
+    }
+    match k {
+        "esn" => Some(Keyword::Esn(true)),
+        "noesn" => Some(Keyword::Esn(false)),
+        _ => None,
+    }
 }
 
 fn push_unique<T: PartialEq>(v: &mut Vec<T>, x: T) {
@@ -322,7 +176,7 @@ impl Proposal {
                     if aead {
                         return Err(err("AEAD IKE proposal needs a prf keyword"));
                     }
-                    p.prf = p.integ.iter().map(|i| i.as_prf()).collect();
+                    p.prf = p.integ.iter().map(|&i| integ_as_prf(i)).collect();
                 }
                 if p.ke.is_empty() {
                     return Err(err("no key exchange method"));
@@ -356,22 +210,22 @@ impl Proposal {
     /// of its own, RFC 7296 §1.2).
     pub fn to_wire(&self, number: u8, spi: Spi, with_ke: bool) -> ProposalRepr {
         let mut t = Vec::new();
-        t.extend(self.encr.iter().map(|e| e.transform()));
+        t.extend(self.encr.iter().map(|&e| encr_transform(e)));
         t.extend(
             self.prf
                 .iter()
-                .map(|p| TransformRepr::new(TransformType::PRF, p.id())),
+                .map(|p| TransformRepr::new(TransformType::PRF, p.iana_id())),
         );
         t.extend(
             self.integ
                 .iter()
-                .map(|i| TransformRepr::new(TransformType::INTEG, i.id())),
+                .map(|i| TransformRepr::new(TransformType::INTEG, i.iana_id())),
         );
         if with_ke {
             t.extend(
                 self.ke
                     .iter()
-                    .map(|k| TransformRepr::new(TransformType::KE, k.id())),
+                    .map(|k| TransformRepr::new(TransformType::KE, k.iana_id())),
             );
         }
         t.extend(
@@ -403,12 +257,13 @@ impl Proposal {
             return None;
         }
         let of = |k| offered.transforms_of(k);
-        let e = of(TransformType::ENCR)
-            .find_map(|t| EncrAlg::from_transform(t).filter(|e| self.encr.contains(e)))?;
+        let e = of(TransformType::ENCR).find_map(|t| {
+            IkeEncr::from_iana(t.id, t.key_length).filter(|e| self.encr.contains(e))
+        })?;
         let prf = match self.protocol {
             Protocol::Ike => Some(
                 of(TransformType::PRF)
-                    .find_map(|t| PrfAlg::from_id(t.id).filter(|p| self.prf.contains(p)))?,
+                    .find_map(|t| Prf::from_iana(t.id).filter(|p| self.prf.contains(p)))?,
             ),
             Protocol::Esp => {
                 if of(TransformType::PRF).next().is_some() {
@@ -427,7 +282,7 @@ impl Proposal {
         } else {
             Some(
                 of(TransformType::INTEG)
-                    .find_map(|t| IntegAlg::from_id(t.id).filter(|i| self.integ.contains(i)))?,
+                    .find_map(|t| Integ::from_iana(t.id).filter(|i| self.integ.contains(i)))?,
             )
         };
         let ke_offered: Vec<_> = of(TransformType::KE).collect();
@@ -444,7 +299,7 @@ impl Proposal {
             Some(
                 ke_offered
                     .iter()
-                    .find_map(|t| KeMethod::from_id(t.id).filter(|k| self.ke.contains(k)))?,
+                    .find_map(|t| KeGroup::from_iana(t.id).filter(|k| self.ke.contains(k)))?,
             )
         };
         let esn = match self.protocol {
@@ -523,13 +378,13 @@ pub struct Selected {
     /// The SPI the proposer put in its proposal (its inbound SPI for ESP).
     pub spi: Spi,
     /// Encryption.
-    pub encr: EncrAlg,
+    pub encr: IkeEncr,
     /// PRF (IKE only).
-    pub prf: Option<PrfAlg>,
+    pub prf: Option<Prf>,
     /// Integrity (non-AEAD only).
-    pub integ: Option<IntegAlg>,
+    pub integ: Option<Integ>,
     /// Key exchange (IKE; ESP with PFS).
-    pub ke: Option<KeMethod>,
+    pub ke: Option<KeGroup>,
     /// Extended sequence numbers (ESP).
     pub esn: bool,
 }
@@ -565,20 +420,20 @@ mod tests {
     #[test]
     fn parses_strongswan_spellings() {
         let p = ike("aes256gcm16-prfsha256-x25519");
-        assert_eq!(p.encr, [EncrAlg::AesGcm16(256)]);
-        assert_eq!(p.prf, [PrfAlg::HmacSha256]);
+        assert_eq!(p.encr, [IkeEncr::AesGcm16 { key_bits: 256 }]);
+        assert_eq!(p.prf, [Prf::HmacSha256]);
         assert!(p.integ.is_empty());
-        assert_eq!(p.ke, [KeMethod::Curve25519]);
+        assert_eq!(p.ke, [KeGroup::Curve25519]);
         let p = ike("aes128-sha256-ecp256");
-        assert_eq!(p.integ, [IntegAlg::HmacSha256_128]);
-        assert_eq!(p.prf, [PrfAlg::HmacSha256], "PRF derived from integrity");
+        assert_eq!(p.integ, [Integ::HmacSha256_128]);
+        assert_eq!(p.prf, [Prf::HmacSha256], "PRF derived from integrity");
         let p = ike("aes256-sha256-modp2048");
-        assert_eq!(p.ke, [KeMethod::Modp2048]);
+        assert_eq!(p.ke, [KeGroup::Modp2048]);
         let e = Proposal::parse(Protocol::Esp, "aes128-sha256").unwrap();
         assert_eq!(e.esn, [false]);
         assert!(e.ke.is_empty());
         let e = Proposal::parse(Protocol::Esp, "chacha20poly1305-x25519-esn").unwrap();
-        assert_eq!(e.ke, [KeMethod::Curve25519]);
+        assert_eq!(e.ke, [KeGroup::Curve25519]);
         assert_eq!(e.esn, [true]);
         assert_eq!(
             Proposal::parse_list(Protocol::Esp, "aes256gcm16, aes128gcm16")
@@ -614,11 +469,11 @@ mod tests {
         let ours = [ike("aes128gcm16-aes256gcm16-prfsha256-prfsha384-x25519")];
         let s = Proposal::select(&ours, &offered, false).unwrap();
         assert_eq!(s.number, 2);
-        assert_eq!(s.encr, EncrAlg::AesGcm16(256));
-        assert_eq!(s.prf, Some(PrfAlg::HmacSha384));
+        assert_eq!(s.encr, IkeEncr::AesGcm16 { key_bits: 256 });
+        assert_eq!(s.prf, Some(Prf::HmacSha384));
         assert_eq!(
             s.ke,
-            Some(KeMethod::Curve25519),
+            Some(KeGroup::Curve25519),
             "first offered group we accept"
         );
         // The answer is accepted by the initiator.
@@ -663,7 +518,7 @@ mod tests {
         assert_eq!(s.spi, Spi::U32(0x1000));
         assert_eq!(s.ke, None);
         let s = Proposal::select(&[esp("aes256gcm16-x25519")], &offered, false).unwrap();
-        assert_eq!(s.ke, Some(KeMethod::Curve25519));
+        assert_eq!(s.ke, Some(KeGroup::Curve25519));
     }
 
     #[test]

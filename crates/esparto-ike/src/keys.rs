@@ -1,0 +1,344 @@
+//! Key derivation (RFC 7296 §2.13, §2.14, §2.17, §2.18).
+//!
+//! ```text
+//! SKEYSEED = prf(Ni | Nr, g^ir)
+//! {SK_d | SK_ai | SK_ar | SK_ei | SK_er | SK_pi | SK_pr} = prf+(SKEYSEED, Ni | Nr | SPIi | SPIr)
+//! KEYMAT   = prf+(SK_d, Ni | Nr)                 (first Child SA, or CREATE_CHILD_SA without PFS)
+//! KEYMAT   = prf+(SK_d, g^ir (new) | Ni | Nr)    (CREATE_CHILD_SA with a KE exchange)
+//! SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr)   (IKE SA rekey, §2.18; for the later issue)
+//! ```
+//!
+//! The free functions are the bare formulas, checked against the NIST
+//! SP 800-135 IKEv2 vectors in `tests/vectors/ikev2_kdf.txt`. [`IkeKeys`]
+//! cuts the prf+ stream into the SA's keys, in the order §2.14 gives, and
+//! builds the two SK payload ciphers: SK_ei/SK_ai protect what the
+//! original initiator sends, SK_er/SK_ar what the responder sends. For
+//! AEADs the integrity keys are empty and SK_e carries the 4-octet salt
+//! (RFC 5282 §7.1, RFC 7634 §3). [`ChildKeys`] cuts Child SA KEYMAT per
+//! §2.17: "All keys for SAs carrying data from the initiator to the
+//! responder are taken before SAs going from the responder to the
+//! initiator", each direction encryption key first, then integrity key —
+//! exactly the layout `EspSuite::keymat_len` describes.
+//!
+//! Everything derived lives in `SecretBytes` / `IkeCipher` and is wiped on
+//! drop; intermediate prf+ streams are `SecretBytes` too.
+
+use crate::proposal::Selected;
+use esparto_crypto::ike::{IkeCipher, IkeCipherError, IkeEncr, Prf, PrfOutput, PrfPlusError};
+use esparto_crypto::{EspSuite, Integ, SecretBytes};
+
+/// Key derivation failed: only possible through a local bug (a suite
+/// without a PRF, lengths prf+ cannot produce, a cipher refusing its keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    /// The selected IKE suite has no PRF.
+    NoPrf,
+    /// prf+ asked for too much.
+    PrfPlus(PrfPlusError),
+    /// The SK cipher rejected its keys.
+    Cipher(IkeCipherError),
+    /// The selected ESP transforms have no `EspSuite`.
+    NoEspSuite,
+}
+
+impl core::fmt::Display for KeyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            KeyError::NoPrf => f.write_str("IKE suite without a PRF"),
+            KeyError::PrfPlus(e) => write!(f, "{e}"),
+            KeyError::Cipher(e) => write!(f, "{e}"),
+            KeyError::NoEspSuite => f.write_str("no ESP suite for the selected transforms"),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+impl From<PrfPlusError> for KeyError {
+    fn from(e: PrfPlusError) -> Self {
+        KeyError::PrfPlus(e)
+    }
+}
+impl From<IkeCipherError> for KeyError {
+    fn from(e: IkeCipherError) -> Self {
+        KeyError::Cipher(e)
+    }
+}
+
+/// SKEYSEED = prf(Ni | Nr, g^ir) (§2.14). With HMAC PRFs the whole of
+/// Ni | Nr is the key (only fixed-key-size PRFs like AES-XCBC truncate it).
+pub fn skeyseed(prf: Prf, ni: &[u8], nr: &[u8], g_ir: &[u8]) -> PrfOutput {
+    let mut key = SecretBytes::zeroed(ni.len() + nr.len());
+    key.as_mut_slice()[..ni.len()].copy_from_slice(ni);
+    key.as_mut_slice()[ni.len()..].copy_from_slice(nr);
+    prf.prf(key.as_slice(), g_ir)
+}
+
+/// prf+(SKEYSEED, Ni | Nr | SPIi | SPIr), `len` octets (§2.14).
+pub fn ike_keymat(
+    prf: Prf,
+    skeyseed: &[u8],
+    ni: &[u8],
+    nr: &[u8],
+    spi_i: u64,
+    spi_r: u64,
+    len: usize,
+) -> Result<SecretBytes, PrfPlusError> {
+    prf.prf_plus_parts(
+        skeyseed,
+        &[ni, nr, &spi_i.to_be_bytes(), &spi_r.to_be_bytes()],
+        len,
+    )
+}
+
+/// Child SA KEYMAT = prf+(SK_d, [g^ir (new) |] Ni | Nr), `len` octets (§2.17).
+pub fn child_keymat(
+    prf: Prf,
+    sk_d: &[u8],
+    g_ir_new: Option<&[u8]>,
+    ni: &[u8],
+    nr: &[u8],
+    len: usize,
+) -> Result<SecretBytes, PrfPlusError> {
+    match g_ir_new {
+        Some(g) => prf.prf_plus_parts(sk_d, &[g, ni, nr], len),
+        None => prf.prf_plus_parts(sk_d, &[ni, nr], len),
+    }
+}
+
+/// SKEYSEED for a rekeyed IKE SA = prf(SK_d (old), g^ir (new) | Ni | Nr) (§2.18).
+pub fn rekey_skeyseed(
+    prf: Prf,
+    sk_d_old: &[u8],
+    g_ir_new: &[u8],
+    ni: &[u8],
+    nr: &[u8],
+) -> PrfOutput {
+    prf.prf_parts(sk_d_old, &[g_ir_new, ni, nr])
+}
+
+/// The keys of one IKE SA.
+pub struct IkeKeys {
+    /// The negotiated PRF.
+    pub prf: Prf,
+    /// SK_d, for Child SA KEYMAT and rekeying.
+    pub sk_d: SecretBytes,
+    /// SK_pi, for the initiator's AUTH (§2.15).
+    pub sk_pi: SecretBytes,
+    /// SK_pr, for the responder's AUTH.
+    pub sk_pr: SecretBytes,
+    /// Protects messages the original initiator sends (SK_ei, SK_ai).
+    pub cipher_i: IkeCipher,
+    /// Protects messages the original responder sends (SK_er, SK_ar).
+    pub cipher_r: IkeCipher,
+}
+
+impl core::fmt::Debug for IkeKeys {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("IkeKeys")
+            .field("prf", &self.prf)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IkeKeys {
+    /// Derive all keys of a new IKE SA from the IKE_SA_INIT outcome.
+    pub fn derive(
+        suite: &Selected,
+        ni: &[u8],
+        nr: &[u8],
+        g_ir: &[u8],
+        spi_i: u64,
+        spi_r: u64,
+    ) -> Result<Self, KeyError> {
+        let prf = suite.prf.ok_or(KeyError::NoPrf)?;
+        let seed = skeyseed(prf, ni, nr, g_ir);
+        Self::from_skeyseed(
+            prf,
+            suite.encr,
+            suite.integ,
+            seed.as_slice(),
+            ni,
+            nr,
+            spi_i,
+            spi_r,
+        )
+    }
+
+    /// Cut prf+(SKEYSEED, …) into the seven keys (§2.14 order).
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_skeyseed(
+        prf: Prf,
+        encr: IkeEncr,
+        integ: Option<Integ>,
+        skeyseed: &[u8],
+        ni: &[u8],
+        nr: &[u8],
+        spi_i: u64,
+        spi_r: u64,
+    ) -> Result<Self, KeyError> {
+        let d = prf.key_len();
+        let a = integ.map_or(0, Integ::key_len);
+        let e = encr.key_len();
+        let p = prf.key_len();
+        let stream = ike_keymat(
+            prf,
+            skeyseed,
+            ni,
+            nr,
+            spi_i,
+            spi_r,
+            d + 2 * a + 2 * e + 2 * p,
+        )?;
+        let mut rest = stream.as_slice();
+        let mut take = |n: usize| {
+            let (head, tail) = rest.split_at(n);
+            rest = tail;
+            head
+        };
+        let sk_d = SecretBytes::from_slice(take(d));
+        let sk_ai = take(a);
+        let sk_ar = take(a);
+        let sk_ei = take(e);
+        let sk_er = take(e);
+        let sk_pi = SecretBytes::from_slice(take(p));
+        let sk_pr = SecretBytes::from_slice(take(p));
+        Ok(IkeKeys {
+            prf,
+            sk_d,
+            sk_pi,
+            sk_pr,
+            cipher_i: IkeCipher::new(encr, integ, sk_ei, sk_ai)?,
+            cipher_r: IkeCipher::new(encr, integ, sk_er, sk_ar)?,
+        })
+    }
+}
+
+/// The ESP suite for a selected ESP proposal.
+pub fn esp_suite(s: &Selected) -> Option<EspSuite> {
+    match (s.encr, s.integ) {
+        (IkeEncr::AesGcm16 { key_bits: 128 }, None) => Some(EspSuite::Aes128Gcm16),
+        (IkeEncr::AesGcm16 { key_bits: 256 }, None) => Some(EspSuite::Aes256Gcm16),
+        (IkeEncr::ChaCha20Poly1305, None) => Some(EspSuite::ChaCha20Poly1305),
+        (IkeEncr::AesCbc { key_bits }, Some(integ)) => Some(EspSuite::AesCbc { key_bits, integ }),
+        _ => None,
+    }
+}
+
+/// Child SA keys, by direction (§2.17).
+pub struct ChildKeys {
+    /// Keys for traffic from the original initiator of the exchange to the responder.
+    pub i_to_r: SecretBytes,
+    /// Keys for traffic from the responder to the initiator.
+    pub r_to_i: SecretBytes,
+}
+
+impl ChildKeys {
+    /// Derive KEYMAT for `suite` and cut it in two. `ni`/`nr` are the
+    /// nonces of the exchange that creates the Child SA (IKE_SA_INIT's for
+    /// the first one, CREATE_CHILD_SA's otherwise).
+    pub fn derive(
+        prf: Prf,
+        sk_d: &[u8],
+        suite: EspSuite,
+        g_ir_new: Option<&[u8]>,
+        ni: &[u8],
+        nr: &[u8],
+    ) -> Result<Self, KeyError> {
+        let n = suite.keymat_len();
+        let km = child_keymat(prf, sk_d, g_ir_new, ni, nr, 2 * n)?;
+        let (a, b) = km.as_slice().split_at(n);
+        Ok(ChildKeys {
+            i_to_r: SecretBytes::from_slice(a),
+            r_to_i: SecretBytes::from_slice(b),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use esparto_crypto::ike::KeGroup;
+
+    fn suite(encr: IkeEncr, integ: Option<Integ>) -> Selected {
+        Selected {
+            number: 1,
+            spi: esparto_wire::ike::Spi::None,
+            encr,
+            prf: Some(Prf::HmacSha256),
+            integ,
+            ke: Some(KeGroup::Curve25519),
+            esn: false,
+        }
+    }
+
+    #[test]
+    fn both_sides_derive_the_same_keys_and_directions_differ() {
+        let (ni, nr, g) = ([1u8; 32], [2u8; 32], [3u8; 32]);
+        for (e, i) in [
+            (IkeEncr::AesGcm16 { key_bits: 256 }, None),
+            (IkeEncr::ChaCha20Poly1305, None),
+            (
+                IkeEncr::AesCbc { key_bits: 128 },
+                Some(Integ::HmacSha256_128),
+            ),
+        ] {
+            let a = IkeKeys::derive(&suite(e, i), &ni, &nr, &g, 7, 9).unwrap();
+            let b = IkeKeys::derive(&suite(e, i), &ni, &nr, &g, 7, 9).unwrap();
+            assert!(a.sk_d == b.sk_d && a.sk_pi == b.sk_pi && a.sk_pr == b.sk_pr);
+            assert!(a.sk_pi != a.sk_pr);
+            assert_eq!(a.sk_d.len(), 32);
+            // A message sealed with the initiator's cipher opens only with it.
+            let layout = esparto_wire::ike::SkLayout {
+                iv_len: a.cipher_i.iv_len(),
+                icv_len: a.cipher_i.icv_len(),
+                block_size: a.cipher_i.block_size(),
+            };
+            let h = esparto_wire::ike::HeaderRepr {
+                spi_i: 7,
+                spi_r: 9,
+                next_payload: esparto_wire::ike::PayloadType::NONE,
+                exchange: esparto_wire::ike::ExchangeType::INFORMATIONAL,
+                initiator: true,
+                response: false,
+                message_id: 2,
+                length: 0,
+            };
+            let mut msg = Vec::new();
+            let off = esparto_wire::ike::emit_encrypted(&h, &[], &layout, &mut msg).unwrap();
+            a.cipher_i.seal_sk(&mut msg, off, 1).unwrap();
+            let mut copy = msg.clone();
+            assert!(b.cipher_r.open_sk(&mut copy, off).is_err());
+            assert!(b.cipher_i.open_sk(&mut msg, off).is_ok());
+        }
+    }
+
+    #[test]
+    fn child_keys_split_by_direction() {
+        let k = ChildKeys::derive(
+            Prf::HmacSha256,
+            &[5; 32],
+            EspSuite::Aes256Gcm16,
+            None,
+            &[1; 32],
+            &[2; 32],
+        )
+        .unwrap();
+        assert_eq!(k.i_to_r.len(), 36);
+        assert_eq!(k.r_to_i.len(), 36);
+        let whole = child_keymat(Prf::HmacSha256, &[5; 32], None, &[1; 32], &[2; 32], 72).unwrap();
+        assert_eq!(k.i_to_r.as_slice(), &whole.as_slice()[..36]);
+        assert_eq!(k.r_to_i.as_slice(), &whole.as_slice()[36..]);
+        let pfs = ChildKeys::derive(
+            Prf::HmacSha256,
+            &[5; 32],
+            EspSuite::Aes256Gcm16,
+            Some(&[9; 32]),
+            &[1; 32],
+            &[2; 32],
+        )
+        .unwrap();
+        assert!(pfs.i_to_r != k.i_to_r);
+    }
+}
