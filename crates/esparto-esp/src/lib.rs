@@ -1,1 +1,52 @@
-//! Esparto esp.
+//! The Esparto ESP data plane, sans I/O (RFC 4303, RFC 4301, RFC 9611).
+//!
+//! This crate turns inner IP packets into ESP packets and back, in the
+//! caller's buffers, with no system calls, no clock reads and no allocation
+//! per packet. The I/O crate feeds it batches from TUN queues and UDP
+//! sockets; the control plane feeds it SAs and policies.
+//!
+//! The pieces, as RFC 4301 names them:
+//!
+//! - [`Spd`]: the policy database, compiled into an index so lookups stay
+//!   logarithmic with thousands of policies;
+//! - [`Sad`]: inbound SAs by SPI;
+//! - [`OutboundSa`] / [`InboundSa`]: the two directions of an SA, with
+//!   sequence numbers (64-bit ESN), the [`ReplayWindow`] (RFC 6479-style,
+//!   checked before decryption, committed after), lifetimes and counters;
+//! - [`SaGroup`]: a fallback SA plus this worker's own sub-SA — the per-CPU
+//!   SAs that let throughput grow with cores;
+//! - [`Worker`]: one core's share of all of it, mutated only by its thread
+//!   through [`Command`]s, reporting [`Event`]s (acquires, expiries).
+//!
+//! Every packet that is not delivered is counted under a [`DropReason`];
+//! nothing in here panics on input.
+
+#![forbid(unsafe_code)]
+
+mod counters;
+mod group;
+mod lifetime;
+mod replay;
+mod sa;
+mod sad;
+mod selector;
+mod spd;
+#[cfg(test)]
+mod testutil;
+mod worker;
+
+pub use counters::{DropReason, Drops, SaCounters};
+pub use group::{ACQUIRE_RETRY, SaGroup};
+pub use lifetime::{Expiry, Lifetime};
+pub use replay::{DEFAULT_WINDOW, MAX_WINDOW, ReplayError, ReplayWindow};
+pub use sa::{
+    Decapsulated, Dropped, HEADROOM, InboundSa, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,
+    TAILROOM, max_inner_len, next_header_for, outer_overhead,
+};
+pub use sad::{Sad, SpiHasher};
+pub use selector::{Family, IpRange, SelectorError, TrafficSelector, addr_bits};
+pub use spd::{Action, FlowKey, GroupId, Policy, Spd};
+pub use worker::{Command, Direction, Encapsulated, Event, MAX_PENDING_EVENTS, SaStats, Worker, WorkerStats};
+
+// Re-exported so users of the data plane name one crate for the suite.
+pub use esparto_crypto::{EspSuite, SecretBytes};

@@ -1,0 +1,505 @@
+//! Security Associations: one direction of ESP, tunnel mode (RFC 4303, RFC 4301).
+//!
+//! An [`OutboundSa`] turns an inner IP packet into an ESP packet, an
+//! [`InboundSa`] does the reverse; both work in place in a caller's buffer
+//! and never allocate. The ESP packet produced is what goes in the UDP
+//! payload of ESP-in-UDP (RFC 3948): the kernel's UDP socket adds the outer
+//! IP and UDP headers, so "tunnel mode with IPv4 or IPv6 outer headers" is a
+//! matter of the socket family the peer address has, independent of the inner
+//! packet's family (next header 4 or 41).
+//!
+//! ```text
+//!          headroom          inner packet (from TUN)         tailroom
+//!   |<- 8 + iv_len ->|<------------------------------>|<- pad + 2 + icv ->|
+//!   [ SPI | Seq | IV ][ inner IP packet ............. ][ pad | pl | nh | ICV]
+//!                     '---------------- encrypted ---------------'
+//! ```
+//!
+//! Sequence numbers: a sub-SA belongs to one worker and counts in a plain
+//! integer; a fallback SA is used by every worker and counts in a shared
+//! atomic ([`SharedSeq`]). Either way a number is never used twice, and
+//! without ESN the counter stops at `2^32 - 1` (RFC 4303 §3.3.3).
+//!
+//! Inbound processing follows RFC 4303 §3.4 in the order that keeps forged
+//! packets cheap and harmless: SPI lookup, replay check, integrity check
+//! and decryption, *then* commit the sequence number to the window, then
+//! padding and the selector check of the inner packet (RFC 4301 §5.2).
+
+use core::ops::Range;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use esparto_crypto::{EspCipher, EspSuite, KeyLengthError, SecretBytes};
+use esparto_wire::esp::{self as wesp, Trailer};
+use esparto_wire::ip::FiveTuple;
+
+use crate::counters::{DropReason, SaCounters};
+use crate::lifetime::{Expiry, Lifetime, LifetimeState, Verdict};
+use crate::replay::{ReplayError, ReplayWindow};
+use crate::selector::{Family, TrafficSelector, addr_bits};
+
+/// An SPI (RFC 4303 §2.1).
+pub type Spi = u32;
+
+/// Largest IV any suite uses (AES-CBC).
+pub const MAX_IV_LEN: usize = 16;
+/// Largest ICV any suite uses (HMAC-SHA-512-256).
+pub const MAX_ICV_LEN: usize = 32;
+/// Bytes a caller must leave in front of an inner packet for the ESP header and IV.
+pub const HEADROOM: usize = wesp::HEADER_LEN + MAX_IV_LEN;
+/// Bytes a caller must leave after an inner packet for padding, trailer and ICV.
+pub const TAILROOM: usize = 15 + wesp::TRAILER_LEN + MAX_ICV_LEN;
+
+/// Outer header bytes of ESP-in-UDP besides ESP itself: UDP (8) + IPv4 (20) or IPv6 (40).
+pub fn outer_overhead(peer: &SocketAddr) -> usize {
+    8 + if peer.is_ipv4() { 20 } else { 40 }
+}
+
+/// Everything needed to install one SA (one direction).
+#[derive(Debug)]
+pub struct SaConfig {
+    /// The SPI the receiver of this SA chose.
+    pub spi: Spi,
+    /// Encryption and integrity algorithms.
+    pub suite: EspSuite,
+    /// KEYMAT for this direction (RFC 7296 §2.17), zeroized on drop.
+    pub keymat: SecretBytes,
+    /// 64-bit extended sequence numbers (RFC 4303 §2.2.1).
+    pub esn: bool,
+    /// Anti-replay window in packets (inbound only; 0 disables replay
+    /// protection, which RFC 4303 §3.4.3 allows only by local choice).
+    pub replay_window: u32,
+    /// Lifetime limits.
+    pub lifetime: Lifetime,
+    /// Our side's selectors: the packet source outbound, destination inbound.
+    pub local_ts: Vec<TrafficSelector>,
+    /// The peer's side: destination outbound, source inbound.
+    pub remote_ts: Vec<TrafficSelector>,
+    /// The peer's UDP endpoint (destination of outbound ESP-in-UDP).
+    pub peer: SocketAddr,
+    /// Path MTU towards the peer (outer packet size limit).
+    pub path_mtu: u16,
+}
+
+/// A counter of sequence numbers shared by every worker's copy of a fallback SA.
+#[derive(Debug, Default)]
+pub struct SharedSeq {
+    last: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl SharedSeq {
+    /// A new counter; the first number handed out is 1.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Highest sequence number handed out so far.
+    pub fn last(&self) -> u64 {
+        self.last.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug)]
+enum SeqSource {
+    /// A sub-SA: one worker, plain integers.
+    Owned { last: u64, bytes: u64 },
+    /// A fallback SA: every worker, atomics.
+    Shared(Arc<SharedSeq>),
+}
+
+/// Why an outbound packet was not encapsulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// The reason it is counted under.
+    pub reason: DropReason,
+    /// For [`DropReason::TooBig`]: the largest inner packet that fits, for the
+    /// ICMP "fragmentation needed" / "packet too big" message.
+    pub mtu: u16,
+}
+
+impl From<DropReason> for Dropped {
+    fn from(reason: DropReason) -> Self {
+        Self { reason, mtu: 0 }
+    }
+}
+
+/// The sending half of an SA.
+#[derive(Debug)]
+pub struct OutboundSa {
+    spi: Spi,
+    cipher: EspCipher,
+    esn: bool,
+    peer: SocketAddr,
+    seq: SeqSource,
+    lifetime: LifetimeState,
+    /// Largest inner packet that fits the path MTU.
+    max_inner: usize,
+    installed: Instant,
+    counters: SaCounters,
+}
+
+/// The largest inner packet whose ESP-in-UDP encapsulation fits `path_mtu`.
+pub fn max_inner_len(suite: EspSuite, peer: &SocketAddr, path_mtu: u16) -> usize {
+    let room = usize::from(path_mtu)
+        .saturating_sub(outer_overhead(peer) + wesp::HEADER_LEN + suite.iv_len() + suite.icv_len());
+    // The encrypted part is a multiple of the block size and holds the
+    // inner packet plus at least the two trailer bytes.
+    let block = suite.block_size().max(4);
+    (room / block * block).saturating_sub(wesp::TRAILER_LEN)
+}
+
+impl OutboundSa {
+    /// An SA owned by one worker (a sub-SA, or the only SA of a group).
+    pub fn owned(cfg: &SaConfig, now: Instant) -> Result<Self, KeyLengthError> {
+        Self::build(cfg, SeqSource::Owned { last: 0, bytes: 0 }, now)
+    }
+
+    /// One worker's copy of an SA shared by all workers (a fallback SA);
+    /// every copy must get the same `seq`.
+    pub fn shared(cfg: &SaConfig, seq: Arc<SharedSeq>, now: Instant) -> Result<Self, KeyLengthError> {
+        Self::build(cfg, SeqSource::Shared(seq), now)
+    }
+
+    fn build(cfg: &SaConfig, seq: SeqSource, now: Instant) -> Result<Self, KeyLengthError> {
+        Ok(Self {
+            spi: cfg.spi,
+            cipher: EspCipher::new(cfg.suite, cfg.keymat.as_slice())?,
+            esn: cfg.esn,
+            peer: cfg.peer,
+            seq,
+            lifetime: LifetimeState::new(cfg.lifetime, cfg.esn, now),
+            max_inner: max_inner_len(cfg.suite, &cfg.peer, cfg.path_mtu),
+            installed: now,
+            counters: SaCounters::default(),
+        })
+    }
+
+    /// The SPI.
+    pub fn spi(&self) -> Spi {
+        self.spi
+    }
+
+    /// The peer's UDP endpoint.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The suite.
+    pub fn suite(&self) -> EspSuite {
+        self.cipher.suite()
+    }
+
+    /// When it was installed.
+    pub fn installed(&self) -> Instant {
+        self.installed
+    }
+
+    /// This worker's counters for the SA.
+    pub fn counters(&self) -> &SaCounters {
+        &self.counters
+    }
+
+    /// The largest inner packet that fits the path MTU.
+    pub fn max_inner(&self) -> usize {
+        self.max_inner
+    }
+
+    /// Whether this is a fallback SA's shared copy.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.seq, SeqSource::Shared(_))
+    }
+
+    /// Whether a hard limit was reached.
+    pub fn is_dead(&self) -> bool {
+        self.lifetime.is_dead()
+    }
+
+    /// Highest sequence number used.
+    pub fn last_seq(&self) -> u64 {
+        match &self.seq {
+            SeqSource::Owned { last, .. } => *last,
+            SeqSource::Shared(s) => s.last(),
+        }
+    }
+
+    /// Time-based lifetime check for an idle SA.
+    pub(crate) fn check_time(&mut self, now: Instant) -> Option<Expiry> {
+        self.lifetime.check_time(now)
+    }
+
+    /// Encapsulates the inner packet at `buf[inner]` in place, returning the
+    /// range of the ESP packet in `buf` and whether a soft limit was crossed
+    /// by this packet (raise a rekey event) or a hard one was first reached.
+    ///
+    /// `buf` must have [`HEADROOM`] bytes before `inner.start` and
+    /// [`TAILROOM`] bytes after `inner.end`; otherwise the packet is dropped
+    /// as `Malformed` (a caller bug, counted like anything else).
+    #[inline]
+    pub fn encapsulate(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        inner: Range<usize>,
+        next_header: u8,
+        expiry: &mut Option<Expiry>,
+    ) -> Result<Range<usize>, Dropped> {
+        let suite = self.cipher.suite();
+        let inner_len = inner.len();
+        if inner_len > self.max_inner {
+            // RFC 4301 §8.2.1 / RFC 1191: the sender learns the tunnel MTU.
+            // The caller decides whether to answer with ICMP or let the
+            // outer packet be fragmented (IPv4 without DF).
+            return Err(Dropped { reason: DropReason::TooBig, mtu: self.max_inner.min(usize::from(u16::MAX)) as u16 });
+        }
+        let hdr = wesp::HEADER_LEN + suite.iv_len();
+        let pad = wesp::padding_for(inner_len, suite.block_size());
+        let end = inner.end + pad + wesp::TRAILER_LEN + suite.icv_len();
+        let Some(start) = inner.start.checked_sub(hdr) else {
+            return Err(DropReason::Malformed.into());
+        };
+        if end > buf.len() {
+            return Err(DropReason::Malformed.into());
+        }
+
+        // Take a sequence number, and check lifetimes against the totals
+        // including this packet.
+        let (seq, bytes) = match &mut self.seq {
+            SeqSource::Owned { last, bytes } => {
+                *last += 1;
+                *bytes += inner_len as u64;
+                (*last, *bytes)
+            }
+            SeqSource::Shared(s) => (
+                s.last.fetch_add(1, Ordering::Relaxed) + 1,
+                s.bytes.fetch_add(inner_len as u64, Ordering::Relaxed) + inner_len as u64,
+            ),
+        };
+        match self.lifetime.check(now, bytes, seq) {
+            Verdict::Ok => {}
+            Verdict::SoftNow => *expiry = Some(Expiry::Soft),
+            Verdict::Hard { first } => {
+                if first {
+                    *expiry = Some(Expiry::Hard);
+                }
+                self.counters.drops.count(DropReason::LifetimeExpired);
+                return Err(DropReason::LifetimeExpired.into());
+            }
+        }
+
+        let trailer = Trailer { pad_len: pad as u8, next_header };
+        // Cannot fail: `end` was checked against the buffer above.
+        if trailer.emit(&mut buf[inner.end..]).is_err() {
+            return Err(DropReason::Malformed.into());
+        }
+        let packet = &mut buf[start..end];
+        packet[0..4].copy_from_slice(&self.spi.to_be_bytes());
+        packet[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+        if self.cipher.seal(seq, self.esn, packet).is_err() {
+            return Err(DropReason::Malformed.into());
+        }
+        self.counters.packets += 1;
+        self.counters.bytes += inner_len as u64;
+        Ok(start..end)
+    }
+}
+
+/// The receiving half of an SA.
+#[derive(Debug)]
+pub struct InboundSa {
+    spi: Spi,
+    cipher: EspCipher,
+    esn: bool,
+    replay: Option<ReplayWindow>,
+    lifetime: LifetimeState,
+    local_ts: Vec<TrafficSelector>,
+    remote_ts: Vec<TrafficSelector>,
+    peer: SocketAddr,
+    installed: Instant,
+    counters: SaCounters,
+}
+
+/// A successfully decapsulated packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decapsulated {
+    /// The inner IP packet within the caller's buffer (TFC padding removed),
+    /// or an empty range for a dummy packet (RFC 4303 §2.6), which the caller
+    /// discards.
+    pub inner: Range<usize>,
+    /// Whether a soft or hard lifetime limit was first crossed.
+    pub expiry: Option<Expiry>,
+}
+
+impl InboundSa {
+    /// Builds the SA.
+    pub fn new(cfg: &SaConfig, now: Instant) -> Result<Self, KeyLengthError> {
+        Ok(Self {
+            spi: cfg.spi,
+            cipher: EspCipher::new(cfg.suite, cfg.keymat.as_slice())?,
+            esn: cfg.esn,
+            replay: (cfg.replay_window > 0).then(|| ReplayWindow::new(cfg.replay_window, cfg.esn)),
+            lifetime: LifetimeState::new(cfg.lifetime, true, now),
+            local_ts: cfg.local_ts.clone(),
+            remote_ts: cfg.remote_ts.clone(),
+            peer: cfg.peer,
+            installed: now,
+            counters: SaCounters::default(),
+        })
+    }
+
+    /// The SPI.
+    pub fn spi(&self) -> Spi {
+        self.spi
+    }
+
+    /// The suite.
+    pub fn suite(&self) -> EspSuite {
+        self.cipher.suite()
+    }
+
+    /// The peer's endpoint as configured.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// When it was installed.
+    pub fn installed(&self) -> Instant {
+        self.installed
+    }
+
+    /// Counters of the SA.
+    pub fn counters(&self) -> &SaCounters {
+        &self.counters
+    }
+
+    /// Highest sequence number received.
+    pub fn last_seq(&self) -> u64 {
+        self.replay.as_ref().map_or(0, |r| r.top())
+    }
+
+    pub(crate) fn check_time(&mut self, now: Instant) -> Option<Expiry> {
+        self.lifetime.check_time(now)
+    }
+
+    /// Decapsulates the ESP packet at `buf[esp]` in place (the SPI has
+    /// already been looked up and is this SA's). On error the reason is
+    /// also counted in the SA's drop counters.
+    #[inline]
+    pub fn decapsulate(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Decapsulated, DropReason> {
+        let r = self.decapsulate_inner(now, buf, esp);
+        if let Err(reason) = r {
+            self.counters.drops.count(reason);
+        }
+        r
+    }
+
+    fn decapsulate_inner(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Decapsulated, DropReason> {
+        let suite = self.cipher.suite();
+        let packet = buf.get_mut(esp.clone()).ok_or(DropReason::Malformed)?;
+        let hdr = wesp::HEADER_LEN + suite.iv_len();
+        // Header, IV, at least the two trailer bytes, ICV.
+        if packet.len() < hdr + wesp::TRAILER_LEN + suite.icv_len() {
+            return Err(DropReason::Malformed);
+        }
+        if self.lifetime.is_dead() {
+            return Err(DropReason::LifetimeExpired);
+        }
+        let seq_lo = u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]);
+        // RFC 4303 §3.4.3: check before the (expensive) integrity check…
+        let seq = match &self.replay {
+            Some(w) => w.check(seq_lo).map_err(|_| DropReason::Replay)?,
+            // Without a window the high bits can't be inferred; ESN then
+            // requires one (enforced at install by the control plane).
+            None => u64::from(seq_lo),
+        };
+        let plain = self.cipher.open(seq, self.esn, packet).map_err(|_| DropReason::IcvFailure)?;
+        // …and commit only once the packet is authentic.
+        if let Some(w) = &mut self.replay {
+            w.commit(seq).map_err(|e| match e {
+                ReplayError::Duplicate | ReplayError::TooOld | ReplayError::Zero => DropReason::Replay,
+            })?;
+        }
+        let plaintext = &packet[plain.clone()];
+        let (data, trailer) = Trailer::split(plaintext).map_err(|_| DropReason::BadPadding)?;
+        let data_len = data.len();
+
+        let mut expiry = None;
+        match self.lifetime.check(now, self.counters.bytes + data_len as u64, self.counters.packets + 1) {
+            Verdict::Ok => {}
+            Verdict::SoftNow => expiry = Some(Expiry::Soft),
+            Verdict::Hard { first } => {
+                if first {
+                    // The packet itself is authentic; deliver it, and the
+                    // SA refuses the next one.
+                    expiry = Some(Expiry::Hard);
+                }
+            }
+        }
+
+        let start = esp.start + plain.start;
+        if trailer.is_dummy() {
+            self.counters.packets += 1;
+            return Ok(Decapsulated { inner: start..start, expiry });
+        }
+        let inner_len = inner_ip_len(trailer.next_header, data)?;
+        let inner = &data[..inner_len];
+        if !self.selectors_admit(inner)? {
+            // RFC 4301 §5.2 step 4: the decrypted packet must match the
+            // SA's selectors, or a peer could inject traffic for subnets
+            // it was never granted.
+            return Err(DropReason::PolicyMismatch);
+        }
+        self.counters.packets += 1;
+        self.counters.bytes += inner_len as u64;
+        Ok(Decapsulated { inner: start..start + inner_len, expiry })
+    }
+
+    /// Whether the inner packet's source is in the peer's selectors and its
+    /// destination in ours.
+    #[inline]
+    fn selectors_admit(&self, inner: &[u8]) -> Result<bool, DropReason> {
+        let t = FiveTuple::extract(inner).map_err(|_| DropReason::Malformed)?;
+        let (family, src) = addr_bits(t.src);
+        let (_, dst) = addr_bits(t.dst);
+        Ok(any_match(&self.remote_ts, family, src, t.proto, t.src_port)
+            && any_match(&self.local_ts, family, dst, t.proto, t.dst_port))
+    }
+}
+
+#[inline]
+fn any_match(ts: &[TrafficSelector], family: Family, addr: u128, proto: u8, port: u16) -> bool {
+    ts.iter().any(|s| s.matches(family, addr, proto, port))
+}
+
+/// The length of the inner IP packet at the start of `data`, from its own
+/// header; anything after it is TFC padding (RFC 4303 §2.7).
+#[inline]
+fn inner_ip_len(next_header: u8, data: &[u8]) -> Result<usize, DropReason> {
+    let len = match (next_header, data.first().map(|b| b >> 4)) {
+        (wesp::NEXT_HEADER_IPV4, Some(4)) if data.len() >= 20 => usize::from(u16::from_be_bytes([data[2], data[3]])),
+        (wesp::NEXT_HEADER_IPV6, Some(6)) if data.len() >= 40 => {
+            40 + usize::from(u16::from_be_bytes([data[4], data[5]]))
+        }
+        _ => return Err(DropReason::Malformed),
+    };
+    if len > data.len() || len < 20 {
+        return Err(DropReason::Malformed);
+    }
+    Ok(len)
+}
+
+/// The ESP next-header value for an inner packet, from its version nibble.
+#[inline]
+pub fn next_header_for(inner: &[u8]) -> Option<u8> {
+    match inner.first().map(|b| b >> 4) {
+        Some(4) => Some(wesp::NEXT_HEADER_IPV4),
+        Some(6) => Some(wesp::NEXT_HEADER_IPV6),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[path = "sa_tests.rs"]
+mod tests;

@@ -1,0 +1,365 @@
+//! One worker's data plane: its SPD snapshot, its share of every SA group,
+//! its inbound SAs, its counters and events.
+//!
+//! A `Worker` is owned by one thread and mutated only by it: the control
+//! plane sends [`Command`]s (built SAs, new SPD snapshots) that the thread
+//! applies between batches, and reads [`Event`]s and statistics back. So the
+//! per-packet path has no locks and no shared writes, except the sequence
+//! counter of a fallback SA, which is shared by design.
+
+use core::ops::Range;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use esparto_wire::ip::FiveTuple;
+
+use crate::counters::{DropReason, Drops, SaCounters};
+use crate::group::SaGroup;
+use crate::lifetime::Expiry;
+use crate::sa::{Decapsulated, Dropped, InboundSa, OutboundSa, Spi, next_header_for};
+use crate::sad::{Sad, SpiHasher};
+use crate::selector::addr_bits;
+use crate::spd::{Action, FlowKey, GroupId, Spd};
+
+/// Most events a worker queues before dropping new ones (they are rare:
+/// acquires are rate-limited, expiries happen once per SA).
+pub const MAX_PENDING_EVENTS: usize = 4096;
+
+/// A change the control plane asks a worker to make.
+#[derive(Debug)]
+pub enum Command {
+    /// Replace the policy database.
+    SetSpd(Arc<Spd>),
+    /// Create (or reconfigure) a group.
+    AddGroup {
+        /// Its id, as policies name it.
+        id: GroupId,
+        /// Raise acquires for a per-worker sub-SA.
+        per_cpu: bool,
+    },
+    /// Remove a group and its outbound SAs.
+    RemoveGroup(GroupId),
+    /// Install the fallback SA of a group (this worker's copy).
+    SetFallback(GroupId, Box<OutboundSa>),
+    /// Install this worker's sub-SA of a group.
+    SetSub(GroupId, Box<OutboundSa>),
+    /// Remove an outbound SA from a group.
+    RemoveOutbound(GroupId, Spi),
+    /// Install an inbound SA (its SPI steers to this worker).
+    AddInbound(Box<InboundSa>),
+    /// Remove an inbound SA.
+    RemoveInbound(Spi),
+}
+
+/// SA direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Received.
+    Inbound,
+    /// Sent.
+    Outbound,
+}
+
+/// Something the control plane must act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Traffic for `group` needs an SA: for `worker`'s own sub-SA (per-CPU),
+    /// or (`worker: None`) for the group as a whole (nothing installed yet).
+    Acquire {
+        /// The group.
+        group: GroupId,
+        /// The worker asking for its sub-SA.
+        worker: Option<u16>,
+    },
+    /// An SA crossed a lifetime limit.
+    Expire {
+        /// The SA.
+        spi: Spi,
+        /// Its direction.
+        direction: Direction,
+        /// Soft (rekey) or hard (dead).
+        kind: Expiry,
+    },
+}
+
+/// An encapsulated packet ready to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encapsulated {
+    /// The ESP packet (UDP payload) within the caller's buffer.
+    pub esp: Range<usize>,
+    /// Where to send it.
+    pub peer: SocketAddr,
+}
+
+/// Statistics of one SA as one worker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaStats {
+    /// SPI.
+    pub spi: Spi,
+    /// Direction.
+    pub direction: Direction,
+    /// Group (outbound only).
+    pub group: Option<GroupId>,
+    /// Whether this is the fallback SA of its group (outbound only).
+    pub fallback: bool,
+    /// Suite name.
+    pub suite: &'static str,
+    /// Peer endpoint.
+    pub peer: SocketAddr,
+    /// Highest sequence number sent or received.
+    pub last_seq: u64,
+    /// Installed at.
+    pub installed: Instant,
+    /// Packets, bytes, drops.
+    pub counters: SaCounters,
+}
+
+/// A snapshot of a worker's state for `esparto status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Worker index.
+    pub worker: u16,
+    /// Drops by reason (all drops of this worker, attributable to an SA or not).
+    pub drops: Drops,
+    /// Packets encapsulated.
+    pub tx_packets: u64,
+    /// Packets decapsulated.
+    pub rx_packets: u64,
+    /// Per-SA figures.
+    pub sas: Vec<SaStats>,
+}
+
+/// One worker's data plane.
+#[derive(Debug)]
+pub struct Worker {
+    id: u16,
+    spd: Arc<Spd>,
+    groups: HashMap<GroupId, SaGroup, BuildHasherDefault<SpiHasher>>,
+    sad: Sad,
+    drops: Drops,
+    tx_packets: u64,
+    rx_packets: u64,
+    events: VecDeque<Event>,
+}
+
+impl Worker {
+    /// Worker number `id`, with nothing installed.
+    pub fn new(id: u16) -> Self {
+        Self {
+            id,
+            spd: Arc::new(Spd::default()),
+            groups: HashMap::default(),
+            sad: Sad::new(),
+            drops: Drops::default(),
+            tx_packets: 0,
+            rx_packets: 0,
+            events: VecDeque::with_capacity(64),
+        }
+    }
+
+    /// The worker's index.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// Applies a control-plane change.
+    pub fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::SetSpd(spd) => self.spd = spd,
+            Command::AddGroup { id, per_cpu } => {
+                let g = self.groups.entry(id).or_insert_with(|| SaGroup::new(id, per_cpu));
+                if g.per_cpu() != per_cpu {
+                    let mut fresh = SaGroup::new(id, per_cpu);
+                    fresh.set_fallback(g.set_fallback(None));
+                    fresh.set_sub(g.set_sub(None));
+                    *g = fresh;
+                }
+            }
+            Command::RemoveGroup(id) => {
+                self.groups.remove(&id);
+            }
+            Command::SetFallback(id, sa) => {
+                self.groups.entry(id).or_insert_with(|| SaGroup::new(id, false)).set_fallback(Some(*sa));
+            }
+            Command::SetSub(id, sa) => {
+                self.groups.entry(id).or_insert_with(|| SaGroup::new(id, true)).set_sub(Some(*sa));
+            }
+            Command::RemoveOutbound(id, spi) => {
+                if let Some(g) = self.groups.get_mut(&id) {
+                    g.remove_spi(spi);
+                }
+            }
+            Command::AddInbound(sa) => {
+                self.sad.insert(*sa);
+            }
+            Command::RemoveInbound(spi) => {
+                self.sad.remove(spi);
+            }
+        }
+    }
+
+    /// Encapsulates the inner packet at `buf[inner]`: SPD lookup, SA
+    /// selection (own sub-SA, else fallback and an acquire), ESP.
+    ///
+    /// `buf` needs [`HEADROOM`](crate::HEADROOM) before and
+    /// [`TAILROOM`](crate::TAILROOM) after the inner packet.
+    #[inline]
+    pub fn encapsulate(&mut self, now: Instant, buf: &mut [u8], inner: Range<usize>) -> Result<Encapsulated, Dropped> {
+        let r = self.encapsulate_inner(now, buf, inner);
+        match &r {
+            Ok(_) => self.tx_packets += 1,
+            Err(d) => self.drops.count(d.reason),
+        }
+        r
+    }
+
+    fn encapsulate_inner(&mut self, now: Instant, buf: &mut [u8], inner: Range<usize>) -> Result<Encapsulated, Dropped> {
+        let packet = buf.get(inner.clone()).ok_or(DropReason::Malformed)?;
+        let next_header = next_header_for(packet).ok_or(DropReason::Malformed)?;
+        let t = FiveTuple::extract(packet).map_err(|_| DropReason::Malformed)?;
+        let (family, src) = addr_bits(t.src);
+        let (_, dst) = addr_bits(t.dst);
+        let key = FlowKey { family, src, dst, proto: t.proto, src_port: t.src_port, dst_port: t.dst_port };
+        let group_id = match self.spd.lookup(&key).map(|p| p.action) {
+            Some(Action::Protect(g)) => g,
+            Some(Action::Discard) => return Err(DropReason::Discarded.into()),
+            None => return Err(DropReason::PolicyMismatch.into()),
+        };
+        // The control plane installs a group with its policy (a trap policy
+        // gets an empty group, which raises rate-limited acquires), so a
+        // missing group is a transient state during an update: just count.
+        let group = self.groups.get_mut(&group_id).ok_or(DropReason::NoSa)?;
+        let selected = group.select(now);
+        if let Some(own) = selected.acquire {
+            let worker = own.then_some(self.id);
+            push_event(&mut self.events, Event::Acquire { group: group_id, worker });
+        }
+        let sa = selected.sa.ok_or(DropReason::NoSa)?;
+        let mut expiry = None;
+        let r = sa.encapsulate(now, buf, inner, next_header, &mut expiry);
+        if let Some(kind) = expiry {
+            push_event(&mut self.events, Event::Expire { spi: sa.spi(), direction: Direction::Outbound, kind });
+        }
+        let peer = sa.peer();
+        r.map(|esp| Encapsulated { esp, peer })
+    }
+
+    /// Decapsulates the ESP packet (a UDP payload) at `buf[esp]`; returns
+    /// the inner packet's range (empty for a dummy packet).
+    #[inline]
+    pub fn decapsulate(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
+        let r = self.decapsulate_inner(now, buf, esp);
+        match &r {
+            Ok(_) => self.rx_packets += 1,
+            Err(reason) => self.drops.count(*reason),
+        }
+        r
+    }
+
+    fn decapsulate_inner(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
+        let hdr = buf.get(esp.start..esp.start.saturating_add(4)).ok_or(DropReason::Malformed)?;
+        if esp.end > buf.len() || esp.len() < esparto_wire::esp::HEADER_LEN {
+            return Err(DropReason::Malformed);
+        }
+        let spi = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        let sa = self.sad.get_mut(spi).ok_or(DropReason::UnknownSpi)?;
+        let Decapsulated { inner, expiry } = sa.decapsulate(now, buf, esp)?;
+        if let Some(kind) = expiry {
+            push_event(&mut self.events, Event::Expire { spi, direction: Direction::Inbound, kind });
+        }
+        Ok(inner)
+    }
+
+    /// Time-driven work: lifetimes of idle SAs. Call every few hundred ms.
+    pub fn tick(&mut self, now: Instant) {
+        for g in self.groups.values_mut() {
+            let (sub, fallback) = g.both_mut();
+            for sa in [sub, fallback].into_iter().flatten() {
+                if let Some(kind) = sa.check_time(now) {
+                    push_event(&mut self.events, Event::Expire { spi: sa.spi(), direction: Direction::Outbound, kind });
+                }
+            }
+        }
+        for sa in self.sad.iter_mut() {
+            if let Some(kind) = sa.check_time(now) {
+                push_event(&mut self.events, Event::Expire { spi: sa.spi(), direction: Direction::Inbound, kind });
+            }
+        }
+    }
+
+    /// The next event for the control plane.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The inbound SAs.
+    pub fn sad(&self) -> &Sad {
+        &self.sad
+    }
+
+    /// This worker's share of a group.
+    pub fn group(&self, id: GroupId) -> Option<&SaGroup> {
+        self.groups.get(&id)
+    }
+
+    /// Drops by reason.
+    pub fn drops(&self) -> &Drops {
+        &self.drops
+    }
+
+    /// Counts a drop that happened outside ESP processing (e.g. an I/O layer
+    /// refusing a datagram), so every drop is in one place.
+    pub fn count_drop(&mut self, reason: DropReason) {
+        self.drops.count(reason);
+    }
+
+    /// A snapshot for status output (allocates; not for the packet path).
+    pub fn stats(&self) -> WorkerStats {
+        let mut sas = Vec::new();
+        for g in self.groups.values() {
+            for (sa, fallback) in [(g.sub(), false), (g.fallback(), true)] {
+                if let Some(sa) = sa {
+                    sas.push(SaStats {
+                        spi: sa.spi(),
+                        direction: Direction::Outbound,
+                        group: Some(g.id()),
+                        fallback,
+                        suite: sa.suite().name(),
+                        peer: sa.peer(),
+                        last_seq: sa.last_seq(),
+                        installed: sa.installed(),
+                        counters: *sa.counters(),
+                    });
+                }
+            }
+        }
+        for sa in self.sad.iter() {
+            sas.push(SaStats {
+                spi: sa.spi(),
+                direction: Direction::Inbound,
+                group: None,
+                fallback: false,
+                suite: sa.suite().name(),
+                peer: sa.peer(),
+                last_seq: sa.last_seq(),
+                installed: sa.installed(),
+                counters: *sa.counters(),
+            });
+        }
+        sas.sort_by_key(|s| (s.direction == Direction::Inbound, s.spi));
+        WorkerStats { worker: self.id, drops: self.drops, tx_packets: self.tx_packets, rx_packets: self.rx_packets, sas }
+    }
+}
+
+fn push_event(events: &mut VecDeque<Event>, ev: Event) {
+    if events.len() < MAX_PENDING_EVENTS {
+        events.push_back(ev);
+    }
+}
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;

@@ -1,0 +1,196 @@
+//! Tests of a worker: policy lookup, SA selection within a group, acquires,
+//! drop accounting, and that no input makes it panic.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::sa::{HEADROOM, SaConfig, SharedSeq, TAILROOM};
+use crate::spd::Policy;
+use crate::testutil::*;
+use esparto_crypto::EspSuite;
+use proptest::prelude::*;
+
+const GROUP: GroupId = 7;
+
+fn spd() -> Arc<Spd> {
+    Arc::new(Spd::new(vec![
+        Policy {
+            local: "10.1.0.0/16".parse().unwrap(),
+            remote: "10.2.0.0/16".parse().unwrap(),
+            action: Action::Protect(GROUP),
+            priority: 100,
+        },
+        Policy {
+            local: "10.1.0.0/16".parse().unwrap(),
+            remote: "10.2.9.0/24".parse().unwrap(),
+            action: Action::Discard,
+            priority: 10,
+        },
+    ]))
+}
+
+/// A sender worker with a per-CPU group, and a receiver worker holding the
+/// inbound side of `spis`.
+fn setup(per_cpu: bool, spis: &[u32], now: Instant) -> (Worker, Worker, Vec<SaConfig>) {
+    let mut tx = Worker::new(0);
+    tx.apply(Command::SetSpd(spd()));
+    tx.apply(Command::AddGroup { id: GROUP, per_cpu });
+    let mut rx = Worker::new(1);
+    let cfgs: Vec<SaConfig> = spis.iter().map(|&s| config(EspSuite::Aes256Gcm16, s, true, false)).collect();
+    for c in &cfgs {
+        rx.apply(Command::AddInbound(Box::new(InboundSa::new(c, now).unwrap())));
+    }
+    (tx, rx, cfgs)
+}
+
+fn send(w: &mut Worker, now: Instant, inner: &[u8]) -> Result<(Vec<u8>, SocketAddr), Dropped> {
+    let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
+    buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(inner);
+    let e = w.encapsulate(now, &mut buf, HEADROOM..HEADROOM + inner.len())?;
+    Ok((buf[e.esp].to_vec(), e.peer))
+}
+
+fn recv(w: &mut Worker, now: Instant, esp: &[u8]) -> Result<Vec<u8>, DropReason> {
+    let mut buf = esp.to_vec();
+    let n = buf.len();
+    let r = w.decapsulate(now, &mut buf, 0..n)?;
+    Ok(buf[r].to_vec())
+}
+
+fn spi_of(esp: &[u8]) -> u32 {
+    u32::from_be_bytes([esp[0], esp[1], esp[2], esp[3]])
+}
+
+#[test]
+fn fallback_then_sub_sa_with_one_acquire() {
+    let now = Instant::now();
+    let (mut tx, mut rx, cfgs) = setup(true, &[0x100, 0x200], now);
+    // Nothing installed: dropped, and one group-wide acquire.
+    assert_eq!(send(&mut tx, now, &udp4(10)).unwrap_err().reason, DropReason::NoSa);
+    assert_eq!(tx.poll_event(), Some(Event::Acquire { group: GROUP, worker: None }));
+    assert_eq!(tx.poll_event(), None);
+
+    // The fallback arrives: traffic flows on it, and this worker asks once
+    // for its own sub-SA (after the retry interval since the last acquire).
+    let seq = SharedSeq::new();
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::shared(&cfgs[0], seq, now).unwrap())));
+    let later = now + crate::ACQUIRE_RETRY;
+    for _ in 0..5 {
+        let (esp, peer) = send(&mut tx, later, &udp4(10)).unwrap();
+        assert_eq!(spi_of(&esp), 0x100);
+        assert_eq!(peer, cfgs[0].peer);
+        assert_eq!(recv(&mut rx, later, &esp).unwrap(), udp4(10));
+    }
+    assert_eq!(tx.poll_event(), Some(Event::Acquire { group: GROUP, worker: Some(0) }));
+    assert_eq!(tx.poll_event(), None, "raised once, not per packet");
+
+    // The sub-SA arrives: traffic moves onto it.
+    tx.apply(Command::SetSub(GROUP, Box::new(OutboundSa::owned(&cfgs[1], later).unwrap())));
+    let (esp, _) = send(&mut tx, later, &udp4(10)).unwrap();
+    assert_eq!(spi_of(&esp), 0x200);
+    assert!(recv(&mut rx, later, &esp).is_ok());
+
+    let stats = tx.stats();
+    assert_eq!(stats.tx_packets, 6);
+    assert_eq!(stats.drops.get(DropReason::NoSa), 1);
+    let by_spi = |spi| stats.sas.iter().find(|s| s.spi == spi).unwrap().counters.packets;
+    assert_eq!((by_spi(0x100), by_spi(0x200)), (5, 1));
+}
+
+#[test]
+fn without_per_cpu_the_fallback_is_enough() {
+    let now = Instant::now();
+    let (mut tx, _, cfgs) = setup(false, &[0x100], now);
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+    for _ in 0..3 {
+        send(&mut tx, now + crate::ACQUIRE_RETRY, &udp4(10)).unwrap();
+    }
+    assert_eq!(tx.poll_event(), None);
+}
+
+#[test]
+fn policy_decides_discard_and_mismatch() {
+    let now = Instant::now();
+    let (mut tx, _, cfgs) = setup(false, &[0x100], now);
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+    let mut p = udp4(10);
+    p[16..20].copy_from_slice(&[10, 2, 9, 1]);
+    assert_eq!(send(&mut tx, now, &p).unwrap_err().reason, DropReason::Discarded);
+    p[16..20].copy_from_slice(&[10, 3, 0, 1]);
+    assert_eq!(send(&mut tx, now, &p).unwrap_err().reason, DropReason::PolicyMismatch);
+    assert_eq!(send(&mut tx, now, &[0x45, 0, 0]).unwrap_err().reason, DropReason::Malformed);
+    assert_eq!(send(&mut tx, now, &[]).unwrap_err().reason, DropReason::Malformed);
+    let d = tx.drops();
+    assert_eq!((d.get(DropReason::Discarded), d.get(DropReason::PolicyMismatch), d.get(DropReason::Malformed)), (1, 1, 2));
+}
+
+#[test]
+fn unknown_spi_and_removed_sa_are_counted() {
+    let now = Instant::now();
+    let (mut tx, mut rx, cfgs) = setup(false, &[0x100], now);
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+    let (esp, _) = send(&mut tx, now, &udp4(10)).unwrap();
+    let mut other = esp.clone();
+    other[0..4].copy_from_slice(&0xdead_beefu32.to_be_bytes());
+    assert_eq!(recv(&mut rx, now, &other), Err(DropReason::UnknownSpi));
+    rx.apply(Command::RemoveInbound(0x100));
+    assert_eq!(recv(&mut rx, now, &esp), Err(DropReason::UnknownSpi));
+    assert_eq!(rx.drops().get(DropReason::UnknownSpi), 2);
+    assert_eq!(recv(&mut rx, now, &[1, 2, 3]), Err(DropReason::Malformed));
+}
+
+#[test]
+fn time_lifetimes_fire_on_tick() {
+    let now = Instant::now();
+    let mut cfg = config(EspSuite::Aes128Gcm16, 0x300, true, false);
+    cfg.lifetime.soft_time = Some(std::time::Duration::from_secs(5));
+    let mut w = Worker::new(0);
+    w.apply(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).unwrap())));
+    w.tick(now + std::time::Duration::from_secs(4));
+    assert_eq!(w.poll_event(), None);
+    w.tick(now + std::time::Duration::from_secs(5));
+    assert_eq!(
+        w.poll_event(),
+        Some(Event::Expire { spi: 0x300, direction: Direction::Inbound, kind: Expiry::Soft })
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Arbitrary bytes are a counted drop, never a panic.
+    #[test]
+    fn decapsulate_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300), known in any::<bool>()) {
+        let now = Instant::now();
+        let (_, mut rx, _) = setup(false, &[0x100], now);
+        let mut b = bytes.clone();
+        if known && b.len() >= 4 {
+            b[0..4].copy_from_slice(&0x100u32.to_be_bytes());
+        }
+        let r = recv(&mut rx, now, &b);
+        prop_assert!(r.is_err());
+        prop_assert_eq!(rx.drops().total(), 1);
+    }
+
+    /// Arbitrary inner "packets" from the TUN are encrypted or counted.
+    #[test]
+    fn encapsulate_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let now = Instant::now();
+        let (mut tx, _, cfgs) = setup(false, &[0x100], now);
+        tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+        let ok = send(&mut tx, now, &bytes).is_ok();
+        prop_assert_eq!(tx.drops().total(), u64::from(!ok));
+    }
+
+    /// A valid packet with one byte changed is dropped (never delivered altered).
+    #[test]
+    fn mutated_packets_never_deliver(pos in 0usize..200, xor in 1u8..=255) {
+        let now = Instant::now();
+        let (mut tx, mut rx, cfgs) = setup(false, &[0x100], now);
+        tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+        let (mut esp, _) = send(&mut tx, now, &udp4(60)).unwrap();
+        let pos = pos % esp.len();
+        esp[pos] ^= xor;
+        prop_assert!(recv(&mut rx, now, &esp).is_err());
+    }
+}
