@@ -38,3 +38,20 @@ mod test_vectors;
 pub use esp::{EspCipher, EspSuite, IcvError, Integ, KeyLengthError, SealError};
 pub use rand::{DeterministicRng, Rng, SystemRng};
 pub use secret::SecretBytes;
+
+#[cfg(test)]
+mod tests {
+    /// Workers share ciphers by reference across threads; the IKE daemon
+    /// moves key exchanges between tasks.
+    #[test]
+    fn thread_safety_of_public_types() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<crate::EspCipher>();
+        send_sync::<crate::ike::IkeCipher>();
+        send_sync::<crate::ike::KeyExchange>();
+        send_sync::<crate::SecretBytes>();
+        send_sync::<crate::ike::PrfOutput>();
+        send_sync::<crate::SystemRng>();
+        send_sync::<crate::DeterministicRng>();
+    }
+}
