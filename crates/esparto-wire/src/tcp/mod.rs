@@ -233,13 +233,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Options::new(&self.buffer.as_ref()[HEADER_LEN..self.header_len()])
     }
 
-    /// The MSS option's value, if the header has a well-formed one.
-    #[inline]
-    pub fn mss(&self) -> Option<u16> {
-        let opts = &self.buffer.as_ref()[HEADER_LEN..self.header_len()];
-        options::mss_offset(opts).map(|o| u16_at(opts, o))
-    }
-
     /// Verifies the checksum for an IPv4 packet from `src` to `dst`. A
     /// segment longer than 65535 bytes cannot be an IPv4 payload and fails.
     #[inline]
@@ -377,35 +370,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         self.fill_with(checksum::pseudo_header_v6(src, dst, proto::TCP, len));
         Ok(())
     }
-
-    /// Lowers the MSS option to `max` if it is larger, patching the checksum
-    /// incrementally (RFC 1624); returns whether it changed anything. Only
-    /// SYN segments carry MSS (RFC 9293 §3.7.1), so others are left alone.
-    pub fn clamp_mss(&mut self, max: u16) -> bool {
-        if !self.syn() {
-            return false;
-        }
-        let hl = self.header_len();
-        let Some(off) = options::mss_offset(&self.buffer.as_ref()[HEADER_LEN..hl]) else {
-            return false;
-        };
-        let at = HEADER_LEN + off;
-        let old = u16_at(self.buffer.as_ref(), at);
-        if old <= max {
-            return false;
-        }
-        put_u16(self.buffer.as_mut(), at, max);
-        // A 16-bit field at an odd offset straddles two checksum words: its
-        // contribution to the sum is its byte-swapped value.
-        let (o, n) = if at % 2 == 0 {
-            (old, max)
-        } else {
-            (old.swap_bytes(), max.swap_bytes())
-        };
-        let c = checksum::update(self.checksum(), o, n);
-        self.set_checksum(c);
-        true
-    }
 }
 
 /// A TCP header. The options are kept raw (validated on parse); the data is
@@ -537,43 +501,6 @@ mod tests {
             .fill_checksum_v4(ip.src_addr(), ip.dst_addr())
             .unwrap();
         assert_eq!(&out[..], ip.payload());
-    }
-
-    #[test]
-    fn clamp_mss_even_and_odd_offsets() {
-        let bytes = syn();
-        let ip = ipv4::Packet::new_checked(&bytes[..]).unwrap();
-        let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        let mut seg = ip.payload().to_vec();
-        let mut p = Packet::new_checked(&mut seg[..]).unwrap();
-        assert!(p.clamp_mss(1360));
-        assert_eq!(p.mss(), Some(1360));
-        assert!(p.verify_checksum_v4(src, dst));
-        assert!(!p.clamp_mss(1400), "already below");
-
-        // Put the MSS at an odd offset behind a NOP.
-        let opts = [1u8, 2, 4, 0x05, 0xb4, 1, 1, 1];
-        let r = Repr {
-            src_port: 1,
-            dst_port: 2,
-            seq_number: 3,
-            ack_number: 0,
-            flags: flags::SYN,
-            window: 1000,
-            urgent_ptr: 0,
-            options: &opts,
-            payload_len: 0,
-        };
-        let mut b = vec![0u8; r.buffer_len()];
-        r.emit(&mut Packet::new_unchecked(&mut b[..])).unwrap();
-        let mut p = Packet::new_checked(&mut b[..]).unwrap();
-        p.fill_checksum_v4(src, dst).unwrap();
-        assert!(p.clamp_mss(1200));
-        assert_eq!(p.mss(), Some(1200));
-        assert!(p.verify_checksum_v4(src, dst));
-        // Not a SYN: untouched.
-        p.set_flags(flags::ACK);
-        assert!(!p.clamp_mss(100));
     }
 
     #[test]

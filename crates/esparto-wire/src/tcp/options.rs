@@ -12,7 +12,9 @@
 //! on PMTUD through ICMP that middleboxes often drop. It rewrites the option
 //! in place and patches the checksum incrementally (RFC 1624).
 
-use crate::bytes::u16_at;
+use super::{HEADER_LEN, Packet};
+use crate::bytes::{put_u16, u16_at};
+use crate::checksum;
 use crate::{Error, Result};
 
 /// Option kinds.
@@ -137,14 +139,54 @@ fn parse_tlv(k: u8, b: &[u8]) -> Result<(TcpOption<'_>, usize)> {
     Ok((opt, len))
 }
 
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// The MSS option's value, if the header has a well-formed one.
+    #[inline]
+    pub fn mss(&self) -> Option<u16> {
+        let opts = &self.buffer.as_ref()[HEADER_LEN..self.header_len()];
+        mss_offset(opts).map(|o| u16_at(opts, o))
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Lowers the MSS option to `max` if it is larger, patching the checksum
+    /// incrementally (RFC 1624); returns whether it changed anything. Only
+    /// SYN segments carry MSS (RFC 9293 §3.7.1), so others are left alone.
+    pub fn clamp_mss(&mut self, max: u16) -> bool {
+        if !self.syn() {
+            return false;
+        }
+        let hl = self.header_len();
+        let Some(off) = mss_offset(&self.buffer.as_ref()[HEADER_LEN..hl]) else {
+            return false;
+        };
+        let at = HEADER_LEN + off;
+        let old = u16_at(self.buffer.as_ref(), at);
+        if old <= max {
+            return false;
+        }
+        put_u16(self.buffer.as_mut(), at, max);
+        // A 16-bit field at an odd offset straddles two checksum words: its
+        // contribution to the sum is its byte-swapped value.
+        let (o, n) = if at % 2 == 0 {
+            (old, max)
+        } else {
+            (old.swap_bytes(), max.swap_bytes())
+        };
+        let c = checksum::update(self.checksum(), o, n);
+        self.set_checksum(c);
+        true
+    }
+}
+
 /// Checks that every option in `bytes` is well formed.
-pub(crate) fn validate(bytes: &[u8]) -> Result<()> {
+pub(super) fn validate(bytes: &[u8]) -> Result<()> {
     Options::new(bytes).try_for_each(|o| o.map(|_| ()))
 }
 
 /// Offset of the MSS value within `options`, if an MSS option is present
 /// (and the list is well formed up to it).
-pub(crate) fn mss_offset(options: &[u8]) -> Option<usize> {
+fn mss_offset(options: &[u8]) -> Option<usize> {
     let mut off = 0;
     while let Some(&k) = options.get(off) {
         match k {
@@ -166,6 +208,50 @@ pub(crate) fn mss_offset(options: &[u8]) -> Option<usize> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::ipv4;
+    use crate::tcp::{Repr, flags};
+    use crate::testutil::hex;
+
+    fn syn() -> Vec<u8> {
+        hex(include_str!("../../testdata/ipv4_tcp_syn_options.hex"))
+    }
+
+    #[test]
+    fn clamp_mss_even_and_odd_offsets() {
+        let bytes = syn();
+        let ip = ipv4::Packet::new_checked(&bytes[..]).unwrap();
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        let mut seg = ip.payload().to_vec();
+        let mut p = Packet::new_checked(&mut seg[..]).unwrap();
+        assert!(p.clamp_mss(1360));
+        assert_eq!(p.mss(), Some(1360));
+        assert!(p.verify_checksum_v4(src, dst));
+        assert!(!p.clamp_mss(1400), "already below");
+
+        // Put the MSS at an odd offset behind a NOP.
+        let opts = [1u8, 2, 4, 0x05, 0xb4, 1, 1, 1];
+        let r = Repr {
+            src_port: 1,
+            dst_port: 2,
+            seq_number: 3,
+            ack_number: 0,
+            flags: flags::SYN,
+            window: 1000,
+            urgent_ptr: 0,
+            options: &opts,
+            payload_len: 0,
+        };
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut Packet::new_unchecked(&mut b[..])).unwrap();
+        let mut p = Packet::new_checked(&mut b[..]).unwrap();
+        p.fill_checksum_v4(src, dst).unwrap();
+        assert!(p.clamp_mss(1200));
+        assert_eq!(p.mss(), Some(1200));
+        assert!(p.verify_checksum_v4(src, dst));
+        // Not a SYN: untouched.
+        p.set_flags(flags::ACK);
+        assert!(!p.clamp_mss(100));
+    }
 
     #[test]
     fn linux_syn_options() {
