@@ -1,11 +1,56 @@
 //! Esparto's IKEv2 control plane (RFC 7296), sans-IO.
+//!
+//! This crate negotiates, authenticates and maintains IKE SAs and their
+//! Child SAs, and hands the resulting ESP keys to whoever installs them.
+//! It does no I/O and reads no clock: [`Endpoint`] takes datagrams and
+//! timer ticks with the current time, and gives back datagrams to send and
+//! events (quinn's `handle`/`poll` shape, STYLE.md habit 1). Randomness —
+//! SPIs, nonces, key exchange secrets — comes through the injected
+//! [`esparto_crypto::Rng`], and inbound ESP SPIs through a [`SpiAllocator`]
+//! the daemon implements so that each SPI steers to the worker that owns
+//! the SA.
+//!
+//! What is implemented (RFC 7296 unless noted): IKE_SA_INIT with proposal
+//! selection (§2.7), INVALID_KE_PAYLOAD retry (§1.2), COOKIE follow-up
+//! (initiator side, §2.6) and NAT detection (§2.23); IKE_AUTH with PSK
+//! authentication (§2.15) and the first Child SA with traffic selector
+//! narrowing (§2.9); CREATE_CHILD_SA for additional Child SAs, with
+//! optional PFS (§1.3.1); INFORMATIONAL deletes and liveness checks
+//! (§1.4); retransmission with exponential back-off and give-up (§2.1,
+//! §2.4); the responder's response cache (§2.1); payload rules per
+//! exchange (§3, [`rules`]). Not yet: rekeying and collisions (§2.8), IKE
+//! SA rekey, COOKIE as responder, RFC 9611 notifies, fragmentation
+//! (RFC 7383), certificates/EAP.
+//!
+//! Layout: [`config`] (typed configuration), [`proposal`], [`identity`],
+//! [`ts`] (selectors, narrowing), [`keys`] (derivation), [`auth`] (PSK),
+//! [`nat`], [`rules`], [`spi`], [`event`], [`Endpoint`]; internally `sa`
+//! (one IKE SA, and the responder side of its exchanges), `task` (the
+//! exchanges we initiate), `child` (Child SA negotiation).
 #![forbid(unsafe_code)]
 
+pub mod auth;
+mod child;
 pub mod config;
+mod ctx;
+mod endpoint;
+pub mod event;
 pub mod identity;
 pub mod keys;
 pub mod nat;
 pub mod proposal;
 pub mod rules;
+mod sa;
 pub mod spi;
+mod task;
 pub mod ts;
+
+pub use config::{
+    AuthConfig, ChildConfig, ConfigError, Connection, EndpointConfig, RetransmitConfig, Secrets,
+    StartAction,
+};
+pub use endpoint::{Endpoint, InitiateError, Stats};
+pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
+pub use identity::Identity;
+pub use spi::{RandomSpiAllocator, SpiAllocator};
+pub use ts::{TrafficSelector, TsConfig};

@@ -88,7 +88,7 @@ impl NatState {
         let src = nat_hash(spi_i, spi_r, from);
         let dst = nat_hash(spi_i, spi_r, to);
         NatState {
-            remote_behind_nat: !source_hashes.iter().any(|h| *h == src.as_slice()),
+            remote_behind_nat: !source_hashes.contains(&src.as_slice()),
             local_behind_nat: dest_hash != dst.as_slice(),
             supported: true,
         }

@@ -243,7 +243,12 @@ impl Proposal {
 
     /// Try to satisfy this configured proposal from one offered proposal.
     /// `ignore_ke` skips key exchange transforms entirely (IKE_AUTH).
-    fn select_from(&self, offered: &ProposalRepr, ignore_ke: bool) -> Option<Selected> {
+    fn select_from(
+        &self,
+        offered: &ProposalRepr,
+        ignore_ke: bool,
+        prefer_ke: Option<KeGroup>,
+    ) -> Option<Selected> {
         if offered.protocol != self.protocol.id() {
             return None;
         }
@@ -296,11 +301,15 @@ impl Proposal {
                 return None;
             }
         } else {
-            Some(
-                ke_offered
-                    .iter()
-                    .find_map(|t| KeGroup::from_iana(t.id).filter(|k| self.ke.contains(k)))?,
-            )
+            // §1.2: if the group of the KE payload is acceptable, take it
+            // rather than asking for another (INVALID_KE_PAYLOAD).
+            let acceptable: Vec<KeGroup> = ke_offered
+                .iter()
+                .filter_map(|t| KeGroup::from_iana(t.id))
+                .filter(|k| self.ke.contains(k))
+                .collect();
+            let preferred = prefer_ke.filter(|g| acceptable.contains(g));
+            Some(preferred.or_else(|| acceptable.first().copied())?)
         };
         let esn = match self.protocol {
             Protocol::Ike => false,
@@ -333,15 +342,18 @@ impl Proposal {
     }
 
     /// Responder side (§2.7): the first offered proposal, in the initiator's
-    /// order, that one of `ours` can satisfy.
+    /// order, that one of `ours` can satisfy. `prefer_ke` is the group of
+    /// the initiator's KE payload, chosen when acceptable.
     pub fn select(
         ours: &[Proposal],
         offered: &[ProposalRepr],
         ignore_ke: bool,
+        prefer_ke: Option<KeGroup>,
     ) -> Option<Selected> {
-        offered
-            .iter()
-            .find_map(|o| ours.iter().find_map(|p| p.select_from(o, ignore_ke)))
+        offered.iter().find_map(|o| {
+            ours.iter()
+                .find_map(|p| p.select_from(o, ignore_ke, prefer_ke))
+        })
     }
 
     /// Initiator side: the responder's answer must be a single proposal with
@@ -366,7 +378,7 @@ impl Proposal {
         // The answer must carry the number of one of our proposals (§3.3.1)
         // and fit that proposal.
         let idx = usize::from(answer.number).checked_sub(1)?;
-        ours.get(idx)?.select_from(answer, ignore_ke)
+        ours.get(idx)?.select_from(answer, ignore_ke, None)
     }
 }
 
@@ -467,7 +479,7 @@ mod tests {
             ike("aes128gcm16-prfsha256-x25519").to_wire(3, Spi::None, true),
         ];
         let ours = [ike("aes128gcm16-aes256gcm16-prfsha256-prfsha384-x25519")];
-        let s = Proposal::select(&ours, &offered, false).unwrap();
+        let s = Proposal::select(&ours, &offered, false, None).unwrap();
         assert_eq!(s.number, 2);
         assert_eq!(s.encr, IkeEncr::AesGcm16 { key_bits: 256 });
         assert_eq!(s.prf, Some(Prf::HmacSha384));
@@ -493,13 +505,18 @@ mod tests {
     fn no_match_is_none() {
         let offered = [ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true)];
         assert_eq!(
-            Proposal::select(&[ike("aes256gcm16-prfsha256-x25519")], &offered, false),
+            Proposal::select(
+                &[ike("aes256gcm16-prfsha256-x25519")],
+                &offered,
+                false,
+                None
+            ),
             None
         );
         // Same algorithms, wrong key length.
         let offered = [ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true)];
         assert_eq!(
-            Proposal::select(&[ike("aes256-sha256-ecp256")], &offered, false),
+            Proposal::select(&[ike("aes256-sha256-ecp256")], &offered, false, None),
             None
         );
     }
@@ -510,14 +527,14 @@ mod tests {
         let offered = [esp("aes256gcm16-x25519").to_wire(1, Spi::U32(0x1000), true)];
         // Without PFS configured, a KE-only offer does not match...
         assert_eq!(
-            Proposal::select(&[esp("aes256gcm16")], &offered, false),
+            Proposal::select(&[esp("aes256gcm16")], &offered, false, None),
             None
         );
         // ...unless KE is ignored (IKE_AUTH).
-        let s = Proposal::select(&[esp("aes256gcm16")], &offered, true).unwrap();
+        let s = Proposal::select(&[esp("aes256gcm16")], &offered, true, None).unwrap();
         assert_eq!(s.spi, Spi::U32(0x1000));
         assert_eq!(s.ke, None);
-        let s = Proposal::select(&[esp("aes256gcm16-x25519")], &offered, false).unwrap();
+        let s = Proposal::select(&[esp("aes256gcm16-x25519")], &offered, false, None).unwrap();
         assert_eq!(s.ke, Some(KeGroup::Curve25519));
     }
 
@@ -530,7 +547,8 @@ mod tests {
             None
         );
         // A proposal number we never sent: refused.
-        let s = Proposal::select(&mine, &[mine[0].to_wire(1, Spi::None, true)], false).unwrap();
+        let s =
+            Proposal::select(&mine, &[mine[0].to_wire(1, Spi::None, true)], false, None).unwrap();
         let mut ans = s.to_wire(Protocol::Ike, Spi::None);
         ans.number = 2;
         assert_eq!(Proposal::accept_response(&mine, &[ans], false), None);
@@ -541,7 +559,7 @@ mod tests {
         let mut o = ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true);
         o.transforms[0].unknown_attribute = true;
         assert_eq!(
-            Proposal::select(&[ike("aes128-sha256-ecp256")], &[o], false),
+            Proposal::select(&[ike("aes128-sha256-ecp256")], &[o], false, None),
             None
         );
     }

@@ -1,0 +1,241 @@
+//! Child SAs: the installed state an IKE SA keeps about each, and the
+//! negotiation steps shared by IKE_AUTH and CREATE_CHILD_SA (RFC 7296
+//! §1.3, §2.9, §2.17).
+//!
+//! The responder picks the first child configuration of the connection
+//! for which both TSi and TSr narrow to something non-empty *and* one of
+//! its ESP proposals matches ([`select_child`]); the order of the errors
+//! follows what the RFC asks to report (TS_UNACCEPTABLE when no selector
+//! fits any child, NO_PROPOSAL_CHOSEN when the selectors fit but the
+//! transforms do not). The initiator checks the answer ([`check_answer`]):
+//! one proposal from our list, selectors inside what we proposed.
+//! Both sides then cut KEYMAT with [`crate::keys::ChildKeys`] and report a
+//! `ChildSaEstablished` event ([`install`]).
+
+use crate::config::{ChildConfig, Connection};
+use crate::ctx::Ctx;
+use crate::event::{ChildSaEstablished, Event, IkeSaId, Reason};
+use crate::keys::{ChildKeys, esp_suite};
+use crate::proposal::{Proposal, Selected};
+use crate::ts::{TrafficSelector, is_subset_of_any, narrow};
+use core::net::{IpAddr, SocketAddr};
+use esparto_crypto::EspSuite;
+use esparto_crypto::ike::Prf;
+use esparto_wire::ike::{ProposalRepr, Spi, TrafficSelectorRepr, TsRepr};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An installed Child SA, as the IKE SA remembers it. Suite, selectors and
+/// resource are not read yet: they are what rekeying (next issue) needs to
+/// recreate the SA.
+#[derive(Debug, Clone)]
+#[allow(dead_code)]
+pub(crate) struct ChildSa {
+    /// Configuration name.
+    pub(crate) name: Arc<str>,
+    /// Our inbound SPI.
+    pub(crate) inbound_spi: u32,
+    /// Our outbound SPI.
+    pub(crate) outbound_spi: u32,
+    /// Negotiated suite.
+    pub(crate) suite: EspSuite,
+    /// Our selectors.
+    pub(crate) local_ts: Vec<TrafficSelector>,
+    /// The peer's selectors.
+    pub(crate) remote_ts: Vec<TrafficSelector>,
+    /// RFC 9611 resource (worker), if any.
+    pub(crate) resource: Option<u16>,
+    /// We sent a Delete for it and wait for the answer.
+    pub(crate) deleting: bool,
+    /// When it was installed.
+    pub(crate) created: Instant,
+}
+
+/// Selectors as TS payload bodies.
+pub(crate) fn ts_repr(ts: &[TrafficSelector]) -> TsRepr {
+    TsRepr {
+        selectors: ts.iter().map(|t| TrafficSelectorRepr::from(*t)).collect(),
+    }
+}
+
+/// Selectors from a TS payload.
+pub(crate) fn ts_from(r: &TsRepr) -> Vec<TrafficSelector> {
+    r.selectors
+        .iter()
+        .map(|s| TrafficSelector::from(*s))
+        .collect()
+}
+
+/// Our ESP proposals, numbered, carrying our inbound SPI.
+pub(crate) fn offer(proposals: &[Proposal], inbound_spi: u32, with_ke: bool) -> Vec<ProposalRepr> {
+    proposals
+        .iter()
+        .enumerate()
+        .map(|(i, p)| p.to_wire((i + 1) as u8, Spi::U32(inbound_spi), with_ke))
+        .collect()
+}
+
+/// What the responder chose.
+pub(crate) struct ChildChoice<'c> {
+    /// The child configuration.
+    pub(crate) config: &'c ChildConfig,
+    /// The selected transforms (`spi` is the initiator's inbound SPI).
+    pub(crate) selected: Selected,
+    /// The ESP suite.
+    pub(crate) suite: EspSuite,
+    /// Narrowed TSi (the initiator's side: remote for us).
+    pub(crate) tsi: Vec<TrafficSelector>,
+    /// Narrowed TSr (our side).
+    pub(crate) tsr: Vec<TrafficSelector>,
+}
+
+/// Responder: choose a child configuration, proposal and narrowed
+/// selectors for an initiator's SA/TSi/TSr (§2.9, §2.7). `ignore_ke` for
+/// IKE_AUTH. `only` restricts the search to one child (rekeying).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn select_child<'c>(
+    conn: &'c Connection,
+    offered: &[ProposalRepr],
+    tsi: &[TrafficSelector],
+    tsr: &[TrafficSelector],
+    local_ip: IpAddr,
+    remote_ip: IpAddr,
+    ignore_ke: bool,
+    only: Option<&str>,
+) -> Result<ChildChoice<'c>, Reason> {
+    let mut ts_fit = false;
+    for config in &conn.children {
+        if only.is_some_and(|n| n != &*config.name) {
+            continue;
+        }
+        let n_tsi = narrow(tsi, &config.remote_selectors(remote_ip));
+        let n_tsr = narrow(tsr, &config.local_selectors(local_ip));
+        if n_tsi.is_empty() || n_tsr.is_empty() {
+            continue;
+        }
+        ts_fit = true;
+        // The first child SA of IKE_AUTH has no KE of its own (§1.2);
+        // ignore_ke also ignores our PFS groups there.
+        let Some(selected) = Proposal::select(&config.esp_proposals, offered, ignore_ke, None)
+        else {
+            continue;
+        };
+        if !matches!(selected.spi, Spi::U32(s) if s != 0) {
+            return Err(Reason::ProtocolError("ESP proposal without a 4-octet SPI"));
+        }
+        let Some(suite) = esp_suite(&selected) else {
+            continue;
+        };
+        return Ok(ChildChoice {
+            config,
+            selected,
+            suite,
+            tsi: n_tsi,
+            tsr: n_tsr,
+        });
+    }
+    Err(if ts_fit {
+        Reason::NoProposalChosen
+    } else {
+        Reason::TsUnacceptable
+    })
+}
+
+/// Initiator: check the responder's SA/TSi/TSr against what we sent.
+/// Returns the selection (its `spi` is the responder's inbound SPI, our
+/// outbound) and the suite.
+pub(crate) fn check_answer(
+    ours: &[Proposal],
+    answer: &[ProposalRepr],
+    ignore_ke: bool,
+    sent_tsi: &[TrafficSelector],
+    sent_tsr: &[TrafficSelector],
+    got_tsi: &[TrafficSelector],
+    got_tsr: &[TrafficSelector],
+) -> Result<(Selected, EspSuite), Reason> {
+    let selected = Proposal::accept_response(ours, answer, ignore_ke).ok_or(
+        Reason::ProtocolError("responder chose a proposal we did not offer"),
+    )?;
+    if !matches!(selected.spi, Spi::U32(s) if s != 0) {
+        return Err(Reason::ProtocolError("ESP proposal without a 4-octet SPI"));
+    }
+    let suite = esp_suite(&selected).ok_or(Reason::ProtocolError("no ESP suite"))?;
+    // §2.9: the responder may narrow, never widen.
+    if !is_subset_of_any(got_tsi, sent_tsi) || !is_subset_of_any(got_tsr, sent_tsr) {
+        return Err(Reason::TsUnacceptable);
+    }
+    Ok((selected, suite))
+}
+
+/// Everything needed to report a new Child SA.
+pub(crate) struct Install<'a> {
+    pub(crate) ike_sa: IkeSaId,
+    pub(crate) connection: Arc<str>,
+    pub(crate) child: Arc<str>,
+    pub(crate) initiator: bool,
+    pub(crate) inbound_spi: u32,
+    pub(crate) outbound_spi: u32,
+    pub(crate) suite: EspSuite,
+    pub(crate) esn: bool,
+    pub(crate) prf: Prf,
+    pub(crate) sk_d: &'a [u8],
+    pub(crate) g_ir: Option<&'a [u8]>,
+    pub(crate) ni: &'a [u8],
+    pub(crate) nr: &'a [u8],
+    pub(crate) local_ts: Vec<TrafficSelector>,
+    pub(crate) remote_ts: Vec<TrafficSelector>,
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
+    pub(crate) encap: bool,
+    pub(crate) resource: Option<u16>,
+    pub(crate) rekeys: Option<u32>,
+}
+
+/// Derive the keys, emit `ChildSaEstablished`, and return the record the
+/// IKE SA keeps.
+pub(crate) fn install(ctx: &mut Ctx<'_>, i: Install<'_>) -> Result<ChildSa, Reason> {
+    let keys = ChildKeys::derive(i.prf, i.sk_d, i.suite, i.g_ir, i.ni, i.nr)
+        .map_err(|_| Reason::Local("Child SA key derivation"))?;
+    let (inbound_key, outbound_key) = if i.initiator {
+        (keys.r_to_i, keys.i_to_r)
+    } else {
+        (keys.i_to_r, keys.r_to_i)
+    };
+    tracing::info!(
+        ike_sa = %i.ike_sa, child = %i.child, inbound_spi = format_args!("{:08x}", i.inbound_spi),
+        outbound_spi = format_args!("{:08x}", i.outbound_spi), suite = i.suite.name(), encap = i.encap,
+        "CHILD_SA established"
+    );
+    let record = ChildSa {
+        name: i.child.clone(),
+        inbound_spi: i.inbound_spi,
+        outbound_spi: i.outbound_spi,
+        suite: i.suite,
+        local_ts: i.local_ts.clone(),
+        remote_ts: i.remote_ts.clone(),
+        resource: i.resource,
+        deleting: false,
+        created: ctx.now,
+    };
+    ctx.events
+        .push_back(Event::ChildSaEstablished(Box::new(ChildSaEstablished {
+            ike_sa: i.ike_sa,
+            connection: i.connection,
+            child: i.child,
+            inbound_spi: i.inbound_spi,
+            outbound_spi: i.outbound_spi,
+            suite: i.suite,
+            esn: i.esn,
+            inbound_key,
+            outbound_key,
+            local_ts: i.local_ts,
+            remote_ts: i.remote_ts,
+            local: i.local,
+            remote: i.remote,
+            encap: i.encap,
+            resource: i.resource,
+            initiator: i.initiator,
+            rekeys: i.rekeys,
+        })));
+    Ok(record)
+}

@@ -1,0 +1,223 @@
+//! What the endpoint tells its driver: datagrams to send ([`Transmit`])
+//! and things that happened ([`Event`]).
+//!
+//! Events are the contract with the daemon, which turns them into data
+//! plane operations: `ChildSaEstablished` carries everything needed to
+//! install an inbound and an outbound ESP SA (SPIs, suite, KEYMAT for each
+//! direction in zeroize-on-drop buffers, selectors, the UDP endpoints for
+//! ESP-in-UDP), `ChildSaDeleted` says which to remove, `PeerAddressChanged`
+//! which ESP-in-UDP destination to update after a NAT rebinding. Failures
+//! carry a reason that says whose fault it was (rustls habit): the peer
+//! rejected us, we rejected the peer, the peer went silent.
+
+use crate::identity::Identity;
+use crate::ts::TrafficSelector;
+use core::fmt;
+use core::net::SocketAddr;
+use esparto_crypto::{EspSuite, SecretBytes};
+use esparto_wire::ike::NotifyType;
+use std::sync::Arc;
+
+/// Handle of an IKE SA: our own IKE SPI, unique within an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IkeSaId(pub u64);
+
+impl fmt::Display for IkeSaId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Source address (port 500 or the NAT-T port).
+    pub local: SocketAddr,
+    /// Destination address.
+    pub remote: SocketAddr,
+    /// The UDP payload. On the NAT-T port it starts with the four-octet
+    /// non-ESP marker (RFC 3948 §2.2), except for a NAT keepalive, which is
+    /// the single octet 0xFF (RFC 3948 §2.3).
+    pub data: Vec<u8>,
+}
+
+/// Why an SA ended or could not be set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The peer deleted it (INFORMATIONAL Delete).
+    DeletedByPeer,
+    /// We deleted it (`terminate`).
+    Terminated,
+    /// The peer stopped answering: retransmissions exhausted (RFC 7296 §2.4).
+    Timeout,
+    /// A responder's IKE SA did not authenticate in time.
+    HalfOpenExpired,
+    /// No proposal acceptable (our verdict or the peer's NO_PROPOSAL_CHOSEN).
+    NoProposalChosen,
+    /// The peer insisted on a key exchange group we do not offer.
+    InvalidKePayload,
+    /// Authentication failed (see the `AuthFailed` event for who and why).
+    AuthenticationFailed,
+    /// No acceptable traffic selectors (TS_UNACCEPTABLE).
+    TsUnacceptable,
+    /// The peer answered with another error notify.
+    PeerError(NotifyType),
+    /// The peer sent something that breaks the protocol.
+    ProtocolError(&'static str),
+    /// A local problem (configuration, SPI space, key derivation).
+    Local(&'static str),
+}
+
+/// Which side of an authentication failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// The peer's AUTH payload did not verify with the PSK we hold for it.
+    BadAuth,
+    /// No PSK configured for this pair of identities.
+    NoSecret,
+    /// The peer's identity matches no connection.
+    UnknownIdentity,
+    /// The peer used an authentication method we do not support.
+    UnsupportedMethod,
+    /// The peer told us our AUTH did not verify (AUTHENTICATION_FAILED).
+    RejectedByPeer,
+}
+
+/// A Child SA ready to install.
+pub struct ChildSaEstablished {
+    /// The IKE SA it belongs to.
+    pub ike_sa: IkeSaId,
+    /// Connection name.
+    pub connection: Arc<str>,
+    /// Child configuration name.
+    pub child: Arc<str>,
+    /// Our inbound SPI (the peer sends with it).
+    pub inbound_spi: u32,
+    /// Our outbound SPI (the peer's inbound).
+    pub outbound_spi: u32,
+    /// The negotiated ESP transforms.
+    pub suite: EspSuite,
+    /// Extended sequence numbers negotiated.
+    pub esn: bool,
+    /// KEYMAT for the inbound SA (encryption key with salt, then integrity key).
+    pub inbound_key: SecretBytes,
+    /// KEYMAT for the outbound SA.
+    pub outbound_key: SecretBytes,
+    /// Our traffic selectors (after narrowing).
+    pub local_ts: Vec<TrafficSelector>,
+    /// The peer's traffic selectors (after narrowing).
+    pub remote_ts: Vec<TrafficSelector>,
+    /// Our IKE address and port (the ESP-in-UDP source when `encap`).
+    pub local: SocketAddr,
+    /// The peer's IKE address and port (the ESP-in-UDP destination when `encap`).
+    pub remote: SocketAddr,
+    /// ESP must be UDP-encapsulated (NAT detected or forced, RFC 3948).
+    pub encap: bool,
+    /// The worker (RFC 9611 resource) this SA is for; `None` for a plain SA.
+    pub resource: Option<u16>,
+    /// We initiated the exchange that created it.
+    pub initiator: bool,
+    /// The inbound SPI of the Child SA this one rekeys (peer-initiated
+    /// rekey: the old SA is deleted by the peer afterwards).
+    pub rekeys: Option<u32>,
+}
+
+impl fmt::Debug for ChildSaEstablished {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChildSaEstablished")
+            .field("ike_sa", &self.ike_sa)
+            .field("connection", &self.connection)
+            .field("child", &self.child)
+            .field("inbound_spi", &format_args!("{:08x}", self.inbound_spi))
+            .field("outbound_spi", &format_args!("{:08x}", self.outbound_spi))
+            .field("suite", &self.suite)
+            .field("esn", &self.esn)
+            .field("local_ts", &self.local_ts)
+            .field("remote_ts", &self.remote_ts)
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .field("encap", &self.encap)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Something the driver needs to know.
+#[derive(Debug)]
+pub enum Event {
+    /// IKE_AUTH completed: the IKE SA is authenticated.
+    IkeSaEstablished {
+        /// The IKE SA.
+        ike_sa: IkeSaId,
+        /// Connection name.
+        connection: Arc<str>,
+        /// Our address.
+        local: SocketAddr,
+        /// The peer's address.
+        remote: SocketAddr,
+        /// Our identity.
+        local_id: Identity,
+        /// The peer's authenticated identity.
+        remote_id: Identity,
+        /// We are the original initiator.
+        initiator: bool,
+    },
+    /// An IKE SA is gone (after its Child SAs' `ChildSaDeleted`).
+    IkeSaDeleted {
+        /// The IKE SA.
+        ike_sa: IkeSaId,
+        /// Connection name, if one had been chosen.
+        connection: Option<Arc<str>>,
+        /// Why.
+        reason: Reason,
+    },
+    /// A Child SA is ready.
+    ChildSaEstablished(Box<ChildSaEstablished>),
+    /// A Child SA is gone: remove both directions.
+    ChildSaDeleted {
+        /// The IKE SA it belonged to.
+        ike_sa: IkeSaId,
+        /// Connection name.
+        connection: Arc<str>,
+        /// Child configuration name.
+        child: Arc<str>,
+        /// Our inbound SPI.
+        inbound_spi: u32,
+        /// Our outbound SPI.
+        outbound_spi: u32,
+        /// Why.
+        reason: Reason,
+    },
+    /// A Child SA could not be created (the IKE SA may live on).
+    ChildSaFailed {
+        /// The IKE SA.
+        ike_sa: IkeSaId,
+        /// Connection name.
+        connection: Arc<str>,
+        /// Child configuration name (the one we asked for, or `None` when
+        /// the peer's request matched none).
+        child: Option<Arc<str>>,
+        /// Why.
+        reason: Reason,
+    },
+    /// Authentication failed; the IKE SA is deleted.
+    AuthFailed {
+        /// The IKE SA.
+        ike_sa: IkeSaId,
+        /// The peer's address.
+        peer: SocketAddr,
+        /// The identity the peer claimed, if it got that far.
+        identity: Option<Identity>,
+        /// What went wrong.
+        reason: AuthFailure,
+    },
+    /// The peer's (NAT-translated) address changed on an established IKE
+    /// SA: ESP-in-UDP for its Child SAs must go to the new address.
+    PeerAddressChanged {
+        /// The IKE SA.
+        ike_sa: IkeSaId,
+        /// Our address.
+        local: SocketAddr,
+        /// The peer's new address.
+        remote: SocketAddr,
+    },
+}

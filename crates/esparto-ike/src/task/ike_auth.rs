@@ -1,0 +1,323 @@
+//! IKE_AUTH as initiator, with the first Child SA (RFC 7296 §1.2, §2.15).
+//!
+//! ```text
+//! HDR, SK {IDi, [IDr,] AUTH, [N(INITIAL_CONTACT),] SAi2, TSi, TSr}  -->
+//!                          <--  HDR, SK {IDr, AUTH, SAr2, TSi, TSr}
+//! ```
+//!
+//! The IKE SA counts as established only once the responder's AUTH has
+//! verified with the PSK we hold for the identity it presents, and that
+//! identity is the one the connection expects. Only then is the Child SA
+//! answer looked at, so an unauthenticated responder never gets a Child
+//! SA installed. A Child SA failure (NO_PROPOSAL_CHOSEN, TS_UNACCEPTABLE)
+//! leaves the IKE SA up, as §1.2 prescribes ("the IKE SA is still
+//! created"). If *our* check of the answer fails after the responder
+//! installed its half, we delete it with an INFORMATIONAL.
+
+use super::{Outcome, Received, Task, reason_for};
+use crate::auth::{psk_auth, verify_psk_auth};
+use crate::child::{Install, check_answer, install, offer, ts_from, ts_repr};
+use crate::ctx::Ctx;
+use crate::event::{AuthFailure, Event, Reason};
+use crate::identity::Identity;
+use crate::sa::{IkeSa, State};
+use crate::ts::TrafficSelector;
+use esparto_wire::ike::{
+    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyRepr, NotifyType, PayloadRepr, SaRepr,
+};
+use std::sync::Arc;
+
+/// The first Child SA we ask for.
+struct ChildOffer {
+    name: Arc<str>,
+    resource: Option<u16>,
+    inbound_spi: u32,
+    tsi: Vec<TrafficSelector>,
+    tsr: Vec<TrafficSelector>,
+}
+
+/// The IKE_AUTH task.
+pub(crate) struct IkeAuth {
+    child: Option<(Arc<str>, Option<u16>)>,
+    offer: Option<ChildOffer>,
+}
+
+impl IkeAuth {
+    pub(super) fn new(child: Option<(Arc<str>, Option<u16>)>) -> Self {
+        IkeAuth { child, offer: None }
+    }
+
+    pub(super) fn release(self, ctx: &mut Ctx<'_>) {
+        if let Some(o) = self.offer {
+            ctx.spis.release(o.inbound_spi);
+        }
+    }
+
+    pub(super) fn build(
+        &mut self,
+        sa: &mut IkeSa,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+    ) -> Result<Vec<u8>, Reason> {
+        let conn = sa.conn.clone();
+        let local_id = conn.local_id(sa.local.ip());
+        let (id_type, id_data) = local_id
+            .to_wire()
+            .ok_or(Reason::Local("local identity %any"))?;
+        let remote_hint = conn.remote.id.clone().unwrap_or(Identity::Any);
+        let Some(psk) = ctx.secrets.find_psk(&local_id, &remote_hint) else {
+            tracing::warn!(ike_sa = %sa.id, local_id = %local_id, remote_id = %remote_hint,
+                "no PSK found for these identities");
+            ctx.events.push_back(Event::AuthFailed {
+                ike_sa: sa.id,
+                peer: sa.remote,
+                identity: None,
+                reason: AuthFailure::NoSecret,
+            });
+            return Err(Reason::AuthenticationFailed);
+        };
+        let keys = sa.keys.as_ref().ok_or(Reason::Local("no keys"))?;
+        let idi = IdRepr {
+            id_type,
+            data: &id_data,
+        };
+        let auth = psk_auth(
+            keys.prf,
+            psk.as_slice(),
+            &sa.init_request,
+            &sa.nr,
+            keys.sk_pi.as_slice(),
+            &idi,
+        );
+        let idr_wire = conn.remote.id.as_ref().and_then(Identity::to_wire);
+
+        if self.offer.is_none() {
+            if let Some((name, resource)) = self.child.clone() {
+                let cfg = conn.child(&name).ok_or(Reason::Local("unknown child"))?;
+                self.offer = Some(ChildOffer {
+                    inbound_spi: ctx.spis.allocate(ctx.rng, resource),
+                    tsi: cfg.local_selectors(sa.local.ip()),
+                    tsr: cfg.remote_selectors(sa.remote.ip()),
+                    name,
+                    resource,
+                });
+            }
+        }
+        let mut payloads = vec![PayloadRepr::IdI(idi)];
+        if let Some((t, d)) = &idr_wire {
+            payloads.push(PayloadRepr::IdR(IdRepr {
+                id_type: *t,
+                data: d,
+            }));
+        }
+        payloads.push(PayloadRepr::Auth(AuthRepr {
+            method: AuthMethod::SHARED_KEY_MIC,
+            data: auth.as_slice(),
+        }));
+        payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+            NotifyType::INITIAL_CONTACT,
+            &[],
+        )));
+        if let Some(o) = &self.offer {
+            let cfg = conn.child(&o.name).ok_or(Reason::Local("unknown child"))?;
+            // §1.2: the first Child SA takes its keys from the IKE SA; its
+            // proposals carry no KE transforms.
+            payloads.push(PayloadRepr::Sa(SaRepr {
+                proposals: offer(&cfg.esp_proposals, o.inbound_spi, false),
+            }));
+            payloads.push(PayloadRepr::TsI(ts_repr(&o.tsi)));
+            payloads.push(PayloadRepr::TsR(ts_repr(&o.tsr)));
+        }
+        let packet = sa.encode(ExchangeType::IKE_AUTH, false, mid, &payloads)?;
+        sa.local_id = Some(local_id);
+        Ok(packet)
+    }
+
+    fn auth_failed(
+        sa: &IkeSa,
+        ctx: &mut Ctx<'_>,
+        identity: Option<Identity>,
+        reason: AuthFailure,
+    ) -> Outcome {
+        ctx.events.push_back(Event::AuthFailed {
+            ike_sa: sa.id,
+            peer: sa.remote,
+            identity,
+            reason,
+        });
+        Outcome::Fail(Reason::AuthenticationFailed)
+    }
+
+    pub(super) fn process(
+        mut self,
+        sa: &mut IkeSa,
+        ctx: &mut Ctx<'_>,
+        rx: &Received<'_>,
+    ) -> Outcome {
+        let mut idr = None;
+        let mut auth = None;
+        let mut sa_p = None;
+        let mut tsi = None;
+        let mut tsr = None;
+        for p in &rx.payloads {
+            match p {
+                PayloadRepr::IdR(i) => idr = Some(*i),
+                PayloadRepr::Auth(a) => auth = Some(*a),
+                PayloadRepr::Sa(s) => sa_p = Some(s),
+                PayloadRepr::TsI(t) => tsi = Some(ts_from(t)),
+                PayloadRepr::TsR(t) => tsr = Some(ts_from(t)),
+                _ => {}
+            }
+        }
+        if rx.notify(NotifyType::AUTHENTICATION_FAILED).is_some() {
+            tracing::warn!(ike_sa = %sa.id, peer = %sa.remote,
+                local_id = %sa.local_id.as_ref().map_or_else(String::new, ToString::to_string),
+                "peer rejected our authentication (AUTHENTICATION_FAILED)");
+            self.release(ctx);
+            return Self::auth_failed(sa, ctx, None, AuthFailure::RejectedByPeer);
+        }
+        let (Some(idr), Some(auth)) = (idr, auth) else {
+            let reason = rx.error().map_or(
+                Reason::ProtocolError("IKE_AUTH response without IDr/AUTH"),
+                |(k, _)| reason_for(k),
+            );
+            self.release(ctx);
+            return Outcome::Fail(reason);
+        };
+        let Some(peer_id) = Identity::from_wire(idr.id_type, idr.data) else {
+            self.release(ctx);
+            return Self::auth_failed(sa, ctx, None, AuthFailure::UnknownIdentity);
+        };
+        if !sa.conn.accepts_remote_id(&peer_id) {
+            tracing::warn!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id, "peer identity not accepted by the connection");
+            self.release(ctx);
+            return Self::auth_failed(sa, ctx, Some(peer_id), AuthFailure::UnknownIdentity);
+        }
+        if auth.method != AuthMethod::SHARED_KEY_MIC {
+            self.release(ctx);
+            return Self::auth_failed(sa, ctx, Some(peer_id), AuthFailure::UnsupportedMethod);
+        }
+        let local_id = sa
+            .local_id
+            .clone()
+            .unwrap_or_else(|| sa.conn.local_id(sa.local.ip()));
+        let Some(psk) = ctx.secrets.find_psk(&local_id, &peer_id) else {
+            self.release(ctx);
+            return Self::auth_failed(sa, ctx, Some(peer_id), AuthFailure::NoSecret);
+        };
+        let Some(keys) = sa.keys.as_ref() else {
+            return Outcome::Fail(Reason::Local("no keys"));
+        };
+        if !verify_psk_auth(
+            keys.prf,
+            psk.as_slice(),
+            &sa.init_response,
+            &sa.ni,
+            keys.sk_pr.as_slice(),
+            &idr,
+            auth.data,
+        ) {
+            tracing::warn!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id,
+                "authentication of the responder failed: its AUTH does not verify with our PSK");
+            self.release(ctx);
+            // §2.21.2: the initiator MAY tell the responder in an INFORMATIONAL.
+            super::informational_notify(sa, ctx, NotifyType::AUTHENTICATION_FAILED);
+            return Self::auth_failed(sa, ctx, Some(peer_id), AuthFailure::BadAuth);
+        }
+        // Authenticated.
+        sa.state = State::Established;
+        sa.announced = true;
+        sa.init_request = Vec::new();
+        sa.init_response = Vec::new();
+        tracing::info!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id, connection = %sa.conn.name, "IKE_SA established");
+        ctx.events.push_back(Event::IkeSaEstablished {
+            ike_sa: sa.id,
+            connection: sa.conn.name.clone(),
+            local: sa.local,
+            remote: sa.remote,
+            local_id: local_id.clone(),
+            remote_id: peer_id.clone(),
+            initiator: true,
+        });
+        sa.remote_id = Some(peer_id);
+
+        let Some(o) = self.offer.take() else {
+            return Outcome::Done;
+        };
+        let fail = |sa: &IkeSa, ctx: &mut Ctx<'_>, reason| {
+            tracing::info!(ike_sa = %sa.id, child = %o.name, ?reason, "CHILD_SA not created");
+            ctx.spis.release(o.inbound_spi);
+            ctx.events.push_back(Event::ChildSaFailed {
+                ike_sa: sa.id,
+                connection: sa.conn.name.clone(),
+                child: Some(o.name.clone()),
+                reason,
+            });
+        };
+        let (Some(sa_p), Some(tsi), Some(tsr)) = (sa_p, tsi, tsr) else {
+            let reason = rx.error().map_or(
+                Reason::ProtocolError("no Child SA in IKE_AUTH response"),
+                |(k, _)| reason_for(k),
+            );
+            fail(sa, ctx, reason);
+            return Outcome::Done;
+        };
+        let Some(cfg) = sa.conn.child(&o.name).cloned() else {
+            fail(sa, ctx, Reason::Local("child configuration vanished"));
+            return Outcome::Done;
+        };
+        let (selected, suite) = match check_answer(
+            &cfg.esp_proposals,
+            &sa_p.proposals,
+            true,
+            &o.tsi,
+            &o.tsr,
+            &tsi,
+            &tsr,
+        ) {
+            Ok(x) => x,
+            Err(reason) => {
+                fail(sa, ctx, reason);
+                // The responder installed its half: delete it.
+                sa.queue.push_back(Task::DeleteChild(vec![o.inbound_spi]));
+                return Outcome::Done;
+            }
+        };
+        let esparto_wire::ike::Spi::U32(outbound_spi) = selected.spi else {
+            return Outcome::Done;
+        };
+        let Some(keys) = sa.keys.as_ref() else {
+            return Outcome::Done;
+        };
+        let installed = install(
+            ctx,
+            Install {
+                ike_sa: sa.id,
+                connection: sa.conn.name.clone(),
+                child: o.name.clone(),
+                initiator: true,
+                inbound_spi: o.inbound_spi,
+                outbound_spi,
+                suite,
+                esn: selected.esn,
+                prf: keys.prf,
+                sk_d: keys.sk_d.as_slice(),
+                g_ir: None,
+                ni: &sa.ni,
+                nr: &sa.nr,
+                local_ts: tsi,
+                remote_ts: tsr,
+                local: sa.local,
+                remote: sa.remote,
+                encap: sa.encap(),
+                resource: o.resource,
+                rekeys: None,
+            },
+        );
+        match installed {
+            Ok(c) => sa.children.push(c),
+            Err(reason) => fail(sa, ctx, reason),
+        }
+        Outcome::Done
+    }
+}

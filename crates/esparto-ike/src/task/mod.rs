@@ -1,0 +1,286 @@
+//! Exchanges we initiate, as tasks (strongSwan's libcharon habit).
+//!
+//! A [`Task`] owns everything one request/response exchange needs: it
+//! builds the request (`build`), and when the matching response arrives it
+//! processes it (`process`) and says what happens next ([`Outcome`]):
+//! nothing, another task first (IKE_AUTH after IKE_SA_INIT, a retry after
+//! INVALID_KE_PAYLOAD or COOKIE), or the end of the IKE SA. The IKE SA
+//! keeps a queue of tasks and sends them as its window allows, assigns
+//! message IDs, retransmits (see [`crate::sa::IkeSa::on_timeout`]) and
+//! matches responses by message ID ([`on_response`]).
+//!
+//! | task | exchange | RFC 7296 |
+//! | --- | --- | --- |
+//! | [`ike_init::IkeInit`] | IKE_SA_INIT | §1.2, §2.6, §2.23 |
+//! | [`ike_auth::IkeAuth`] | IKE_AUTH | §1.2, §2.15 |
+//! | [`create_child::CreateChild`] | CREATE_CHILD_SA | §1.3.1 |
+//! | `DeleteChild`, `DeleteIke`, `Liveness` | INFORMATIONAL | §1.4 |
+//!
+//! Later: rekeying tasks (§1.3.2, §1.3.3) and RFC 9611 per-resource
+//! CREATE_CHILD_SA slot in as new variants; `CreateChild` already carries
+//! the resource (worker) id.
+
+pub(crate) mod create_child;
+pub(crate) mod ike_auth;
+pub(crate) mod ike_init;
+mod informational;
+
+use crate::ctx::Ctx;
+use crate::event::{Event, Reason};
+use crate::rules;
+use crate::sa::{IkeSa, Pending, State};
+use core::net::SocketAddr;
+use esparto_wire::ike::{ExchangeType, HeaderRepr, Message, NotifyType, PayloadRepr};
+
+/// One exchange we initiate.
+pub(crate) enum Task {
+    /// IKE_SA_INIT.
+    IkeInit(ike_init::IkeInit),
+    /// IKE_AUTH with the first Child SA.
+    IkeAuth(ike_auth::IkeAuth),
+    /// CREATE_CHILD_SA for an additional Child SA.
+    CreateChild(create_child::CreateChild),
+    /// INFORMATIONAL deleting Child SAs (our inbound SPIs).
+    DeleteChild(Vec<u32>),
+    /// INFORMATIONAL deleting the IKE SA.
+    DeleteIke,
+    /// Empty INFORMATIONAL: liveness check (§1.4).
+    Liveness,
+}
+
+/// What a processed response leads to.
+pub(crate) enum Outcome {
+    /// The exchange is over.
+    Done,
+    /// Run this task before anything queued.
+    Then(Task),
+    /// The IKE SA is finished.
+    Fail(Reason),
+}
+
+/// A received response, parsed and (if protected) decrypted.
+pub(crate) struct Received<'a> {
+    pub(crate) header: HeaderRepr,
+    /// The datagram as received (RealMessage2 for IKE_SA_INIT).
+    pub(crate) raw: &'a [u8],
+    pub(crate) payloads: Vec<PayloadRepr<'a>>,
+    pub(crate) from: SocketAddr,
+    pub(crate) to: SocketAddr,
+}
+
+impl Received<'_> {
+    /// The first error notify, if any (§3.10.1: types below 16384).
+    pub(crate) fn error(&self) -> Option<(NotifyType, &[u8])> {
+        self.payloads.iter().find_map(|p| match p {
+            PayloadRepr::Notify(n) if n.kind.is_error() => Some((n.kind, n.data)),
+            _ => None,
+        })
+    }
+
+    /// Data of the first notify of type `kind`.
+    pub(crate) fn notify(&self, kind: NotifyType) -> Option<&[u8]> {
+        self.payloads.iter().find_map(|p| match p {
+            PayloadRepr::Notify(n) if n.kind == kind => Some(n.data),
+            _ => None,
+        })
+    }
+}
+
+/// Map an error notify to a reason.
+pub(crate) fn reason_for(kind: NotifyType) -> Reason {
+    match kind {
+        NotifyType::NO_PROPOSAL_CHOSEN => Reason::NoProposalChosen,
+        NotifyType::INVALID_KE_PAYLOAD => Reason::InvalidKePayload,
+        NotifyType::AUTHENTICATION_FAILED => Reason::AuthenticationFailed,
+        NotifyType::TS_UNACCEPTABLE => Reason::TsUnacceptable,
+        other => Reason::PeerError(other),
+    }
+}
+
+impl Task {
+    fn exchange(&self) -> ExchangeType {
+        match self {
+            Task::IkeInit(_) => ExchangeType::IKE_SA_INIT,
+            Task::IkeAuth(_) => ExchangeType::IKE_AUTH,
+            Task::CreateChild(_) => ExchangeType::CREATE_CHILD_SA,
+            Task::DeleteChild(_) | Task::DeleteIke | Task::Liveness => ExchangeType::INFORMATIONAL,
+        }
+    }
+
+    fn build(&mut self, sa: &mut IkeSa, ctx: &mut Ctx<'_>, mid: u32) -> Result<Vec<u8>, Reason> {
+        match self {
+            Task::IkeInit(t) => t.build(sa, ctx),
+            Task::IkeAuth(t) => t.build(sa, ctx, mid),
+            Task::CreateChild(t) => t.build(sa, ctx, mid),
+            Task::DeleteChild(spis) => informational::build_delete_child(sa, mid, spis),
+            Task::DeleteIke => informational::build_delete_ike(sa, mid),
+            Task::Liveness => sa.encode(ExchangeType::INFORMATIONAL, false, mid, &[]),
+        }
+    }
+
+    fn process(self, sa: &mut IkeSa, ctx: &mut Ctx<'_>, rx: &Received<'_>) -> Outcome {
+        match self {
+            Task::IkeInit(t) => t.process(sa, ctx, rx),
+            Task::IkeAuth(t) => t.process(sa, ctx, rx),
+            Task::CreateChild(t) => t.process(sa, ctx, rx),
+            Task::DeleteChild(spis) => informational::process_delete_child(sa, ctx, rx, &spis),
+            Task::DeleteIke => Outcome::Fail(Reason::Terminated),
+            Task::Liveness => Outcome::Done,
+        }
+    }
+
+    /// Give back what the task holds (allocated inbound SPIs) when it is
+    /// dropped without completing.
+    pub(crate) fn release(self, ctx: &mut Ctx<'_>) {
+        match self {
+            Task::IkeInit(t) => t.release(ctx),
+            Task::IkeAuth(t) => t.release(ctx),
+            Task::CreateChild(t) => t.release(ctx),
+            Task::DeleteChild(_) | Task::DeleteIke | Task::Liveness => {}
+        }
+    }
+
+    /// A failure to even build the request: what it means for the SA.
+    fn fail_to_build(self, sa: &mut IkeSa, ctx: &mut Ctx<'_>, reason: Reason) {
+        tracing::warn!(ike_sa = %sa.id, ?reason, "cannot build request");
+        match self {
+            Task::CreateChild(t) => {
+                ctx.events.push_back(Event::ChildSaFailed {
+                    ike_sa: sa.id,
+                    connection: sa.conn.name.clone(),
+                    child: Some(t.name.clone()),
+                    reason,
+                });
+                t.release(ctx);
+            }
+            Task::DeleteChild(_) | Task::Liveness => {}
+            other => {
+                other.release(ctx);
+                sa.die(ctx, reason);
+            }
+        }
+    }
+}
+
+/// Build and send a task's request, or fail it.
+pub(crate) fn send(sa: &mut IkeSa, ctx: &mut Ctx<'_>, mut task: Task) {
+    // IKE_SA_INIT always has message ID 0, retries included (§2.2).
+    let mid = if matches!(task, Task::IkeInit(_)) {
+        0
+    } else {
+        sa.next_mid
+    };
+    match task.build(sa, ctx, mid) {
+        Ok(packet) => {
+            sa.next_mid = mid + 1;
+            sa.transmit(ctx, &packet);
+            sa.pending.push_back(Pending {
+                mid,
+                exchange: task.exchange(),
+                task,
+                packet,
+                sent: 1,
+                deadline: ctx.now + ctx.config.retransmit.timeout_after(0),
+            });
+        }
+        Err(reason) => task.fail_to_build(sa, ctx, reason),
+    }
+}
+
+/// Why a response was not processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ignored {
+    /// No request of ours has this message ID and exchange.
+    Unexpected,
+    /// It did not decrypt or verify.
+    Integrity,
+    /// Unauthenticated and malformed (IKE_SA_INIT): dropped.
+    Malformed,
+}
+
+/// A response to one of our requests arrived.
+pub(crate) fn on_response(
+    sa: &mut IkeSa,
+    ctx: &mut Ctx<'_>,
+    data: &[u8],
+    msg: &Message<'_>,
+    from: SocketAddr,
+    to: SocketAddr,
+) -> Result<(), Ignored> {
+    let h = msg.header;
+    let idx = sa
+        .pending
+        .iter()
+        .position(|p| p.mid == h.message_id && p.exchange == h.exchange)
+        .ok_or(Ignored::Unexpected)?;
+    let opened;
+    let payloads = if h.exchange == ExchangeType::IKE_SA_INIT {
+        msg.payloads.clone()
+    } else {
+        opened = sa.open(data, msg).map_err(|_| Ignored::Integrity)?;
+        match opened.payloads() {
+            Ok(p) => p,
+            Err(e) => {
+                // Authenticated but unparseable: the peer is broken.
+                tracing::warn!(ike_sa = %sa.id, error = %e, "malformed response");
+                let p = sa.pending.remove(idx);
+                if let Some(p) = p {
+                    p.task.release(ctx);
+                }
+                sa.die(ctx, Reason::ProtocolError("malformed response"));
+                return Ok(());
+            }
+        }
+    };
+    let has_sk = msg.sk.is_some();
+    let (outer, inner): (&[PayloadRepr<'_>], &[PayloadRepr<'_>]) = if has_sk {
+        (&msg.payloads, &payloads)
+    } else {
+        (&payloads, &[])
+    };
+    if let Err(v) = rules::check(h.exchange, true, outer, has_sk, inner) {
+        tracing::warn!(ike_sa = %sa.id, violation = ?v, "response breaks the payload rules");
+        if !has_sk {
+            return Err(Ignored::Malformed);
+        }
+        if let Some(p) = sa.pending.remove(idx) {
+            p.task.release(ctx);
+        }
+        sa.die(
+            ctx,
+            Reason::ProtocolError("response breaks the payload rules"),
+        );
+        return Ok(());
+    }
+    let Some(p) = sa.pending.remove(idx) else {
+        return Err(Ignored::Unexpected);
+    };
+    sa.last_heard = ctx.now;
+    let rx = Received {
+        header: h,
+        raw: data,
+        payloads,
+        from,
+        to,
+    };
+    match p.task.process(sa, ctx, &rx) {
+        Outcome::Done => {}
+        Outcome::Then(t) => sa.queue.push_front(t),
+        Outcome::Fail(r) => sa.die(ctx, r),
+    }
+    if sa.state != State::Dead {
+        sa.send_next(ctx);
+    }
+    Ok(())
+}
+
+/// Send an INFORMATIONAL carrying one notify, once, without waiting for
+/// the answer (used right before giving up an SA, §2.21.2).
+pub(crate) fn informational_notify(sa: &mut IkeSa, ctx: &mut Ctx<'_>, kind: NotifyType) {
+    let mid = sa.next_mid;
+    let n = PayloadRepr::Notify(esparto_wire::ike::NotifyRepr::new(kind, &[]));
+    if let Ok(packet) = sa.encode(ExchangeType::INFORMATIONAL, false, mid, &[n]) {
+        sa.next_mid += 1;
+        sa.transmit(ctx, &packet);
+    }
+}
