@@ -18,10 +18,10 @@
 //! list packets that must not provoke an error. Those that can be decided
 //! from the packet alone are refused here with [`Error::Unsupported`]: ICMP
 //! error messages (and ICMPv6 Redirects), non-initial fragments, and sources
-//! that do not name a single host (unspecified, multicast, IPv4 broadcast,
-//! loopback). Packet Too Big is expressly allowed for multicast destinations
-//! (RFC 4443 §2.4 (e.3)); for IPv4, packets to multicast or limited
-//! broadcast get no error. Rate limiting (RFC 4443 §2.4 (f)) is the caller's
+//! that do not name a single host (unspecified, multicast, loopback, IPv4
+//! broadcast and Class E). Packet Too Big is expressly allowed for multicast
+//! destinations (RFC 4443 §2.4 (e.3)); for IPv4, packets to multicast or
+//! limited broadcast get no error. Rate limiting (RFC 4443 §2.4 (f)) is the caller's
 //! job: it has the clock.
 
 use core::net::{Ipv4Addr, Ipv6Addr};
@@ -64,7 +64,11 @@ pub fn frag_needed_v4(offending: &[u8], mtu: u16, src: Ipv4Addr, out: &mut [u8])
         return Err(Error::Unsupported("no icmp error about an icmp error"));
     }
     let to = orig.src_addr();
-    if to.is_unspecified() || to.is_multicast() || to.is_broadcast() || to.is_loopback() {
+    // RFC 1812 §4.3.2.7: not to "a zero address, a loopback address, a
+    // broadcast address, a multicast address, or a Class E address"
+    // (240/4, which contains the limited broadcast address).
+    let class_e = to.octets()[0] >= 240;
+    if to.is_unspecified() || to.is_multicast() || class_e || to.is_loopback() {
         return Err(Error::Unsupported(
             "no icmp error to a source that is not one host",
         ));
@@ -293,6 +297,12 @@ mod tests {
         // Broadcast source, multicast destination.
         let mut orig = big_v4();
         ipv4::Packet::new_unchecked(&mut orig[..]).set_src_addr(Ipv4Addr::BROADCAST);
+        assert!(matches!(
+            frag_needed_v4(&orig, 1400, GW4, &mut out),
+            Err(Error::Unsupported(_))
+        ));
+        let mut orig = big_v4();
+        ipv4::Packet::new_unchecked(&mut orig[..]).set_src_addr(Ipv4Addr::new(240, 0, 0, 1));
         assert!(matches!(
             frag_needed_v4(&orig, 1400, GW4, &mut out),
             Err(Error::Unsupported(_))
