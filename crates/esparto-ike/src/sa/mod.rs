@@ -20,6 +20,8 @@
 //! the SK payload is opened in place, so the caller's datagram stays
 //! untouched, and nothing is processed before the ICV has verified.
 
+mod auth_responder;
+mod child_responder;
 mod requests;
 
 use crate::child::ChildSa;

@@ -1,0 +1,349 @@
+//! The responder side of IKE_AUTH (RFC 7296 §1.2, §2.15), and the Child
+//! SA negotiation it shares with CREATE_CHILD_SA.
+//!
+//! ```text
+//! HDR, SK {IDi, [CERT,] [CERTREQ,] [IDr,] AUTH, SAi2, TSi, TSr}  -->
+//!                          <--  HDR, SK {IDr, [CERT,] AUTH, SAr2, TSi, TSr}
+//! ```
+//!
+//! The connection is chosen by the identity the peer proves, not just
+//! claims: candidates must accept IDi (and offer IDr if asked), then the
+//! PSK for the identity pair must verify the peer's AUTH. Only after that
+//! is a Child SA considered, so an unauthenticated peer never gets one. A
+//! failed authentication is logged once with the peer and the identity,
+//! answered with AUTHENTICATION_FAILED (§2.21.2), and ends the IKE SA.
+
+use super::IkeSa;
+use super::requests::notify;
+use crate::auth::{psk_auth, verify_psk_auth};
+use crate::child::{Install, install, select_child, ts_from, ts_repr};
+use crate::config::Connection;
+use crate::ctx::Ctx;
+use crate::event::{AuthFailure, Event, Reason};
+use crate::identity::Identity;
+use crate::proposal::{Proposal, Protocol};
+use crate::sa::State;
+use core::net::SocketAddr;
+use esparto_wire::ike::{
+    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyType, PayloadRepr, ProposalRepr, SaRepr, Spi,
+    TsRepr,
+};
+use std::sync::Arc;
+
+impl IkeSa {
+    /// The connection for an authenticating peer: matching addresses, the
+    /// peer's identity, the IDr it asked for, and the IKE suite already
+    /// chosen. The candidate from IKE_SA_INIT wins ties.
+    fn pick_connection(
+        &self,
+        ctx: &Ctx<'_>,
+        peer: &Identity,
+        idr: Option<&Identity>,
+    ) -> Option<Arc<Connection>> {
+        let suite = self.suite.as_ref()?;
+        let answer = suite.to_wire(Protocol::Ike, Spi::None);
+        let fits = |c: &Arc<Connection>| {
+            c.matches_addrs(self.local.ip(), self.remote.ip())
+                && c.accepts_remote_id(peer)
+                && idr.is_none_or(|want| want.matches(&c.local_id(self.local.ip())))
+                && Proposal::select(&c.proposals, std::slice::from_ref(&answer), false, None)
+                    .is_some()
+        };
+        if fits(&self.conn) {
+            return Some(self.conn.clone());
+        }
+        ctx.connections.iter().find(|c| fits(c)).cloned()
+    }
+
+    fn fail_auth(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+        from: SocketAddr,
+        to: SocketAddr,
+        identity: Option<Identity>,
+        reason: AuthFailure,
+    ) {
+        ctx.events.push_back(Event::AuthFailed {
+            ike_sa: self.id,
+            peer: from,
+            identity,
+            reason,
+        });
+        self.respond(
+            ctx,
+            ExchangeType::IKE_AUTH,
+            mid,
+            &[notify(NotifyType::AUTHENTICATION_FAILED, &[])],
+            from,
+            to,
+        );
+        self.announced = true;
+        self.die(ctx, Reason::AuthenticationFailed);
+    }
+
+    pub(super) fn respond_ike_auth(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+        payloads: &[PayloadRepr<'_>],
+        from: SocketAddr,
+        to: SocketAddr,
+    ) {
+        let (mut idi, mut idr, mut auth, mut sa_p, mut tsi, mut tsr) =
+            (None, None, None, None, None, None);
+        for p in payloads {
+            match p {
+                PayloadRepr::IdI(i) => idi = Some(*i),
+                PayloadRepr::IdR(i) => idr = Some(*i),
+                PayloadRepr::Auth(a) => auth = Some(*a),
+                PayloadRepr::Sa(s) => sa_p = Some(s),
+                PayloadRepr::TsI(t) => tsi = Some(ts_from(t)),
+                PayloadRepr::TsR(t) => tsr = Some(ts_from(t)),
+                _ => {}
+            }
+        }
+        let Some(idi) = idi else { return };
+        let Some(peer_id) = Identity::from_wire(idi.id_type, idi.data) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, "authentication failed: unusable identity type {}", idi.id_type);
+            return self.fail_auth(ctx, mid, from, to, None, AuthFailure::UnknownIdentity);
+        };
+        let Some(auth) = auth else {
+            // No AUTH means EAP, which we do not offer.
+            return self.fail_auth(
+                ctx,
+                mid,
+                from,
+                to,
+                Some(peer_id),
+                AuthFailure::UnsupportedMethod,
+            );
+        };
+        let want_idr = idr.and_then(|i| Identity::from_wire(i.id_type, i.data));
+        let Some(conn) = self.pick_connection(ctx, &peer_id, want_idr.as_ref()) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no connection for this identity");
+            return self.fail_auth(
+                ctx,
+                mid,
+                from,
+                to,
+                Some(peer_id),
+                AuthFailure::UnknownIdentity,
+            );
+        };
+        let local_id = conn.local_id(self.local.ip());
+        if auth.method != AuthMethod::SHARED_KEY_MIC {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, method = %auth.method, "authentication failed: unsupported method");
+            return self.fail_auth(
+                ctx,
+                mid,
+                from,
+                to,
+                Some(peer_id),
+                AuthFailure::UnsupportedMethod,
+            );
+        }
+        let Some(psk) = ctx.secrets.find_psk(&local_id, &peer_id) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no PSK for '{}' - '{}'", local_id, peer_id);
+            return self.fail_auth(ctx, mid, from, to, Some(peer_id), AuthFailure::NoSecret);
+        };
+        let Some(keys) = self.keys.as_ref() else {
+            return;
+        };
+        if !verify_psk_auth(
+            keys.prf,
+            psk.as_slice(),
+            &self.init_request,
+            &self.nr,
+            keys.sk_pi.as_slice(),
+            &idi,
+            auth.data,
+        ) {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id,
+                "authentication of '{}' failed: AUTH payload does not verify with the PSK (wrong PSK?)", peer_id);
+            return self.fail_auth(ctx, mid, from, to, Some(peer_id), AuthFailure::BadAuth);
+        }
+        let Some((id_type, id_data)) = local_id.to_wire() else {
+            return;
+        };
+        let idr_out = IdRepr {
+            id_type,
+            data: &id_data,
+        };
+        let our_auth = psk_auth(
+            keys.prf,
+            psk.as_slice(),
+            &self.init_response,
+            &self.ni,
+            keys.sk_pr.as_slice(),
+            &idr_out,
+        );
+
+        // Authenticated.
+        self.conn = conn;
+        self.state = State::Established;
+        self.announced = true;
+        self.half_open_deadline = None;
+        tracing::info!(ike_sa = %self.id, peer = %from, identity = %peer_id, connection = %self.conn.name, "IKE_SA established");
+        ctx.events.push_back(Event::IkeSaEstablished {
+            ike_sa: self.id,
+            connection: self.conn.name.clone(),
+            local: self.local,
+            remote: self.remote,
+            local_id: local_id.clone(),
+            remote_id: peer_id.clone(),
+            initiator: false,
+        });
+        self.local_id = Some(local_id);
+        self.remote_id = Some(peer_id);
+        if self.nat.local_behind_nat {
+            self.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
+        }
+
+        let child = match (sa_p, tsi, tsr) {
+            (Some(sa_p), Some(tsi), Some(tsr)) => {
+                let (ni, nr) = (self.ni.clone(), self.nr.clone());
+                Some(self.create_child(
+                    ctx,
+                    &sa_p.proposals,
+                    &tsi,
+                    &tsr,
+                    None,
+                    None,
+                    &ni,
+                    &nr,
+                    true,
+                ))
+            }
+            _ => None,
+        };
+        let mut out = vec![
+            PayloadRepr::IdR(idr_out),
+            PayloadRepr::Auth(AuthRepr {
+                method: AuthMethod::SHARED_KEY_MIC,
+                data: our_auth.as_slice(),
+            }),
+        ];
+        match &child {
+            Some(Ok(answer)) => out.extend(answer.payloads()),
+            Some(Err(kind)) => out.push(notify(*kind, &[])),
+            None => {}
+        }
+        self.init_request = Vec::new();
+        self.init_response = Vec::new();
+        self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
+    }
+
+    /// Negotiate and install a Child SA as responder. `g_ir` for PFS.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_child(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        offered: &[ProposalRepr],
+        tsi: &[crate::ts::TrafficSelector],
+        tsr: &[crate::ts::TrafficSelector],
+        rekeys: Option<(u32, Arc<str>)>,
+        g_ir: Option<&[u8]>,
+        ni: &[u8],
+        nr: &[u8],
+        first: bool,
+    ) -> Result<ChildAnswer, NotifyType> {
+        let conn = self.conn.clone();
+        let only = rekeys.as_ref().map(|(_, n)| &**n);
+        let choice = match select_child(
+            &conn,
+            offered,
+            tsi,
+            tsr,
+            self.local.ip(),
+            self.remote.ip(),
+            first,
+            only,
+        ) {
+            Ok(c) => c,
+            Err(reason) => {
+                tracing::info!(ike_sa = %self.id, ?reason, "CHILD_SA request refused");
+                ctx.events.push_back(Event::ChildSaFailed {
+                    ike_sa: self.id,
+                    connection: conn.name.clone(),
+                    child: None,
+                    reason,
+                });
+                return Err(match reason {
+                    Reason::TsUnacceptable => NotifyType::TS_UNACCEPTABLE,
+                    _ => NotifyType::NO_PROPOSAL_CHOSEN,
+                });
+            }
+        };
+        let Spi::U32(outbound_spi) = choice.selected.spi else {
+            return Err(NotifyType::NO_PROPOSAL_CHOSEN);
+        };
+        let Some(keys) = self.keys.as_ref() else {
+            return Err(NotifyType::NO_PROPOSAL_CHOSEN);
+        };
+        let inbound_spi = ctx.spis.allocate(ctx.rng, None);
+        let answer = ChildAnswer {
+            sa: SaRepr {
+                proposals: vec![
+                    choice
+                        .selected
+                        .to_wire(Protocol::Esp, Spi::U32(inbound_spi)),
+                ],
+            },
+            tsi: ts_repr(&choice.tsi),
+            tsr: ts_repr(&choice.tsr),
+        };
+        let installed = install(
+            ctx,
+            Install {
+                ike_sa: self.id,
+                connection: conn.name.clone(),
+                child: choice.config.name.clone(),
+                initiator: false,
+                inbound_spi,
+                outbound_spi,
+                suite: choice.suite,
+                esn: choice.selected.esn,
+                prf: keys.prf,
+                sk_d: keys.sk_d.as_slice(),
+                g_ir,
+                ni,
+                nr,
+                local_ts: choice.tsr,
+                remote_ts: choice.tsi,
+                local: self.local,
+                remote: self.remote,
+                encap: self.encap(),
+                resource: None,
+                rekeys: rekeys.map(|(s, _)| s),
+            },
+        );
+        match installed {
+            Ok(c) => {
+                self.children.push(c);
+                Ok(answer)
+            }
+            Err(_) => {
+                ctx.spis.release(inbound_spi);
+                Err(NotifyType::NO_PROPOSAL_CHOSEN)
+            }
+        }
+    }
+}
+
+/// The payloads of a successful Child SA answer.
+pub(super) struct ChildAnswer {
+    pub(super) sa: SaRepr,
+    pub(super) tsi: TsRepr,
+    pub(super) tsr: TsRepr,
+}
+
+impl ChildAnswer {
+    fn payloads(&self) -> [PayloadRepr<'static>; 3] {
+        [
+            PayloadRepr::Sa(self.sa.clone()),
+            PayloadRepr::TsI(self.tsi.clone()),
+            PayloadRepr::TsR(self.tsr.clone()),
+        ]
+    }
+}
