@@ -19,6 +19,7 @@
 //! and the end-to-end benchmark, and removes exactly what it created.
 
 pub mod batch;
+pub mod cpu;
 pub mod netns;
 pub mod steer;
 mod sys;

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `esparto` command: see `esparto --help`.
+
+fn main() -> std::process::ExitCode {
+    esparto::cli::main()
+}

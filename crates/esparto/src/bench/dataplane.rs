@@ -1,0 +1,418 @@
+//! `esparto bench dataplane`: the in-process data-plane benchmark.
+//!
+//! For each packet size it measures, side by side in one run:
+//!
+//! - **raw**: the AEAD (or AES-CBC + HMAC) of aws-lc-rs sealing and opening a
+//!   buffer of that size, with `workers` threads — the ceiling set by the
+//!   cipher itself;
+//! - **esp**: the full ESP round trip through two [`Worker`]s — SPD lookup,
+//!   the worker's own sub-SA, padding, sequence number, seal; then SAD lookup,
+//!   replay check, open, padding check, commit, selector check — with
+//!   `workers` threads each owning its own sub-SA, and again with one;
+//! - **encap**: encapsulation alone on one core (the inner packet copied into
+//!   the buffer each time, as a TUN read would), in packets per second.
+//!
+//! Each figure is the median of `runs` measurements of `seconds` each; the
+//! kinds are interleaved within a run so drift on a shared machine hits them
+//! alike. Threads are pinned one per CPU. Cycles are TSC reference cycles
+//! ([`esparto_io::cpu::tsc_hz`]).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::cipher::{DecryptingKey, EncryptingKey, EncryptionContext, UnboundCipherKey};
+use aws_lc_rs::{cipher, hmac};
+use esparto_crypto::{EspSuite, Integ, SecretBytes};
+use esparto_esp::{
+    Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, Spd, TAILROOM, TrafficSelector,
+    Worker,
+};
+use serde::Serialize;
+
+use super::{median, packet::udp_packet};
+
+/// The packet sizes of the "imix" mix: seven small, four medium, one large
+/// (the classic simple IMIX, with the large size capped at what fits a
+/// 1500-byte path after ESP-in-UDP overhead).
+pub const IMIX: [usize; 12] = [64, 64, 64, 64, 64, 64, 64, 576, 576, 576, 576, 1420];
+
+/// A packet size to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// Every inner packet this many bytes (IP header included).
+    Fixed(usize),
+    /// The [`IMIX`] mix.
+    Imix,
+}
+
+impl Size {
+    /// Parses "64" or "imix".
+    pub fn parse(s: &str) -> Result<Self> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("imix") {
+            return Ok(Size::Imix);
+        }
+        let n: usize = s.parse().with_context(|| format!("'{s}' is not a packet size or 'imix'"))?;
+        if !(40..=9000).contains(&n) {
+            bail!("packet size {n} is outside 40..=9000 bytes");
+        }
+        Ok(Size::Fixed(n))
+    }
+
+    fn sizes(self) -> Vec<usize> {
+        match self {
+            Size::Fixed(n) => vec![n],
+            Size::Imix => IMIX.to_vec(),
+        }
+    }
+
+    /// Mean bytes per packet.
+    pub fn mean(self) -> f64 {
+        let s = self.sizes();
+        s.iter().sum::<usize>() as f64 / s.len() as f64
+    }
+
+    fn label(self) -> String {
+        match self {
+            Size::Fixed(n) => n.to_string(),
+            Size::Imix => "imix".into(),
+        }
+    }
+}
+
+/// Options of the benchmark.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The ESP suite.
+    pub suite: EspSuite,
+    /// Sizes to measure.
+    pub sizes: Vec<Size>,
+    /// Worker threads for the multi-worker figures.
+    pub workers: usize,
+    /// Length of one measurement.
+    pub seconds: f64,
+    /// Measurements per figure (the median is reported).
+    pub runs: usize,
+}
+
+/// One row of results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// "64" … or "imix".
+    pub size: String,
+    /// Mean inner packet size in bytes.
+    pub bytes: f64,
+    /// Worker threads of the multi-worker figures.
+    pub workers: usize,
+    /// Suite.
+    pub suite: String,
+    /// Raw cipher seal+open, all workers, Gbit/s of plaintext.
+    pub raw_gbps: f64,
+    /// Raw cipher round trips per second, all workers, millions.
+    pub raw_mpps: f64,
+    /// ESP encapsulate+decapsulate, all workers, Gbit/s of inner packets.
+    pub esp_gbps: f64,
+    /// ESP round trips per second, all workers, millions.
+    pub esp_mpps: f64,
+    /// ESP round trips per second on one worker, millions.
+    pub esp_mpps_1: f64,
+    /// ESP encapsulations alone per second on one core, millions.
+    pub encap_mpps_1: f64,
+    /// Reference cycles per byte of one ESP round trip on one core.
+    pub cycles_per_byte: f64,
+    /// Reference cycles per byte of one raw seal+open on one core.
+    pub raw_cycles_per_byte: f64,
+    /// `esp_gbps / raw_gbps` (same worker count, same run).
+    pub ratio: f64,
+    /// `esp` with `workers` threads over `esp` with one.
+    pub scaling: f64,
+}
+
+/// Runs the benchmark.
+pub fn run(opts: &Options) -> Result<Vec<Row>> {
+    let cpus = esparto_io::cpu::allowed_cpus().context("reading the CPU affinity mask")?;
+    let hz = esparto_io::cpu::tsc_hz();
+    let mut rows = Vec::new();
+    for &size in &opts.sizes {
+        let mut raw_w = Vec::new();
+        let mut raw_1 = Vec::new();
+        let mut esp_w = Vec::new();
+        let mut esp_1 = Vec::new();
+        let mut enc_1 = Vec::new();
+        for _ in 0..opts.runs.max(1) {
+            raw_w.push(measure(opts, &cpus, opts.workers, |k, d| raw_loop(opts.suite, size, k, d))?);
+            esp_w.push(measure(opts, &cpus, opts.workers, |k, d| esp_loop(opts.suite, size, k, d))?);
+            if opts.workers > 1 {
+                raw_1.push(measure(opts, &cpus, 1, |k, d| raw_loop(opts.suite, size, k, d))?);
+                esp_1.push(measure(opts, &cpus, 1, |k, d| esp_loop(opts.suite, size, k, d))?);
+            }
+            enc_1.push(measure(opts, &cpus, 1, |k, d| encap_loop(opts.suite, size, k, d))?);
+        }
+        if opts.workers == 1 {
+            raw_1 = raw_w.clone();
+            esp_1 = esp_w.clone();
+        }
+        let (raw_w, raw_1, esp_w, esp_1, enc_1) =
+            (median(&raw_w), median(&raw_1), median(&esp_w), median(&esp_1), median(&enc_1));
+        let bytes = size.mean();
+        let gbps = |pps: f64| pps * bytes * 8.0 / 1e9;
+        rows.push(Row {
+            size: size.label(),
+            bytes,
+            workers: opts.workers,
+            suite: opts.suite.name().to_string(),
+            raw_gbps: gbps(raw_w),
+            raw_mpps: raw_w / 1e6,
+            esp_gbps: gbps(esp_w),
+            esp_mpps: esp_w / 1e6,
+            esp_mpps_1: esp_1 / 1e6,
+            encap_mpps_1: enc_1 / 1e6,
+            cycles_per_byte: hz / esp_1 / bytes,
+            raw_cycles_per_byte: hz / raw_1 / bytes,
+            ratio: esp_w / raw_w,
+            scaling: esp_w / esp_1,
+        });
+    }
+    Ok(rows)
+}
+
+/// Runs `body(k, deadline)` on `n` pinned threads at once; returns packets
+/// per second summed over the threads.
+fn measure<F>(opts: &Options, cpus: &[usize], n: usize, body: F) -> Result<f64>
+where
+    F: Fn(usize, Instant) -> Result<u64> + Sync,
+{
+    let barrier = Arc::new(Barrier::new(n + 1));
+    let seconds = Duration::from_secs_f64(opts.seconds);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|k| {
+                let barrier = barrier.clone();
+                let body = &body;
+                let cpu = cpus.get(k % cpus.len().max(1)).copied();
+                s.spawn(move || -> Result<(u64, Duration)> {
+                    if let Some(cpu) = cpu {
+                        // Best effort: an unpinned run is still a run.
+                        let _ = esparto_io::cpu::pin_current_thread(cpu);
+                    }
+                    barrier.wait();
+                    let start = Instant::now();
+                    let packets = body(k, start + seconds)?;
+                    Ok((packets, start.elapsed()))
+                })
+            })
+            .collect();
+        barrier.wait();
+        let mut pps = 0.0;
+        for h in handles {
+            let (packets, took) = h.join().map_err(|_| anyhow::anyhow!("benchmark thread panicked"))??;
+            pps += packets as f64 / took.as_secs_f64();
+        }
+        Ok(pps)
+    })
+}
+
+/// Packets between clock reads.
+const CHUNK: u64 = 64;
+
+fn keymat(suite: EspSuite, salt: u8) -> Vec<u8> {
+    (0..suite.keymat_len()).map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt)).collect()
+}
+
+/// Raw seal+open of `size`-byte buffers with aws-lc-rs directly.
+fn raw_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<u64> {
+    let sizes = size.sizes();
+    let max = sizes.iter().copied().max().unwrap_or(64);
+    let key = keymat(suite, k as u8);
+    let mut buf = vec![0x5au8; max + 64];
+    let mut packets = 0u64;
+    match suite {
+        EspSuite::Aes128Gcm16 | EspSuite::Aes256Gcm16 | EspSuite::ChaCha20Poly1305 => {
+            let alg = match suite {
+                EspSuite::Aes128Gcm16 => &aead::AES_128_GCM,
+                EspSuite::Aes256Gcm16 => &aead::AES_256_GCM,
+                _ => &aead::CHACHA20_POLY1305,
+            };
+            let k = LessSafeKey::new(UnboundKey::new(alg, &key[..alg.key_len()]).context("aead key")?);
+            let mut n = 0u64;
+            let aad = [0u8; 8];
+            while Instant::now() < deadline {
+                for _ in 0..CHUNK {
+                    let len = sizes[(n % sizes.len() as u64) as usize];
+                    n += 1;
+                    let mut nonce = [0u8; 12];
+                    nonce[4..].copy_from_slice(&n.to_be_bytes());
+                    let tag = k
+                        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut buf[..len])
+                        .context("seal")?;
+                    buf[len..len + 16].copy_from_slice(tag.as_ref());
+                    k.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut buf[..len + 16])
+                        .context("open")?;
+                }
+                packets += CHUNK;
+            }
+        }
+        EspSuite::AesCbc { key_bits, integ } => {
+            let ek_len = usize::from(key_bits) / 8;
+            let alg = if key_bits == 128 { &cipher::AES_128 } else { &cipher::AES_256 };
+            let enc = EncryptingKey::cbc(UnboundCipherKey::new(alg, &key[..ek_len]).context("cbc key")?)
+                .context("cbc")?;
+            let dec = DecryptingKey::cbc(UnboundCipherKey::new(alg, &key[..ek_len]).context("cbc key")?)
+                .context("cbc")?;
+            let halg = match integ {
+                Integ::HmacSha1_96 => hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+                Integ::HmacSha256_128 => hmac::HMAC_SHA256,
+                Integ::HmacSha384_192 => hmac::HMAC_SHA384,
+                Integ::HmacSha512_256 => hmac::HMAC_SHA512,
+            };
+            let hk = hmac::Key::new(halg, &key[ek_len..]);
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                for _ in 0..CHUNK {
+                    let len = sizes[(n % sizes.len() as u64) as usize].next_multiple_of(16);
+                    n += 1;
+                    let mut iv = [0u8; 16];
+                    iv[8..].copy_from_slice(&n.to_be_bytes());
+                    enc.less_safe_encrypt(&mut buf[..len], EncryptionContext::Iv128(iv.into())).context("encrypt")?;
+                    let tag = hmac::sign(&hk, &buf[..len]);
+                    hmac::verify(&hk, &buf[..len], tag.as_ref()).map_err(|_| anyhow::anyhow!("verify"))?;
+                    dec.decrypt(&mut buf[..len], cipher::DecryptionContext::Iv128(iv.into())).context("decrypt")?;
+                }
+                packets += CHUNK;
+            }
+        }
+    }
+    Ok(packets)
+}
+
+/// A sender and a receiver worker sharing one SA pair; worker `k` owns SPI
+/// `0x1000 + k` as its sub-SA (the per-CPU case).
+fn worker_pair(suite: EspSuite, k: usize, now: Instant) -> Result<(Worker, Worker)> {
+    let ts = |s: &str| -> Result<TrafficSelector> { Ok(s.parse()?) };
+    let peer: SocketAddr = "192.0.2.2:4500".parse()?;
+    let cfg = SaConfig {
+        spi: 0x1000 + k as u32,
+        suite,
+        keymat: SecretBytes::from_slice(&keymat(suite, k as u8)),
+        esn: true,
+        replay_window: esparto_esp::DEFAULT_WINDOW,
+        lifetime: Lifetime::default(),
+        local_ts: vec![ts("10.2.0.0/16")?],
+        remote_ts: vec![ts("10.1.0.0/16")?],
+        peer,
+        path_mtu: 9000,
+    };
+    let mut tx = Worker::new(k as u16);
+    tx.apply(Command::SetSpd(Arc::new(Spd::new(vec![Policy {
+        local: ts("10.1.0.0/16")?,
+        remote: ts("10.2.0.0/16")?,
+        action: Action::Protect(1),
+        priority: 100,
+    }]))));
+    tx.apply(Command::AddGroup { id: 1, per_cpu: true });
+    tx.apply(Command::SetSub(1, Box::new(OutboundSa::owned(&cfg, now).map_err(|e| anyhow::anyhow!("{e:?}"))?)));
+    let mut rx = Worker::new(k as u16);
+    rx.apply(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).map_err(|e| anyhow::anyhow!("{e:?}"))?)));
+    Ok((tx, rx))
+}
+
+/// Buffers with one inner packet of each size at [`HEADROOM`].
+fn buffers(size: Size) -> Vec<(Vec<u8>, usize)> {
+    size.sizes()
+        .into_iter()
+        .map(|len| {
+            let mut buf = vec![0u8; HEADROOM + len + TAILROOM];
+            buf[HEADROOM..HEADROOM + len].copy_from_slice(&udp_packet(len));
+            (buf, len)
+        })
+        .collect()
+}
+
+/// ESP round trips: encapsulate, then decapsulate in place (which restores
+/// the inner packet where it was, so no copy is needed between iterations).
+fn esp_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<u64> {
+    let mut now = Instant::now();
+    let (mut tx, mut rx) = worker_pair(suite, k, now)?;
+    let mut bufs = buffers(size);
+    let nb = bufs.len();
+    let mut packets = 0u64;
+    let mut i = 0usize;
+    while now < deadline {
+        for _ in 0..CHUNK {
+            let (buf, len) = &mut bufs[i % nb];
+            i += 1;
+            let inner = HEADROOM..HEADROOM + *len;
+            let e = tx.encapsulate(now, buf, inner.clone()).map_err(|d| anyhow::anyhow!("encapsulate: {:?}", d))?;
+            let got = rx.decapsulate(now, buf, e.esp).map_err(|d| anyhow::anyhow!("decapsulate: {d}"))?;
+            if got != inner {
+                bail!("decapsulated packet at {got:?}, expected {inner:?}");
+            }
+        }
+        packets += CHUNK;
+        now = Instant::now();
+    }
+    Ok(packets)
+}
+
+/// Encapsulation alone, copying the inner packet in each time.
+fn encap_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<u64> {
+    let mut now = Instant::now();
+    let (mut tx, _) = worker_pair(suite, k, now)?;
+    let mut bufs = buffers(size);
+    let originals: Vec<Vec<u8>> = bufs.iter().map(|(b, len)| b[HEADROOM..HEADROOM + len].to_vec()).collect();
+    let nb = bufs.len();
+    let mut packets = 0u64;
+    let mut i = 0usize;
+    while now < deadline {
+        for _ in 0..CHUNK {
+            let j = i % nb;
+            i += 1;
+            let (buf, len) = &mut bufs[j];
+            buf[HEADROOM..HEADROOM + *len].copy_from_slice(&originals[j]);
+            tx.encapsulate(now, buf, HEADROOM..HEADROOM + *len).map_err(|d| anyhow::anyhow!("encapsulate: {:?}", d))?;
+        }
+        packets += CHUNK;
+        now = Instant::now();
+    }
+    Ok(packets)
+}
+
+/// Prints the table.
+pub fn print_table(rows: &[Row]) {
+    let Some(first) = rows.first() else { return };
+    println!(
+        "esparto bench dataplane: suite {}, {} worker(s), TSC {:.2} GHz{}",
+        first.suite,
+        first.workers,
+        esparto_io::cpu::tsc_hz() / 1e9,
+        if esparto_io::cpu::HAS_TSC { "" } else { " (no TSC: nanoseconds)" }
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>9} {:>8} {:>11} {:>11} {:>9} {:>9} {:>8}",
+        "size", "raw Gb/s", "ESP Gb/s", "ESP Mpps", "ESP/raw", "1w RT Mpps", "encap Mpps", "cyc/B", "raw cyc/B", "scaling"
+    );
+    for r in rows {
+        println!(
+            "{:>6} {:>10.2} {:>10.2} {:>9.3} {:>8.3} {:>11.3} {:>11.3} {:>9.2} {:>9.2} {:>7.2}x",
+            r.size,
+            r.raw_gbps,
+            r.esp_gbps,
+            r.esp_mpps,
+            r.ratio,
+            r.esp_mpps_1,
+            r.encap_mpps_1,
+            r.cycles_per_byte,
+            r.raw_cycles_per_byte,
+            r.scaling
+        );
+    }
+    println!(
+        "raw = aws-lc-rs seal+open; ESP = encapsulate+decapsulate round trip; RT = round trip; \
+         encap = encapsulation alone, one core; cyc/B = TSC cycles per inner byte, one core; \
+         scaling = ESP with {} workers over one.",
+        first.workers
+    );
+}

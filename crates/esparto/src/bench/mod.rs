@@ -1,0 +1,32 @@
+//! Benchmarks: `esparto bench dataplane` (in process), and later `tunnel`
+//! (two gateways in namespaces) and `setup` (IKE tunnels per second).
+//!
+//! Speed is measured here and not in tests: these machines are shared and
+//! noisy, so every benchmark reports ratios measured side by side in one
+//! run and medians of several runs.
+
+pub mod dataplane;
+pub mod packet;
+
+/// The median of `xs` (0 for none).
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every test of the project, as `make test` runs it (CI too, via .ci/run).
+#   1. clippy with warnings as errors;
+#   2. unit, property and known-answer tests of every crate, and the netns
+#      tests (they need root; as another user they report SKIP);
+#   3. each fuzz target for a short time (FUZZ_SECONDS, default 10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+step() { printf '\n=== %s\n' "$*"; }
+t0=$SECONDS
+
+step "clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "tests"
+cargo test --workspace --quiet
+
+step "fuzz smoke runs (${FUZZ_SECONDS}s each)"
+targets=$(cd fuzz && cargo +nightly fuzz list)
+(cd fuzz && cargo +nightly fuzz build --quiet)
+for t in $targets; do
+  printf '%-24s ' "$t"
+  if out=$(cd fuzz && cargo +nightly fuzz run "$t" -- -max_total_time="$FUZZ_SECONDS" 2>&1); then
+    grep -Eo '#[0-9]+ +DONE.*' <<<"$out" | tail -n 1 || echo ok
+  else
+    echo "FAILED"; echo "$out" | tail -n 40; exit 1
+  fi
+done
+
+step "all tests passed in $((SECONDS - t0)) s"
