@@ -1,0 +1,5 @@
+//! Configuration: the TOML file and the validated model.
+
+pub mod model;
+
+pub use model::*;

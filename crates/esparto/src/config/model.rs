@@ -1,0 +1,119 @@
+//! The validated configuration: what `config::load` produces from the TOML
+//! file and what the daemon runs on. Every value here has been checked; the
+//! daemon never re-validates.
+//!
+//! Names follow strongSwan's `swanctl.conf` where the concept is the same.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use esparto_crypto::{EspSuite, SecretBytes};
+use esparto_esp::{Lifetime, TrafficSelector};
+
+/// A whole configuration file.
+#[derive(Debug)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Daemon-wide settings (`[daemon]`).
+    pub daemon: Daemon,
+    /// Connections (`[connections.NAME]`), in file order.
+    pub connections: Vec<Connection>,
+    /// Pre-shared keys (`[secrets.NAME]`), for IKE.
+    pub secrets: esparto_ike::Secrets,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    /// Worker threads (default: the CPUs the process may use).
+    pub workers: usize,
+    /// Control socket path (default `/run/esparto/esparto.sock`).
+    pub control: PathBuf,
+    /// TUN device name (default `esparto0`).
+    pub tun: String,
+    /// UDP port for ESP-in-UDP and IKE with NAT-T (default 4500).
+    pub port: u16,
+    /// UDP port for IKE (default 500).
+    pub ike_port: u16,
+    /// Path MTU towards peers (default 1500); the TUN MTU follows from it.
+    pub path_mtu: u16,
+    /// Log filter (default `info`), tracing's `EnvFilter` syntax.
+    pub log: String,
+}
+
+/// `[connections.NAME]`.
+#[derive(Debug)]
+pub struct Connection {
+    /// The name.
+    pub name: String,
+    /// Our outer addresses; the first is the one we use.
+    pub local_addrs: Vec<IpAddr>,
+    /// The peer's outer addresses; the first is the one we send to.
+    pub remote_addrs: Vec<IpAddr>,
+    /// The peer's UDP port for ESP-in-UDP (default 4500).
+    pub remote_port: u16,
+    /// IKE settings, when any child is negotiated by IKE (issue 4).
+    pub ike: Option<esparto_ike::Connection>,
+    /// Children.
+    pub children: Vec<Child>,
+}
+
+/// Whether and how per-CPU sub-SAs are used (RFC 9611).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PerCpuSas {
+    /// One SA pair.
+    No,
+    /// A sub-SA per worker, negotiated when the connection comes up.
+    Eager,
+    /// A sub-SA per worker, negotiated when the worker first has traffic.
+    #[default]
+    OnDemand,
+}
+
+/// `[connections.NAME.children.CHILD]`.
+#[derive(Debug)]
+pub struct Child {
+    /// The name.
+    pub name: String,
+    /// Our side's selectors.
+    pub local_ts: Vec<TrafficSelector>,
+    /// The peer's side.
+    pub remote_ts: Vec<TrafficSelector>,
+    /// Anti-replay window in packets (default 4096).
+    pub replay_window: u32,
+    /// SA lifetimes (from `rekey_time`, `life_time`, `rekey_bytes`, …).
+    pub lifetime: Lifetime,
+    /// Per-CPU sub-SAs.
+    pub per_cpu_sas: PerCpuSas,
+    /// Most sub-SAs to have (default: the worker count).
+    pub per_cpu_max: usize,
+    /// Statically keyed SAs (no IKE), like `ip xfrm state add`.
+    pub static_sas: Option<StaticSas>,
+}
+
+/// Statically keyed SAs of a child.
+#[derive(Debug)]
+pub struct StaticSas {
+    /// The suite (the child's single `esp_proposals` entry).
+    pub suite: EspSuite,
+    /// Extended sequence numbers.
+    pub esn: bool,
+    /// SA pairs: the first is the fallback SA, each further one the sub-SA
+    /// of worker 0, 1, … (a gateway with fewer workers than pairs installs
+    /// the extra pairs inbound only, DESIGN.md).
+    pub pairs: Vec<StaticPair>,
+}
+
+/// One statically keyed SA pair.
+#[derive(Debug)]
+pub struct StaticPair {
+    /// SPI of the SA we receive on.
+    pub in_spi: u32,
+    /// SPI of the SA we send on.
+    pub out_spi: u32,
+    /// KEYMAT of the inbound SA (`suite.keymat_len()` bytes).
+    pub in_key: SecretBytes,
+    /// KEYMAT of the outbound SA.
+    pub out_key: SecretBytes,
+}
