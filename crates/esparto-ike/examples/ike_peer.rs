@@ -1,0 +1,183 @@
+//! A minimal UDP driver for the sans-IO endpoint, for interoperability
+//! tests against a real IKE peer (tests/interop/strongswan.sh).
+//!
+//! It binds UDP 500 and 4500 on `--local`, runs one connection as
+//! initiator or responder for `--seconds`, and prints one line per event.
+//! With `--print-keys` it also prints Child SA KEYMAT in hex so a test can
+//! compare it with the peer's debug log — a test-only convenience: never
+//! do that on a real gateway. The clock and the CSPRNG are read here, in
+//! the driver, never in the library (STYLE.md habit 1).
+//!
+//! ```text
+//! ike_peer --local 192.0.2.1 --remote 192.0.2.2 --local-id @moon --remote-id @sun \
+//!          --psk secret --local-ts 10.1.0.0/16 --remote-ts 10.2.0.0/16 \
+//!          --ike aes256gcm16-prfsha256-x25519 --esp aes256gcm16 --initiate
+//! ```
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use esparto_crypto::SystemRng;
+use esparto_ike::{
+    ChildConfig, Connection, Endpoint, EndpointConfig, Event, Identity, RandomSpiAllocator,
+};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let has = |k: &str| args.iter().any(|a| a == k);
+    let local: IpAddr = get("--local").expect("--local").parse().unwrap();
+    let remote: Option<IpAddr> = get("--remote").map(|r| r.parse().unwrap());
+    let seconds: u64 = get("--seconds").map_or(10, |s| s.parse().unwrap());
+
+    let mut conn = Connection::new(
+        "interop",
+        &get("--ike").unwrap_or("aes256gcm16-prfsha256-x25519".into()),
+    )
+    .unwrap();
+    conn.local_addrs = vec![local];
+    conn.remote_addrs = remote.into_iter().collect();
+    conn.local.id = get("--local-id").map(|s| Identity::parse(&s).unwrap());
+    conn.remote.id = get("--remote-id").map(|s| Identity::parse(&s).unwrap());
+    conn.encap = has("--encap");
+    conn.dpd_delay = get("--dpd").map(|s| Duration::from_secs(s.parse().unwrap()));
+    let esp = get("--esp").unwrap_or("aes256gcm16".into());
+    conn.children.push(
+        ChildConfig::new(
+            "net",
+            &get("--local-ts").unwrap_or("dynamic".into()),
+            &get("--remote-ts").unwrap_or("dynamic".into()),
+            &esp,
+        )
+        .unwrap(),
+    );
+    if let Some(esp2) = get("--child2-esp") {
+        conn.children.push(
+            ChildConfig::new(
+                "net2",
+                &get("--child2-local-ts").unwrap_or("dynamic".into()),
+                &get("--child2-remote-ts").unwrap_or("dynamic".into()),
+                &esp2,
+            )
+            .unwrap(),
+        );
+    }
+    let ids: Vec<Identity> = [conn.local.id.clone(), conn.remote.id.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
+
+    let mut ep = Endpoint::new(
+        EndpointConfig::default(),
+        Box::new(SystemRng),
+        Box::new(RandomSpiAllocator::new()),
+    );
+    ep.add_connection(conn).unwrap();
+    ep.secrets_mut()
+        .add_psk(&ids, get("--psk").expect("--psk").as_bytes());
+
+    let s500 = UdpSocket::bind(SocketAddr::new(local, 500)).unwrap();
+    let s4500 = UdpSocket::bind(SocketAddr::new(local, 4500)).unwrap();
+    s500.set_nonblocking(true).unwrap();
+    s4500.set_nonblocking(true).unwrap();
+
+    let start = Instant::now();
+    let mut ike = None;
+    if has("--initiate") {
+        ike = Some(ep.initiate(start, "interop", None).unwrap());
+    }
+    let mut child2_done = false;
+    let mut terminate_at =
+        get("--terminate-after").map(|s| start + Duration::from_secs(s.parse().unwrap()));
+    let mut buf = vec![0u8; 65536];
+    while start.elapsed() < Duration::from_secs(seconds) {
+        let now = Instant::now();
+        if ep.poll_timeout().is_some_and(|t| t <= now) {
+            ep.handle_timeout(now);
+        }
+        if let (Some(t), Some(id)) = (terminate_at, ike) {
+            if now >= t {
+                ep.terminate(now, id).unwrap();
+                terminate_at = None;
+            }
+        }
+        for (sock, port) in [(&s500, 500u16), (&s4500, 4500u16)] {
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                ep.handle_datagram(
+                    Instant::now(),
+                    SocketAddr::new(local, port),
+                    from,
+                    &buf[..n],
+                );
+            }
+        }
+        while let Some(t) = ep.poll_transmit() {
+            let sock = if t.local.port() == 4500 {
+                &s4500
+            } else {
+                &s500
+            };
+            let _ = sock.send_to(&t.data, t.remote);
+        }
+        while let Some(e) = ep.poll_event() {
+            match &e {
+                Event::ChildSaEstablished(c) => {
+                    println!(
+                        "CHILD_UP child={} in={:08x} out={:08x} suite={} esn={} encap={} local={} remote={} lts={:?} rts={:?}",
+                        c.child,
+                        c.inbound_spi,
+                        c.outbound_spi,
+                        c.suite.name(),
+                        c.esn,
+                        c.encap,
+                        c.local,
+                        c.remote,
+                        c.local_ts
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>(),
+                        c.remote_ts
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>(),
+                    );
+                    if has("--print-keys") {
+                        println!(
+                            "KEYS in={:08x} inkey={} outkey={}",
+                            c.inbound_spi,
+                            hex(c.inbound_key.as_slice()),
+                            hex(c.outbound_key.as_slice())
+                        );
+                    }
+                    if !child2_done && has("--child2-esp") && has("--initiate") {
+                        child2_done = true;
+                        ep.acquire(Instant::now(), "interop", "net2", None).unwrap();
+                    }
+                }
+                Event::IkeSaEstablished {
+                    ike_sa,
+                    remote_id,
+                    local,
+                    remote,
+                    ..
+                } => {
+                    ike = Some(*ike_sa);
+                    println!("IKE_UP remote_id={remote_id} local={local} remote={remote}");
+                }
+                other => println!("{other:?}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    println!("END sas={}", ep.ike_sa_count());
+}
