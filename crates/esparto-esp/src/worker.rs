@@ -55,7 +55,7 @@ pub enum Command {
 }
 
 /// SA direction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Direction {
     /// Received.
     Inbound,

@@ -187,6 +187,24 @@ impl RxBatch {
         slot.data.get_mut(start..start + e.len as usize)
     }
 
+    /// Entry `i` with its whole slot, mutably: `(slot, range of the packet
+    /// within it)`. For processing in place with the slot's headroom and
+    /// tailroom (ESP encapsulation grows a packet at both ends).
+    pub fn slot_mut(&mut self, i: usize) -> Option<(&mut [u8], core::ops::Range<usize>)> {
+        let e = *self.entries.get(i)?;
+        let slot = self.slots.get_mut(e.slot as usize)?;
+        let start = e.start as usize;
+        let end = start + e.len as usize;
+        let data = &mut slot.data[..];
+        (end <= data.len()).then_some((data, start..end))
+    }
+
+    /// The source address of entry `i` (datagrams only).
+    pub fn peer(&self, i: usize) -> Option<SocketAddr> {
+        self.entries.get(i)?.peer
+    }
+
+
     /// Iterate over `(bytes, peer)` of every packet.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<SocketAddr>)> + '_ {
         (0..self.entries.len()).filter_map(move |i| Some((self.packet(i)?, self.entries[i].peer)))

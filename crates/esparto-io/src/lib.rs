@@ -20,13 +20,17 @@
 
 pub mod batch;
 pub mod cpu;
+pub mod esp;
 pub mod netns;
+pub mod poll;
+pub mod route;
 pub mod steer;
 mod sys;
 pub mod tun;
 pub mod udp;
 pub mod worker;
 
+pub use esp::{EspCommand, EspDatapath, IcmpSources, WorkerEvent};
 pub use batch::{BatchFull, PacketBuf, RxBatch, RxEntry, TxBatch};
 pub use steer::{spi_for_worker, spi_to_worker, steer_index};
 pub use tun::{TunConfig, TunDevice, TunQueue};

@@ -49,19 +49,30 @@ pub trait Datapath: Send + 'static {
     fn on_command(&mut self, now: Instant, cmd: Self::Command);
 
     /// Plain IP packets read from this worker's TUN queue; push ESP-in-UDP
-    /// datagrams (with their destination) into `out`.
-    fn outbound(&mut self, now: Instant, pkts: &mut RxBatch, out: &mut TxBatch);
+    /// datagrams (with their destination) into `out`, and packets for the
+    /// TUN itself (ICMP errors about packets too big for the tunnel) into
+    /// `to_tun`.
+    ///
+    /// Process packets from index `from` on, and return the index of the
+    /// first one not processed: stop early when `out` or `to_tun` is full,
+    /// and the loop sends them and calls again with the rest.
+    fn outbound(&mut self, now: Instant, pkts: &mut RxBatch, from: usize, out: &mut TxBatch, to_tun: &mut TxBatch)
+    -> usize;
 
     /// Datagrams read from this worker's UDP socket; push decrypted inner
     /// packets into `to_tun`, and non-ESP datagrams (IKE, keepalives) with
     /// their source address as destination into `to_control`.
+    ///
+    /// Like `outbound`, process from index `from` and return where it
+    /// stopped (a GRO batch can hold more datagrams than `to_tun` has slots).
     fn inbound(
         &mut self,
         now: Instant,
         dgrams: &mut RxBatch,
+        from: usize,
         to_tun: &mut TxBatch,
         to_control: &mut TxBatch,
-    );
+    ) -> usize;
 
     /// Called every [`WorkerConfig::tick`] (lifetimes, counters, timers).
     fn on_tick(&mut self, now: Instant) {
@@ -399,13 +410,22 @@ impl<D: Datapath> Worker<D> {
                 return;
             }
         }
-        self.udp_tx.clear();
-        self.dp.outbound(now, &mut self.tun_rx, &mut self.udp_tx);
-        match self.udp.send_batch(&self.udp_tx) {
-            Ok(sent) => self.report.udp_tx_dropped += (self.udp_tx.len() - sent) as u64,
-            Err(_) => self.report.io_errors += 1,
+        let mut from = 0;
+        while from < self.tun_rx.len() {
+            self.udp_tx.clear();
+            self.tun_tx.clear();
+            let next = self.dp.outbound(now, &mut self.tun_rx, from, &mut self.udp_tx, &mut self.tun_tx);
+            match self.udp.send_batch(&self.udp_tx) {
+                Ok(sent) => self.report.udp_tx_dropped += (self.udp_tx.len() - sent) as u64,
+                Err(_) => self.report.io_errors += 1,
+            }
+            self.udp_tx.clear();
+            if !self.tun_tx.is_empty() && self.tun.send_batch(&mut self.tun_tx).is_err() {
+                self.report.io_errors += 1;
+            }
+            // A datapath that makes no progress would spin: skip the packet.
+            from = next.max(from + 1);
         }
-        self.udp_tx.clear();
     }
 
     fn inbound(&mut self, now: Instant) {
@@ -417,13 +437,22 @@ impl<D: Datapath> Worker<D> {
                 return;
             }
         }
-        self.tun_tx.clear();
-        self.ctl_tx.clear();
-        self.dp
-            .inbound(now, &mut self.udp_rx, &mut self.tun_tx, &mut self.ctl_tx);
-        if !self.tun_tx.is_empty() && self.tun.send_batch(&mut self.tun_tx).is_err() {
-            self.report.io_errors += 1;
+        let mut from = 0;
+        while from < self.udp_rx.len() {
+            self.tun_tx.clear();
+            self.ctl_tx.clear();
+            let next = self
+                .dp
+                .inbound(now, &mut self.udp_rx, from, &mut self.tun_tx, &mut self.ctl_tx);
+            if !self.tun_tx.is_empty() && self.tun.send_batch(&mut self.tun_tx).is_err() {
+                self.report.io_errors += 1;
+            }
+            self.forward_control();
+            from = next.max(from + 1);
         }
+    }
+
+    fn forward_control(&mut self) {
         for i in 0..self.ctl_tx.len() {
             let Some(bytes) = self.ctl_tx.packet(i) else {
                 continue;

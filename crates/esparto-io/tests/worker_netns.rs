@@ -56,14 +56,21 @@ impl Datapath for PlainTunnel {
         }
     }
 
-    fn outbound(&mut self, _now: Instant, pkts: &mut RxBatch, out: &mut TxBatch) {
+    fn outbound(
+        &mut self,
+        _now: Instant,
+        pkts: &mut RxBatch,
+        from: usize,
+        out: &mut TxBatch,
+        _to_tun: &mut TxBatch,
+    ) -> usize {
         let Some(peer) = self.peer else {
             self.counters
                 .no_peer
-                .fetch_add(pkts.len() as u64, Ordering::Relaxed);
-            return;
+                .fetch_add((pkts.len() - from) as u64, Ordering::Relaxed);
+            return pkts.len();
         };
-        for (p, _) in pkts.iter() {
+        for (p, _) in pkts.iter().skip(from) {
             self.seq += 1;
             let (spi, seq) = (self.spi, self.seq);
             let _ = out.push_with(Some(peer), |buf| {
@@ -73,16 +80,21 @@ impl Datapath for PlainTunnel {
                 8 + p.len()
             });
         }
+        pkts.len()
     }
 
     fn inbound(
         &mut self,
         _now: Instant,
         dgrams: &mut RxBatch,
+        from: usize,
         to_tun: &mut TxBatch,
         to_control: &mut TxBatch,
-    ) {
-        for (d, peer) in dgrams.iter() {
+    ) -> usize {
+        for (i, (d, peer)) in dgrams.iter().enumerate().skip(from) {
+            if to_tun.is_full() || to_control.is_full() {
+                return i;
+            }
             let idx = steer_index(d, WORKERS);
             if idx == WORKERS {
                 let _ = to_control.push(peer, d);
@@ -93,6 +105,7 @@ impl Datapath for PlainTunnel {
             }
             let _ = to_tun.push(None, &d[8..]);
         }
+        dgrams.len()
     }
 
     fn on_tick(&mut self, _now: Instant) {

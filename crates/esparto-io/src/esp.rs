@@ -1,0 +1,241 @@
+//! The ESP engine as a [`Datapath`]: what each worker thread runs.
+//!
+//! Outbound, every packet read from the worker's TUN queue is encapsulated
+//! in place in its read slot (the slot has headroom for the ESP header and
+//! IV and tailroom for padding and ICV) and copied once into the UDP send
+//! batch, which leaves as `UDP_SEGMENT` super-packets. Inbound, every
+//! datagram of a GRO batch is classified (RFC 3948: NAT keepalive, IKE
+//! behind the non-ESP marker, or ESP), ESP is decrypted in place in the
+//! receive slot and the inner packet copied once into the TUN write batch.
+//!
+//! A packet too big for its SA (the TUN MTU already covers the common case,
+//! so this is the rare SA with more overhead, or a peer with a smaller path
+//! MTU) is answered with ICMP "fragmentation needed" / ICMPv6 "packet too
+//! big" written back into the TUN, rate-limited per worker (RFC 4443 §2.4 (f)).
+//!
+//! Everything the worker cannot deliver is counted by reason in the ESP
+//! [`Worker`]'s drop counters; events (acquires, expiries) and statistics
+//! snapshots go to the control thread over channels, between batches.
+//!
+//! Limitation: a NIC's hardware GRO may merge ESP-in-UDP datagrams of
+//! several SAs of one peer into one buffer, which the SPI-steering program
+//! sees once; a datagram whose SA lives on another worker is then counted
+//! as `unknown_spi` here. Over veth, and with senders that split GSO runs
+//! per SPI (ours do), this does not happen.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use esparto_esp::{Command, DropReason, Event, Worker, WorkerStats};
+use esparto_wire::espinudp::{Datagram, Kind};
+use esparto_wire::icmp as too_big;
+
+use crate::batch::{RxBatch, TxBatch};
+use crate::worker::Datapath;
+
+/// ICMP errors a worker sends per second at most.
+pub const ICMP_ERRORS_PER_SEC: u32 = 100;
+
+/// A message from the control thread to a worker's ESP engine.
+#[derive(Debug)]
+pub enum EspCommand {
+    /// A data-plane change (SAs, policies).
+    Esp(Command),
+    /// Send a statistics snapshot back.
+    Snapshot(mpsc::Sender<WorkerStats>),
+}
+
+/// A message from a worker to the control thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerEvent {
+    /// The worker.
+    pub worker: u16,
+    /// What happened.
+    pub event: Event,
+}
+
+/// Where ICMP errors come from (the gateway's own addresses).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IcmpSources {
+    /// Source of ICMPv4 errors.
+    pub v4: Option<Ipv4Addr>,
+    /// Source of ICMPv6 errors.
+    pub v6: Option<Ipv6Addr>,
+}
+
+/// One worker's ESP engine.
+#[derive(Debug)]
+pub struct EspDatapath {
+    esp: Worker,
+    events: mpsc::Sender<WorkerEvent>,
+    icmp: IcmpSources,
+    icmp_tokens: u32,
+    icmp_refill: Instant,
+    /// Scratch for ICMP errors (never reallocated).
+    icmp_buf: Box<[u8]>,
+    /// Keepalives received (RFC 3948 §2.3; nothing to do but count).
+    keepalives: u64,
+    /// ICMP errors sent back into the TUN.
+    icmp_sent: u64,
+}
+
+impl EspDatapath {
+    /// The engine of worker `id`; `events` reaches the control thread.
+    pub fn new(id: u16, events: mpsc::Sender<WorkerEvent>, icmp: IcmpSources) -> Self {
+        Self {
+            esp: Worker::new(id),
+            events,
+            icmp,
+            icmp_tokens: ICMP_ERRORS_PER_SEC,
+            icmp_refill: Instant::now(),
+            icmp_buf: vec![0u8; too_big::MAX_V6_ERROR_LEN].into_boxed_slice(),
+            keepalives: 0,
+            icmp_sent: 0,
+        }
+    }
+
+    /// The ESP worker (for tests).
+    pub fn worker(&self) -> &Worker {
+        &self.esp
+    }
+
+    fn flush_events(&mut self) {
+        while let Some(event) = self.esp.poll_event() {
+            // The control thread gone means we are shutting down.
+            let _ = self.events.send(WorkerEvent { worker: self.esp.id(), event });
+        }
+    }
+
+    /// Writes an ICMP error for `offending` into `to_tun`, within the rate limit.
+    fn too_big(&mut self, now: Instant, offending: &[u8], mtu: u16, to_tun: &mut TxBatch) {
+        if now.duration_since(self.icmp_refill) >= Duration::from_secs(1) {
+            self.icmp_tokens = ICMP_ERRORS_PER_SEC;
+            self.icmp_refill = now;
+        }
+        if self.icmp_tokens == 0 {
+            return;
+        }
+        let n = match offending.first().map(|b| b >> 4) {
+            Some(4) => {
+                // RFC 1191: only a packet with DF set asks for PMTU discovery;
+                // without DF the sender gets nothing (and the packet is
+                // dropped, counted as too_big).
+                let df = offending.get(6).is_some_and(|b| b & 0x40 != 0);
+                let src = self.icmp.v4.or_else(|| dst_v4(offending));
+                match (df, src) {
+                    (true, Some(src)) => too_big::frag_needed_v4(offending, mtu, src, &mut self.icmp_buf).ok(),
+                    _ => None,
+                }
+            }
+            Some(6) => {
+                let src = self.icmp.v6.or_else(|| dst_v6(offending));
+                src.and_then(|src| too_big::packet_too_big_v6(offending, u32::from(mtu), src, &mut self.icmp_buf).ok())
+            }
+            _ => None,
+        };
+        if let Some(n) = n {
+            if to_tun.push(None, &self.icmp_buf[..n]).is_ok() {
+                self.icmp_tokens -= 1;
+                self.icmp_sent += 1;
+            }
+        }
+    }
+}
+
+/// The destination of an IPv4 packet: the fallback ICMP source when the
+/// gateway has no address of that family (hosts accept the error from any
+/// source; it quotes their own packet).
+fn dst_v4(p: &[u8]) -> Option<Ipv4Addr> {
+    let b: [u8; 4] = p.get(16..20)?.try_into().ok()?;
+    Some(Ipv4Addr::from(b))
+}
+
+fn dst_v6(p: &[u8]) -> Option<Ipv6Addr> {
+    let b: [u8; 16] = p.get(24..40)?.try_into().ok()?;
+    Some(Ipv6Addr::from(b))
+}
+
+impl Datapath for EspDatapath {
+    type Command = EspCommand;
+
+    fn on_command(&mut self, _now: Instant, cmd: EspCommand) {
+        match cmd {
+            EspCommand::Esp(c) => self.esp.apply(c),
+            EspCommand::Snapshot(reply) => {
+                let _ = reply.send(self.esp.stats());
+            }
+        }
+    }
+
+    fn outbound(
+        &mut self,
+        now: Instant,
+        pkts: &mut RxBatch,
+        from: usize,
+        out: &mut TxBatch,
+        to_tun: &mut TxBatch,
+    ) -> usize {
+        for i in from..pkts.len() {
+            if out.is_full() || to_tun.is_full() {
+                self.flush_events();
+                return i;
+            }
+            let Some((slot, inner)) = pkts.slot_mut(i) else { continue };
+            match self.esp.encapsulate(now, slot, inner.clone()) {
+                Ok(e) => {
+                    if out.push(Some(e.peer), &slot[e.esp]).is_err() {
+                        // The send batch is sized for a full read batch, so
+                        // this is a configuration bug; count it all the same.
+                        self.esp.count_drop(DropReason::Malformed);
+                    }
+                }
+                Err(d) if d.reason == DropReason::TooBig => self.too_big(now, &slot[inner], d.mtu, to_tun),
+                Err(_) => {}
+            }
+        }
+        self.flush_events();
+        pkts.len()
+    }
+
+    fn inbound(
+        &mut self,
+        now: Instant,
+        dgrams: &mut RxBatch,
+        from: usize,
+        to_tun: &mut TxBatch,
+        to_control: &mut TxBatch,
+    ) -> usize {
+        for i in from..dgrams.len() {
+            if to_tun.is_full() || to_control.is_full() {
+                self.flush_events();
+                return i;
+            }
+            let peer = dgrams.peer(i);
+            let Some((slot, range)) = dgrams.slot_mut(i) else { continue };
+            match Datagram::classify(&slot[range.clone()]) {
+                Ok(Kind::Esp(_)) => {
+                    if let Ok(inner) = self.esp.decapsulate(now, slot, range) {
+                        if !inner.is_empty() && to_tun.push(None, &slot[inner]).is_err() {
+                            self.esp.count_drop(DropReason::Malformed);
+                        }
+                    }
+                }
+                Ok(Kind::Ike(_)) => {
+                    // The whole datagram, marker included: the IKE thread
+                    // strips it, as it does for datagrams on its own socket.
+                    let _ = to_control.push(peer, &slot[range]);
+                }
+                Ok(Kind::NatKeepalive) => self.keepalives += 1,
+                Err(_) => self.esp.count_drop(DropReason::Malformed),
+            }
+        }
+        self.flush_events();
+        dgrams.len()
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        self.esp.tick(now);
+        self.flush_events();
+    }
+}

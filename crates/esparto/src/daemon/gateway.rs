@@ -1,0 +1,455 @@
+//! The running gateway: one multi-queue TUN device, one SPI-steered UDP
+//! socket group, one pinned worker per core, and the table of installed SAs.
+//!
+//! Start-up is all-or-nothing: the TUN device, the sockets and the worker
+//! threads are created first, then every child's policies and SAs are
+//! installed; any failure tears down what was created and returns the
+//! error, so a daemon never runs half-configured.
+//!
+//! The gateway is driven by the daemon's control thread. It never touches a
+//! packet: it sends commands to the workers (built SAs, SPD snapshots),
+//! drains their events, and gathers statistics snapshots for `status`.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use esparto_esp::{
+    Command, Direction, GroupId, InboundSa, OutboundSa, Policy, SaConfig, SharedSeq, Spd, TAILROOM, WorkerStats,
+    max_inner_len,
+};
+use esparto_io::udp::UdpConfig;
+use esparto_io::worker::{ControlDatagram, WorkerReport};
+use esparto_io::{
+    EspCommand, EspDatapath, IcmpSources, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, WorkerEvent,
+    Workers, spi_to_worker,
+};
+use tracing::{info, warn};
+
+use crate::config::{Child, Config, Connection};
+use crate::status::{SaStatus, Status, WorkerStatus};
+
+/// TUN MTU when no SA suite is known yet (IKE children before negotiation).
+const DEFAULT_TUN_MTU: u16 = 1400;
+/// How long `status` waits for each worker's snapshot.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Which SA of a group an SPI is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The only SA pair of a group without sub-SAs.
+    Single,
+    /// The fallback (head) SA of a per-CPU group.
+    Fallback,
+    /// A worker's own sub-SA.
+    Sub,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Single => "single",
+            Role::Fallback => "fallback",
+            Role::Sub => "sub",
+        }
+    }
+}
+
+/// What the control plane knows of one installed SA.
+#[derive(Debug, Clone)]
+struct SaLabel {
+    connection: String,
+    child: String,
+    role: Role,
+}
+
+/// A child as installed: its group, its policies, its SPIs.
+#[derive(Debug)]
+struct Installed {
+    connection: String,
+    child: String,
+    group: GroupId,
+    policies: Vec<Policy>,
+    out_spis: Vec<u32>,
+    in_spis: Vec<(u32, usize)>,
+}
+
+/// The running data plane.
+pub struct Gateway {
+    started: Instant,
+    tun: String,
+    nworkers: usize,
+    workers: Workers<EspCommand>,
+    events: mpsc::Receiver<WorkerEvent>,
+    control_dgrams: mpsc::Receiver<ControlDatagram>,
+    /// The reuseport group's control socket (IKE on the NAT-T port).
+    udp_control: UdpSocket,
+    cpus: Vec<Option<usize>>,
+    next_group: GroupId,
+    children: Vec<Installed>,
+    labels: BTreeMap<(u32, Direction), SaLabel>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").field("tun", &self.tun).field("workers", &self.nworkers).finish()
+    }
+}
+
+/// The TUN MTU: the largest inner packet every configured SA can carry.
+fn tun_mtu(cfg: &Config) -> u16 {
+    let mut mtu: Option<usize> = None;
+    for conn in &cfg.connections {
+        let Some(peer) = conn.remote_addrs.first() else { continue };
+        let peer = SocketAddr::new(*peer, conn.remote_port);
+        for child in &conn.children {
+            if let Some(s) = &child.static_sas {
+                let m = max_inner_len(s.suite, &peer, cfg.daemon.path_mtu);
+                mtu = Some(mtu.map_or(m, |x| x.min(m)));
+            }
+        }
+    }
+    mtu.map_or(DEFAULT_TUN_MTU, |m| m.clamp(576, usize::from(u16::MAX)) as u16)
+}
+
+/// The local address to bind: the one address every connection names, or
+/// the wildcard of their (single) family.
+fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
+    let locals: Vec<IpAddr> = cfg.connections.iter().filter_map(|c| c.local_addrs.first().copied()).collect();
+    let remotes: Vec<IpAddr> = cfg.connections.iter().filter_map(|c| c.remote_addrs.first().copied()).collect();
+    let v6 = match (locals.first().or(remotes.first()), remotes.iter().chain(&locals).any(|a| a.is_ipv6())) {
+        (Some(a), _) => a.is_ipv6(),
+        (None, any6) => any6,
+    };
+    if remotes.iter().chain(&locals).any(|a| a.is_ipv6() != v6) {
+        bail!("connections mix IPv4 and IPv6 outer addresses; one daemon serves one outer family (run two daemons)");
+    }
+    let ip = match locals.first() {
+        Some(first) if locals.iter().all(|a| a == first) => *first,
+        _ if v6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+    };
+    Ok(SocketAddr::new(ip, cfg.daemon.port))
+}
+
+fn icmp_sources(cfg: &Config) -> IcmpSources {
+    let mut s = IcmpSources::default();
+    for a in cfg.connections.iter().flat_map(|c| c.local_addrs.iter()) {
+        match a {
+            IpAddr::V4(v) if s.v4.is_none() => s.v4 = Some(*v),
+            IpAddr::V6(v) if s.v6.is_none() => s.v6 = Some(*v),
+            _ => {}
+        }
+    }
+    s
+}
+
+impl Gateway {
+    /// Creates the TUN device, the sockets and the workers, then installs
+    /// every statically keyed child. Must run in the gateway's network
+    /// namespace, with CAP_NET_ADMIN.
+    pub fn start(cfg: &Config) -> Result<Self> {
+        let n = cfg.daemon.workers.max(1);
+        // Workers are pinned round-robin over the CPUs we may use.
+        let cpus = esparto_io::cpu::allowed_cpus().unwrap_or_default();
+        let mtu = tun_mtu(cfg);
+        let tun = TunDevice::create(&TunConfig {
+            name: cfg.daemon.tun.clone(),
+            queues: n,
+            mtu,
+            ipv4: None,
+            ipv6: None,
+            offload: true,
+            tx_queue_len: Some(1000),
+        })
+        .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
+        let tun_name = tun.name().to_string();
+        let bind = bind_addr(cfg)?;
+        let group = UdpGroup::bind(bind, n, &UdpConfig::default())
+            .with_context(|| format!("binding {n}+1 UDP sockets to {bind} (is another esparto or an IKE daemon running?)"))?;
+        let (ev_tx, events) = mpsc::channel();
+        let (ctl_tx, control_dgrams) = mpsc::channel();
+        let icmp = icmp_sources(cfg);
+        let datapaths: Vec<EspDatapath> = (0..n).map(|k| EspDatapath::new(k as u16, ev_tx.clone(), icmp)).collect();
+        let path_mtu = usize::from(cfg.daemon.path_mtu);
+        let wcfg = WorkerConfig {
+            tun_rx_slot_len: usize::from(mtu) + TAILROOM + 16,
+            udp_tx_slot_len: path_mtu.max(1500),
+            ..WorkerConfig::default()
+        };
+        let UdpGroup { workers: socks, control } = group;
+        let workers = Workers::spawn(&wcfg, tun.into_queues(), socks, datapaths, Some(ctl_tx))
+            .context("starting worker threads")?;
+        info!(tun = %tun_name, mtu, workers = n, %bind, "data plane up");
+        let mut gw = Self {
+            started: Instant::now(),
+            tun: tun_name,
+            nworkers: n,
+            workers,
+            events,
+            control_dgrams,
+            udp_control: control,
+            cpus: (0..n).map(|k| cpus.get(k % cpus.len().max(1)).copied()).collect(),
+            next_group: 1,
+            children: Vec::new(),
+            labels: BTreeMap::new(),
+        };
+        for conn in &cfg.connections {
+            for child in &conn.children {
+                if child.static_sas.is_some() {
+                    gw.install_static(cfg, conn, child)
+                        .with_context(|| format!("installing {}/{}", conn.name, child.name))?;
+                }
+            }
+        }
+        gw.publish_spd()?;
+        Ok(gw)
+    }
+
+    /// The TUN device's name.
+    pub fn tun(&self) -> &str {
+        &self.tun
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.nworkers
+    }
+
+    /// The UDP control socket (IKE datagrams on the NAT-T port arrive here).
+    pub fn udp_control(&self) -> &UdpSocket {
+        &self.udp_control
+    }
+
+    fn send(&self, worker: usize, cmd: Command) -> Result<()> {
+        self.workers
+            .send(worker, EspCommand::Esp(cmd))
+            .map_err(|_| anyhow!("worker {worker} has stopped"))
+    }
+
+    fn send_all(&self, mut make: impl FnMut() -> Result<Command>) -> Result<()> {
+        for k in 0..self.nworkers {
+            self.send(k, make()?)?;
+        }
+        Ok(())
+    }
+
+    /// Installs a statically keyed child: its policies, its group, the
+    /// fallback SA on every worker (one shared sequence counter), worker k's
+    /// sub-SA from pair k+1, and every inbound SA on the worker its SPI
+    /// steers to.
+    fn install_static(&mut self, cfg: &Config, conn: &Connection, child: &Child) -> Result<()> {
+        let Some(st) = &child.static_sas else { return Ok(()) };
+        let peer_ip = *conn.remote_addrs.first().context("no remote_addrs")?;
+        let peer = SocketAddr::new(peer_ip, conn.remote_port);
+        let group = self.next_group;
+        self.next_group += 1;
+        let now = Instant::now();
+        let sa = |spi: u32, key: &esparto_crypto::SecretBytes| SaConfig {
+            spi,
+            suite: st.suite,
+            keymat: esparto_crypto::SecretBytes::from_slice(key.as_slice()),
+            esn: st.esn,
+            replay_window: child.replay_window,
+            lifetime: child.lifetime,
+            local_ts: child.local_ts.clone(),
+            remote_ts: child.remote_ts.clone(),
+            peer,
+            path_mtu: cfg.daemon.path_mtu,
+        };
+        let per_cpu = st.pairs.len() > 1;
+        self.send_all(|| Ok(Command::AddGroup { id: group, per_cpu: false }))?;
+
+        let mut installed = Installed {
+            connection: conn.name.clone(),
+            child: child.name.clone(),
+            group,
+            policies: Vec::new(), out_spis: Vec::new(), in_spis: Vec::new() };
+        let label = |role| SaLabel { connection: conn.name.clone(), child: child.name.clone(), role };
+        let key_err = |e: esparto_crypto::KeyLengthError| anyhow!("key length: expected {} bytes, got {}", e.expected, e.got);
+
+        // Outbound: the fallback on every worker, sharing one counter.
+        let first = st.pairs.first().context("no static SA pairs")?;
+        let fb = sa(first.out_spi, &first.out_key);
+        if self.nworkers == 1 && !per_cpu {
+            self.send(0, Command::SetFallback(group, Box::new(OutboundSa::owned(&fb, now).map_err(key_err)?)))?;
+        } else {
+            let seq = SharedSeq::new();
+            self.send_all(|| Ok(Command::SetFallback(group, Box::new(OutboundSa::shared(&fb, seq.clone(), now).map_err(key_err)?))))?;
+        }
+        installed.out_spis.push(first.out_spi);
+        self.labels.insert((first.out_spi, Direction::Outbound), label(if per_cpu { Role::Fallback } else { Role::Single }));
+        // Outbound sub-SAs: pair k+1 belongs to worker k; pairs beyond our
+        // worker count are the peer's extra cores: inbound only.
+        for (k, pair) in st.pairs.iter().skip(1).enumerate().take(self.nworkers) {
+            let c = sa(pair.out_spi, &pair.out_key);
+            self.send(k, Command::SetSub(group, Box::new(OutboundSa::owned(&c, now).map_err(key_err)?)))?;
+            installed.out_spis.push(pair.out_spi);
+            self.labels.insert((pair.out_spi, Direction::Outbound), label(Role::Sub));
+        }
+        // Inbound: every pair, on the worker the SPI steers to.
+        for (i, pair) in st.pairs.iter().enumerate() {
+            let c = sa(pair.in_spi, &pair.in_key);
+            let w = spi_to_worker(pair.in_spi, self.nworkers);
+            self.send(w, Command::AddInbound(Box::new(InboundSa::new(&c, now).map_err(key_err)?)))?;
+            installed.in_spis.push((pair.in_spi, w));
+            let role = match (per_cpu, i) {
+                (false, _) => Role::Single,
+                (true, 0) => Role::Fallback,
+                (true, _) => Role::Sub,
+            };
+            self.labels.insert((pair.in_spi, Direction::Inbound), label(role));
+        }
+        for l in &child.local_ts {
+            for r in &child.remote_ts {
+                if l.addrs.family() != r.addrs.family() {
+                    continue;
+                }
+                installed.policies.push(Policy {
+                    local: *l,
+                    remote: *r,
+                    action: esparto_esp::Action::Protect(group),
+                    priority: Policy::auto_priority(l, r),
+                });
+            }
+        }
+        for r in &child.remote_ts {
+            let (s, e) = (r.addrs.start(), r.addrs.end());
+            for (addr, len) in esparto_io::route::range_to_prefixes(s, e) {
+                esparto_io::route::add(&self.tun, addr, len)?;
+            }
+        }
+        info!(
+            connection = %conn.name, child = %child.name, suite = st.suite.name(),
+            pairs = st.pairs.len(), workers = self.nworkers, "static child installed"
+        );
+        self.children.push(installed);
+        Ok(())
+    }
+
+    /// Sends the SPD built from every installed child to every worker.
+    fn publish_spd(&self) -> Result<()> {
+        let spd = Arc::new(Spd::new(self.children.iter().flat_map(|c| c.policies.iter().cloned()).collect()));
+        self.send_all(|| Ok(Command::SetSpd(spd.clone())))
+    }
+
+    /// Removes a child: its policies first (so no packet is encapsulated on
+    /// an SA about to go), then its outbound and inbound SAs. Returns
+    /// whether it was installed.
+    pub fn remove_child(&mut self, connection: &str, child: &str) -> Result<bool> {
+        let Some(i) = self.children.iter().position(|c| c.connection == connection && c.child == child) else {
+            return Ok(false);
+        };
+        let c = self.children.remove(i);
+        self.publish_spd()?;
+        self.send_all(|| Ok(Command::RemoveGroup(c.group)))?;
+        for (spi, w) in &c.in_spis {
+            self.send(*w, Command::RemoveInbound(*spi))?;
+            self.labels.remove(&(*spi, Direction::Inbound));
+        }
+        for spi in &c.out_spis {
+            self.labels.remove(&(*spi, Direction::Outbound));
+        }
+        Ok(true)
+    }
+
+    /// Drains worker events; returns them for the IKE layer.
+    pub fn poll_events(&mut self) -> Vec<WorkerEvent> {
+        let mut out = Vec::new();
+        while let Ok(ev) = self.events.try_recv() {
+            out.push(ev);
+        }
+        out
+    }
+
+    /// Drains non-ESP datagrams the workers caught (IKE coalesced behind ESP).
+    pub fn poll_control_datagrams(&mut self) -> Vec<ControlDatagram> {
+        let mut out = Vec::new();
+        while let Ok(d) = self.control_dgrams.try_recv() {
+            out.push(d);
+        }
+        out
+    }
+
+    /// Gathers every worker's snapshot and labels it.
+    pub fn status(&self) -> Result<Status> {
+        let mut snaps: Vec<WorkerStats> = Vec::with_capacity(self.nworkers);
+        for k in 0..self.nworkers {
+            let (tx, rx) = mpsc::channel();
+            self.workers
+                .send(k, EspCommand::Snapshot(tx))
+                .map_err(|_| anyhow!("worker {k} has stopped"))?;
+            let s = rx
+                .recv_timeout(SNAPSHOT_TIMEOUT)
+                .map_err(|_| anyhow!("worker {k} did not answer within {SNAPSHOT_TIMEOUT:?}"))?;
+            snaps.push(s);
+        }
+        Ok(self.label(snaps))
+    }
+
+    fn label(&self, snaps: Vec<WorkerStats>) -> Status {
+        let now = Instant::now();
+        let mut total = esparto_esp::Drops::default();
+        let mut workers = Vec::new();
+        let mut sas = Vec::new();
+        for s in snaps {
+            total.add(&s.drops);
+            workers.push(WorkerStatus {
+                worker: s.worker,
+                cpu: self.cpus.get(usize::from(s.worker)).copied().flatten(),
+                tx_packets: s.tx_packets,
+                rx_packets: s.rx_packets,
+                drops: drops_map(&s.drops),
+            });
+            for sa in s.sas {
+                let label = self.labels.get(&(sa.spi, sa.direction));
+                sas.push(SaStatus {
+                    connection: label.map_or_else(String::new, |l| l.connection.clone()),
+                    child: label.map_or_else(String::new, |l| l.child.clone()),
+                    spi: format!("{:08x}", sa.spi),
+                    direction: match sa.direction {
+                        Direction::Inbound => "in".into(),
+                        Direction::Outbound => "out".into(),
+                    },
+                    role: label.map_or("single", |l| l.role.name()).into(),
+                    worker: s.worker,
+                    suite: sa.suite.into(),
+                    peer: sa.peer.to_string(),
+                    packets: sa.counters.packets,
+                    bytes: sa.counters.bytes,
+                    last_seq: sa.last_seq,
+                    age_s: now.duration_since(sa.installed).as_secs_f64(),
+                    drops: drops_map(&sa.counters.drops),
+                });
+            }
+        }
+        Status {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            tun: self.tun.clone(),
+            workers,
+            sas,
+            drops: drops_map(&total),
+        }
+    }
+
+    /// Stops the workers (closing the TUN queues and sockets; the TUN device
+    /// and its routes disappear with the last queue).
+    pub fn shutdown(self) -> Vec<WorkerReport> {
+        let reports = self.workers.shutdown();
+        for r in &reports {
+            if r.io_errors > 0 || r.udp_tx_dropped > 0 {
+                warn!(worker = r.index, io_errors = r.io_errors, udp_tx_dropped = r.udp_tx_dropped, "worker I/O trouble");
+            }
+        }
+        reports
+    }
+}
+
+fn drops_map(d: &esparto_esp::Drops) -> BTreeMap<String, u64> {
+    d.nonzero().map(|(r, n)| (r.name().to_string(), n)).collect()
+}

@@ -1,0 +1,5 @@
+//! The daemon: `esparto run`.
+
+mod gateway;
+
+pub use gateway::Gateway;
