@@ -1,5 +1,136 @@
-//! Configuration: the TOML file and the validated model.
+//! Configuration: one TOML file, checked completely before anything runs.
+//!
+//! The file's key names follow strongSwan's `swanctl.conf` where the
+//! concept is the same (`local_addrs`, `remote_addrs`, `local_ts`,
+//! `remote_ts`, `esp_proposals`, `rekey_time`, `start_action`, …) and its
+//! proposal strings are strongSwan's (`aes256gcm16`, `aes128-sha256`,
+//! `aes256gcm16-prfsha256-x25519`), so an operator who runs strongSwan can
+//! read it and a peer's settings can be copied across. `docs/CONFIG.md`
+//! lists every key, its default and its swanctl equivalent.
+//!
+//! Loading is a walk over the parsed file ([`tree`]) that collects **every**
+//! error, each naming the file, line, column and key path
+//! ([`ConfigError`]); only a walk without errors produces a [`Config`], so
+//! the daemon never runs on a half-valid one. Unknown keys are errors (with
+//! a "did you mean" for typos); swanctl keys Esparto does not implement
+//! say so. After the sections are parsed, checks across the file refuse
+//! children with overlapping selectors and SPIs used twice ([`check`]).
+//!
+//! The validated types are in [`model`]; the core crates receive them, or
+//! the `esparto_ike` configuration built from them, and never see the file
+//! (STYLE.md habit 9).
 
+mod check;
+mod child;
+mod connection;
+mod daemon;
+mod error;
 pub mod model;
+mod secrets;
+mod tree;
+mod value;
 
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+pub use child::{DEFAULT_ESP_PROPOSALS, DEFAULT_REKEY_TIME, MIN_REPLAY_WINDOW};
+pub use connection::{DEFAULT_IKE_PROPOSALS, DEFAULT_REMOTE_PORT};
+pub use daemon::{
+    DEFAULT_CONTROL, DEFAULT_IKE_PORT, DEFAULT_LOG, DEFAULT_PATH_MTU, DEFAULT_PORT, DEFAULT_TUN,
+    MAX_WORKERS, MIN_PATH_MTU, default_workers,
+};
+pub use error::{ConfigError, ConfigErrors};
 pub use model::*;
+
+use error::KeyPath;
+use tree::{Cx, Kind};
+
+/// Largest configuration file accepted (a typo'd path to a disk image
+/// should fail fast, not be read into memory).
+pub const MAX_FILE_SIZE: u64 = 4 << 20;
+
+const TOP_KEYS: &[&str] = &["daemon", "connections", "secrets"];
+const TOP_UNSUPPORTED: &[(&str, &str)] = &[
+    ("authorities", "certificates are not supported (PSK only)"),
+    ("pools", "virtual IP address pools are not implemented"),
+];
+
+/// Load and validate the file at `path`. Relative paths inside it
+/// (`*_file`, `daemon.control`) are relative to its directory.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let fail = |message: String| {
+        Err(ConfigErrors(vec![ConfigError { file: file.clone(), line: 0, column: 0, key: String::new(), message }]))
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => return fail("is a directory".into()),
+        Ok(m) if m.len() > MAX_FILE_SIZE => {
+            return fail(format!("{} bytes: larger than any configuration ({MAX_FILE_SIZE} bytes at most)", m.len()));
+        }
+        Ok(_) => {}
+        Err(e) => return fail(format!("cannot read: {e}")),
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("cannot read: {e}")),
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    parse_in(&text, file, dir, path.to_path_buf())
+}
+
+/// Validate `text` as if read from `path_for_messages` (which names the file
+/// in errors; relative `*_file` paths are resolved against its directory).
+pub fn parse_str(text: &str, path_for_messages: &str) -> Result<Config, ConfigErrors> {
+    let path = PathBuf::from(path_for_messages);
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    parse_in(text, path_for_messages.to_string(), dir, path)
+}
+
+fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf) -> Result<Config, ConfigErrors> {
+    let mut cx = Cx::new(file, text, dir);
+    let root = match tree::parse(text) {
+        Ok(r) => r,
+        Err(e) => {
+            cx.err(&e.span, &KeyPath::root(), format!("TOML syntax: {}", e.message));
+            return Err(ConfigErrors(cx.into_errors()));
+        }
+    };
+    debug_assert!(matches!(root.kind, Kind::Table(_)));
+    cx.check_keys(&root, &KeyPath::root(), TOP_KEYS, TOP_UNSUPPORTED);
+    let daemon = daemon::parse(&mut cx, &root);
+    let parsed = connection::parse_all(&mut cx, &root, &daemon);
+    let secrets = secrets::parse(&mut cx, &root);
+    check::overlaps(&mut cx, &parsed.seen);
+    check::spis(&mut cx, &parsed.seen);
+    for need in &parsed.psk_needs {
+        if secrets.find_psk(&need.local, &need.remote).is_none() {
+            cx.err(
+                &need.span,
+                &need.path,
+                format!(
+                    "no [secrets] entry holds a PSK for local id '{}' and remote id '{}'",
+                    need.local, need.remote
+                ),
+            );
+        }
+    }
+    if cx.has_errors() {
+        return Err(ConfigErrors(cx.into_errors()));
+    }
+    Ok(Config { path, daemon, connections: parsed.connections, secrets })
+}
+
+impl Config {
+    /// Number of children over all connections.
+    pub fn child_count(&self) -> usize {
+        self.connections.iter().map(|c| c.children.len()).sum()
+    }
+}

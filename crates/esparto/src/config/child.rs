@@ -1,0 +1,521 @@
+//! `[connections.NAME.children.CHILD]`: selectors, ESP proposals,
+//! lifetimes, per-CPU SAs, and statically keyed SAs.
+//!
+//! A child with `static_sas` is keyed by hand, like `ip xfrm state add`:
+//! nothing is negotiated, so it needs fixed selectors, exactly one ESP
+//! proposal naming one algorithm of each kind, and keys of exactly the
+//! suite's KEYMAT length (RFC 7296 §2.17 layout: encryption key, then salt
+//! for AEADs, then integrity key). The first pair is the fallback SA, each
+//! further pair the sub-SA of worker 0, 1, … (RFC 9611's per-resource SAs,
+//! fixed in advance). A child without `static_sas` is negotiated by IKE
+//! and also yields an `esparto_ike::ChildConfig`.
+//!
+//! Lifetimes follow swanctl: `rekey_*` is the soft limit, `life_*` the hard
+//! one, and `life_*` defaults to `rekey_*` plus 10 %. An IKE child rekeys
+//! after one hour by default; a static child has no limits by default,
+//! because nothing could rekey it and a hard limit would simply cut the
+//! tunnel.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use esparto_crypto::{EspSuite, SecretBytes};
+use esparto_esp::{DEFAULT_WINDOW, Lifetime, MAX_WINDOW, TrafficSelector};
+use esparto_ike::proposal::Proposal;
+use esparto_ike::{ChildConfig, StartAction, TsConfig};
+
+use super::check::{ChildSeen, Located};
+use super::daemon::MAX_WORKERS;
+use super::error::KeyPath;
+use super::model::{Child, PerCpuSas, StaticPair, StaticSas};
+use super::tree::{Cx, Field, Kind, Node};
+use super::value::{
+    Selector, fmt_duration, keymat_layout, parse_esp_proposal, parse_hex_secret, parse_selector,
+    resolve_selector, static_suite, to_ike_ts,
+};
+
+/// ESP proposals of an IKE child that does not list any (the AEADs Esparto
+/// implements, fastest first on AES-NI machines).
+pub const DEFAULT_ESP_PROPOSALS: &[&str] = &["aes256gcm16", "aes128gcm16", "chacha20poly1305"];
+/// swanctl's default `rekey_time` for children.
+pub const DEFAULT_REKEY_TIME: Duration = Duration::from_secs(3600);
+/// Smallest anti-replay window (the data plane's granularity).
+pub const MIN_REPLAY_WINDOW: u32 = 64;
+
+const KEYS: &[&str] = &[
+    "local_ts",
+    "remote_ts",
+    "esp_proposals",
+    "mode",
+    "replay_window",
+    "rekey_time",
+    "life_time",
+    "rekey_bytes",
+    "life_bytes",
+    "rekey_packets",
+    "life_packets",
+    "per_cpu_sas",
+    "per_cpu_max",
+    "start_action",
+    "static_sas",
+];
+
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("ah_proposals", "AH is not implemented (ESP only)"),
+    ("rand_time", "rekey jitter is not implemented"),
+    ("rand_bytes", "rekey jitter is not implemented"),
+    ("rand_packets", "rekey jitter is not implemented"),
+    ("updown", "updown scripts are not implemented"),
+    ("hostaccess", "updown scripts are not implemented"),
+    ("ipcomp", "IPComp negotiation is not implemented"),
+    ("dpd_action", "set DPD on the connection (dpd_delay); actions are not implemented"),
+    ("close_action", "close actions are not implemented"),
+    ("inactivity", "inactivity timeouts are not implemented"),
+    ("reqid", "reqids are an XFRM notion; Esparto has no kernel SAs"),
+    ("priority", "policy priorities are not implemented (overlapping children are refused)"),
+    ("interface", "policies are not bound to interfaces"),
+    ("mark_in", "XFRM marks do not exist in Esparto"),
+    ("mark_out", "XFRM marks do not exist in Esparto"),
+    ("set_mark_in", "XFRM marks do not exist in Esparto"),
+    ("set_mark_out", "XFRM marks do not exist in Esparto"),
+    ("if_id_in", "XFRM interface ids do not exist in Esparto"),
+    ("if_id_out", "XFRM interface ids do not exist in Esparto"),
+    ("hw_offload", "Esparto runs in userspace"),
+    ("copy_df", "not configurable"),
+    ("copy_ecn", "not configurable"),
+    ("copy_dscp", "not configurable"),
+    ("sha256_96", "only RFC 4868's 128-bit truncation is implemented"),
+    ("policies", "policies are always installed"),
+    ("policies_fwd_out", "policies are always installed"),
+    ("label", "security labels are not implemented"),
+];
+
+const PAIR_KEYS: &[&str] = &["in_spi", "out_spi", "in_key", "out_key", "in_key_file", "out_key_file"];
+
+/// The connection-level facts a child needs.
+pub(crate) struct ConnCtx<'a> {
+    /// Connection name.
+    pub(crate) name: &'a str,
+    /// Our first outer address, if known (resolves `dynamic` in local_ts).
+    pub(crate) local: Option<IpAddr>,
+    /// The peer's first outer address, if known.
+    pub(crate) remote: Option<IpAddr>,
+    /// Worker count (default `per_cpu_max`).
+    pub(crate) workers: usize,
+}
+
+/// A parsed child: the model, the IKE config if negotiated, and what the
+/// cross checks need.
+pub(crate) struct Parsed {
+    pub(crate) child: Child,
+    pub(crate) ike: Option<ChildConfig>,
+    pub(crate) seen: ChildSeen,
+}
+
+/// Parse one child table. Returns `None` if it had errors.
+pub(crate) fn parse(cx: &mut Cx<'_>, conn: &ConnCtx<'_>, name: &str, node: &Node, path: &KeyPath) -> Option<Parsed> {
+    let errors_before = cx.error_count();
+    cx.check_keys(node, path, KEYS, UNSUPPORTED);
+    let static_field = node.field(path, "static_sas");
+    let is_static = static_field.is_some();
+
+    // Selectors.
+    let mut seen = ChildSeen {
+        name: format!("{}/{}", conn.name, name),
+        connection: conn.name.to_string(),
+        local: vec![],
+        remote: vec![],
+        in_spis: vec![],
+        out_spis: vec![],
+    };
+    let local_cfg = selectors(cx, node, path, "local_ts", is_static, conn.local, &mut seen.local);
+    let remote_cfg = selectors(cx, node, path, "remote_ts", is_static, conn.remote, &mut seen.remote);
+    if !seen.local.is_empty() && !seen.remote.is_empty() {
+        let common = seen.local.iter().any(|l| seen.remote.iter().any(|r| l.value.addrs.family() == r.value.addrs.family()));
+        if !common {
+            let f = seen.remote.first().map(|r| (r.span.clone(), r.path.clone()));
+            if let Some((span, p)) = f {
+                cx.err(&span, &p, "no address family in common with local_ts: no packet could match");
+            }
+        }
+    }
+
+    // Proposals.
+    let mut proposals: Vec<(Field<'_>, &str, Proposal)> = Vec::new();
+    match node.field(path, "esp_proposals") {
+        Some(f) => {
+            let items = cx.str_list(&f);
+            if items.is_empty() && !matches!(f.node.kind, Kind::Str(_) | Kind::Array(_)) {
+                // Type error already reported.
+            } else if items.is_empty() {
+                cx.err_at(&f, "no proposals");
+            }
+            for (fld, s) in items {
+                if s == "default" {
+                    for d in DEFAULT_ESP_PROPOSALS {
+                        if let Ok(p) = parse_esp_proposal(d) {
+                            proposals.push((fld.clone(), d, p));
+                        }
+                    }
+                    continue;
+                }
+                match parse_esp_proposal(s) {
+                    Ok(p) => proposals.push((fld, s, p)),
+                    Err(e) => cx.err_at(&fld, e),
+                }
+            }
+        }
+        None if is_static => cx.err(&node.span, &path.key("esp_proposals"), "missing: a statically keyed child needs exactly one ESP proposal"),
+        None => {
+            for d in DEFAULT_ESP_PROPOSALS {
+                if let Ok(p) = parse_esp_proposal(d) {
+                    proposals.push((Field { node, path: path.key("esp_proposals") }, d, p));
+                }
+            }
+        }
+    }
+
+    if let Some(f) = node.field(path, "mode") {
+        if let Some(m) = cx.str(&f) {
+            if m != "tunnel" {
+                cx.err_at(&f, format!("'{m}': only tunnel mode is implemented"));
+            }
+        }
+    }
+
+    let replay_window = match node.field(path, "replay_window") {
+        Some(f) => cx.int::<u32>(&f, i64::from(MIN_REPLAY_WINDOW)..=i64::from(MAX_WINDOW)).unwrap_or(DEFAULT_WINDOW),
+        None => DEFAULT_WINDOW,
+    };
+    let lifetime = lifetimes(cx, node, path, is_static);
+
+    // Per-CPU SAs and start action: IKE children only.
+    let mut per_cpu_sas = PerCpuSas::default();
+    let mut per_cpu_max = conn.workers;
+    let mut start_action = StartAction::None;
+    for key in ["per_cpu_sas", "per_cpu_max", "start_action"] {
+        let Some(f) = node.field(path, key) else { continue };
+        if is_static {
+            cx.err_at(&f, "has no effect on a statically keyed child (its static_sas pairs fix the SAs)");
+            continue;
+        }
+        match key {
+            "per_cpu_sas" => {
+                if let Some(s) = cx.str(&f) {
+                    match s {
+                        "no" => per_cpu_sas = PerCpuSas::No,
+                        "eager" => per_cpu_sas = PerCpuSas::Eager,
+                        "on-demand" => per_cpu_sas = PerCpuSas::OnDemand,
+                        _ => cx.err_at(&f, format!("'{s}': expected no, eager or on-demand")),
+                    }
+                }
+            }
+            "per_cpu_max" => {
+                if let Some(n) = cx.int::<usize>(&f, 1..=MAX_WORKERS as i64) {
+                    per_cpu_max = n;
+                }
+            }
+            _ => {
+                if let Some(s) = cx.str(&f) {
+                    match s {
+                        "none" => start_action = StartAction::None,
+                        "start" => start_action = StartAction::Start,
+                        "trap" => start_action = StartAction::Trap,
+                        _ => cx.err_at(&f, format!("'{s}': expected none, start or trap")),
+                    }
+                }
+            }
+        }
+    }
+
+    let mut static_sas = None;
+    if let Some(f) = static_field {
+        if proposals.len() > 1 {
+            let (fld, _, _) = &proposals[1];
+            cx.err_at(fld, format!("a statically keyed child takes exactly one ESP proposal, found {}", proposals.len()));
+        } else if let Some((fld, text, p)) = proposals.first() {
+            match static_suite(text, p) {
+                Ok((suite, esn)) => {
+                    let pairs = static_pairs(cx, &f, suite, &mut seen);
+                    if pairs.len() > MAX_WORKERS + 1 {
+                        cx.err_at(&f, format!("{} pairs: at most one fallback and {MAX_WORKERS} per-worker pairs", pairs.len()));
+                    }
+                    per_cpu_sas = if pairs.len() > 1 { PerCpuSas::Eager } else { PerCpuSas::No };
+                    per_cpu_max = pairs.len().saturating_sub(1).max(1);
+                    static_sas = Some(StaticSas { suite, esn, pairs });
+                }
+                Err(e) => cx.err_at(fld, e),
+            }
+        }
+    }
+
+    if cx.error_count() != errors_before {
+        return None;
+    }
+    let ike = (!is_static).then(|| ChildConfig {
+        name: name.into(),
+        local_ts: local_cfg,
+        remote_ts: remote_cfg,
+        esp_proposals: proposals.into_iter().map(|(_, _, p)| p).collect(),
+        start_action,
+    });
+    if let Some(c) = &ike {
+        if let Err(e) = c.validate() {
+            cx.err(&node.span, path, e.to_string());
+            return None;
+        }
+    }
+    let child = Child {
+        name: name.to_string(),
+        local_ts: seen.local.iter().map(|l| l.value).collect(),
+        remote_ts: seen.remote.iter().map(|l| l.value).collect(),
+        replay_window,
+        lifetime,
+        per_cpu_sas,
+        per_cpu_max,
+        static_sas,
+    };
+    Some(Parsed { child, ike, seen })
+}
+
+/// Parse `local_ts`/`remote_ts`: returns the IKE form, and pushes resolved
+/// selectors (with positions) to `out`.
+fn selectors(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    key: &str,
+    is_static: bool,
+    addr: Option<IpAddr>,
+    out: &mut Vec<Located<TrafficSelector>>,
+) -> Vec<TsConfig> {
+    let Some(f) = node.field(path, key) else {
+        if is_static {
+            cx.err(&node.span, &path.key(key), "missing: a statically keyed child needs fixed traffic selectors");
+            return vec![];
+        }
+        // swanctl's default: the IKE address of that side.
+        let d = TsConfig::Dynamic { protocol: 0, start_port: 0, end_port: u16::MAX };
+        if let Some(a) = addr {
+            out.push(Located { value: resolve_selector(&Selector::Dynamic(d), a), span: node.span.clone(), path: path.key(key) });
+        }
+        return vec![d];
+    };
+    let items = cx.str_list(&f);
+    if items.is_empty() && matches!(f.node.kind, Kind::Str(_) | Kind::Array(_)) {
+        cx.err_at(&f, "no traffic selectors");
+    }
+    let mut cfg = Vec::with_capacity(items.len());
+    for (fld, s) in items {
+        match parse_selector(s) {
+            Ok(sel) => {
+                let ts = match &sel {
+                    Selector::Fixed(t) => Some(*t),
+                    Selector::Dynamic(_) => addr.map(|a| resolve_selector(&sel, a)),
+                };
+                if let Some(t) = ts {
+                    out.push(Located { value: t, span: fld.node.span.clone(), path: fld.path.clone() });
+                }
+                cfg.push(match sel {
+                    Selector::Fixed(t) => TsConfig::Fixed(to_ike_ts(&t)),
+                    Selector::Dynamic(c) => c,
+                });
+            }
+            Err(e) => cx.err_at(&fld, e),
+        }
+    }
+    cfg
+}
+
+/// One of `rekey_time`/`life_time` etc. as a number (seconds for times).
+fn limit(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str, time: bool) -> Option<u64> {
+    let f = node.field(path, key)?;
+    if time {
+        match &f.node.kind {
+            Kind::Int(_) => cx.int::<u64>(&f, 0..=super::value::MAX_DURATION.as_secs() as i64),
+            Kind::Str(s) => match super::value::parse_duration(s) {
+                Ok(d) => Some(d.as_secs()),
+                Err(e) => {
+                    cx.err_at(&f, e);
+                    None
+                }
+            },
+            _ => {
+                cx.err_at(&f, format!("expected a duration (\"30s\", \"4h\") or seconds, found {}", f.node.type_name()));
+                None
+            }
+        }
+    } else {
+        cx.int::<u64>(&f, 0..=i64::MAX)
+    }
+}
+
+/// swanctl lifetimes: soft `rekey_*`, hard `life_*` (default soft + 10 %).
+fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> Lifetime {
+    let mut lt = Lifetime::default();
+    let kinds: [(&str, &str, bool, u64); 3] = [
+        ("rekey_time", "life_time", true, if is_static { 0 } else { DEFAULT_REKEY_TIME.as_secs() }),
+        ("rekey_bytes", "life_bytes", false, 0),
+        ("rekey_packets", "life_packets", false, 0),
+    ];
+    for (soft_key, hard_key, time, default_soft) in kinds {
+        let soft = limit(cx, node, path, soft_key, time);
+        let hard = limit(cx, node, path, hard_key, time);
+        let (soft, hard) = match (soft, hard) {
+            (Some(s), Some(h)) => {
+                if s > 0 && h > 0 && h <= s {
+                    if let Some(f) = node.field(path, hard_key) {
+                        let show = |v: u64| if time { fmt_duration(Duration::from_secs(v)) } else { v.to_string() };
+                        cx.err_at(&f, format!("{hard_key} ({}) must be greater than {soft_key} ({}): the SA would die before it is rekeyed", show(h), show(s)));
+                    }
+                }
+                (s, h)
+            }
+            (Some(s), None) => (s, s.saturating_add(s / 10)),
+            // Only the hard limit given: rekey at the default, or at 90 % of
+            // the hard limit if that comes first (static: never).
+            (None, Some(h)) => {
+                let s = if h == 0 { default_soft } else { default_soft.min(h - h / 10) };
+                (s, h)
+            }
+            (None, None) => (default_soft, default_soft.saturating_add(default_soft / 10)),
+        };
+        let nz = |v: u64| (v > 0).then_some(v);
+        if time {
+            lt.soft_time = nz(soft).map(Duration::from_secs);
+            lt.hard_time = nz(hard).map(Duration::from_secs);
+        } else if soft_key == "rekey_bytes" {
+            lt.soft_bytes = nz(soft);
+            lt.hard_bytes = nz(hard);
+        } else {
+            lt.soft_packets = nz(soft);
+            lt.hard_packets = nz(hard);
+        }
+    }
+    lt
+}
+
+/// Parse `static_sas`: an array of tables, one per SA pair.
+fn static_pairs(cx: &mut Cx<'_>, f: &Field<'_>, suite: EspSuite, seen: &mut ChildSeen) -> Vec<StaticPair> {
+    let Kind::Array(items) = &f.node.kind else {
+        cx.err_at(f, format!("expected an array of tables ([[...static_sas]]), found {}", f.node.type_name()));
+        return vec![];
+    };
+    if items.is_empty() {
+        cx.err_at(f, "no SA pairs");
+    }
+    let mut pairs = Vec::with_capacity(items.len());
+    for (i, n) in items.iter().enumerate() {
+        let p = f.path.index(i);
+        let Some(t) = cx.table(&Field { node: n, path: p.clone() }) else { continue };
+        cx.check_keys(t, &p, PAIR_KEYS, &[]);
+        let in_spi = spi(cx, t, &p, "in_spi", &mut seen.in_spis);
+        let out_spi = spi(cx, t, &p, "out_spi", &mut seen.out_spis);
+        let in_key = key(cx, t, &p, "in", suite);
+        let out_key = key(cx, t, &p, "out", suite);
+        if let (Some(in_spi), Some(out_spi), Some(in_key), Some(out_key)) = (in_spi, out_spi, in_key, out_key) {
+            pairs.push(StaticPair { in_spi, out_spi, in_key, out_key });
+        }
+    }
+    pairs
+}
+
+/// An SPI: an integer (TOML allows `0xc0000101`) or a `"0x…"` string.
+fn spi(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, key: &str, out: &mut Vec<Located<u32>>) -> Option<u32> {
+    let Some(f) = t.field(path, key) else {
+        cx.err(&t.span, &path.key(key), "missing");
+        return None;
+    };
+    let v: i64 = match &f.node.kind {
+        Kind::Int(i) => *i,
+        Kind::Str(s) => {
+            let h = s.trim();
+            let parsed = match h.strip_prefix("0x").or_else(|| h.strip_prefix("0X")) {
+                Some(hex) => i64::from_str_radix(hex, 16).ok(),
+                None => h.parse().ok(),
+            };
+            match parsed {
+                Some(v) => v,
+                None => {
+                    cx.err_at(&f, format!("'{s}' is not an SPI (a 32-bit number such as 0xc0000101)"));
+                    return None;
+                }
+            }
+        }
+        _ => {
+            cx.err_at(&f, format!("expected an SPI (0xc0000101), found {}", f.node.type_name()));
+            return None;
+        }
+    };
+    if (0..=255).contains(&v) {
+        // RFC 4303 §2.1: "The set of SPI values in the range 1 through 255
+        // are reserved by the Internet Assigned Numbers Authority (IANA)
+        // for future use"; zero is for local use and MUST NOT be sent.
+        cx.err_at(&f, format!("SPI {v} is reserved (RFC 4303 §2.1: 0 is local-only, 1–255 are reserved by IANA); use 256 or more"));
+        return None;
+    }
+    let Ok(v) = u32::try_from(v) else {
+        cx.err_at(&f, format!("{v} does not fit in a 32-bit SPI"));
+        return None;
+    };
+    out.push(Located { value: v, span: f.node.span.clone(), path: f.path.clone() });
+    Some(v)
+}
+
+/// `in_key`/`in_key_file` (or `out_…`): hex KEYMAT of exactly the suite's length.
+fn key(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, dir: &str, suite: EspSuite) -> Option<SecretBytes> {
+    let (k, kf) = (format!("{dir}_key"), format!("{dir}_key_file"));
+    let (inline, file) = (t.field(path, &k), t.field(path, &kf));
+    let (f, secret) = match (inline, file) {
+        (Some(a), Some(_)) => {
+            cx.err_at(&a, format!("give {k} or {kf}, not both"));
+            return None;
+        }
+        (None, None) => {
+            cx.err(&t.span, &path.key(&k), format!("missing (or {kf})"));
+            return None;
+        }
+        (Some(f), None) => {
+            let s = cx.str(&f)?;
+            (f.clone(), parse_hex_secret(s))
+        }
+        (None, Some(f)) => {
+            let name = cx.str(&f)?;
+            let secret = read_secret_file(&cx.dir, name).and_then(|text| {
+                let s = std::str::from_utf8(text.as_slice()).map_err(|_| format!("'{name}' is not text"))?;
+                parse_hex_secret(s).map_err(|e| format!("'{name}': {e}"))
+            });
+            (f.clone(), secret)
+        }
+    };
+    match secret {
+        Err(e) => {
+            cx.err_at(&f, e);
+            None
+        }
+        Ok(key) if key.len() != suite.keymat_len() => {
+            cx.err_at(
+                &f,
+                format!(
+                    "{} bytes, {} needs {} ({})",
+                    key.len(),
+                    suite.name(),
+                    suite.keymat_len(),
+                    keymat_layout(&suite)
+                ),
+            );
+            None
+        }
+        Ok(key) => Some(key),
+    }
+}
+
+/// Read a file holding a secret, relative to the configuration's directory.
+/// The bytes are returned in a buffer that is wiped when dropped.
+pub(crate) fn read_secret_file(dir: &Path, name: &str) -> Result<SecretBytes, String> {
+    let p = dir.join(name);
+    std::fs::read(&p)
+        .map(SecretBytes::from)
+        .map_err(|e| format!("cannot read '{}': {e}", p.display()))
+}

@@ -1,0 +1,341 @@
+//! `[connections.NAME]`: outer addresses, the peer's ESP-in-UDP port, the
+//! IKE settings, and the children.
+//!
+//! Key names are swanctl's (`local_addrs`, `remote_addrs`, `proposals`,
+//! `encap`, `dpd_delay`, `local.id`, `remote.auth`, …). Whether IKE runs is
+//! decided by the children: a child with `static_sas` is keyed by hand;
+//! any other child is negotiated, and then the connection also yields an
+//! [`esparto_ike::Connection`]. IKE keys on a connection whose children are
+//! all static are refused (they would be silently ignored).
+//!
+//! `remote_port` is *not* swanctl's (there it is the peer's IKE port): it
+//! is the peer's ESP-in-UDP port, default 4500. The peer's IKE port is
+//! taken to be our own `daemon.ike_port`.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use esparto_ike::identity::Identity;
+use esparto_ike::proposal::Proposal;
+use esparto_ike::AuthConfig;
+
+use super::check::ChildSeen;
+use super::child::{self, ConnCtx};
+use super::error::KeyPath;
+use super::model::{Connection, Daemon};
+use super::tree::{Cx, Field, Kind, Node, Span};
+use super::value::{parse_addr, parse_duration, parse_ike_proposal};
+
+/// IKE proposals of a connection that does not list any.
+pub const DEFAULT_IKE_PROPOSALS: &[&str] =
+    &["aes256gcm16-prfsha256-x25519", "aes128gcm16-prfsha256-ecp256", "aes256-sha256-modp3072"];
+/// Default ESP-in-UDP port of the peer (RFC 3948 §2.1).
+pub const DEFAULT_REMOTE_PORT: u16 = 4500;
+
+const KEYS: &[&str] = &[
+    "local_addrs",
+    "remote_addrs",
+    "remote_port",
+    "version",
+    "proposals",
+    "encap",
+    "dpd_delay",
+    "local",
+    "remote",
+    "children",
+];
+/// Keys that configure IKE: refused when no child uses IKE.
+const IKE_KEYS: &[&str] = &["version", "proposals", "encap", "dpd_delay", "local", "remote"];
+
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("rekey_time", "IKE SA rekeying is not implemented yet (issue 4); children rekey with their own rekey_time"),
+    ("reauth_time", "reauthentication is not implemented"),
+    ("over_time", "IKE SA rekeying is not implemented yet (issue 4)"),
+    ("rand_time", "IKE SA rekeying is not implemented yet (issue 4)"),
+    ("local_port", "the local IKE port is daemon.ike_port"),
+    ("mobike", "MOBIKE (RFC 4555) is not implemented"),
+    ("fragmentation", "IKE fragmentation (RFC 7383) is not implemented"),
+    ("childless", "childless IKE SAs (RFC 6023) are not implemented"),
+    ("send_certreq", "certificates are not supported (PSK only)"),
+    ("send_cert", "certificates are not supported (PSK only)"),
+    ("ocsp", "certificates are not supported (PSK only)"),
+    ("ppk_id", "post-quantum PPKs (RFC 8784) are not implemented"),
+    ("ppk_required", "post-quantum PPKs (RFC 8784) are not implemented"),
+    ("keyingtries", "retransmission is configured globally"),
+    ("unique", "the uniqueness policy is not configurable"),
+    ("aggressive", "aggressive mode is IKEv1"),
+    ("pull", "mode config is not implemented"),
+    ("vips", "virtual IPs are not implemented"),
+    ("pools", "address pools are not implemented"),
+    ("dscp", "not configurable"),
+    ("encap_port", "use remote_port"),
+    ("if_id_in", "XFRM interface ids do not exist in Esparto"),
+    ("if_id_out", "XFRM interface ids do not exist in Esparto"),
+    ("mediation", "mediation is not implemented"),
+    ("mediated_by", "mediation is not implemented"),
+    ("mediation_peer", "mediation is not implemented"),
+];
+
+const AUTH_KEYS: &[&str] = &["auth", "id"];
+const AUTH_UNSUPPORTED: &[(&str, &str)] = &[
+    ("certs", "certificates are not supported (PSK only)"),
+    ("pubkeys", "public key authentication is not supported (PSK only)"),
+    ("cacerts", "certificates are not supported (PSK only)"),
+    ("ca_id", "certificates are not supported (PSK only)"),
+    ("cert_policy", "certificates are not supported (PSK only)"),
+    ("revocation", "certificates are not supported (PSK only)"),
+    ("eap_id", "EAP is not supported (PSK only)"),
+    ("aaa_id", "EAP is not supported (PSK only)"),
+    ("xauth_id", "XAuth is IKEv1"),
+    ("groups", "group membership is not supported"),
+    ("round", "multiple authentication rounds (RFC 4739) are not supported"),
+];
+
+/// A PSK the connection will need: checked against `[secrets]` once both are parsed.
+pub(crate) struct PskNeed {
+    /// The connection's header.
+    pub(crate) span: Span,
+    /// The connection's key path.
+    pub(crate) path: KeyPath,
+    /// Our identity.
+    pub(crate) local: Identity,
+    /// The peer's identity.
+    pub(crate) remote: Identity,
+}
+
+/// Every connection, the children's cross-check records, and the PSKs needed.
+#[derive(Default)]
+pub(crate) struct Parsed {
+    pub(crate) connections: Vec<Connection>,
+    pub(crate) seen: Vec<ChildSeen>,
+    pub(crate) psk_needs: Vec<PskNeed>,
+}
+
+/// Parse every `[connections.*]`.
+pub(crate) fn parse_all(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon) -> Parsed {
+    let mut out = Parsed::default();
+    let Some(f) = root.field(&KeyPath::root(), "connections") else {
+        return out;
+    };
+    let Some(t) = cx.table(&f) else {
+        return out;
+    };
+    for e in t.entries() {
+        let path = f.path.key(&e.key);
+        let Some(n) = cx.table(&Field { node: &e.value, path: path.clone() }) else { continue };
+        if let Some((c, s)) = parse_one(cx, daemon, &e.key, n, &path) {
+            if let Some(ike) = &c.ike {
+                let local = ike.local.id.clone().or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
+                let remote = ike.remote.id.clone().or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));
+                if let (Some(local), Some(remote)) = (local, remote) {
+                    if !remote.is_any() {
+                        out.psk_needs.push(PskNeed { span: n.span.clone(), path: path.clone(), local, remote });
+                    }
+                }
+            }
+            out.connections.push(c);
+            out.seen.extend(s);
+        }
+    }
+    out
+}
+
+/// The addresses of `key`, and where they were written.
+fn addrs(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str) -> (Vec<IpAddr>, Option<(Span, KeyPath)>) {
+    let Some(f) = node.field(path, key) else { return (vec![], None) };
+    let mut out = Vec::new();
+    for (fld, s) in cx.str_list(&f) {
+        if s == "%any" || s == "%any4" || s == "%any6" {
+            continue;
+        }
+        match parse_addr(s) {
+            Ok(a) if a.is_unspecified() || a.is_multicast() => {
+                cx.err_at(&fld, format!("'{s}' cannot be a tunnel endpoint (unspecified or multicast)"));
+            }
+            Ok(a) if out.contains(&a) => cx.err_at(&fld, format!("'{s}' is listed twice")),
+            Ok(a) => out.push(a),
+            Err(e) => cx.err_at(&fld, e),
+        }
+    }
+    (out, Some((f.node.span.clone(), f.path.clone())))
+}
+
+fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &KeyPath) -> Option<(Connection, Vec<ChildSeen>)> {
+    let before = cx.error_count();
+    cx.check_keys(node, path, KEYS, UNSUPPORTED);
+    let (local_addrs, _) = addrs(cx, node, path, "local_addrs");
+    let (remote_addrs, remote_field) = addrs(cx, node, path, "remote_addrs");
+    if let (Some(l), Some(r), Some((span, p))) = (local_addrs.first(), remote_addrs.first(), &remote_field) {
+        if l.is_ipv4() != r.is_ipv4() {
+            cx.err(span, p, format!("first remote address {r} is not of the same family as the first local address {l}"));
+        }
+    }
+    let remote_port = match node.field(path, "remote_port") {
+        Some(f) => cx.int::<u16>(&f, 1..=65535).unwrap_or(DEFAULT_REMOTE_PORT),
+        None => DEFAULT_REMOTE_PORT,
+    };
+
+    // Children.
+    let mut children = Vec::new();
+    let mut ike_children = Vec::new();
+    let mut seen = Vec::new();
+    let cctx = ConnCtx {
+        name,
+        local: local_addrs.first().copied(),
+        remote: remote_addrs.first().copied(),
+        workers: daemon.workers,
+    };
+    match node.field(path, "children") {
+        None => cx.err(&node.span, &path.key("children"), "missing: a connection needs at least one child"),
+        Some(f) => {
+            if let Some(t) = cx.table(&f) {
+                if t.entries().is_empty() {
+                    cx.err_at(&f, "no children");
+                }
+                for e in t.entries() {
+                    let cp = f.path.key(&e.key);
+                    let Some(cn) = cx.table(&Field { node: &e.value, path: cp.clone() }) else { continue };
+                    if cn.get("static_sas").is_some() {
+                        if local_addrs.is_empty() || remote_addrs.is_empty() {
+                            cx.err(&cn.span, &cp, "a statically keyed child needs explicit local_addrs and remote_addrs on its connection (nothing negotiates them)");
+                        }
+                    }
+                    if let Some(p) = child::parse(cx, &cctx, &e.key, cn, &cp) {
+                        if let Some(ic) = p.ike {
+                            ike_children.push(ic);
+                        }
+                        children.push(p.child);
+                        seen.push(p.seen);
+                    }
+                }
+            }
+        }
+    }
+
+    // IKE, if any child is negotiated.
+    let uses_ike = node
+        .get("children")
+        .map(|c| c.value.entries().iter().any(|e| e.value.get("static_sas").is_none()))
+        .unwrap_or(false);
+    let ike = if uses_ike {
+        ike_settings(cx, daemon, name, node, path, &local_addrs, &remote_addrs, ike_children)
+    } else {
+        for k in IKE_KEYS {
+            if let Some(e) = node.get(k) {
+                cx.err(&e.key_span, &path.key(k), "IKE setting on a connection whose children are all statically keyed (it would be ignored)");
+            }
+        }
+        None
+    };
+
+    if cx.error_count() != before {
+        return None;
+    }
+    Some((
+        Connection { name: name.to_string(), local_addrs, remote_addrs, remote_port, ike, children },
+        seen,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn ike_settings(
+    cx: &mut Cx<'_>,
+    daemon: &Daemon,
+    name: &str,
+    node: &Node,
+    path: &KeyPath,
+    local_addrs: &[IpAddr],
+    remote_addrs: &[IpAddr],
+    children: Vec<esparto_ike::ChildConfig>,
+) -> Option<esparto_ike::Connection> {
+    if let Some(f) = node.field(path, "version") {
+        if let Some(v) = cx.int::<u8>(&f, 0..=255) {
+            if v != 2 {
+                cx.err_at(&f, format!("IKE version {v}: only IKEv2 (RFC 7296) is implemented; write version = 2"));
+            }
+        }
+    }
+    let mut proposals: Vec<Proposal> = Vec::new();
+    match node.field(path, "proposals") {
+        Some(f) => {
+            let items = cx.str_list(&f);
+            if items.is_empty() && matches!(f.node.kind, Kind::Str(_) | Kind::Array(_)) {
+                cx.err_at(&f, "no proposals");
+            }
+            for (fld, s) in items {
+                let list: Vec<&str> = if s == "default" { DEFAULT_IKE_PROPOSALS.to_vec() } else { vec![s] };
+                for s in list {
+                    match parse_ike_proposal(s) {
+                        Ok(p) => proposals.push(p),
+                        Err(e) => cx.err_at(&fld, e),
+                    }
+                }
+            }
+        }
+        None => proposals.extend(DEFAULT_IKE_PROPOSALS.iter().filter_map(|s| parse_ike_proposal(s).ok())),
+    }
+    if proposals.len() > 255 {
+        cx.err(&node.span, &path.key("proposals"), "more than 255 proposals (RFC 7296 §3.3: the proposal number is one octet)");
+    }
+    let encap = match node.field(path, "encap") {
+        Some(f) => cx.bool(&f).unwrap_or(true),
+        None => true,
+    };
+    let dpd_delay = match node.field(path, "dpd_delay") {
+        None => None,
+        Some(f) => {
+            let d = match &f.node.kind {
+                Kind::Int(_) => cx.int::<u64>(&f, 0..=86_400).map(Duration::from_secs),
+                Kind::Str(s) => parse_duration(s).map_err(|e| cx.err_at(&f, e)).ok(),
+                _ => {
+                    cx.err_at(&f, format!("expected a duration, found {}", f.node.type_name()));
+                    None
+                }
+            };
+            d.filter(|d| !d.is_zero())
+        }
+    };
+    let local = auth(cx, node, path, "local");
+    let remote = auth(cx, node, path, "remote");
+    if matches!(local.id, Some(Identity::Any)) {
+        if let Some(f) = node.field(path, "local") {
+            cx.err_at(&f, "local id cannot be %any (it is sent to the peer)");
+        }
+    }
+    let conn = esparto_ike::Connection {
+        name: name.into(),
+        local_addrs: local_addrs.to_vec(),
+        remote_addrs: remote_addrs.to_vec(),
+        remote_port: daemon.ike_port,
+        proposals,
+        encap,
+        local,
+        remote,
+        children,
+        dpd_delay,
+    };
+    Some(conn)
+}
+
+fn auth(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, side: &str) -> AuthConfig {
+    let mut a = AuthConfig { id: None };
+    let Some(f) = node.field(path, side) else { return a };
+    let Some(t) = cx.table(&f) else { return a };
+    cx.check_keys(t, &f.path, AUTH_KEYS, AUTH_UNSUPPORTED);
+    if let Some(af) = t.field(&f.path, "auth") {
+        if let Some(s) = cx.str(&af) {
+            if s != "psk" {
+                cx.err_at(&af, format!("'{s}': only psk authentication is implemented"));
+            }
+        }
+    }
+    if let Some(idf) = t.field(&f.path, "id") {
+        if let Some(s) = cx.str(&idf) {
+            match Identity::parse(s) {
+                Ok(id) => a.id = Some(id),
+                Err(e) => cx.err_at(&idf, e.to_string()),
+            }
+        }
+    }
+    a
+}

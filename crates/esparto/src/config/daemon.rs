@@ -1,0 +1,131 @@
+//! `[daemon]`: process-wide settings. Every key is optional; the defaults
+//! are named constants here and listed in `docs/CONFIG.md`.
+//!
+//! strongSwan keeps these in `strongswan.conf` (`charon.port`,
+//! `charon.port_nat_t`, …) rather than in `swanctl.conf`; Esparto keeps one
+//! file, so they live in their own section.
+
+use std::path::PathBuf;
+
+use super::error::KeyPath;
+use super::model::Daemon;
+use super::tree::{Cx, Node};
+
+/// Default control socket path.
+pub const DEFAULT_CONTROL: &str = "/run/esparto/esparto.sock";
+/// Default TUN device name.
+pub const DEFAULT_TUN: &str = "esparto0";
+/// Default UDP port for ESP-in-UDP and IKE with NAT-T (RFC 3948 §2.1).
+pub const DEFAULT_PORT: u16 = 4500;
+/// Default UDP port for IKE (RFC 7296 §2).
+pub const DEFAULT_IKE_PORT: u16 = 500;
+/// Default path MTU towards peers.
+pub const DEFAULT_PATH_MTU: u16 = 1500;
+/// Default log filter.
+pub const DEFAULT_LOG: &str = "info";
+/// Most worker threads accepted; more is a typo, not a machine.
+pub const MAX_WORKERS: usize = 1024;
+/// Smallest path MTU accepted (RFC 791: every IPv4 host accepts 576 bytes).
+pub const MIN_PATH_MTU: u16 = 576;
+/// Longest Unix socket path: `sun_path` is 108 bytes with the NUL (unix(7)).
+const MAX_SOCKET_PATH: usize = 107;
+/// Longest interface name: IFNAMSIZ is 16 with the NUL (netdevice(7)).
+const MAX_IFNAME: usize = 15;
+
+const KEYS: &[&str] = &["workers", "control", "tun", "port", "ike_port", "path_mtu", "log"];
+
+/// The number of workers when the file does not say: the CPUs this process
+/// may run on (its affinity mask, not the machine's CPU count).
+pub fn default_workers() -> usize {
+    esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).clamp(1, MAX_WORKERS)
+}
+
+/// Parse `[daemon]` (absent: all defaults).
+pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
+    let mut d = Daemon {
+        workers: default_workers(),
+        control: PathBuf::from(DEFAULT_CONTROL),
+        tun: DEFAULT_TUN.to_string(),
+        port: DEFAULT_PORT,
+        ike_port: DEFAULT_IKE_PORT,
+        path_mtu: DEFAULT_PATH_MTU,
+        log: DEFAULT_LOG.to_string(),
+    };
+    let root_path = KeyPath::root();
+    let Some(f) = root.field(&root_path, "daemon") else {
+        return d;
+    };
+    let Some(t) = cx.table(&f) else {
+        return d;
+    };
+    let path = f.path.clone();
+    cx.check_keys(t, &path, KEYS, &[]);
+
+    if let Some(f) = t.field(&path, "workers") {
+        if let Some(w) = cx.int::<usize>(&f, 1..=MAX_WORKERS as i64) {
+            d.workers = w;
+        }
+    }
+    if let Some(f) = t.field(&path, "control") {
+        if let Some(s) = cx.str(&f) {
+            let p = cx.dir.join(s);
+            if s.is_empty() {
+                cx.err_at(&f, "empty path");
+            } else if p.as_os_str().len() > MAX_SOCKET_PATH {
+                cx.err_at(
+                    &f,
+                    format!(
+                        "socket path is {} bytes long; Unix sockets allow at most {MAX_SOCKET_PATH}",
+                        p.as_os_str().len()
+                    ),
+                );
+            } else {
+                d.control = p;
+            }
+        }
+    }
+    if let Some(f) = t.field(&path, "tun") {
+        if let Some(s) = cx.str(&f) {
+            let ok_chars = s.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != ':');
+            if s.is_empty() || s.len() > MAX_IFNAME || !ok_chars || s == "." || s == ".." {
+                cx.err_at(
+                    &f,
+                    format!("'{s}' is not a valid interface name (1 to {MAX_IFNAME} printable characters, no '/' or ':')"),
+                );
+            } else {
+                d.tun = s.to_string();
+            }
+        }
+    }
+    if let Some(f) = t.field(&path, "port") {
+        if let Some(p) = cx.int::<u16>(&f, 1..=65535) {
+            d.port = p;
+        }
+    }
+    if let Some(f) = t.field(&path, "ike_port") {
+        if let Some(p) = cx.int::<u16>(&f, 1..=65535) {
+            if p == d.port {
+                // RFC 3948 §2.2: datagrams on the NAT-T port carry a non-ESP
+                // marker before IKE; on the IKE port they do not. One port
+                // cannot be both.
+                cx.err_at(&f, format!("ike_port must differ from port ({p}): the NAT-T port frames IKE differently (RFC 3948 §2.2)"));
+            } else {
+                d.ike_port = p;
+            }
+        }
+    }
+    if let Some(f) = t.field(&path, "path_mtu") {
+        if let Some(m) = cx.int::<u16>(&f, i64::from(MIN_PATH_MTU)..=65535) {
+            d.path_mtu = m;
+        }
+    }
+    if let Some(f) = t.field(&path, "log") {
+        if let Some(s) = cx.str(&f) {
+            match tracing_subscriber::EnvFilter::try_new(s) {
+                Ok(_) => d.log = s.to_string(),
+                Err(e) => cx.err_at(&f, format!("'{s}' is not a log filter: {e}")),
+            }
+        }
+    }
+    d
+}

@@ -1,0 +1,188 @@
+//! Configuration errors: every one names the file, the line and column, and
+//! the key path, in the form compilers use so editors can jump to it:
+//!
+//! ```text
+//! west.toml:14:15: connections.site.children.lan.remote_ts[0]: '10.2.0.0/33': prefix length /33 too long for 10.2.0.0
+//! ```
+//!
+//! These are local faults (STYLE.md habit 5): the operator wrote something
+//! Esparto cannot run. The loader collects all of them before giving up, so
+//! one `check-config` run shows every mistake in the file. Messages never
+//! contain key material: a bad key is described by its length or by the
+//! position of the offending character, never by its value.
+
+use std::fmt;
+
+/// One problem in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, as the user named it.
+    pub file: String,
+    /// 1-based line (0 when the file could not be read at all).
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// Dotted key path, e.g. `connections.site.children.lan.remote_ts[0]`;
+    /// empty for file-level problems (unreadable file, TOML syntax).
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if self.line > 0 {
+            write!(f, ":{}:{}", self.line, self.column)?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// All problems found in a configuration file, in file order. Never empty
+/// when returned as an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// The errors.
+    pub fn iter(&self) -> std::slice::Iter<'_, ConfigError> {
+        self.0.iter()
+    }
+
+    /// How many errors.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True if there are none (never the case for a returned error).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    /// One error per line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl<'a> IntoIterator for &'a ConfigErrors {
+    type Item = &'a ConfigError;
+    type IntoIter = std::slice::Iter<'a, ConfigError>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// 1-based (line, column) of byte `offset` in `text`; the column counts
+/// characters, not bytes. An offset past the end or inside a character is
+/// clamped to the nearest preceding boundary.
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut at = offset.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+/// A key path being built while walking the file: `a.b[0].c`. Keys that are
+/// not TOML bare keys are quoted, so the path can be pasted back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KeyPath(String);
+
+impl KeyPath {
+    /// The root (empty path).
+    pub(crate) fn root() -> Self {
+        KeyPath(String::new())
+    }
+
+    /// `self.key`.
+    pub(crate) fn key(&self, key: &str) -> Self {
+        let bare = !key.is_empty()
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let mut s = self.0.clone();
+        if !s.is_empty() {
+            s.push('.');
+        }
+        if bare {
+            s.push_str(key);
+        } else {
+            s.push_str(&format!("{key:?}"));
+        }
+        KeyPath(s)
+    }
+
+    /// `self[i]`.
+    pub(crate) fn index(&self, i: usize) -> Self {
+        KeyPath(format!("{}[{i}]", self.0))
+    }
+
+    /// The path as text.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_count_characters() {
+        let t = "a = 1\nbé = \"x\"\n";
+        assert_eq!(line_col(t, 0), (1, 1));
+        assert_eq!(line_col(t, 4), (1, 5));
+        assert_eq!(line_col(t, 6), (2, 1));
+        // 'é' is two bytes: the '=' after "bé " is at byte 10, column 4.
+        assert_eq!(line_col(t, 10), (2, 4));
+        // Inside the 'é' clamps back to it; past the end clamps to the end.
+        assert_eq!(line_col(t, 8), (2, 2));
+        assert_eq!(line_col(t, 999), (3, 1));
+    }
+
+    #[test]
+    fn paths_quote_non_bare_keys() {
+        let p = KeyPath::root().key("connections").key("a.b").key("children").key("lan");
+        assert_eq!(p.as_str(), "connections.\"a.b\".children.lan");
+        assert_eq!(p.key("static_sas").index(1).key("in_key").as_str(),
+            "connections.\"a.b\".children.lan.static_sas[1].in_key");
+    }
+
+    #[test]
+    fn display_is_one_error_per_line() {
+        let e = |line, key: &str, m: &str| ConfigError {
+            file: "west.toml".into(),
+            line,
+            column: 1,
+            key: key.into(),
+            message: m.into(),
+        };
+        let errs = ConfigErrors(vec![e(3, "daemon.port", "bad"), e(0, "", "cannot read")]);
+        assert_eq!(errs.to_string(), "west.toml:3:1: daemon.port: bad\nwest.toml: cannot read");
+    }
+}

@@ -1,0 +1,69 @@
+//! `[secrets.NAME]`: pre-shared keys for IKE, as swanctl's
+//! `secrets.ike-NAME` sections: `id` (or a list `ids`) names the
+//! identities the key is for, `secret` holds it (`0x…` for hex, anything
+//! else taken literally) or `secret_file` names a file holding it, relative
+//! to the configuration file's directory. A key with no identities matches
+//! any pair, with the lowest priority (`esparto_ike::Secrets::find_psk`).
+//!
+//! Secrets never appear in messages or in `Debug` output: `Psk` and
+//! `SecretBytes` print lengths only, and errors describe, never quote.
+
+use esparto_ike::config::Psk;
+use esparto_ike::identity::Identity;
+use esparto_ike::Secrets;
+
+use super::child::read_secret_file;
+use super::error::KeyPath;
+use super::tree::{Cx, Field, Node};
+use super::value::parse_psk;
+
+const KEYS: &[&str] = &["id", "ids", "secret", "secret_file"];
+
+/// Parse every `[secrets.*]`.
+pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Secrets {
+    let mut secrets = Secrets::default();
+    let Some(f) = root.field(&KeyPath::root(), "secrets") else {
+        return secrets;
+    };
+    let Some(t) = cx.table(&f) else {
+        return secrets;
+    };
+    for e in t.entries() {
+        let path = f.path.key(&e.key);
+        let Some(n) = cx.table(&Field { node: &e.value, path: path.clone() }) else { continue };
+        cx.check_keys(n, &path, KEYS, &[]);
+        let mut ids = Vec::new();
+        for key in ["id", "ids"] {
+            let Some(idf) = n.field(&path, key) else { continue };
+            for (fld, s) in cx.str_list(&idf) {
+                match Identity::parse(s) {
+                    Ok(id) => ids.push(id),
+                    Err(err) => cx.err_at(&fld, err.to_string()),
+                }
+            }
+        }
+        let secret = match (n.field(&path, "secret"), n.field(&path, "secret_file")) {
+            (Some(a), Some(_)) => {
+                cx.err_at(&a, "give secret or secret_file, not both");
+                None
+            }
+            (None, None) => {
+                cx.err(&n.span, &path.key("secret"), "missing (or secret_file)");
+                None
+            }
+            (Some(sf), None) => cx.str(&sf).and_then(|s| parse_psk(s).map_err(|err| cx.err_at(&sf, err)).ok()),
+            (None, Some(ff)) => cx.str(&ff).and_then(|name| {
+                let r = read_secret_file(&cx.dir, name).and_then(|bytes| {
+                    let text = std::str::from_utf8(bytes.as_slice()).map_err(|_| format!("'{name}' is not text"))?;
+                    // A trailing newline is the editor's, not the key's.
+                    parse_psk(text.trim_end_matches(['\n', '\r'])).map_err(|err| format!("'{name}': {err}"))
+                });
+                r.map_err(|err| cx.err_at(&ff, err)).ok()
+            }),
+        };
+        if let Some(secret) = secret {
+            secrets.psks.push(Psk { ids, secret });
+        }
+    }
+    secrets
+}
