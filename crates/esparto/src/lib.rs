@@ -9,3 +9,4 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod status;
+pub mod testbed;

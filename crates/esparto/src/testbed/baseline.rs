@@ -1,0 +1,346 @@
+//! The comparison baseline: strongSwan on both gateways of the standard
+//! topology, and the plain routed ceiling (no IPsec at all), measured the
+//! way `esparto bench tunnel` measures Esparto, so that the benchmark can
+//! print them side by side from one run.
+//!
+//! Figures per section: TCP throughput with 1 and 4 streams (iperf3, 10 s),
+//! and the RFC 2544 zero-loss UDP rate for each inner IP packet size
+//! (64 … 1400 bytes; see [`super::udp_payload_len`]) found by
+//! [`zeroloss`] with the [`udpgen`] blaster, with the CPU the gateways
+//! spent ([`cpu`]) over the confirming trial or the TCP run, per GB
+//! carried. "Carried" counts inner IP bytes for UDP (packets received ×
+//! packet size) and TCP payload bytes for TCP.
+//!
+//! The routed section runs first on its own topology with plain routes,
+//! once with the kernel's veth offloads (GRO off) and once with GRO and UDP
+//! GRO forwarding on, which is the question [`super::topology`] leaves
+//! open: does GRO on veth change the ceiling? (It lets the gateways forward
+//! coalesced super-packets; see the report that comes with the figures.)
+//!
+//! The machine has 2 cores shared with everything else running on it, and
+//! the generators run on them too: the figures are those of this system
+//! under this load, noisy, and recorded with the load average around them.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::cpu::{Meter, Usage};
+use super::strongswan::SwanPair;
+use super::topology::{Net, Node, Offloads, Topology};
+use super::traffic::{self, IPERF3_PORT, Iperf3Server, TcpResult};
+use super::udpgen::UdpGen;
+use super::zeroloss::{self, Outcome, Search};
+use super::{Family, loadavg, udp_payload_len};
+
+/// What to measure.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Options {
+    /// Seconds per TCP run.
+    pub tcp_seconds: u32,
+    /// Stream counts to run TCP with.
+    pub tcp_streams: Vec<u32>,
+    /// Inner IP packet sizes for the zero-loss search.
+    pub sizes: Vec<usize>,
+    /// Inner address family.
+    pub family: Family,
+    /// Search parameters; `max_pps` is further capped per size by `max_mbps`.
+    pub search: Search,
+    /// Cap on the offered IP bit rate, Mbit/s, for the tunnel (strongSwan
+    /// queues without bound: offering 10× its capacity only fills memory).
+    pub tunnel_max_mbps: f64,
+    /// The same cap for the routed ceiling.
+    pub routed_max_mbps: f64,
+    /// The highest packet rate offered to the routed path.
+    pub routed_max_pps: f64,
+    /// Measure the routed ceiling (GRO as the kernel sets it).
+    pub routed: bool,
+    /// Also measure it with GRO and UDP GRO forwarding on.
+    pub routed_gro: bool,
+    /// IKE proposal for strongSwan.
+    pub ike_proposal: String,
+    /// ESP proposal.
+    pub esp_proposal: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            tcp_seconds: 10,
+            tcp_streams: vec![1, 4],
+            sizes: vec![64, 128, 256, 512, 1024, 1400],
+            family: Family::V4,
+            search: Search {
+                min_pps: 500.0,
+                max_pps: 250_000.0,
+                loss_tolerance: 0.0,
+                resolution: 0.03,
+                trial: Duration::from_secs(3),
+                settle: Duration::from_secs(1),
+                confirm_retries: 2,
+            },
+            tunnel_max_mbps: 1_000.0,
+            routed_max_mbps: 20_000.0,
+            routed_max_pps: 2_000_000.0,
+            routed: true,
+            routed_gro: true,
+            ike_proposal: "aes256gcm16-prfsha256-x25519".into(),
+            esp_proposal: "aes256gcm16".into(),
+        }
+    }
+}
+
+/// CPU over one measurement.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CpuFigure {
+    /// The raw usage.
+    pub usage: Usage,
+    /// Bytes carried while measuring.
+    pub bytes: u64,
+    /// Gateway-process CPU seconds per GB (none for plain routing).
+    pub gateway_s_per_gb: Option<f64>,
+    /// Machine-wide busy CPU seconds per GB (everything, generators included).
+    pub system_s_per_gb: Option<f64>,
+}
+
+impl CpuFigure {
+    fn new(usage: Usage, bytes: u64) -> Self {
+        let gw = if usage.processes.is_empty() { None } else { usage.process_s_per_gb(bytes) };
+        Self { gateway_s_per_gb: gw, system_s_per_gb: usage.system_s_per_gb(bytes), bytes, usage }
+    }
+}
+
+/// One TCP figure.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TcpFigure {
+    /// iperf3's result.
+    pub result: TcpResult,
+    /// CPU over the run.
+    pub cpu: CpuFigure,
+}
+
+/// One zero-loss UDP figure.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UdpFigure {
+    /// Inner IP packet size.
+    pub ip_size: usize,
+    /// UDP payload per packet.
+    pub payload: usize,
+    /// Zero-loss rate, packets/s (0: none found).
+    pub rate_pps: f64,
+    /// The same as inner IP Mbit/s (`pps × ip_size × 8`).
+    pub ip_mbps: f64,
+    /// The search's record.
+    pub outcome: Outcome,
+    /// CPU over the last (confirming) trial.
+    pub cpu: Option<CpuFigure>,
+}
+
+/// The figures of one system.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Section {
+    /// What was measured.
+    pub label: String,
+    /// TCP figures.
+    pub tcp: Vec<TcpFigure>,
+    /// Zero-loss UDP figures by size.
+    pub udp: Vec<UdpFigure>,
+}
+
+/// Everything the baseline measured.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Results {
+    /// The options used.
+    pub options: Options,
+    /// Unix time at the start.
+    pub started_unix: u64,
+    /// Wall-clock seconds it took.
+    pub seconds: f64,
+    /// 1-minute load average before and after (noise indicator).
+    pub loadavg: (Option<f64>, Option<f64>),
+    /// `charon --version`-style identification of the IPsec software.
+    pub strongswan: String,
+    /// Plain routed ceilings (kernel default offloads, then GRO on).
+    pub routed: Vec<Section>,
+    /// strongSwan ↔ strongSwan.
+    pub tunnel: Option<Section>,
+}
+
+/// The IP rate cap for `size`, as packets/s.
+fn max_pps_for(size: usize, max_pps: f64, max_mbps: f64) -> f64 {
+    max_pps.min(max_mbps * 1e6 / (size as f64 * 8.0))
+}
+
+/// Measure TCP and zero-loss UDP from host-west to host-east on `topo`
+/// as it stands, accounting CPU to `pids`.
+pub fn measure(
+    topo: &Topology,
+    opts: &Options,
+    label: &str,
+    pids: &[(&str, u32)],
+    max_pps: f64,
+    max_mbps: f64,
+) -> Result<Section> {
+    let dst = Topology::addr(Node::HostEast, Net::Lan, opts.family);
+    let src = Topology::addr(Node::HostWest, Net::Lan, opts.family);
+    let mut tcp = Vec::new();
+    {
+        let server = Iperf3Server::start(topo.ns(Node::HostEast), IPERF3_PORT)?;
+        for &n in &opts.tcp_streams {
+            let m = Meter::start(pids)?;
+            let r = traffic::tcp(topo.ns(Node::HostWest), dst, server.port(), n, opts.tcp_seconds)
+                .with_context(|| format!("{label}: TCP with {n} streams"))?;
+            let usage = m.stop()?;
+            tcp.push(TcpFigure { cpu: CpuFigure::new(usage, r.bytes), result: r });
+        }
+    }
+    let mut udpgen = UdpGen::new(topo.ns(Node::HostWest), src, topo.ns(Node::HostEast), dst)?;
+    // After a lost trial, strongSwan may still be working off its backlog.
+    udpgen.drain_limit = Duration::from_secs(20);
+    let mut udp = Vec::new();
+    for &size in &opts.sizes {
+        let payload = udp_payload_len(size, opts.family)?;
+        let search = Search {
+            max_pps: max_pps_for(size, max_pps, max_mbps),
+            ..opts.search.clone()
+        };
+        let mut last_cpu: Option<CpuFigure> = None;
+        let outcome = zeroloss::search(&search, |rate| {
+            let m = Meter::start(pids)?;
+            let (t, _) = udpgen.trial(size, rate, search.trial)?;
+            last_cpu = Some(CpuFigure::new(m.stop()?, t.received * size as u64));
+            Ok(t)
+        })
+        .with_context(|| format!("{label}: zero-loss search at {size} bytes"))?;
+        let cpu = if outcome.confirmed { last_cpu } else { None };
+        udp.push(UdpFigure {
+            ip_size: size,
+            payload,
+            rate_pps: outcome.rate_pps,
+            ip_mbps: outcome.rate_pps * size as f64 * 8.0 / 1e6,
+            outcome,
+            cpu,
+        });
+    }
+    Ok(Section { label: label.to_string(), tcp, udp })
+}
+
+/// The plain routed ceiling with the given offloads, on a topology of its own.
+pub fn routed(opts: &Options, offloads: Offloads) -> Result<Section> {
+    let topo = Topology::new()?;
+    topo.route_lans_directly()?;
+    topo.set_offloads(offloads)?;
+    let label = if offloads.gro {
+        format!("routed, no IPsec, veth GRO on, rx-udp-gro-forwarding {}", if offloads.udp_gro_forwarding { "on" } else { "off" })
+    } else {
+        "routed, no IPsec, veth offloads as the kernel sets them (GRO off)".to_string()
+    };
+    measure(&topo, opts, &label, &[], opts.routed_max_pps, opts.routed_max_mbps)
+}
+
+/// strongSwan ↔ strongSwan on the standard topology.
+pub fn tunnel(opts: &Options) -> Result<Section> {
+    let topo = Topology::new()?;
+    let pair = SwanPair::up(&topo, "esparto baseline psk", &opts.ike_proposal, &opts.esp_proposal)?;
+    let label = format!("strongSwan 5.9 kernel-libipsec ↔ same, IKE {} / ESP {}", opts.ike_proposal, opts.esp_proposal);
+    let r = measure(&topo, opts, &label, &pair.pids(), opts.search.max_pps, opts.tunnel_max_mbps);
+    if r.is_err() {
+        pair.keep_logs();
+    }
+    let r = r?;
+    pair.down()?;
+    Ok(r)
+}
+
+/// The whole baseline: routed ceiling(s), then strongSwan on both gateways.
+pub fn strongswan(opts: &Options) -> Result<Results> {
+    let t0 = std::time::Instant::now();
+    let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let la0 = loadavg();
+    let mut routed_sections = Vec::new();
+    if opts.routed {
+        routed_sections.push(routed(opts, Offloads::default())?);
+    }
+    if opts.routed_gro {
+        routed_sections.push(routed(opts, Offloads { gro: true, udp_gro_forwarding: true })?);
+    }
+    let tunnel_section = tunnel(opts)?;
+    Ok(Results {
+        options: opts.clone(),
+        started_unix,
+        seconds: t0.elapsed().as_secs_f64(),
+        loadavg: (la0, loadavg()),
+        strongswan: charon_version(),
+        routed: routed_sections,
+        tunnel: Some(tunnel_section),
+    })
+}
+
+fn charon_version() -> String {
+    std::process::Command::new("swanctl")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "strongSwan (version unknown)".into())
+}
+
+/// A plain-text table of a section (for reports and the benchmark).
+pub fn render(s: &Section) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", s.label);
+    for t in &s.tcp {
+        let _ = writeln!(
+            o,
+            "  TCP {} stream{}: {:8.1} Mbit/s  (retransmits {}, gateway CPU {} s/GB, machine {} s/GB)",
+            t.result.streams,
+            if t.result.streams == 1 { " " } else { "s" },
+            t.result.received_mbps,
+            t.result.retransmits,
+            fmt_opt(t.cpu.gateway_s_per_gb),
+            fmt_opt(t.cpu.system_s_per_gb),
+        );
+    }
+    for u in &s.udp {
+        let _ = writeln!(
+            o,
+            "  UDP {:5} B zero-loss: {:9.0} pps {:8.1} Mbit/s  {}{}trials {}  gateway CPU {} s/GB",
+            u.ip_size,
+            u.rate_pps,
+            u.ip_mbps,
+            if u.outcome.confirmed { "" } else { "UNCONFIRMED " },
+            if u.outcome.at_max { "(at the offered max) " } else { "" },
+            u.outcome.steps.len(),
+            fmt_opt(u.cpu.as_ref().and_then(|c| c.gateway_s_per_gb)),
+        );
+    }
+    o
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn rate_caps_by_size() {
+        // 1000 Mbit/s of 1400-byte packets is 89 286 pps; 64-byte ones hit the pps cap.
+        assert!((max_pps_for(1400, 250_000.0, 1000.0) - 89_285.714).abs() < 0.01);
+        assert_eq!(max_pps_for(64, 250_000.0, 1000.0), 250_000.0);
+    }
+
+    #[test]
+    fn options_round_trip() {
+        let o = Options::default();
+        let s = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<Options>(&s).unwrap(), o);
+        assert_eq!(o.sizes, [64, 128, 256, 512, 1024, 1400]);
+    }
+}

@@ -1,0 +1,377 @@
+//! An Esparto gateway in a namespace: the counterpart of
+//! [`super::strongswan::Charon`] for our own daemon.
+//!
+//! The harness writes a configuration file (the TOML keys of the config
+//! engineer's `[daemon]` / `[connections.NAME]` /
+//! `[connections.NAME.children.CHILD]` shape, strongSwan spelling) into a
+//! [`WorkDir`], starts `esparto run --config FILE --control SOCK` inside the
+//! gateway's namespace with `ip netns exec` (which execs, so the child's pid
+//! is the daemon's), waits for the control socket to answer `esparto status
+//! --control SOCK --json`, and stops it with `SIGTERM`, checking that it
+//! exits 0 and leaves neither its control socket nor its TUN device behind.
+//!
+//! Children are either statically keyed (issue 3: SA pairs with SPIs and
+//! KEYMAT; [`StaticPair::mirrored`] gives the peer's view) or negotiated by
+//! IKE with a PSK (issue 4).
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use esparto_io::netns::Netns;
+
+use super::topology::{Net, Node, Topology};
+use super::{Family, WorkDir, sigterm, wait_child, wait_for};
+use crate::status::Status;
+
+/// One statically keyed SA pair, as the config file lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticPair {
+    /// SPI we receive on.
+    pub in_spi: u32,
+    /// SPI we send on.
+    pub out_spi: u32,
+    /// KEYMAT of the inbound SA, hex.
+    pub in_key: String,
+    /// KEYMAT of the outbound SA, hex.
+    pub out_key: String,
+}
+
+impl StaticPair {
+    /// The same pair as the peer must list it (in and out swapped).
+    pub fn mirrored(&self) -> Self {
+        Self {
+            in_spi: self.out_spi,
+            out_spi: self.in_spi,
+            in_key: self.out_key.clone(),
+            out_key: self.in_key.clone(),
+        }
+    }
+}
+
+/// How the child's SAs come to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keying {
+    /// Statically keyed pairs: the first the fallback SA, then one per worker.
+    Static(Vec<StaticPair>),
+    /// IKEv2 with a pre-shared key.
+    Ike {
+        /// IKE proposal.
+        proposal: String,
+        /// Our identity.
+        local_id: String,
+        /// The peer's identity.
+        remote_id: String,
+        /// The PSK.
+        psk: String,
+        /// Whether we initiate (`start_action = "start"`).
+        initiator: bool,
+    },
+}
+
+/// One Esparto gateway's configuration: one connection, one child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EspartoConfig {
+    /// Worker threads (`None`: the daemon's default).
+    pub workers: Option<usize>,
+    /// TUN device name.
+    pub tun: String,
+    /// ESP-in-UDP / NAT-T port.
+    pub port: u16,
+    /// IKE port.
+    pub ike_port: u16,
+    /// Log filter.
+    pub log: String,
+    /// Connection name.
+    pub name: String,
+    /// Our outer address.
+    pub local_addr: IpAddr,
+    /// The peer's outer address.
+    pub remote_addr: IpAddr,
+    /// The peer's ESP-in-UDP port.
+    pub remote_port: u16,
+    /// Child name.
+    pub child: String,
+    /// Local selectors.
+    pub local_ts: Vec<String>,
+    /// Remote selectors.
+    pub remote_ts: Vec<String>,
+    /// ESP proposal (strongSwan syntax).
+    pub esp_proposal: String,
+    /// `per_cpu_sas`: `no`, `eager` or `on-demand`.
+    pub per_cpu_sas: String,
+    /// How the SAs are keyed.
+    pub keying: Keying,
+}
+
+/// Quote a TOML basic string.
+fn q(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn list(v: &[String]) -> String {
+    format!("[{}]", v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
+}
+
+impl EspartoConfig {
+    /// The standard topology's gateway on `side` with the given keying,
+    /// protecting both LANs (IPv4 and IPv6), peers over IPv4 transit.
+    pub fn site(side: Node, keying: Keying) -> Result<Self> {
+        let (other, lts, rts) = match side {
+            Node::GwWest => (Node::GwEast, ["10.1.0.0/24", "fd00:1::/64"], ["10.2.0.0/24", "fd00:2::/64"]),
+            Node::GwEast => (Node::GwWest, ["10.2.0.0/24", "fd00:2::/64"], ["10.1.0.0/24", "fd00:1::/64"]),
+            n => bail!("{n:?} is not a gateway"),
+        };
+        Ok(Self {
+            workers: None,
+            tun: "esparto0".into(),
+            port: 4500,
+            ike_port: 500,
+            log: "info".into(),
+            name: "site".into(),
+            local_addr: Topology::addr(side, Net::Transit, Family::V4),
+            remote_addr: Topology::addr(other, Net::Transit, Family::V4),
+            remote_port: 4500,
+            child: "lan".into(),
+            local_ts: lts.map(String::from).to_vec(),
+            remote_ts: rts.map(String::from).to_vec(),
+            esp_proposal: "aes256gcm16".into(),
+            per_cpu_sas: "no".into(),
+            keying,
+        })
+    }
+
+    /// The configuration file, with `control` as the control socket path.
+    pub fn to_toml(&self, control: &Path) -> String {
+        let mut t = String::new();
+        let _ = writeln!(t, "[daemon]");
+        if let Some(w) = self.workers {
+            let _ = writeln!(t, "workers = {w}");
+        }
+        let _ = writeln!(t, "control = {}", q(&control.display().to_string()));
+        let _ = writeln!(t, "tun = {}\nport = {}\nike_port = {}\nlog = {}", q(&self.tun), self.port, self.ike_port, q(&self.log));
+        let conn = format!("connections.{}", self.name);
+        let _ = writeln!(t, "\n[{conn}]");
+        let _ = writeln!(t, "local_addrs = [{}]\nremote_addrs = [{}]", q(&self.local_addr.to_string()), q(&self.remote_addr.to_string()));
+        let _ = writeln!(t, "remote_port = {}", self.remote_port);
+        if let Keying::Ike { proposal, local_id, remote_id, .. } = &self.keying {
+            let _ = writeln!(t, "version = 2\nproposals = [{}]\nencap = true", q(proposal));
+            let _ = writeln!(t, "local.auth = \"psk\"\nlocal.id = {}\nremote.auth = \"psk\"\nremote.id = {}", q(local_id), q(remote_id));
+        }
+        let child = format!("{conn}.children.{}", self.child);
+        let _ = writeln!(t, "\n[{child}]");
+        let _ = writeln!(t, "local_ts = {}\nremote_ts = {}", list(&self.local_ts), list(&self.remote_ts));
+        let _ = writeln!(t, "esp_proposals = [{}]\nper_cpu_sas = {}", q(&self.esp_proposal), q(&self.per_cpu_sas));
+        match &self.keying {
+            Keying::Static(pairs) => {
+                for p in pairs {
+                    let _ = writeln!(t, "\n[[{child}.static_sas]]");
+                    let _ = writeln!(
+                        t,
+                        "in_spi = 0x{:08x}\nout_spi = 0x{:08x}\nin_key = {}\nout_key = {}",
+                        p.in_spi,
+                        p.out_spi,
+                        q(&format!("0x{}", p.in_key)),
+                        q(&format!("0x{}", p.out_key))
+                    );
+                }
+            }
+            Keying::Ike { local_id, remote_id, psk, initiator, .. } => {
+                let _ = writeln!(t, "start_action = {}", q(if *initiator { "start" } else { "none" }));
+                let _ = writeln!(t, "\n[secrets.{}]\nids = [{}, {}]\nsecret = {}", self.name, q(local_id), q(remote_id), q(psk));
+            }
+        }
+        t
+    }
+}
+
+/// A running Esparto daemon in a namespace.
+#[derive(Debug)]
+pub struct EspartoGateway {
+    bin: PathBuf,
+    ns: String,
+    tun: String,
+    dir: WorkDir,
+    control: PathBuf,
+    child: Option<Child>,
+    pid: u32,
+}
+
+impl EspartoGateway {
+    /// Write `cfg`, start `BIN run --config F --control S` in `ns`, and wait
+    /// until `status` answers. On failure the work directory (config, log)
+    /// is kept.
+    pub fn start(ns: &Netns, bin: &Path, cfg: &EspartoConfig) -> Result<Self> {
+        let dir = WorkDir::new(&format!("esparto-{}", ns.name()))?;
+        let control = dir.join("esparto.sock");
+        let config = dir.join("esparto.toml");
+        std::fs::write(&config, cfg.to_toml(&control))?;
+        let log = std::fs::File::create(dir.join("esparto.log"))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns.name()])
+            .arg(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--control")
+            .arg(&control)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning {}", bin.display()))?;
+        let pid = child.id();
+        let mut g = Self {
+            bin: bin.to_path_buf(),
+            ns: ns.name().to_string(),
+            tun: cfg.tun.clone(),
+            dir,
+            control,
+            child: Some(child),
+            pid,
+        };
+        if let Err(e) = g.wait_ready() {
+            g.dir.keep();
+            bail!("{e:#} (config and log kept in {})", g.dir.path().display());
+        }
+        Ok(g)
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        wait_for("esparto's control socket", Duration::from_secs(10), Duration::from_millis(50), || {
+            if let Some(st) = self.child.as_mut().context("not running")?.try_wait()? {
+                bail!("esparto exited at start ({st})");
+            }
+            if !self.control.exists() {
+                return Ok(None);
+            }
+            Ok(self.status().ok().map(|_| ()))
+        })
+    }
+
+    /// The daemon's pid (for CPU accounting).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The work directory (`esparto.toml`, `esparto.log`).
+    pub fn dir(&self) -> &WorkDir {
+        &self.dir
+    }
+
+    /// `esparto status --control S --json`, parsed.
+    pub fn status(&self) -> Result<Status> {
+        let out = Command::new(&self.bin)
+            .args(["status", "--json", "--control"])
+            .arg(&self.control)
+            .output()
+            .context("running esparto status")?;
+        if !out.status.success() {
+            bail!("esparto status: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        serde_json::from_slice(&out.stdout).context("parsing esparto status --json")
+    }
+
+    /// SIGTERM, wait up to 10 s; the daemon must exit 0 and remove its
+    /// control socket and TUN device. Files are removed unless kept.
+    pub fn stop(mut self) -> Result<()> {
+        let r = self.shutdown();
+        if r.is_err() {
+            self.dir.keep();
+        }
+        r
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        if let Some(st) = child.try_wait()? {
+            bail!("esparto in {} had already exited ({st})", self.ns);
+        }
+        sigterm(self.pid)?;
+        match wait_child(&mut child, Duration::from_secs(10))? {
+            Some(st) if st.success() => {}
+            Some(st) => bail!("esparto in {} exited with {st}", self.ns),
+            None => bail!("esparto in {} ignored SIGTERM and was killed", self.ns),
+        }
+        if self.control.exists() {
+            bail!("esparto left its control socket {} behind", self.control.display());
+        }
+        let link = Command::new("ip").args(["-n", &self.ns, "link", "show", &self.tun]).output()?;
+        if link.status.success() {
+            bail!("esparto left its TUN device {} behind in {}", self.tun, self.ns);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EspartoGateway {
+    fn drop(&mut self) {
+        if self.child.is_some() && self.shutdown().is_err() {
+            self.dir.keep();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn static_config_shape() {
+        let pair = StaticPair { in_spi: 0xc000_0101, out_spi: 0xc000_0201, in_key: "aa".repeat(36), out_key: "bb".repeat(36) };
+        let c = EspartoConfig::site(Node::GwWest, Keying::Static(vec![pair.clone()])).unwrap();
+        let t = c.to_toml(Path::new("/tmp/x/esparto.sock"));
+        for want in [
+            "[daemon]\n",
+            "control = \"/tmp/x/esparto.sock\"",
+            "[connections.site]\n",
+            "local_addrs = [\"192.0.2.1\"]",
+            "remote_addrs = [\"192.0.2.2\"]",
+            "[connections.site.children.lan]\n",
+            "local_ts = [\"10.1.0.0/24\", \"fd00:1::/64\"]",
+            "esp_proposals = [\"aes256gcm16\"]",
+            "[[connections.site.children.lan.static_sas]]\nin_spi = 0xc0000101\nout_spi = 0xc0000201",
+        ] {
+            assert!(t.contains(want), "missing {want:?} in\n{t}");
+        }
+        assert!(t.contains(&format!("in_key = \"0x{}\"", "aa".repeat(36))));
+        let m = pair.mirrored();
+        assert_eq!((m.in_spi, m.out_key.as_str()), (0xc000_0201, pair.in_key.as_str()));
+        assert_eq!(m.mirrored(), pair);
+    }
+
+    #[test]
+    fn ike_config_shape_and_quoting() {
+        let k = Keying::Ike {
+            proposal: "aes256gcm16-prfsha256-x25519".into(),
+            local_id: "east".into(),
+            remote_id: "west".into(),
+            psk: "a \"psk\" \\ with\nstuff".into(),
+            initiator: false,
+        };
+        let c = EspartoConfig::site(Node::GwEast, k).unwrap();
+        let t = c.to_toml(Path::new("/s"));
+        assert!(t.contains("proposals = [\"aes256gcm16-prfsha256-x25519\"]"), "{t}");
+        assert!(t.contains("remote.id = \"west\""));
+        assert!(t.contains("start_action = \"none\""));
+        assert!(t.contains(r#"secret = "a \"psk\" \\ with\u000astuff""#), "{t}");
+        assert!(EspartoConfig::site(Node::HostEast, Keying::Static(vec![])).is_err());
+    }
+}

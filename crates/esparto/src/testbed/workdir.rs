@@ -1,0 +1,85 @@
+//! A private scratch directory for one gateway's files (configuration,
+//! sockets, pid file, logs): `/tmp/esparto-tb-<pid>-<n>-<role>`, mode 0700,
+//! removed on drop unless [`WorkDir::keep`] was called — a harness calls it
+//! when something failed, so the logs survive for the report.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use anyhow::{Context, Result};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A scratch directory owned by this process.
+#[derive(Debug)]
+pub struct WorkDir {
+    path: PathBuf,
+    keep: AtomicBool,
+}
+
+impl WorkDir {
+    /// Create `/tmp/esparto-tb-<pid>-<n>-<role>` (or under `$ESPARTO_TESTBED_DIR`).
+    pub fn new(role: &str) -> Result<Self> {
+        let base = std::env::var_os("ESPARTO_TESTBED_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = base.join(format!("esparto-tb-{}-{n}-{role}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+        Ok(Self { path, keep: AtomicBool::new(false) })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Keep the directory (and its logs) when this is dropped.
+    pub fn keep(&self) {
+        self.keep.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the directory will be kept.
+    pub fn kept(&self) -> bool {
+        self.keep.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if !self.kept() && std::env::var_os("ESPARTO_TESTBED_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn removed_unless_kept() {
+        let a = WorkDir::new("unit-a").unwrap();
+        let pa = a.path().to_path_buf();
+        std::fs::write(a.join("f"), b"x").unwrap();
+        let b = WorkDir::new("unit-b").unwrap();
+        let pb = b.path().to_path_buf();
+        assert_ne!(pa, pb);
+        b.keep();
+        drop(a);
+        drop(b);
+        if std::env::var_os("ESPARTO_TESTBED_KEEP").is_none() {
+            assert!(!pa.exists());
+        }
+        assert!(pb.exists());
+        std::fs::remove_dir_all(pb).unwrap();
+    }
+}
