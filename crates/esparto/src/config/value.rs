@@ -86,7 +86,8 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 /// surrounding whitespace ignored. The error never quotes the input.
 pub(crate) fn parse_hex_secret(s: &str) -> Result<SecretBytes, String> {
     let t = s.trim();
-    let t = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
+    let prefix = if t.starts_with("0x") || t.starts_with("0X") { 2 } else { 0 };
+    let t = &t[prefix..];
     let mut out = SecretBytes::zeroed(t.len() / 2);
     let mut n = 0usize;
     let mut high: Option<u8> = None;
@@ -95,7 +96,7 @@ pub(crate) fn parse_hex_secret(s: &str) -> Result<SecretBytes, String> {
             continue;
         }
         let Some(v) = c.to_digit(16) else {
-            return Err(format!("not hexadecimal (character {} is not a hex digit)", i + 1));
+            return Err(format!("not hexadecimal (character {} is not a hex digit)", prefix + i + 1));
         };
         let v = v as u8; // a hex digit is < 16
         match high.take() {
@@ -268,7 +269,7 @@ mod tests {
         assert_eq!(parse_hex_secret("0x0a0B").unwrap().as_slice(), &[0x0a, 0x0b]);
         assert_eq!(parse_hex_secret(" 0a:0b:ff \n").unwrap().as_slice(), &[0x0a, 0x0b, 0xff]);
         let e = parse_hex_secret("0xdeadbeefzz").unwrap_err();
-        assert_eq!(e, "not hexadecimal (character 9 is not a hex digit)");
+        assert_eq!(e, "not hexadecimal (character 11 is not a hex digit)");
         assert!(!e.contains("dead"));
         assert_eq!(parse_hex_secret("abc").unwrap_err(), "odd number of hex digits");
         assert_eq!(parse_hex_secret("0x").unwrap_err(), "empty key");
