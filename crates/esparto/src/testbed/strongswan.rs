@@ -345,6 +345,19 @@ pub fn child_installed(list_sas: &str, child: &str) -> bool {
     list_sas.lines().any(|l| l.trim_start().starts_with(&prefix) && l.contains("INSTALLED"))
 }
 
+/// Inner bytes `(in, out)` of the first child SA in `list-sas` text (the
+/// lines `    in  SPI, N bytes, P packets, …` and `    out SPI, …`).
+pub fn child_bytes(list_sas: &str) -> Option<(u64, u64)> {
+    let bytes = |dir: &str| -> Option<u64> {
+        let line = list_sas.lines().map(str::trim_start).find(|l| {
+            l.strip_prefix(dir).is_some_and(|rest| rest.starts_with(' '))
+        })?;
+        let field = line.split(',').nth(1)?.trim();
+        field.strip_suffix(" bytes")?.parse().ok()
+    };
+    Some((bytes("in")?, bytes("out")?))
+}
+
 /// Two strongSwan gateways on the standard topology with the tunnel up.
 #[derive(Debug)]
 pub struct SwanPair {
@@ -429,5 +442,9 @@ mod tests {
         assert!(child_installed(text, "lan"));
         assert!(!child_installed(text, "other"));
         assert!(!child_installed("  lan: #1, reqid 1, REKEYING, TUNNEL\n", "lan"));
+        let counters = "    installed 3s ago, rekeying in 3358s\n    in  dc872161, 133332081 bytes, 95267 packets,     0s ago\n\
+                        \x20   out 330f666a, 1034861 bytes, 17352 packets,     0s ago\n    local  10.2.0.0/24\n";
+        assert_eq!(child_bytes(counters), Some((133_332_081, 1_034_861)));
+        assert_eq!(child_bytes("    in  dc872161, 0 bytes, 0 packets\n"), None);
     }
 }

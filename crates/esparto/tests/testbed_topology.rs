@@ -1,0 +1,91 @@
+//! The standard topology builds, the hosts reach each other over plain
+//! routes (no tunnel), iperf3 and the UDP generator carry traffic across
+//! both gateways, and dropping the topology leaves no namespace of ours.
+//! Needs root, iproute2, iperf3, ping and ethtool: prints SKIP otherwise.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::time::Duration;
+
+use esparto::testbed::topology::{Net, Node, Offloads, Topology};
+use esparto::testbed::traffic::{self, Iperf3Server};
+use esparto::testbed::udpgen::UdpGen;
+use esparto::testbed::{Family, missing};
+
+fn our_namespaces() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let prefix = esparto_io::netns::own_prefix();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&prefix))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn topology_routes_plain_and_tears_down() {
+    let m = missing(false);
+    if !m.is_empty() {
+        eprintln!("SKIP testbed_topology: missing {}", m.join(", "));
+        return;
+    }
+    let names;
+    {
+        let topo = Topology::new().unwrap();
+        names = topo.names();
+        assert!(names.iter().all(|n| n.starts_with(&esparto_io::netns::own_prefix())));
+        assert_eq!(our_namespaces().len(), 4);
+        let west = topo.ns(Node::HostWest);
+        let east4 = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
+        let east6 = Topology::addr(Node::HostEast, Net::Lan, Family::V6);
+
+        // Each host reaches its own gateway; nothing crosses without a route.
+        for fam in [Family::V4, Family::V6] {
+            let gw = Topology::addr(Node::GwWest, Net::Lan, fam);
+            assert!(traffic::ping(west, gw, 1, Duration::from_millis(100)).unwrap().all_answered(), "{gw}");
+        }
+        let before = traffic::ping(west, east4, 2, Duration::from_millis(100)).unwrap();
+        assert_eq!(before.received, 0, "east reachable before any route: {before:?}");
+
+        topo.route_lans_directly().unwrap();
+        for dst in [east4, east6] {
+            let r = traffic::ping(west, dst, 3, Duration::from_millis(100)).unwrap();
+            assert!(r.all_answered(), "{dst}: {r:?}");
+            assert!(r.rtt_ms.is_some());
+        }
+
+        // TCP through both gateways.
+        let server = Iperf3Server::start(topo.ns(Node::HostEast), 5201).unwrap();
+        let t = traffic::tcp(west, east4, server.port(), 2, 1).unwrap();
+        assert!(t.received_mbps > 10.0 && t.bytes > 0, "{t:?}");
+        // iperf3 UDP: 2000 pps of 512-byte packets for a second.
+        let u = traffic::udp(west, east4, server.port(), 512, 2_000.0, 1).unwrap();
+        assert!(u.sent >= 1_900 && u.received > u.sent * 9 / 10, "{u:?}");
+        drop(server);
+
+        // Our generator, over IPv6 this time: a gentle rate arrives whole.
+        let west6 = Topology::addr(Node::HostWest, Net::Lan, Family::V6);
+        let mut g = UdpGen::new(west, west6, topo.ns(Node::HostEast), east6).unwrap();
+        let (trial, _) = g.trial(128, 10_000.0, Duration::from_millis(500)).unwrap();
+        assert_eq!(trial.sent, 5_000);
+        assert_eq!(trial.received, trial.sent, "{trial:?}");
+
+        // GRO can be switched on the veths, and off again.
+        topo.set_offloads(Offloads { gro: true, udp_gro_forwarding: true }).unwrap();
+        let rep = topo.offload_report(Node::GwWest, "lan0").unwrap();
+        assert!(rep.contains("generic-receive-offload: on"), "{rep}");
+        assert!(rep.contains("rx-udp-gro-forwarding: on"), "{rep}");
+        assert!(traffic::ping(west, east4, 1, Duration::from_millis(100)).unwrap().all_answered());
+        topo.set_offloads(Offloads::default()).unwrap();
+        let rep = topo.offload_report(Node::GwWest, "lan0").unwrap();
+        assert!(rep.contains("generic-receive-offload: off"), "{rep}");
+
+        topo.unroute_lans().unwrap();
+        assert_eq!(traffic::ping(west, east4, 1, Duration::from_millis(100)).unwrap().received, 0);
+    }
+    let left = our_namespaces();
+    for n in &names {
+        assert!(!left.contains(n), "namespace {n} left behind");
+    }
+}
