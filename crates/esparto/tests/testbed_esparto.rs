@@ -30,8 +30,10 @@ fn esparto_static_keys_both_gateways() {
         in_key: "11".repeat(36),
         out_key: "22".repeat(36),
     };
-    let west_cfg = EspartoConfig::site(Node::GwWest, Keying::Static(vec![west_pair.clone()])).unwrap();
-    let east_cfg = EspartoConfig::site(Node::GwEast, Keying::Static(vec![west_pair.mirrored()])).unwrap();
+    let west_cfg =
+        EspartoConfig::site(Node::GwWest, Keying::Static(vec![west_pair.clone()])).unwrap();
+    let east_cfg =
+        EspartoConfig::site(Node::GwEast, Keying::Static(vec![west_pair.mirrored()])).unwrap();
     let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &west_cfg).unwrap();
     let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg).unwrap();
     let st = west.status().unwrap();

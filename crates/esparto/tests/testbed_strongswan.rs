@@ -27,18 +27,41 @@ fn strongswan_to_strongswan() {
     let east4 = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
     let east6 = Topology::addr(Node::HostEast, Net::Lan, Family::V6);
     // No plain route: without the tunnel, east is unreachable.
-    assert_eq!(traffic::ping(west, east4, 1, Duration::from_millis(100)).unwrap().received, 0);
+    assert_eq!(
+        traffic::ping(west, east4, 1, Duration::from_millis(100))
+            .unwrap()
+            .received,
+        0
+    );
 
-    let pair = SwanPair::up(&topo, "testbed psk", "aes256gcm16-prfsha256-x25519", "aes256gcm16").unwrap();
+    let pair = SwanPair::up(
+        &topo,
+        "testbed psk",
+        "aes256gcm16-prfsha256-x25519",
+        "aes256gcm16",
+    )
+    .unwrap();
     let sas = pair.west.list_sas().unwrap();
     assert!(sas.contains("ESP:AES_GCM_16-256"), "{sas}");
-    assert!(sas.contains("TUNNEL-in-UDP"), "libipsec always encapsulates: {sas}");
-    let dirs = [pair.west.dir().path().to_path_buf(), pair.east.dir().path().to_path_buf()];
+    assert!(
+        sas.contains("TUNNEL-in-UDP"),
+        "libipsec always encapsulates: {sas}"
+    );
+    let dirs = [
+        pair.west.dir().path().to_path_buf(),
+        pair.east.dir().path().to_path_buf(),
+    ];
     let pids = [pair.west.pid(), pair.east.pid()];
 
-    let routes = topo.ns(Node::GwWest).ip(&["route", "show", "table", "220"]).unwrap();
+    let routes = topo
+        .ns(Node::GwWest)
+        .ip(&["route", "show", "table", "220"])
+        .unwrap();
     let routes = String::from_utf8_lossy(&routes.stdout);
-    assert!(routes.contains("10.2.0.0/24") && routes.contains("ipsec0"), "table 220: {routes}");
+    assert!(
+        routes.contains("10.2.0.0/24") && routes.contains("ipsec0"),
+        "table 220: {routes}"
+    );
 
     for dst in [east4, east6] {
         // The first packet may race the route; the later ones must all pass.
@@ -53,7 +76,10 @@ fn strongswan_to_strongswan() {
     let usage = meter.stop().unwrap();
     assert!(t.bytes > 1_000_000 && t.received_mbps > 1.0, "{t:?}");
     // Both charons did the ESP work: each spent CPU.
-    assert!(usage.processes.iter().all(|p| p.user_s + p.system_s > 0.0), "{usage:?}");
+    assert!(
+        usage.processes.iter().all(|p| p.user_s + p.system_s > 0.0),
+        "{usage:?}"
+    );
     eprintln!(
         "strongSwan tunnel: TCP 1 stream {:.0} Mbit/s for 2 s, charons {:.2} CPU-s ({:.1} s/GB)",
         t.received_mbps,
@@ -68,7 +94,10 @@ fn strongswan_to_strongswan() {
 
     pair.down().unwrap();
     for pid in pids {
-        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "charon {pid} still running");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "charon {pid} still running"
+        );
     }
     if std::env::var_os("ESPARTO_TESTBED_KEEP").is_none() {
         for d in &dirs {

@@ -34,7 +34,11 @@ fn topology_routes_plain_and_tears_down() {
     {
         let topo = Topology::new().unwrap();
         names = topo.names();
-        assert!(names.iter().all(|n| n.starts_with(&esparto_io::netns::own_prefix())));
+        assert!(
+            names
+                .iter()
+                .all(|n| n.starts_with(&esparto_io::netns::own_prefix()))
+        );
         assert_eq!(our_namespaces().len(), 4);
         let west = topo.ns(Node::HostWest);
         let east4 = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
@@ -43,10 +47,18 @@ fn topology_routes_plain_and_tears_down() {
         // Each host reaches its own gateway; nothing crosses without a route.
         for fam in [Family::V4, Family::V6] {
             let gw = Topology::addr(Node::GwWest, Net::Lan, fam);
-            assert!(traffic::ping(west, gw, 1, Duration::from_millis(100)).unwrap().all_answered(), "{gw}");
+            assert!(
+                traffic::ping(west, gw, 1, Duration::from_millis(100))
+                    .unwrap()
+                    .all_answered(),
+                "{gw}"
+            );
         }
         let before = traffic::ping(west, east4, 2, Duration::from_millis(100)).unwrap();
-        assert_eq!(before.received, 0, "east reachable before any route: {before:?}");
+        assert_eq!(
+            before.received, 0,
+            "east reachable before any route: {before:?}"
+        );
 
         topo.route_lans_directly().unwrap();
         for dst in [east4, east6] {
@@ -72,17 +84,30 @@ fn topology_routes_plain_and_tears_down() {
         assert_eq!(trial.received, trial.sent, "{trial:?}");
 
         // GRO can be switched on the veths, and off again.
-        topo.set_offloads(Offloads { gro: true, udp_gro_forwarding: true }).unwrap();
+        topo.set_offloads(Offloads {
+            gro: true,
+            udp_gro_forwarding: true,
+        })
+        .unwrap();
         let rep = topo.offload_report(Node::GwWest, "lan0").unwrap();
         assert!(rep.contains("generic-receive-offload: on"), "{rep}");
         assert!(rep.contains("rx-udp-gro-forwarding: on"), "{rep}");
-        assert!(traffic::ping(west, east4, 1, Duration::from_millis(100)).unwrap().all_answered());
+        assert!(
+            traffic::ping(west, east4, 1, Duration::from_millis(100))
+                .unwrap()
+                .all_answered()
+        );
         topo.set_offloads(Offloads::default()).unwrap();
         let rep = topo.offload_report(Node::GwWest, "lan0").unwrap();
         assert!(rep.contains("generic-receive-offload: off"), "{rep}");
 
         topo.unroute_lans().unwrap();
-        assert_eq!(traffic::ping(west, east4, 1, Duration::from_millis(100)).unwrap().received, 0);
+        assert_eq!(
+            traffic::ping(west, east4, 1, Duration::from_millis(100))
+                .unwrap()
+                .received,
+            0
+        );
     }
     let left = our_namespaces();
     for n in &names {

@@ -106,8 +106,17 @@ pub struct CpuFigure {
 
 impl CpuFigure {
     fn new(usage: Usage, bytes: u64) -> Self {
-        let gw = if usage.processes.is_empty() { None } else { usage.process_s_per_gb(bytes) };
-        Self { gateway_s_per_gb: gw, system_s_per_gb: usage.system_s_per_gb(bytes), bytes, usage }
+        let gw = if usage.processes.is_empty() {
+            None
+        } else {
+            usage.process_s_per_gb(bytes)
+        };
+        Self {
+            gateway_s_per_gb: gw,
+            system_s_per_gb: usage.system_s_per_gb(bytes),
+            bytes,
+            usage,
+        }
     }
 }
 
@@ -189,10 +198,19 @@ pub fn measure(
         let server = Iperf3Server::start(topo.ns(Node::HostEast), IPERF3_PORT)?;
         for &n in &opts.tcp_streams {
             let m = Meter::start(pids)?;
-            let r = traffic::tcp(topo.ns(Node::HostWest), dst, server.port(), n, opts.tcp_seconds)
-                .with_context(|| format!("{label}: TCP with {n} streams"))?;
+            let r = traffic::tcp(
+                topo.ns(Node::HostWest),
+                dst,
+                server.port(),
+                n,
+                opts.tcp_seconds,
+            )
+            .with_context(|| format!("{label}: TCP with {n} streams"))?;
             let usage = m.stop()?;
-            tcp.push(TcpFigure { cpu: CpuFigure::new(usage, r.bytes), result: r });
+            tcp.push(TcpFigure {
+                cpu: CpuFigure::new(usage, r.bytes),
+                result: r,
+            });
         }
     }
     let mut udpgen = UdpGen::new(topo.ns(Node::HostWest), src, topo.ns(Node::HostEast), dst)?;
@@ -223,7 +241,11 @@ pub fn measure(
             cpu,
         });
     }
-    Ok(Section { label: label.to_string(), tcp, udp })
+    Ok(Section {
+        label: label.to_string(),
+        tcp,
+        udp,
+    })
 }
 
 /// The plain routed ceiling with the given offloads, on a topology of its own.
@@ -232,19 +254,48 @@ pub fn routed(opts: &Options, offloads: Offloads) -> Result<Section> {
     topo.route_lans_directly()?;
     topo.set_offloads(offloads)?;
     let label = if offloads.gro {
-        format!("routed, no IPsec, veth GRO on, rx-udp-gro-forwarding {}", if offloads.udp_gro_forwarding { "on" } else { "off" })
+        format!(
+            "routed, no IPsec, veth GRO on, rx-udp-gro-forwarding {}",
+            if offloads.udp_gro_forwarding {
+                "on"
+            } else {
+                "off"
+            }
+        )
     } else {
         "routed, no IPsec, veth offloads as the kernel sets them (GRO off)".to_string()
     };
-    measure(&topo, opts, &label, &[], opts.routed_max_pps, opts.routed_max_mbps)
+    measure(
+        &topo,
+        opts,
+        &label,
+        &[],
+        opts.routed_max_pps,
+        opts.routed_max_mbps,
+    )
 }
 
 /// strongSwan ↔ strongSwan on the standard topology.
 pub fn tunnel(opts: &Options) -> Result<Section> {
     let topo = Topology::new()?;
-    let pair = SwanPair::up(&topo, "esparto baseline psk", &opts.ike_proposal, &opts.esp_proposal)?;
-    let label = format!("strongSwan 5.9 kernel-libipsec ↔ same, IKE {} / ESP {}", opts.ike_proposal, opts.esp_proposal);
-    let r = measure(&topo, opts, &label, &pair.pids(), opts.search.max_pps, opts.tunnel_max_mbps);
+    let pair = SwanPair::up(
+        &topo,
+        "esparto baseline psk",
+        &opts.ike_proposal,
+        &opts.esp_proposal,
+    )?;
+    let label = format!(
+        "strongSwan 5.9 kernel-libipsec ↔ same, IKE {} / ESP {}",
+        opts.ike_proposal, opts.esp_proposal
+    );
+    let r = measure(
+        &topo,
+        opts,
+        &label,
+        &pair.pids(),
+        opts.search.max_pps,
+        opts.tunnel_max_mbps,
+    );
     if r.is_err() {
         pair.keep_logs();
     }
@@ -256,14 +307,23 @@ pub fn tunnel(opts: &Options) -> Result<Section> {
 /// The whole baseline: routed ceiling(s), then strongSwan on both gateways.
 pub fn strongswan(opts: &Options) -> Result<Results> {
     let t0 = std::time::Instant::now();
-    let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let la0 = loadavg();
     let mut routed_sections = Vec::new();
     if opts.routed {
         routed_sections.push(routed(opts, Offloads::default())?);
     }
     if opts.routed_gro {
-        routed_sections.push(routed(opts, Offloads { gro: true, udp_gro_forwarding: true })?);
+        routed_sections.push(routed(
+            opts,
+            Offloads {
+                gro: true,
+                udp_gro_forwarding: true,
+            },
+        )?);
     }
     let tunnel_section = tunnel(opts)?;
     Ok(Results {
@@ -311,8 +371,16 @@ pub fn render(s: &Section) -> String {
             u.ip_size,
             u.rate_pps,
             u.ip_mbps,
-            if u.outcome.confirmed { "" } else { "UNCONFIRMED " },
-            if u.outcome.at_max { "(at the offered max) " } else { "" },
+            if u.outcome.confirmed {
+                ""
+            } else {
+                "UNCONFIRMED "
+            },
+            if u.outcome.at_max {
+                "(at the offered max) "
+            } else {
+                ""
+            },
             u.outcome.steps.len(),
             fmt_opt(u.cpu.as_ref().and_then(|c| c.gateway_s_per_gb)),
         );

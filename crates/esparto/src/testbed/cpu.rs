@@ -53,10 +53,17 @@ pub fn parse_stat(line: &str, ticks_per_s: f64) -> Result<TaskTimes> {
     // After ")": field 3 (state) is index 0, so utime (14) is 11, stime (15) 12.
     let rest: Vec<&str> = line[close + 1..].split_whitespace().collect();
     let field = |i: usize, name: &str| -> Result<f64> {
-        let v: u64 = rest.get(i).with_context(|| format!("stat: no {name}"))?.parse()?;
+        let v: u64 = rest
+            .get(i)
+            .with_context(|| format!("stat: no {name}"))?
+            .parse()?;
         Ok(v as f64 / ticks_per_s)
     };
-    Ok(TaskTimes { comm, user_s: field(11, "utime")?, system_s: field(12, "stime")? })
+    Ok(TaskTimes {
+        comm,
+        user_s: field(11, "utime")?,
+        system_s: field(12, "stime")?,
+    })
 }
 
 /// `sysconf(_SC_CLK_TCK)`, via `getconf` (this crate has no `unsafe`);
@@ -106,7 +113,11 @@ pub fn sample(pid: u32) -> Result<ProcessSample> {
             }
         }
     }
-    Ok(ProcessSample { pid, process, threads })
+    Ok(ProcessSample {
+        pid,
+        process,
+        threads,
+    })
 }
 
 /// The machine's `cpu` line of `/proc/stat`, in seconds summed over CPUs.
@@ -120,8 +131,15 @@ pub struct SystemCpu {
 
 /// Parse the first (`cpu `) line of `/proc/stat`.
 pub fn parse_proc_stat(text: &str, ticks_per_s: f64) -> Result<SystemCpu> {
-    let line = text.lines().find(|l| l.starts_with("cpu ")).context("/proc/stat: no cpu line")?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).map(str::parse).collect::<Result<_, _>>()?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("/proc/stat: no cpu line")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
     if v.len() < 8 {
         bail!("/proc/stat: short cpu line");
     }
@@ -129,7 +147,10 @@ pub fn parse_proc_stat(text: &str, ticks_per_s: f64) -> Result<SystemCpu> {
     // guest time is already included in user (proc(5)).
     let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
     let idle = v[3] + v[4];
-    Ok(SystemCpu { busy_s: busy as f64 / ticks_per_s, idle_s: idle as f64 / ticks_per_s })
+    Ok(SystemCpu {
+        busy_s: busy as f64 / ticks_per_s,
+        idle_s: idle as f64 / ticks_per_s,
+    })
 }
 
 /// Read `/proc/stat`.
@@ -196,7 +217,11 @@ impl Meter {
             .iter()
             .map(|(l, p)| Ok((l.to_string(), sample(*p)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { start, system: system()?, t0: Instant::now() })
+        Ok(Self {
+            start,
+            system: system()?,
+            t0: Instant::now(),
+        })
     }
 
     /// Sample again and return the differences.
@@ -224,7 +249,11 @@ impl Meter {
                 threads,
             });
         }
-        Ok(Usage { wall_s, processes, system_busy_s: sys.busy_s - self.system.busy_s })
+        Ok(Usage {
+            wall_s,
+            processes,
+            system_busy_s: sys.busy_s - self.system.busy_s,
+        })
     }
 }
 
@@ -236,7 +265,8 @@ mod tests {
     #[test]
     fn stat_line_with_awkward_comm() {
         // A comm with a space and a ')' inside, as proc(5) warns.
-        let line = "4242 (char on) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 17 0 100 0 0";
+        let line =
+            "4242 (char on) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 75 0 0 20 0 17 0 100 0 0";
         let t = parse_stat(line, 100.0).unwrap();
         assert_eq!(t.comm, "char on) x");
         assert_eq!(t.user_s, 2.5);

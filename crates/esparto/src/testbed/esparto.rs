@@ -126,7 +126,10 @@ fn q(s: &str) -> String {
 }
 
 fn list(v: &[String]) -> String {
-    format!("[{}]", v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", ")
+    )
 }
 
 impl EspartoConfig {
@@ -134,8 +137,16 @@ impl EspartoConfig {
     /// protecting both LANs (IPv4 and IPv6), peers over IPv4 transit.
     pub fn site(side: Node, keying: Keying) -> Result<Self> {
         let (other, lts, rts) = match side {
-            Node::GwWest => (Node::GwEast, ["10.1.0.0/24", "fd00:1::/64"], ["10.2.0.0/24", "fd00:2::/64"]),
-            Node::GwEast => (Node::GwWest, ["10.2.0.0/24", "fd00:2::/64"], ["10.1.0.0/24", "fd00:1::/64"]),
+            Node::GwWest => (
+                Node::GwEast,
+                ["10.1.0.0/24", "fd00:1::/64"],
+                ["10.2.0.0/24", "fd00:2::/64"],
+            ),
+            Node::GwEast => (
+                Node::GwWest,
+                ["10.2.0.0/24", "fd00:2::/64"],
+                ["10.1.0.0/24", "fd00:1::/64"],
+            ),
             n => bail!("{n:?} is not a gateway"),
         };
         Ok(Self {
@@ -165,19 +176,56 @@ impl EspartoConfig {
             let _ = writeln!(t, "workers = {w}");
         }
         let _ = writeln!(t, "control = {}", q(&control.display().to_string()));
-        let _ = writeln!(t, "tun = {}\nport = {}\nike_port = {}\nlog = {}", q(&self.tun), self.port, self.ike_port, q(&self.log));
+        let _ = writeln!(
+            t,
+            "tun = {}\nport = {}\nike_port = {}\nlog = {}",
+            q(&self.tun),
+            self.port,
+            self.ike_port,
+            q(&self.log)
+        );
         let conn = format!("connections.{}", self.name);
         let _ = writeln!(t, "\n[{conn}]");
-        let _ = writeln!(t, "local_addrs = [{}]\nremote_addrs = [{}]", q(&self.local_addr.to_string()), q(&self.remote_addr.to_string()));
+        let _ = writeln!(
+            t,
+            "local_addrs = [{}]\nremote_addrs = [{}]",
+            q(&self.local_addr.to_string()),
+            q(&self.remote_addr.to_string())
+        );
         let _ = writeln!(t, "remote_port = {}", self.remote_port);
-        if let Keying::Ike { proposal, local_id, remote_id, .. } = &self.keying {
-            let _ = writeln!(t, "version = 2\nproposals = [{}]\nencap = true", q(proposal));
-            let _ = writeln!(t, "local.auth = \"psk\"\nlocal.id = {}\nremote.auth = \"psk\"\nremote.id = {}", q(local_id), q(remote_id));
+        if let Keying::Ike {
+            proposal,
+            local_id,
+            remote_id,
+            ..
+        } = &self.keying
+        {
+            let _ = writeln!(
+                t,
+                "version = 2\nproposals = [{}]\nencap = true",
+                q(proposal)
+            );
+            let _ = writeln!(
+                t,
+                "local.auth = \"psk\"\nlocal.id = {}\nremote.auth = \"psk\"\nremote.id = {}",
+                q(local_id),
+                q(remote_id)
+            );
         }
         let child = format!("{conn}.children.{}", self.child);
         let _ = writeln!(t, "\n[{child}]");
-        let _ = writeln!(t, "local_ts = {}\nremote_ts = {}", list(&self.local_ts), list(&self.remote_ts));
-        let _ = writeln!(t, "esp_proposals = [{}]\nper_cpu_sas = {}", q(&self.esp_proposal), q(&self.per_cpu_sas));
+        let _ = writeln!(
+            t,
+            "local_ts = {}\nremote_ts = {}",
+            list(&self.local_ts),
+            list(&self.remote_ts)
+        );
+        let _ = writeln!(
+            t,
+            "esp_proposals = [{}]\nper_cpu_sas = {}",
+            q(&self.esp_proposal),
+            q(&self.per_cpu_sas)
+        );
         match &self.keying {
             Keying::Static(pairs) => {
                 for p in pairs {
@@ -192,9 +240,26 @@ impl EspartoConfig {
                     );
                 }
             }
-            Keying::Ike { local_id, remote_id, psk, initiator, .. } => {
-                let _ = writeln!(t, "start_action = {}", q(if *initiator { "start" } else { "none" }));
-                let _ = writeln!(t, "\n[secrets.{}]\nids = [{}, {}]\nsecret = {}", self.name, q(local_id), q(remote_id), q(psk));
+            Keying::Ike {
+                local_id,
+                remote_id,
+                psk,
+                initiator,
+                ..
+            } => {
+                let _ = writeln!(
+                    t,
+                    "start_action = {}",
+                    q(if *initiator { "start" } else { "none" })
+                );
+                let _ = writeln!(
+                    t,
+                    "\n[secrets.{}]\nids = [{}, {}]\nsecret = {}",
+                    self.name,
+                    q(local_id),
+                    q(remote_id),
+                    q(psk)
+                );
             }
         }
         t
@@ -254,15 +319,20 @@ impl EspartoGateway {
     }
 
     fn wait_ready(&mut self) -> Result<()> {
-        wait_for("esparto's control socket", Duration::from_secs(10), Duration::from_millis(50), || {
-            if let Some(st) = self.child.as_mut().context("not running")?.try_wait()? {
-                bail!("esparto exited at start ({st})");
-            }
-            if !self.control.exists() {
-                return Ok(None);
-            }
-            Ok(self.status().ok().map(|_| ()))
-        })
+        wait_for(
+            "esparto's control socket",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || {
+                if let Some(st) = self.child.as_mut().context("not running")?.try_wait()? {
+                    bail!("esparto exited at start ({st})");
+                }
+                if !self.control.exists() {
+                    return Ok(None);
+                }
+                Ok(self.status().ok().map(|_| ()))
+            },
+        )
     }
 
     /// The daemon's pid (for CPU accounting).
@@ -283,7 +353,10 @@ impl EspartoGateway {
             .output()
             .context("running esparto status")?;
         if !out.status.success() {
-            bail!("esparto status: {}", String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "esparto status: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         serde_json::from_slice(&out.stdout).context("parsing esparto status --json")
     }
@@ -299,7 +372,9 @@ impl EspartoGateway {
     }
 
     fn shutdown(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
         if let Some(st) = child.try_wait()? {
             bail!("esparto in {} had already exited ({st})", self.ns);
         }
@@ -310,11 +385,20 @@ impl EspartoGateway {
             None => bail!("esparto in {} ignored SIGTERM and was killed", self.ns),
         }
         if self.control.exists() {
-            bail!("esparto left its control socket {} behind", self.control.display());
+            bail!(
+                "esparto left its control socket {} behind",
+                self.control.display()
+            );
         }
-        let link = Command::new("ip").args(["-n", &self.ns, "link", "show", &self.tun]).output()?;
+        let link = Command::new("ip")
+            .args(["-n", &self.ns, "link", "show", &self.tun])
+            .output()?;
         if link.status.success() {
-            bail!("esparto left its TUN device {} behind in {}", self.tun, self.ns);
+            bail!(
+                "esparto left its TUN device {} behind in {}",
+                self.tun,
+                self.ns
+            );
         }
         Ok(())
     }
@@ -335,7 +419,12 @@ mod tests {
 
     #[test]
     fn static_config_shape() {
-        let pair = StaticPair { in_spi: 0xc000_0101, out_spi: 0xc000_0201, in_key: "aa".repeat(36), out_key: "bb".repeat(36) };
+        let pair = StaticPair {
+            in_spi: 0xc000_0101,
+            out_spi: 0xc000_0201,
+            in_key: "aa".repeat(36),
+            out_key: "bb".repeat(36),
+        };
         let c = EspartoConfig::site(Node::GwWest, Keying::Static(vec![pair.clone()])).unwrap();
         let t = c.to_toml(Path::new("/tmp/x/esparto.sock"));
         for want in [
@@ -353,7 +442,10 @@ mod tests {
         }
         assert!(t.contains(&format!("in_key = \"0x{}\"", "aa".repeat(36))));
         let m = pair.mirrored();
-        assert_eq!((m.in_spi, m.out_key.as_str()), (0xc000_0201, pair.in_key.as_str()));
+        assert_eq!(
+            (m.in_spi, m.out_key.as_str()),
+            (0xc000_0201, pair.in_key.as_str())
+        );
         assert_eq!(m.mirrored(), pair);
     }
 
@@ -368,10 +460,16 @@ mod tests {
         };
         let c = EspartoConfig::site(Node::GwEast, k).unwrap();
         let t = c.to_toml(Path::new("/s"));
-        assert!(t.contains("proposals = [\"aes256gcm16-prfsha256-x25519\"]"), "{t}");
+        assert!(
+            t.contains("proposals = [\"aes256gcm16-prfsha256-x25519\"]"),
+            "{t}"
+        );
         assert!(t.contains("remote.id = \"west\""));
         assert!(t.contains("start_action = \"none\""));
-        assert!(t.contains(r#"secret = "a \"psk\" \\ with\u000astuff""#), "{t}");
+        assert!(
+            t.contains(r#"secret = "a \"psk\" \\ with\u000astuff""#),
+            "{t}"
+        );
         assert!(EspartoConfig::site(Node::HostEast, Keying::Static(vec![])).is_err());
     }
 }

@@ -76,7 +76,11 @@ impl Family {
 
     /// The family of an address.
     pub fn of(addr: IpAddr) -> Self {
-        if addr.is_ipv4() { Family::V4 } else { Family::V6 }
+        if addr.is_ipv4() {
+            Family::V4
+        } else {
+            Family::V6
+        }
     }
 }
 
@@ -86,7 +90,9 @@ impl Family {
 pub fn udp_payload_len(ip_size: usize, family: Family) -> Result<usize> {
     let over = family.ip_udp_overhead();
     if ip_size <= over || ip_size > 65_535 {
-        bail!("IP packet size {ip_size} impossible for {family:?} UDP (header alone is {over} bytes)");
+        bail!(
+            "IP packet size {ip_size} impossible for {family:?} UDP (header alone is {over} bytes)"
+        );
     }
     Ok(ip_size - over)
 }
@@ -115,7 +121,8 @@ pub fn missing(strongswan: bool) -> Vec<String> {
 }
 
 fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
 /// Poll `f` every `every` until it returns `Some`, or fail after `timeout`
@@ -146,9 +153,15 @@ pub(crate) fn sigterm(pid: u32) -> Result<()> {
 /// Send a signal by name with `kill(1)`: the crate forbids `unsafe`, and a
 /// process or two per test does not justify a dependency.
 fn signal(pid: u32, sig: &str) -> Result<()> {
-    let out = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).output()?;
+    let out = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .output()?;
     if !out.status.success() {
-        bail!("kill -{sig} {pid}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "kill -{sig} {pid}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -175,7 +188,12 @@ pub(crate) fn wait_child(
 
 /// The 1-minute load average (a noise indicator recorded with figures).
 pub fn loadavg() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -197,14 +215,24 @@ mod tests {
     #[test]
     fn wait_for_returns_value_or_times_out() {
         let mut n = 0;
-        let v = wait_for("three polls", Duration::from_secs(5), Duration::ZERO, || {
-            n += 1;
-            Ok((n == 3).then_some(n))
-        })
+        let v = wait_for(
+            "three polls",
+            Duration::from_secs(5),
+            Duration::ZERO,
+            || {
+                n += 1;
+                Ok((n == 3).then_some(n))
+            },
+        )
         .unwrap();
         assert_eq!(v, 3);
-        let e = wait_for::<()>("never", Duration::from_millis(30), Duration::from_millis(5), || Ok(None))
-            .unwrap_err();
+        let e = wait_for::<()>(
+            "never",
+            Duration::from_millis(30),
+            Duration::from_millis(5),
+            || Ok(None),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("never"), "{e}");
     }
 }

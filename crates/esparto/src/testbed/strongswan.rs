@@ -96,8 +96,16 @@ impl SwanConfig {
     /// and IPv6) with PSK and the given proposals. West initiates.
     pub fn site(side: Node, psk: &str, ike: &str, esp: &str) -> Result<Self> {
         let (other, lts, rts) = match side {
-            Node::GwWest => (Node::GwEast, ["10.1.0.0/24", "fd00:1::/64"], ["10.2.0.0/24", "fd00:2::/64"]),
-            Node::GwEast => (Node::GwWest, ["10.2.0.0/24", "fd00:2::/64"], ["10.1.0.0/24", "fd00:1::/64"]),
+            Node::GwWest => (
+                Node::GwEast,
+                ["10.1.0.0/24", "fd00:1::/64"],
+                ["10.2.0.0/24", "fd00:2::/64"],
+            ),
+            Node::GwEast => (
+                Node::GwWest,
+                ["10.2.0.0/24", "fd00:2::/64"],
+                ["10.1.0.0/24", "fd00:1::/64"],
+            ),
             n => bail!("{n:?} is not a gateway"),
         };
         let id = |n: Node| if n == Node::GwWest { "@west" } else { "@east" };
@@ -147,8 +155,16 @@ impl SwanConfig {
     pub fn swanctl_conf(&self) -> String {
         let mut c = String::new();
         let _ = writeln!(c, "connections {{\n  {} {{", self.name);
-        let _ = writeln!(c, "    version = 2\n    local_addrs = {}\n    remote_addrs = {}", self.local_addr, self.remote_addr);
-        let _ = writeln!(c, "    remote_port = {}\n    proposals = {}\n    mobike = no", self.remote_port, self.ike_proposal);
+        let _ = writeln!(
+            c,
+            "    version = 2\n    local_addrs = {}\n    remote_addrs = {}",
+            self.local_addr, self.remote_addr
+        );
+        let _ = writeln!(
+            c,
+            "    remote_port = {}\n    proposals = {}\n    mobike = no",
+            self.remote_port, self.ike_proposal
+        );
         let _ = writeln!(c, "    encap = {}", if self.encap { "yes" } else { "no" });
         if let Some(t) = &self.ike_rekey_time {
             let _ = writeln!(c, "    rekey_time = {t}");
@@ -156,11 +172,28 @@ impl SwanConfig {
         if let Some(d) = &self.dpd_delay {
             let _ = writeln!(c, "    dpd_delay = {d}");
         }
-        let _ = writeln!(c, "    local {{\n      auth = psk\n      id = {}\n    }}", self.local_id);
-        let _ = writeln!(c, "    remote {{\n      auth = psk\n      id = {}\n    }}", self.remote_id);
+        let _ = writeln!(
+            c,
+            "    local {{\n      auth = psk\n      id = {}\n    }}",
+            self.local_id
+        );
+        let _ = writeln!(
+            c,
+            "    remote {{\n      auth = psk\n      id = {}\n    }}",
+            self.remote_id
+        );
         let _ = writeln!(c, "    children {{\n      {} {{", self.child);
-        let _ = writeln!(c, "        local_ts = {}\n        remote_ts = {}", self.local_ts.join(","), self.remote_ts.join(","));
-        let _ = writeln!(c, "        esp_proposals = {}\n        mode = tunnel", self.esp_proposal);
+        let _ = writeln!(
+            c,
+            "        local_ts = {}\n        remote_ts = {}",
+            self.local_ts.join(","),
+            self.remote_ts.join(",")
+        );
+        let _ = writeln!(
+            c,
+            "        esp_proposals = {}\n        mode = tunnel",
+            self.esp_proposal
+        );
         if let Some(t) = &self.child_rekey_time {
             let _ = writeln!(c, "        rekey_time = {t}");
         }
@@ -213,8 +246,16 @@ impl Charon {
             .spawn()
             .context("spawning charon")?;
         let pid = child.id();
-        let mut c = Self { cfg, ns: ns.name().to_string(), dir, child: Some(child), pid };
-        let up = c.wait_started().and_then(|()| c.swanctl(&["--load-all", "--noprompt"]).map(|_| ()));
+        let mut c = Self {
+            cfg,
+            ns: ns.name().to_string(),
+            dir,
+            child: Some(child),
+            pid,
+        };
+        let up = c
+            .wait_started()
+            .and_then(|()| c.swanctl(&["--load-all", "--noprompt"]).map(|_| ()));
         if let Err(e) = up {
             c.dir.keep();
             bail!("{e:#} (charon logs kept in {})", c.dir.path().display());
@@ -226,13 +267,21 @@ impl Charon {
         let vici = self.dir.join("charon.vici");
         let pidfile = self.dir.join("run/charon.pid");
         let child = self.child.as_mut().context("charon not running")?;
-        wait_for("charon's vici socket", Duration::from_secs(10), Duration::from_millis(50), || {
-            if let Some(st) = child.try_wait()? {
-                bail!("charon exited at start ({st})");
-            }
-            Ok((vici.exists() && pidfile.exists()).then_some(()))
-        })?;
-        let written: u32 = std::fs::read_to_string(&pidfile)?.trim().parse().context("charon.pid")?;
+        wait_for(
+            "charon's vici socket",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || {
+                if let Some(st) = child.try_wait()? {
+                    bail!("charon exited at start ({st})");
+                }
+                Ok((vici.exists() && pidfile.exists()).then_some(()))
+            },
+        )?;
+        let written: u32 = std::fs::read_to_string(&pidfile)?
+            .trim()
+            .parse()
+            .context("charon.pid")?;
         if written != self.pid {
             bail!("charon wrote pid {written}, but we started {}", self.pid);
         }
@@ -279,7 +328,9 @@ impl Charon {
     /// `swanctl --initiate --child CHILD`: returns once IKE_AUTH completed.
     pub fn initiate(&self, timeout: Duration) -> Result<()> {
         let t = timeout.as_secs().max(1).to_string();
-        self.swanctl(&["--initiate", "--child", &self.cfg.child, "--timeout", &t]).map(|_| ()).inspect_err(|_| self.dir.keep())
+        self.swanctl(&["--initiate", "--child", &self.cfg.child, "--timeout", &t])
+            .map(|_| ())
+            .inspect_err(|_| self.dir.keep())
     }
 
     /// `swanctl --list-sas` as text.
@@ -294,16 +345,20 @@ impl Charon {
 
     /// Wait until the child SA is INSTALLED.
     pub fn wait_child_installed(&self, timeout: Duration) -> Result<()> {
-        wait_for("the CHILD_SA to be INSTALLED", timeout, Duration::from_millis(100), || {
-            Ok(self.child_installed()?.then_some(()))
-        })
+        wait_for(
+            "the CHILD_SA to be INSTALLED",
+            timeout,
+            Duration::from_millis(100),
+            || Ok(self.child_installed()?.then_some(())),
+        )
         .inspect_err(|_| self.dir.keep())
     }
 
     /// `swanctl --terminate --ike NAME`.
     pub fn terminate(&self, timeout: Duration) -> Result<()> {
         let t = timeout.as_secs().max(1).to_string();
-        self.swanctl(&["--terminate", "--ike", &self.cfg.name, "--timeout", &t]).map(|_| ())
+        self.swanctl(&["--terminate", "--ike", &self.cfg.name, "--timeout", &t])
+            .map(|_| ())
     }
 
     /// Stop charon (SIGTERM, wait up to 10 s) and remove its files unless
@@ -317,15 +372,25 @@ impl Charon {
     }
 
     fn shutdown(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else { return Ok(()) };
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
         if child.try_wait()?.is_some() {
-            bail!("charon in {} had already exited (logs in {})", self.ns, self.dir.path().display());
+            bail!(
+                "charon in {} had already exited (logs in {})",
+                self.ns,
+                self.dir.path().display()
+            );
         }
         sigterm(self.pid)?;
         match wait_child(&mut child, Duration::from_secs(10))? {
             // charon exits 0 on SIGTERM.
             Some(st) if st.success() => Ok(()),
-            Some(st) => bail!("charon in {} exited with {st} (logs in {})", self.ns, self.dir.path().display()),
+            Some(st) => bail!(
+                "charon in {} exited with {st} (logs in {})",
+                self.ns,
+                self.dir.path().display()
+            ),
             None => bail!("charon in {} ignored SIGTERM and was killed", self.ns),
         }
     }
@@ -342,7 +407,9 @@ impl Drop for Charon {
 /// Whether `list-sas` text shows `child` INSTALLED.
 pub fn child_installed(list_sas: &str, child: &str) -> bool {
     let prefix = format!("{child}: #");
-    list_sas.lines().any(|l| l.trim_start().starts_with(&prefix) && l.contains("INSTALLED"))
+    list_sas
+        .lines()
+        .any(|l| l.trim_start().starts_with(&prefix) && l.contains("INSTALLED"))
 }
 
 /// Inner bytes `(in, out)` of the first child SA in `list-sas` text (the
@@ -350,7 +417,8 @@ pub fn child_installed(list_sas: &str, child: &str) -> bool {
 pub fn child_bytes(list_sas: &str) -> Option<(u64, u64)> {
     let bytes = |dir: &str| -> Option<u64> {
         let line = list_sas.lines().map(str::trim_start).find(|l| {
-            l.strip_prefix(dir).is_some_and(|rest| rest.starts_with(' '))
+            l.strip_prefix(dir)
+                .is_some_and(|rest| rest.starts_with(' '))
         })?;
         let field = line.split(',').nth(1)?.trim();
         field.strip_suffix(" bytes")?.parse().ok()
@@ -371,8 +439,14 @@ impl SwanPair {
     /// Start both, initiate from west, and wait until both sides have the
     /// child INSTALLED.
     pub fn up(topo: &Topology, psk: &str, ike: &str, esp: &str) -> Result<Self> {
-        let east = Charon::start(topo.ns(Node::GwEast), SwanConfig::site(Node::GwEast, psk, ike, esp)?)?;
-        let west = Charon::start(topo.ns(Node::GwWest), SwanConfig::site(Node::GwWest, psk, ike, esp)?)?;
+        let east = Charon::start(
+            topo.ns(Node::GwEast),
+            SwanConfig::site(Node::GwEast, psk, ike, esp)?,
+        )?;
+        let west = Charon::start(
+            topo.ns(Node::GwWest),
+            SwanConfig::site(Node::GwWest, psk, ike, esp)?,
+        )?;
         let pair = Self { west, east };
         pair.west.initiate(Duration::from_secs(15))?;
         pair.west.wait_child_installed(Duration::from_secs(10))?;
@@ -382,7 +456,10 @@ impl SwanPair {
 
     /// `(label, pid)` of both charons, for [`super::cpu::Meter`].
     pub fn pids(&self) -> [(&'static str, u32); 2] {
-        [("gw-west charon", self.west.pid()), ("gw-east charon", self.east.pid())]
+        [
+            ("gw-west charon", self.west.pid()),
+            ("gw-east charon", self.east.pid()),
+        ]
     }
 
     /// Keep both work directories (after a failure).
@@ -407,7 +484,13 @@ mod tests {
 
     #[test]
     fn configs_have_what_libipsec_needs() {
-        let c = SwanConfig::site(Node::GwWest, "a \"quoted\" secret", "aes256gcm16-prfsha256-x25519", "aes256gcm16").unwrap();
+        let c = SwanConfig::site(
+            Node::GwWest,
+            "a \"quoted\" secret",
+            "aes256gcm16-prfsha256-x25519",
+            "aes256gcm16",
+        )
+        .unwrap();
         let s = c.swanctl_conf();
         for want in [
             "local_addrs = 192.0.2.1",
@@ -430,9 +513,15 @@ mod tests {
         let dir = WorkDir::new("unit-swan").unwrap();
         let sc = c.strongswan_conf(&dir);
         let libipsec = sc.find("kernel-libipsec").unwrap();
-        assert!(libipsec < sc.find("kernel-netlink").unwrap(), "kernel-libipsec must load first");
+        assert!(
+            libipsec < sc.find("kernel-netlink").unwrap(),
+            "kernel-libipsec must load first"
+        );
         assert!(sc.contains(" kdf "));
-        assert!(sc.contains(&format!("socket = unix://{}/charon.vici", dir.path().display())));
+        assert!(sc.contains(&format!(
+            "socket = unix://{}/charon.vici",
+            dir.path().display()
+        )));
     }
 
     #[test]
@@ -441,7 +530,10 @@ mod tests {
                     local  'west' @ 192.0.2.1[4500]\n  lan: #1, reqid 1, INSTALLED, TUNNEL-in-UDP, ESP:AES_GCM_16-256\n";
         assert!(child_installed(text, "lan"));
         assert!(!child_installed(text, "other"));
-        assert!(!child_installed("  lan: #1, reqid 1, REKEYING, TUNNEL\n", "lan"));
+        assert!(!child_installed(
+            "  lan: #1, reqid 1, REKEYING, TUNNEL\n",
+            "lan"
+        ));
         let counters = "    installed 3s ago, rekeying in 3358s\n    in  dc872161, 133332081 bytes, 95267 packets,     0s ago\n\
                         \x20   out 330f666a, 1034861 bytes, 17352 packets,     0s ago\n    local  10.2.0.0/24\n";
         assert_eq!(child_bytes(counters), Some((133_332_081, 1_034_861)));

@@ -130,9 +130,10 @@ impl Topology {
                 ns.ip(&["addr", "add", cidr, "dev", dev, "nodad"])?;
             }
         }
-        for (host, gw4, gw6) in
-            [(&self.host_west, "10.1.0.1", "fd00:1::1"), (&self.host_east, "10.2.0.1", "fd00:2::1")]
-        {
+        for (host, gw4, gw6) in [
+            (&self.host_west, "10.1.0.1", "fd00:1::1"),
+            (&self.host_east, "10.2.0.1", "fd00:2::1"),
+        ] {
             host.route("default", Some(gw4), None)?;
             host.ip(&["-6", "route", "add", "default", "via", gw6])?;
         }
@@ -144,7 +145,12 @@ impl Topology {
     }
 
     fn all(&self) -> [&Netns; 4] {
-        [&self.host_west, &self.gw_west, &self.gw_east, &self.host_east]
+        [
+            &self.host_west,
+            &self.gw_west,
+            &self.gw_east,
+            &self.host_east,
+        ]
     }
 
     /// The namespace of a node.
@@ -198,8 +204,20 @@ impl Topology {
 
     fn lan_routes(&self, op: &str) -> Result<()> {
         for (gw, lan4, lan6, via4, via6) in [
-            (&self.gw_west, EAST_LAN4, EAST_LAN6, "192.0.2.2", "fd00:ff::2"),
-            (&self.gw_east, WEST_LAN4, WEST_LAN6, "192.0.2.1", "fd00:ff::1"),
+            (
+                &self.gw_west,
+                EAST_LAN4,
+                EAST_LAN6,
+                "192.0.2.2",
+                "fd00:ff::2",
+            ),
+            (
+                &self.gw_east,
+                WEST_LAN4,
+                WEST_LAN6,
+                "192.0.2.1",
+                "fd00:ff::1",
+            ),
         ] {
             gw.ip(&["route", op, lan4, "via", via4])?;
             gw.ip(&["-6", "route", op, lan6, "via", via6])?;
@@ -220,7 +238,15 @@ impl Topology {
         ];
         for (ns, dev) in ends {
             ns.exec("ethtool", &["-K", dev, "gro", onoff(o.gro)])?;
-            ns.exec("ethtool", &["-K", dev, "rx-udp-gro-forwarding", onoff(o.udp_gro_forwarding)])?;
+            ns.exec(
+                "ethtool",
+                &[
+                    "-K",
+                    dev,
+                    "rx-udp-gro-forwarding",
+                    onoff(o.udp_gro_forwarding),
+                ],
+            )?;
         }
         Ok(())
     }

@@ -42,7 +42,15 @@ impl Iperf3Server {
     /// Start `iperf3 -s` in `ns` and wait until it listens.
     pub fn start(ns: &Netns, port: u16) -> Result<Self> {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", ns.name(), "iperf3", "-s", "--forceflush", "-p"])
+            .args([
+                "netns",
+                "exec",
+                ns.name(),
+                "iperf3",
+                "-s",
+                "--forceflush",
+                "-p",
+            ])
             .arg(port.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -145,13 +153,23 @@ fn run_client(ns: &Netns, server: IpAddr, port: u16, args: &[String]) -> Result<
     let out = Command::new("ip")
         .args(["netns", "exec", ns.name(), "iperf3", "-c"])
         .arg(server.to_string())
-        .args(["-p", &port.to_string(), "--json", "--connect-timeout", "3000"])
+        .args([
+            "-p",
+            &port.to_string(),
+            "--json",
+            "--connect-timeout",
+            "3000",
+        ])
         .args(args)
         .output()
         .context("running iperf3 -c")?;
     let text = String::from_utf8_lossy(&out.stdout);
     let report: Report = serde_json::from_str(&text).with_context(|| {
-        format!("iperf3 printed no JSON report (exit {}): {}", out.status, String::from_utf8_lossy(&out.stderr))
+        format!(
+            "iperf3 printed no JSON report (exit {}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
     })?;
     if let Some(e) = report.error {
         bail!("iperf3: {e}");
@@ -159,16 +177,28 @@ fn run_client(ns: &Netns, server: IpAddr, port: u16, args: &[String]) -> Result<
     let end = report.end.context("iperf3 report without an end section")?;
     Ok((
         end.sum_sent.context("iperf3 report without end.sum_sent")?,
-        end.sum_received.context("iperf3 report without end.sum_received")?,
+        end.sum_received
+            .context("iperf3 report without end.sum_received")?,
     ))
 }
 
 /// TCP from `client` to `server` with `streams` parallel streams for `seconds`.
-pub fn tcp(client: &Netns, server: IpAddr, port: u16, streams: u32, seconds: u32) -> Result<TcpResult> {
+pub fn tcp(
+    client: &Netns,
+    server: IpAddr,
+    port: u16,
+    streams: u32,
+    seconds: u32,
+) -> Result<TcpResult> {
     if streams == 0 || seconds == 0 {
         bail!("iperf3 TCP needs at least one stream and one second");
     }
-    let args = ["-P".to_string(), streams.to_string(), "-t".to_string(), seconds.to_string()];
+    let args = [
+        "-P".to_string(),
+        streams.to_string(),
+        "-t".to_string(),
+        seconds.to_string(),
+    ];
     let (sent, recv) = run_client(client, server, port, &args)?;
     Ok(TcpResult {
         streams,
@@ -193,11 +223,19 @@ pub fn udp(
     let payload = udp_payload_len(ip_size, Family::of(server))?;
     // iperf3 needs room for its own 16-byte header (12 without 64-bit counters).
     if payload < 16 {
-        bail!("iperf3 needs a UDP payload of at least 16 bytes ({ip_size}-byte packets give {payload})");
+        bail!(
+            "iperf3 needs a UDP payload of at least 16 bytes ({ip_size}-byte packets give {payload})"
+        );
     }
     let bps = (pps * payload as f64 * 8.0).round() as u64;
     let args = [
-        "-u", "--udp-counters-64bit", "-l", &payload.to_string(), "-b", &bps.to_string(), "-t",
+        "-u",
+        "--udp-counters-64bit",
+        "-l",
+        &payload.to_string(),
+        "-b",
+        &bps.to_string(),
+        "-t",
         &seconds.to_string(),
     ]
     .map(String::from);
@@ -235,7 +273,17 @@ impl PingResult {
 /// answer is a result (received 0), not an error.
 pub fn ping(ns: &Netns, dst: IpAddr, count: u32, interval: Duration) -> Result<PingResult> {
     let out = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "ping", "-n", "-q", "-W", "1", "-c"])
+        .args([
+            "netns",
+            "exec",
+            ns.name(),
+            "ping",
+            "-n",
+            "-q",
+            "-W",
+            "1",
+            "-c",
+        ])
         .arg(count.to_string())
         .arg("-i")
         .arg(format!("{:.3}", interval.as_secs_f64().max(0.002)))
@@ -244,23 +292,45 @@ pub fn ping(ns: &Netns, dst: IpAddr, count: u32, interval: Duration) -> Result<P
         .context("running ping")?;
     let text = String::from_utf8_lossy(&out.stdout);
     parse_ping(&text).with_context(|| {
-        format!("unexpected ping output: {text} {}", String::from_utf8_lossy(&out.stderr))
+        format!(
+            "unexpected ping output: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }
 
 /// Parse ping's summary lines.
 fn parse_ping(text: &str) -> Result<PingResult> {
     // "5 packets transmitted, 5 received, 0% packet loss, time 801ms"
-    let line = text.lines().find(|l| l.contains("packets transmitted")).context("no summary line")?;
-    let mut nums = line.split(',').map(|part| part.split_whitespace().next().unwrap_or("").parse::<u32>());
+    let line = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .context("no summary line")?;
+    let mut nums = line
+        .split(',')
+        .map(|part| part.split_whitespace().next().unwrap_or("").parse::<u32>());
     let transmitted = nums.next().context("no count")??;
     let received = nums.next().context("no received count")??;
     // "rtt min/avg/max/mdev = 0.041/0.060/0.095/0.019 ms"
-    let rtt_ms = text.lines().find(|l| l.starts_with("rtt") || l.starts_with("round-trip")).and_then(|l| {
-        let v: Vec<f64> = l.split('=').nth(1)?.split_whitespace().next()?.split('/').filter_map(|x| x.parse().ok()).collect();
-        (v.len() >= 3).then(|| (v[0], v[1], v[2]))
-    });
-    Ok(PingResult { transmitted, received, rtt_ms })
+    let rtt_ms = text
+        .lines()
+        .find(|l| l.starts_with("rtt") || l.starts_with("round-trip"))
+        .and_then(|l| {
+            let v: Vec<f64> = l
+                .split('=')
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .split('/')
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (v.len() >= 3).then(|| (v[0], v[1], v[2]))
+        });
+    Ok(PingResult {
+        transmitted,
+        received,
+        rtt_ms,
+    })
 }
 
 #[cfg(test)]
@@ -293,7 +363,8 @@ mod tests {
         let end = r.end.unwrap();
         assert_eq!(end.sum_sent.unwrap().packets, Some(169_811));
         assert_eq!(end.sum_received.unwrap().lost_packets, Some(10_044));
-        let err: Report = serde_json::from_str(r#"{"start":{},"error":"unable to connect to server"}"#).unwrap();
+        let err: Report =
+            serde_json::from_str(r#"{"start":{},"error":"unable to connect to server"}"#).unwrap();
         assert_eq!(err.error.as_deref(), Some("unable to connect to server"));
     }
 }

@@ -72,41 +72,54 @@ pub struct Sink {
 impl Sink {
     /// Bind `bind` inside `ns` and start counting.
     pub fn start(ns: &Netns, bind: SocketAddr) -> Result<Self> {
-        let cfg = UdpConfig { recv_buffer: 16 << 20, gro: true, gso: false, ..UdpConfig::default() };
+        let cfg = UdpConfig {
+            recv_buffer: 16 << 20,
+            gro: true,
+            gso: false,
+            ..UdpConfig::default()
+        };
         let mut sock = ns.run(|| UdpSocket::bind(bind, &cfg, false))??;
         let addr = sock.local_addr();
         let counters = Arc::new(Counters::default());
         let epoch = Instant::now();
         let c = Arc::clone(&counters);
-        let thread = std::thread::Builder::new().name("udpgen-sink".into()).spawn(move || {
-            let mut batch = RxBatch::new(32, 0, esparto_io::udp::GRO_SLOT_LEN, 32 * 64);
-            while !c.stop.load(Ordering::Relaxed) {
-                let n = sock.recv_batch(&mut batch)?;
-                if n == 0 {
-                    // recvmmsg is non-blocking here; a short nap bounds the
-                    // idle cost, and 16 MiB of socket buffer covers it.
-                    std::thread::sleep(Duration::from_micros(300));
-                    continue;
-                }
-                let current = c.trial.load(Ordering::Relaxed);
-                let (mut ours, mut bytes, mut stray) = (0u64, 0u64, 0u64);
-                for (pkt, _) in batch.iter() {
-                    match parse_header(pkt) {
-                        Some((t, _seq)) if t == current => {
-                            ours += 1;
-                            bytes += pkt.len() as u64;
-                        }
-                        _ => stray += 1,
+        let thread = std::thread::Builder::new()
+            .name("udpgen-sink".into())
+            .spawn(move || {
+                let mut batch = RxBatch::new(32, 0, esparto_io::udp::GRO_SLOT_LEN, 32 * 64);
+                while !c.stop.load(Ordering::Relaxed) {
+                    let n = sock.recv_batch(&mut batch)?;
+                    if n == 0 {
+                        // recvmmsg is non-blocking here; a short nap bounds the
+                        // idle cost, and 16 MiB of socket buffer covers it.
+                        std::thread::sleep(Duration::from_micros(300));
+                        continue;
                     }
+                    let current = c.trial.load(Ordering::Relaxed);
+                    let (mut ours, mut bytes, mut stray) = (0u64, 0u64, 0u64);
+                    for (pkt, _) in batch.iter() {
+                        match parse_header(pkt) {
+                            Some((t, _seq)) if t == current => {
+                                ours += 1;
+                                bytes += pkt.len() as u64;
+                            }
+                            _ => stray += 1,
+                        }
+                    }
+                    c.received.fetch_add(ours, Ordering::Relaxed);
+                    c.bytes.fetch_add(bytes, Ordering::Relaxed);
+                    c.stray.fetch_add(stray, Ordering::Relaxed);
+                    c.last_ns
+                        .store(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 }
-                c.received.fetch_add(ours, Ordering::Relaxed);
-                c.bytes.fetch_add(bytes, Ordering::Relaxed);
-                c.stray.fetch_add(stray, Ordering::Relaxed);
-                c.last_ns.store(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            }
-            Ok(())
-        })?;
-        Ok(Self { addr, counters, epoch, thread: Some(thread) })
+                Ok(())
+            })?;
+        Ok(Self {
+            addr,
+            counters,
+            epoch,
+            thread: Some(thread),
+        })
     }
 
     /// The bound address.
@@ -203,7 +216,12 @@ pub struct Source {
 impl Source {
     /// Bind an ephemeral port on `bind` inside `ns`.
     pub fn new(ns: &Netns, bind: IpAddr) -> Result<Self> {
-        let cfg = UdpConfig { send_buffer: 4 << 20, gro: false, gso: false, ..UdpConfig::default() };
+        let cfg = UdpConfig {
+            send_buffer: 4 << 20,
+            gro: false,
+            gso: false,
+            ..UdpConfig::default()
+        };
         let sock = ns.run(|| UdpSocket::bind(SocketAddr::new(bind, 0), &cfg, false))??;
         Ok(Self { sock })
     }
@@ -212,7 +230,14 @@ impl Source {
     /// `duration`, tagged with trial `trial`. Stops early, short of the
     /// count, if it falls more than half the duration behind (the
     /// generator cannot keep up: the caller sees it in the offered rate).
-    pub fn send(&mut self, dst: SocketAddr, payload: usize, rate_pps: f64, duration: Duration, trial: u32) -> Result<Sent> {
+    pub fn send(
+        &mut self,
+        dst: SocketAddr,
+        payload: usize,
+        rate_pps: f64,
+        duration: Duration,
+        trial: u32,
+    ) -> Result<Sent> {
         if payload < HEADER_LEN {
             bail!("udpgen needs a payload of at least {HEADER_LEN} bytes, got {payload}");
         }
@@ -254,7 +279,10 @@ impl Source {
             }
             sent += n as u64;
         }
-        Ok(Sent { packets: sent, seconds: start.elapsed().as_secs_f64() })
+        Ok(Sent {
+            packets: sent,
+            seconds: start.elapsed().as_secs_f64(),
+        })
     }
 }
 
@@ -282,7 +310,8 @@ impl UdpGen {
         }
         Ok(Self {
             source: Source::new(src_ns, src)?,
-            sink: Sink::start(dst_ns, SocketAddr::new(dst, SINK_PORT)).context("starting the UDP sink")?,
+            sink: Sink::start(dst_ns, SocketAddr::new(dst, SINK_PORT))
+                .context("starting the UDP sink")?,
             family: Family::of(dst),
             trial: 0,
             quiet: Duration::from_millis(200),
@@ -297,13 +326,20 @@ impl UdpGen {
 
     /// One trial: `ip_size`-byte IP packets at `rate_pps` for `duration`;
     /// the result counts what arrived once the path has drained.
-    pub fn trial(&mut self, ip_size: usize, rate_pps: f64, duration: Duration) -> Result<(Trial, u64)> {
+    pub fn trial(
+        &mut self,
+        ip_size: usize,
+        rate_pps: f64,
+        duration: Duration,
+    ) -> Result<(Trial, u64)> {
         let payload = udp_payload_len(ip_size, self.family)?;
         // Whatever an earlier trial left in flight arrives first.
         self.sink.wait_quiet(self.quiet, self.drain_limit);
         self.trial = self.trial.wrapping_add(1);
         self.sink.begin(self.trial);
-        let sent = self.source.send(self.sink.addr(), payload, rate_pps, duration, self.trial)?;
+        let sent = self
+            .source
+            .send(self.sink.addr(), payload, rate_pps, duration, self.trial)?;
         self.sink.wait_quiet(self.quiet, self.drain_limit);
         let received = self.sink.received();
         let trial = Trial {
@@ -352,7 +388,10 @@ mod tests {
         assert_eq!(t.received, t.sent, "loopback lost packets: {t:?}");
         assert_eq!(bytes, 10_000 * 36);
         // Paced, not flooded: 10 000 packets at 20 kpps take about half a second.
-        assert!(t.offered_pps < 22_000.0 && t.offered_pps > 15_000.0, "{t:?}");
+        assert!(
+            t.offered_pps < 22_000.0 && t.offered_pps > 15_000.0,
+            "{t:?}"
+        );
         // A second trial starts its count from zero.
         let (t2, _) = g.trial(1400, 2_000.0, Duration::from_millis(200)).unwrap();
         assert_eq!((t2.sent, t2.received), (400, 400));

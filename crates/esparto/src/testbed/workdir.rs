@@ -28,7 +28,10 @@ impl WorkDir {
         let path = base.join(format!("esparto-tb-{}-{n}-{role}", std::process::id()));
         std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
-        Ok(Self { path, keep: AtomicBool::new(false) })
+        Ok(Self {
+            path,
+            keep: AtomicBool::new(false),
+        })
     }
 
     /// The directory.

@@ -75,13 +75,23 @@ impl Default for Search {
 impl Search {
     fn validate(&self) -> Result<()> {
         if !(self.min_pps > 0.0 && self.min_pps < self.max_pps && self.max_pps.is_finite()) {
-            bail!("zero-loss search: need 0 < min_pps ({}) < max_pps ({})", self.min_pps, self.max_pps);
+            bail!(
+                "zero-loss search: need 0 < min_pps ({}) < max_pps ({})",
+                self.min_pps,
+                self.max_pps
+            );
         }
         if !(self.resolution > 0.0 && self.resolution < 1.0) {
-            bail!("zero-loss search: resolution {} must be in (0, 1)", self.resolution);
+            bail!(
+                "zero-loss search: resolution {} must be in (0, 1)",
+                self.resolution
+            );
         }
         if !(0.0..1.0).contains(&self.loss_tolerance) {
-            bail!("zero-loss search: loss tolerance {} must be in [0, 1)", self.loss_tolerance);
+            bail!(
+                "zero-loss search: loss tolerance {} must be in [0, 1)",
+                self.loss_tolerance
+            );
         }
         Ok(())
     }
@@ -172,7 +182,11 @@ pub fn search_with(
             sleep(cfg.settle);
         }
         let t = trial(rate)?;
-        let step = Step { phase, trial: t, passed: t.passes(cfg.loss_tolerance) };
+        let step = Step {
+            phase,
+            trial: t,
+            passed: t.passes(cfg.loss_tolerance),
+        };
         steps.push(step);
         Ok(step)
     };
@@ -217,7 +231,13 @@ pub fn search_with(
             }
         }
     }
-    Ok(Outcome { rate_pps, confirmed, at_max, loss_tolerance: cfg.loss_tolerance, steps })
+    Ok(Outcome {
+        rate_pps,
+        confirmed,
+        at_max,
+        loss_tolerance: cfg.loss_tolerance,
+        steps,
+    })
 }
 
 /// Serde for durations as (fractional) seconds.
@@ -247,12 +267,22 @@ mod tests {
         move |r: f64| {
             let sent = (r * 2.0).round() as u64; // a 2-second trial
             let carried = (knee.min(r) * 2.0).round() as u64;
-            Ok(Trial { requested_pps: r, offered_pps: r, sent, received: carried })
+            Ok(Trial {
+                requested_pps: r,
+                offered_pps: r,
+                sent,
+                received: carried,
+            })
         }
     }
 
     fn cfg() -> Search {
-        Search { min_pps: 1_000.0, max_pps: 1_000_000.0, resolution: 0.02, ..Search::default() }
+        Search {
+            min_pps: 1_000.0,
+            max_pps: 1_000_000.0,
+            resolution: 0.02,
+            ..Search::default()
+        }
     }
 
     #[test]
@@ -262,7 +292,11 @@ mod tests {
         assert!(out.confirmed && !out.at_max);
         assert!(out.rate_pps <= 123_456.0, "{}", out.rate_pps);
         // The bracket stops at 2 % of its upper end, which is above the knee.
-        assert!(out.rate_pps >= 123_456.0 * (1.0 - 0.02 * 1.02), "{}", out.rate_pps);
+        assert!(
+            out.rate_pps >= 123_456.0 * (1.0 - 0.02 * 1.02),
+            "{}",
+            out.rate_pps
+        );
         assert_eq!(out.steps[0].phase, Phase::Probe);
         assert!(!out.steps[0].passed);
         assert_eq!(out.steps.last().unwrap().phase, Phase::Confirm);
@@ -297,15 +331,31 @@ mod tests {
         let f = |r: f64| {
             let sent = (r * 100.0) as u64;
             let trickle = (sent as f64 * 5e-6).ceil() as u64;
-            let received = if r <= 50_000.0 { sent - trickle } else { sent / 2 };
-            Ok(Trial { requested_pps: r, offered_pps: r, sent, received })
+            let received = if r <= 50_000.0 {
+                sent - trickle
+            } else {
+                sent / 2
+            };
+            Ok(Trial {
+                requested_pps: r,
+                offered_pps: r,
+                sent,
+                received,
+            })
         };
         let strict = search_with(&cfg(), f, |_| ()).unwrap();
         assert_eq!(strict.rate_pps, 0.0, "strict zero loss never holds");
-        let lenient = Search { loss_tolerance: 1e-5, ..cfg() };
+        let lenient = Search {
+            loss_tolerance: 1e-5,
+            ..cfg()
+        };
         let out = search_with(&lenient, f, |_| ()).unwrap();
         assert!(out.confirmed);
-        assert!(out.rate_pps <= 50_000.0 && out.rate_pps > 48_000.0, "{}", out.rate_pps);
+        assert!(
+            out.rate_pps <= 50_000.0 && out.rate_pps > 48_000.0,
+            "{}",
+            out.rate_pps
+        );
     }
 
     #[test]
@@ -328,7 +378,11 @@ mod tests {
         };
         let out = search_with(&cfg(), f, |_| ()).unwrap();
         assert!(out.confirmed);
-        let confirm_steps: Vec<_> = out.steps.iter().filter(|s| s.phase == Phase::Confirm).collect();
+        let confirm_steps: Vec<_> = out
+            .steps
+            .iter()
+            .filter(|s| s.phase == Phase::Confirm)
+            .collect();
         assert_eq!(confirm_steps.len(), 2);
         assert!(!confirm_steps[0].passed && confirm_steps[1].passed);
         let r0 = confirm_steps[0].trial.requested_pps;
@@ -342,7 +396,12 @@ mod tests {
         let f = |r: f64| {
             let offered = r.min(80_000.0);
             let sent = (offered * 2.0) as u64;
-            Ok(Trial { requested_pps: r, offered_pps: offered, sent, received: sent })
+            Ok(Trial {
+                requested_pps: r,
+                offered_pps: offered,
+                sent,
+                received: sent,
+            })
         };
         let out = search_with(&cfg(), f, |_| ()).unwrap();
         assert!(out.at_max);
@@ -354,12 +413,30 @@ mod tests {
         let e = search_with(&cfg(), |_| bail!("generator died"), |_| ()).unwrap_err();
         assert!(e.to_string().contains("generator died"));
         for bad in [
-            Search { min_pps: 0.0, ..cfg() },
-            Search { min_pps: 2e6, ..cfg() },
-            Search { resolution: 0.0, ..cfg() },
-            Search { resolution: 1.0, ..cfg() },
-            Search { loss_tolerance: -0.1, ..cfg() },
-            Search { max_pps: f64::INFINITY, ..cfg() },
+            Search {
+                min_pps: 0.0,
+                ..cfg()
+            },
+            Search {
+                min_pps: 2e6,
+                ..cfg()
+            },
+            Search {
+                resolution: 0.0,
+                ..cfg()
+            },
+            Search {
+                resolution: 1.0,
+                ..cfg()
+            },
+            Search {
+                loss_tolerance: -0.1,
+                ..cfg()
+            },
+            Search {
+                max_pps: f64::INFINITY,
+                ..cfg()
+            },
         ] {
             assert!(search_with(&bad, knee(1.0), |_| ()).is_err(), "{bad:?}");
         }
@@ -367,12 +444,25 @@ mod tests {
 
     #[test]
     fn loss_arithmetic() {
-        let t = Trial { requested_pps: 1.0, offered_pps: 1.0, sent: 1000, received: 990 };
+        let t = Trial {
+            requested_pps: 1.0,
+            offered_pps: 1.0,
+            sent: 1000,
+            received: 990,
+        };
         assert!((t.loss() - 0.01).abs() < 1e-12);
         assert!(!t.passes(0.0) && t.passes(0.01));
-        let dup = Trial { sent: 10, received: 11, ..t };
+        let dup = Trial {
+            sent: 10,
+            received: 11,
+            ..t
+        };
         assert_eq!(dup.loss(), 0.0);
-        let none = Trial { sent: 0, received: 0, ..t };
+        let none = Trial {
+            sent: 0,
+            received: 0,
+            ..t
+        };
         assert!(!none.passes(0.5));
     }
 

@@ -1,0 +1,85 @@
+//! The strongSwan baseline and the routed ceiling.
+//!
+//! `baseline_smoke` (always run as root) checks the whole pipeline on a
+//! small scale: one size, short trials, a coarse search.
+//!
+//! `baseline_full` is the measurement itself, ignored by default because it
+//! takes about a quarter of an hour and wants a quiet machine:
+//!
+//! ```text
+//! CARGO_TARGET_DIR=/work/target-testbed cargo test --release -p esparto \
+//!     --test testbed_baseline -- --ignored --nocapture baseline_full
+//! ```
+//!
+//! It prints the tables and writes the JSON to `$ESPARTO_BASELINE_JSON`
+//! (default `target/strongswan-baseline.json` under the current directory).
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use esparto::testbed::baseline::{self, Options};
+use esparto::testbed::missing;
+use esparto::testbed::zeroloss::Search;
+
+#[test]
+fn baseline_smoke() {
+    let m = missing(true);
+    if !m.is_empty() {
+        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+        return;
+    }
+    let opts = Options {
+        tcp_seconds: 1,
+        tcp_streams: vec![1],
+        sizes: vec![512],
+        search: Search {
+            min_pps: 1_000.0,
+            max_pps: 20_000.0,
+            resolution: 0.25,
+            trial: Duration::from_millis(500),
+            settle: Duration::from_millis(100),
+            confirm_retries: 1,
+            loss_tolerance: 0.0,
+        },
+        routed: false,
+        routed_gro: false,
+        ..Options::default()
+    };
+    let s = baseline::tunnel(&opts).unwrap();
+    eprintln!("{}", baseline::render(&s));
+    assert_eq!(s.tcp.len(), 1);
+    assert!(s.tcp[0].result.bytes > 0);
+    assert!(s.tcp[0].cpu.gateway_s_per_gb.is_some());
+    assert_eq!(s.udp.len(), 1);
+    let u = &s.udp[0];
+    assert_eq!(u.payload, 512 - 28);
+    // strongSwan carries 1000 pps of 512-byte packets without loss on any
+    // machine that runs these tests: the search must find something.
+    assert!(u.outcome.confirmed && u.rate_pps >= 1_000.0, "{u:?}");
+    assert!((u.ip_mbps - u.rate_pps * 512.0 * 8.0 / 1e6).abs() < 1e-6);
+}
+
+#[test]
+#[ignore = "the measurement itself (~15 min); see the module doc for the command"]
+fn baseline_full() {
+    let m = missing(true);
+    if !m.is_empty() {
+        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+        return;
+    }
+    let r = baseline::strongswan(&Options::default()).unwrap();
+    for s in r.routed.iter().chain(r.tunnel.iter()) {
+        println!("{}", baseline::render(s));
+    }
+    println!(
+        "load average before/after: {:?}; {:.0} s; {}",
+        r.loadavg, r.seconds, r.strongswan
+    );
+    let path = std::env::var("ESPARTO_BASELINE_JSON")
+        .unwrap_or_else(|_| "target/strongswan-baseline.json".into());
+    if let Some(dir) = std::path::Path::new(&path).parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&r).unwrap()).unwrap();
+    println!("JSON written to {path}");
+}
