@@ -8,5 +8,8 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod render;
 pub mod status;
 pub mod testbed;

@@ -195,10 +195,8 @@ fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &K
                 for e in t.entries() {
                     let cp = f.path.key(&e.key);
                     let Some(cn) = cx.table(&Field { node: &e.value, path: cp.clone() }) else { continue };
-                    if cn.get("static_sas").is_some() {
-                        if local_addrs.is_empty() || remote_addrs.is_empty() {
-                            cx.err(&cn.span, &cp, "a statically keyed child needs explicit local_addrs and remote_addrs on its connection (nothing negotiates them)");
-                        }
+                    if cn.get("static_sas").is_some() && (local_addrs.is_empty() || remote_addrs.is_empty()) {
+                        cx.err(&cn.span, &cp, "a statically keyed child needs explicit local_addrs and remote_addrs on its connection (nothing negotiates them)");
                     }
                     if let Some(p) = child::parse(cx, &cctx, &e.key, cn, &cp) {
                         if let Some(ic) = p.ike {

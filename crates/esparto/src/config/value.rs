@@ -206,7 +206,7 @@ pub(crate) fn parse_ike_proposal(s: &str) -> Result<Proposal, String> {
 /// SA: nothing is negotiated, so the proposal must name exactly one
 /// algorithm of each kind and no key exchange.
 pub(crate) fn static_suite(text: &str, p: &Proposal) -> Result<(EspSuite, bool), String> {
-    if p.ke.first().is_some() {
+    if !p.ke.is_empty() {
         return Err(format!(
             "'{text}': a key exchange method (PFS) means nothing for statically keyed SAs"
         ));

@@ -1,0 +1,211 @@
+//! Text rendering of the daemon's [`Status`] for `esparto status`: a line
+//! per worker (its CPU, packets each way, drops by reason), the drops
+//! summed over workers, then a table of SAs in the spirit of strongSwan's
+//! `ipsec trafficstatus` — connection/child, SPI, direction, role
+//! (fallback, per-worker sub-SA, or the single SA of a child), the worker
+//! that processes it, suite, peer, packets, bytes, age and drops — but per
+//! worker, since with per-CPU SAs (RFC 9611) that is where the traffic is.
+//!
+//! Figures are printed exactly (no rounding to K/M/G): operators compare
+//! them between runs and with the peer's counters.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::status::{SaStatus, Status};
+
+/// The whole status as text, ending with a newline.
+pub fn status_text(s: &Status) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "esparto {} (pid {}), up {}, tun {}, {} worker{}",
+        s.version,
+        s.pid,
+        age(s.uptime_s),
+        s.tun,
+        s.workers.len(),
+        if s.workers.len() == 1 { "" } else { "s" }
+    );
+    for w in &s.workers {
+        let cpu = w.cpu.map_or_else(|| "unpinned".to_string(), |c| format!("cpu {c}"));
+        let _ = writeln!(
+            out,
+            "worker {} ({cpu}): tx {} packets, rx {} packets, {}",
+            w.worker,
+            w.tx_packets,
+            w.rx_packets,
+            drops(&w.drops, "drops: ")
+        );
+    }
+    let _ = writeln!(out, "all workers: {}", drops(&s.drops, "drops: "));
+    out.push('\n');
+    out.push_str(&sa_table(&s.sas));
+    out
+}
+
+/// The SA table (or "no SAs"), ending with a newline.
+pub fn sa_table(sas: &[SaStatus]) -> String {
+    if sas.is_empty() {
+        return "no SAs\n".to_string();
+    }
+    let mut sorted: Vec<&SaStatus> = sas.iter().collect();
+    // Group by child; within it keep the daemon's order (fallback first).
+    sorted.sort_by(|a, b| (&a.connection, &a.child).cmp(&(&b.connection, &b.child)));
+    let header = ["CHILD", "SPI", "DIR", "ROLE", "WORKER", "SUITE", "PEER", "PACKETS", "BYTES", "LAST SEQ", "AGE", "DROPS"];
+    // Numeric columns are right-aligned.
+    let right = [false, false, false, false, true, false, false, true, true, true, true, false];
+    let rows: Vec<[String; 12]> = sorted
+        .iter()
+        .map(|sa| {
+            [
+                format!("{}/{}", sa.connection, sa.child),
+                sa.spi.clone(),
+                sa.direction.clone(),
+                sa.role.clone(),
+                sa.worker.to_string(),
+                sa.suite.clone(),
+                sa.peer.clone(),
+                sa.packets.to_string(),
+                sa.bytes.to_string(),
+                sa.last_seq.to_string(),
+                age(sa.age_s),
+                drops(&sa.drops, ""),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for r in &rows {
+        for (w, cell) in width.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut l = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                l.push_str("  ");
+            }
+            let pad = width[i].saturating_sub(cell.chars().count());
+            let last = i + 1 == cells.len();
+            if right[i] {
+                l.push_str(&" ".repeat(pad));
+                l.push_str(cell);
+            } else {
+                l.push_str(cell);
+                if !last {
+                    l.push_str(&" ".repeat(pad));
+                }
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&header);
+    for r in &rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        line(&cells);
+    }
+    out
+}
+
+/// `"replay 3, icv_failure 1"`, or `"no drops"` / `"-"`.
+fn drops(d: &BTreeMap<String, u64>, prefix: &str) -> String {
+    let nonzero: Vec<String> = d.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+    match (nonzero.is_empty(), prefix.is_empty()) {
+        (true, true) => "-".into(),
+        (true, false) => "no drops".into(),
+        (false, _) => format!("{prefix}{}", nonzero.join(", ")),
+    }
+}
+
+/// A duration in seconds as `45s`, `12m05s`, `3h02m`, `2d04h`.
+pub fn age(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "?".into();
+    }
+    // Whole seconds; an age beyond u64 seconds is not a real age.
+    let s = secs.min(u64::MAX as f64) as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::WorkerStatus;
+
+    fn sa(child: &str, spi: &str, dir: &str, role: &str, worker: u16, packets: u64) -> SaStatus {
+        SaStatus {
+            connection: "site".into(),
+            child: child.into(),
+            spi: spi.into(),
+            direction: dir.into(),
+            role: role.into(),
+            worker,
+            suite: "aes256gcm16".into(),
+            peer: "192.0.2.2:4500".into(),
+            packets,
+            bytes: packets * 1000,
+            last_seq: packets,
+            age_s: 3725.0,
+            drops: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn ages() {
+        assert_eq!(age(0.4), "0s");
+        assert_eq!(age(59.9), "59s");
+        assert_eq!(age(725.0), "12m05s");
+        assert_eq!(age(3725.0), "1h02m");
+        assert_eq!(age(187_200.0), "2d04h");
+        assert_eq!(age(f64::NAN), "?");
+        assert_eq!(age(-1.0), "?");
+    }
+
+    #[test]
+    fn full_status() {
+        let mut w0 = WorkerStatus { worker: 0, cpu: Some(0), tx_packets: 120, rx_packets: 7, drops: BTreeMap::new() };
+        w0.drops.insert("replay".into(), 3);
+        w0.drops.insert("icv_failure".into(), 0);
+        let w1 = WorkerStatus { worker: 1, cpu: None, tx_packets: 0, rx_packets: 0, drops: BTreeMap::new() };
+        let mut in0 = sa("lan", "c0000101", "in", "fallback", 1, 7);
+        in0.drops.insert("replay".into(), 3);
+        let s = Status {
+            version: "0.1.0".into(),
+            pid: 77,
+            uptime_s: 65.0,
+            tun: "esparto0".into(),
+            workers: vec![w0.clone(), w1],
+            sas: vec![sa("lan", "c0000201", "out", "fallback", 0, 120), in0],
+            drops: w0.drops.clone(),
+        };
+        let want = "\
+esparto 0.1.0 (pid 77), up 1m05s, tun esparto0, 2 workers
+worker 0 (cpu 0): tx 120 packets, rx 7 packets, drops: replay 3
+worker 1 (unpinned): tx 0 packets, rx 0 packets, no drops
+all workers: drops: replay 3
+
+CHILD     SPI       DIR  ROLE      WORKER  SUITE        PEER            PACKETS   BYTES  LAST SEQ    AGE  DROPS
+site/lan  c0000201  out  fallback       0  aes256gcm16  192.0.2.2:4500      120  120000       120  1h02m  -
+site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7    7000         7  1h02m  replay 3
+";
+        assert_eq!(status_text(&s), want);
+    }
+
+    #[test]
+    fn groups_by_child_and_handles_no_sas() {
+        assert_eq!(sa_table(&[]), "no SAs\n");
+        let t = sa_table(&[sa("b", "2", "in", "sub", 0, 1), sa("a", "1", "in", "single", 0, 1), sa("b", "3", "out", "sub", 1, 1)]);
+        let children: Vec<&str> = t.lines().skip(1).map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+        assert_eq!(children, ["site/a", "site/b", "site/b"]);
+        let spis: Vec<&str> = t.lines().skip(1).map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect();
+        assert_eq!(spis, ["1", "2", "3"], "stable within a child");
+    }
+}
