@@ -97,10 +97,10 @@ pub(crate) struct PskNeed {
     pub(crate) span: Span,
     /// The connection's key path.
     pub(crate) path: KeyPath,
-    /// Our identity.
-    pub(crate) local: Identity,
-    /// The peer's identity.
-    pub(crate) remote: Identity,
+    /// Our identity (`None`: not known until the IKE SA runs).
+    pub(crate) local: Option<Identity>,
+    /// The peer's identity (`None`: any, or not known until the IKE SA runs).
+    pub(crate) remote: Option<Identity>,
 }
 
 /// Every connection, the children's cross-check records, and the PSKs needed.
@@ -127,11 +127,11 @@ pub(crate) fn parse_all(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon) -> Parsed
             if let Some(ike) = &c.ike {
                 let local = ike.local.id.clone().or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
                 let remote = ike.remote.id.clone().or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));
-                if let (Some(local), Some(remote)) = (local, remote) {
-                    if !remote.is_any() {
-                        out.psk_needs.push(PskNeed { span: n.span.clone(), path: path.clone(), local, remote });
-                    }
-                }
+                let (local, remote) = match (local, remote) {
+                    (Some(l), Some(r)) if !r.is_any() => (Some(l), Some(r)),
+                    _ => (None, None),
+                };
+                out.psk_needs.push(PskNeed { span: n.span.clone(), path: path.clone(), local, remote });
             }
             out.connections.push(c);
             out.seen.extend(s);
@@ -163,8 +163,11 @@ fn addrs(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str) -> (Vec<IpAddr
 fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &KeyPath) -> Option<(Connection, Vec<ChildSeen>)> {
     let before = cx.error_count();
     cx.check_keys(node, path, KEYS, UNSUPPORTED);
+    let addr_errors = cx.error_count();
     let (local_addrs, _) = addrs(cx, node, path, "local_addrs");
     let (remote_addrs, remote_field) = addrs(cx, node, path, "remote_addrs");
+    // Only complain that addresses are missing when none were misspelt.
+    let addrs_missing = cx.error_count() == addr_errors && (local_addrs.is_empty() || remote_addrs.is_empty());
     if let (Some(l), Some(r), Some((span, p))) = (local_addrs.first(), remote_addrs.first(), &remote_field) {
         if l.is_ipv4() != r.is_ipv4() {
             cx.err(span, p, format!("first remote address {r} is not of the same family as the first local address {l}"));
@@ -195,7 +198,7 @@ fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &K
                 for e in t.entries() {
                     let cp = f.path.key(&e.key);
                     let Some(cn) = cx.table(&Field { node: &e.value, path: cp.clone() }) else { continue };
-                    if cn.get("static_sas").is_some() && (local_addrs.is_empty() || remote_addrs.is_empty()) {
+                    if cn.get("static_sas").is_some() && addrs_missing {
                         cx.err(&cn.span, &cp, "a statically keyed child needs explicit local_addrs and remote_addrs on its connection (nothing negotiates them)");
                     }
                     if let Some(p) = child::parse(cx, &cctx, &e.key, cn, &cp) {

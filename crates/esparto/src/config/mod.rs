@@ -111,15 +111,19 @@ fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf) -> Result<Con
     check::overlaps(&mut cx, &parsed.seen);
     check::spis(&mut cx, &parsed.seen);
     for need in &parsed.psk_needs {
-        if secrets.find_psk(&need.local, &need.remote).is_none() {
-            cx.err(
+        match (&need.local, &need.remote) {
+            (Some(l), Some(r)) if secrets.find_psk(l, r).is_none() => cx.err(
                 &need.span,
                 &need.path,
-                format!(
-                    "no [secrets] entry holds a PSK for local id '{}' and remote id '{}'",
-                    need.local, need.remote
-                ),
-            );
+                format!("no [secrets] entry holds a PSK for local id '{l}' and remote id '{r}'"),
+            ),
+            // Identities known only at run time: at least some PSK must exist.
+            (None, _) | (_, None) if secrets.psks.is_empty() => cx.err(
+                &need.span,
+                &need.path,
+                "authenticates with a PSK, but the file has no [secrets] section",
+            ),
+            _ => {}
         }
     }
     if cx.has_errors() {

@@ -433,3 +433,15 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn no_follow_on_errors_and_secrets_required_for_ike() {
+    // A misspelt address is one error, not also "addresses missing".
+    let errs = errors_of(&base().replacen("\"192.0.2.2\"", "\"192.0.2.300\"", 1));
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    // An IKE responder whose identities are only known at run time still needs some PSK.
+    let errs = errors_of("[connections.any.children.c]\nlocal_ts = \"10.9.0.0/16\"\n");
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (1, "connections.any"));
+    assert!(errs[0].message.contains("no [secrets] section"));
+}
