@@ -94,10 +94,13 @@ secrets { ike-1 { id-1 = @moon.example
                   secret = "$4" } }
 EOC
     : > "$W/charon.log"
+    rm -f "$W/charon.vici"
     ip netns exec $NS sh -c "mount --bind '$W/run' /run && STRONGSWAN_CONF='$W/strongswan.conf' exec /usr/lib/ipsec/charon" > "$W/charon.out" 2>&1 &
     CHARON_PID=$!
     for _ in $(seq 50); do [ -S "$W/charon.vici" ] && break; sleep 0.1; done
-    swan --load-all >/dev/null || { echo "swanctl --load-all failed"; cat "$W/charon.out"; }
+    local ok=
+    for _ in $(seq 10); do swan --load-all >/dev/null 2>&1 && { ok=1; break; }; sleep 0.2; done
+    [ -n "$ok" ] || { echo "swanctl --load-all failed"; cat "$W/charon.out"; }
 }
 stop_charon() {
     [ -n "$CHARON_PID" ] && kill "$CHARON_PID" 2>/dev/null && wait "$CHARON_PID" 2>/dev/null
