@@ -20,7 +20,7 @@ use crate::proposal::{Proposal, Selected};
 use crate::ts::{TrafficSelector, is_subset_of_any, narrow};
 use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::EspSuite;
-use esparto_crypto::ike::Prf;
+use esparto_crypto::ike::{KeGroup, Prf};
 use esparto_wire::ike::{ProposalRepr, Spi, TrafficSelectorRepr, TsRepr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,34 +89,45 @@ pub(crate) struct ChildChoice<'c> {
     pub(crate) tsr: Vec<TrafficSelector>,
 }
 
+/// What the initiator asked for, as the responder's selection sees it.
+pub(crate) struct ChildQuery<'q> {
+    /// The offered ESP proposals.
+    pub(crate) offered: &'q [ProposalRepr],
+    /// TSi (the initiator's side).
+    pub(crate) tsi: &'q [TrafficSelector],
+    /// TSr (our side).
+    pub(crate) tsr: &'q [TrafficSelector],
+    /// IKE_AUTH: ignore KE transforms (§1.2).
+    pub(crate) ignore_ke: bool,
+    /// The group of the KE payload, taken if acceptable.
+    pub(crate) prefer_ke: Option<KeGroup>,
+    /// Rekeying: only this child configuration.
+    pub(crate) only: Option<&'q str>,
+}
+
 /// Responder: choose a child configuration, proposal and narrowed
-/// selectors for an initiator's SA/TSi/TSr (§2.9, §2.7). `ignore_ke` for
-/// IKE_AUTH. `only` restricts the search to one child (rekeying).
-#[allow(clippy::too_many_arguments)]
+/// selectors for an initiator's SA/TSi/TSr (§2.9, §2.7).
 pub(crate) fn select_child<'c>(
     conn: &'c Connection,
-    offered: &[ProposalRepr],
-    tsi: &[TrafficSelector],
-    tsr: &[TrafficSelector],
+    q: &ChildQuery<'_>,
     local_ip: IpAddr,
     remote_ip: IpAddr,
-    ignore_ke: bool,
-    only: Option<&str>,
 ) -> Result<ChildChoice<'c>, Reason> {
     let mut ts_fit = false;
     for config in &conn.children {
-        if only.is_some_and(|n| n != &*config.name) {
+        if q.only.is_some_and(|n| n != &*config.name) {
             continue;
         }
-        let n_tsi = narrow(tsi, &config.remote_selectors(remote_ip));
-        let n_tsr = narrow(tsr, &config.local_selectors(local_ip));
+        let n_tsi = narrow(q.tsi, &config.remote_selectors(remote_ip));
+        let n_tsr = narrow(q.tsr, &config.local_selectors(local_ip));
         if n_tsi.is_empty() || n_tsr.is_empty() {
             continue;
         }
         ts_fit = true;
         // The first child SA of IKE_AUTH has no KE of its own (§1.2);
         // ignore_ke also ignores our PFS groups there.
-        let Some(selected) = Proposal::select(&config.esp_proposals, offered, ignore_ke, None)
+        let Some(selected) =
+            Proposal::select(&config.esp_proposals, q.offered, q.ignore_ke, q.prefer_ke)
         else {
             continue;
         };

@@ -633,3 +633,67 @@ fn half_open_sa_expires_at_the_responder() {
         "never announced, so never reported"
     );
 }
+
+#[test]
+fn create_child_sa_ke_mismatch_retries_with_the_requested_group() {
+    // The initiator's PFS group for "host" is curve25519 first; the
+    // responder only accepts ecp256 for it.
+    let s = Setup {
+        extra_child: true,
+        ..Setup::default()
+    };
+    let mut net = s.build(20);
+    // Responder side: replace the "host" child with an ecp256-only one.
+    let mut r = sim::endpoint(20 ^ 0x2222);
+    let mut c = esparto_ike::Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+    c.local_addrs = vec![SUN.parse().unwrap()];
+    c.local.id = Some(esparto_ike::Identity::parse("@sun.example").unwrap());
+    c.children.push(
+        esparto_ike::ChildConfig::new("net", "10.2.0.0/16", "10.1.0.0/16", "aes256gcm16").unwrap(),
+    );
+    c.children.push(
+        esparto_ike::ChildConfig::new("host", "10.2.0.0/16", "10.1.0.0/16", "aes128-sha256-ecp256")
+            .unwrap(),
+    );
+    r.add_connection(c).unwrap();
+    r.secrets_mut().add_psk(&[], b"a shared secret");
+    net.peers[R].ep = r;
+    // The initiator offers both groups for "host".
+    let mut i = sim::endpoint(20 ^ 0x1111);
+    let mut c = esparto_ike::Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+    c.local_addrs = vec![MOON.parse().unwrap()];
+    c.remote_addrs = vec![SUN.parse().unwrap()];
+    c.local.id = Some(esparto_ike::Identity::parse("@moon.example").unwrap());
+    c.children.push(
+        esparto_ike::ChildConfig::new("net", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap(),
+    );
+    c.children.push(
+        esparto_ike::ChildConfig::new(
+            "host",
+            "10.1.0.5/32",
+            "10.2.0.7/32",
+            "aes128-sha256-curve25519-ecp256",
+        )
+        .unwrap(),
+    );
+    i.add_connection(c).unwrap();
+    i.secrets_mut().add_psk(&[], b"a shared secret");
+    net.peers[I].ep = i;
+    net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
+    net.peers[I]
+        .ep
+        .acquire(net.now, "gw", "host", None)
+        .unwrap();
+    net.run_for(Duration::from_secs(3));
+    let cc = net.peers[I]
+        .sent
+        .iter()
+        .filter(|p| p.is(ExchangeType::CREATE_CHILD_SA, false))
+        .count();
+    assert_eq!(
+        cc, 2,
+        "curve25519 refused with INVALID_KE_PAYLOAD, then ecp256"
+    );
+    assert_eq!(net.children(I).len(), 2);
+    assert_pair(net.children(I)[1], net.children(R)[1]);
+}

@@ -459,3 +459,6 @@ impl Endpoint {
         self.after(ours);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,7 +16,7 @@
 use super::IkeSa;
 use super::requests::notify;
 use crate::auth::{psk_auth, verify_psk_auth};
-use crate::child::{Install, install, select_child, ts_from, ts_repr};
+use crate::child::{ChildQuery, Install, install, select_child, ts_from, ts_repr};
 use crate::config::Connection;
 use crate::ctx::Ctx;
 use crate::event::{AuthFailure, Event, Reason};
@@ -25,8 +25,7 @@ use crate::proposal::{Proposal, Protocol};
 use crate::sa::State;
 use core::net::SocketAddr;
 use esparto_wire::ike::{
-    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyType, PayloadRepr, ProposalRepr, SaRepr, Spi,
-    TsRepr,
+    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyType, PayloadRepr, SaRepr, Spi, TsRepr,
 };
 use std::sync::Arc;
 
@@ -203,17 +202,15 @@ impl IkeSa {
         let child = match (sa_p, tsi, tsr) {
             (Some(sa_p), Some(tsi), Some(tsr)) => {
                 let (ni, nr) = (self.ni.clone(), self.nr.clone());
-                Some(self.create_child(
-                    ctx,
-                    &sa_p.proposals,
-                    &tsi,
-                    &tsr,
-                    None,
-                    None,
-                    &ni,
-                    &nr,
-                    true,
-                ))
+                let q = ChildQuery {
+                    offered: &sa_p.proposals,
+                    tsi: &tsi,
+                    tsr: &tsr,
+                    ignore_ke: true,
+                    prefer_ke: None,
+                    only: None,
+                };
+                Some(self.create_child(ctx, &q, None, None, &ni, &nr))
             }
             _ => None,
         };
@@ -239,27 +236,14 @@ impl IkeSa {
     pub(super) fn create_child(
         &mut self,
         ctx: &mut Ctx<'_>,
-        offered: &[ProposalRepr],
-        tsi: &[crate::ts::TrafficSelector],
-        tsr: &[crate::ts::TrafficSelector],
-        rekeys: Option<(u32, Arc<str>)>,
+        q: &ChildQuery<'_>,
+        rekeys: Option<u32>,
         g_ir: Option<&[u8]>,
         ni: &[u8],
         nr: &[u8],
-        first: bool,
     ) -> Result<ChildAnswer, NotifyType> {
         let conn = self.conn.clone();
-        let only = rekeys.as_ref().map(|(_, n)| &**n);
-        let choice = match select_child(
-            &conn,
-            offered,
-            tsi,
-            tsr,
-            self.local.ip(),
-            self.remote.ip(),
-            first,
-            only,
-        ) {
+        let choice = match select_child(&conn, q, self.local.ip(), self.remote.ip()) {
             Ok(c) => c,
             Err(reason) => {
                 tracing::info!(ike_sa = %self.id, ?reason, "CHILD_SA request refused");
@@ -315,7 +299,7 @@ impl IkeSa {
                 remote: self.remote,
                 encap: self.encap(),
                 resource: None,
-                rekeys: rekeys.map(|(s, _)| s),
+                rekeys,
             },
         );
         match installed {

@@ -14,7 +14,7 @@
 
 use super::IkeSa;
 use super::requests::notify;
-use crate::child::{select_child, ts_from};
+use crate::child::{ChildQuery, select_child, ts_from};
 use crate::ctx::Ctx;
 use crate::event::Reason;
 use crate::sa::State;
@@ -108,21 +108,20 @@ impl IkeSa {
                 );
             }
         };
-        // Which group, if any, does the chosen proposal need?
+        // Which group, if any, does the chosen proposal need? The group
+        // of KEi if acceptable (§1.3), else the first acceptable one.
         let conn = self.conn.clone();
-        let only = rekeys.as_ref().map(|(_, n)| &**n);
-        let want_ke = select_child(
-            &conn,
-            &sa_p.proposals,
-            &tsi,
-            &tsr,
-            self.local.ip(),
-            self.remote.ip(),
-            false,
-            only,
-        )
-        .ok()
-        .and_then(|c| c.selected.ke);
+        let q = ChildQuery {
+            offered: &sa_p.proposals,
+            tsi: &tsi,
+            tsr: &tsr,
+            ignore_ke: false,
+            prefer_ke: ke_p.and_then(|k| KeGroup::from_iana(k.group)),
+            only: rekeys.as_ref().map(|(_, n)| &**n),
+        };
+        let want_ke = select_child(&conn, &q, self.local.ip(), self.remote.ip())
+            .ok()
+            .and_then(|c| c.selected.ke);
         let mut nr = vec![0u8; ctx.config.nonce_len];
         ctx.rng.fill_public(&mut nr);
         let mut our_ke = None;
@@ -171,17 +170,9 @@ impl IkeSa {
                 }
             }
         };
-        let result = self.create_child(
-            ctx,
-            &sa_p.proposals,
-            &tsi,
-            &tsr,
-            rekeys,
-            g_ir.as_ref().map(|s| s.as_slice()),
-            ni,
-            &nr,
-            false,
-        );
+        let rekeys_spi = rekeys.as_ref().map(|(spi, _)| *spi);
+        let g = g_ir.as_ref().map(|s| s.as_slice());
+        let result = self.create_child(ctx, &q, rekeys_spi, g, ni, &nr);
         match result {
             Ok(answer) => {
                 let mut out = vec![

@@ -120,6 +120,10 @@ impl IkeSa {
         to: SocketAddr,
     ) -> Result<(), RequestDrop> {
         let h = msg.header;
+        if h.message_id == u32::MAX {
+            // §2.2: IDs never wrap; the peer should have rekeyed.
+            return Err(RequestDrop::OutOfWindow);
+        }
         if h.message_id != self.expected_mid {
             // §2.1: a retransmitted request gets the same response again.
             if let Some((_, p)) = self.responses.iter().find(|(m, _)| *m == h.message_id) {

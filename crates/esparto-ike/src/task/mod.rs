@@ -170,6 +170,13 @@ pub(crate) fn send(sa: &mut IkeSa, ctx: &mut Ctx<'_>, mut task: Task) {
     } else {
         sa.next_mid
     };
+    if mid == u32::MAX {
+        // §2.2: message IDs must not wrap; the IKE SA should have been
+        // rekeyed long before. Give up rather than reuse an ID.
+        task.release(ctx);
+        sa.die(ctx, Reason::Local("message IDs exhausted"));
+        return;
+    }
     match task.build(sa, ctx, mid) {
         Ok(packet) => {
             sa.next_mid = mid + 1;
@@ -278,6 +285,9 @@ pub(crate) fn on_response(
 /// the answer (used right before giving up an SA, §2.21.2).
 pub(crate) fn informational_notify(sa: &mut IkeSa, ctx: &mut Ctx<'_>, kind: NotifyType) {
     let mid = sa.next_mid;
+    if mid == u32::MAX {
+        return;
+    }
     let n = PayloadRepr::Notify(esparto_wire::ike::NotifyRepr::new(kind, &[]));
     if let Ok(packet) = sa.encode(ExchangeType::INFORMATIONAL, false, mid, &[n]) {
         sa.next_mid += 1;
