@@ -150,14 +150,8 @@ fn run(a: RunArgs) -> Result<ExitCode> {
         }
     };
     let control = a.control.unwrap_or_else(|| config.daemon.control.clone());
-    // LEAD: `crate::daemon::run(config, &control)` goes here once the daemon
-    // loop exists (it should bind `control::ControlServer` on `control` and
-    // answer `Request::Status` from `Gateway::status`).
-    let _ = (&config, &control);
-    anyhow::bail!(
-        "{}: configuration is valid, but the daemon loop is not wired into `esparto run` yet",
-        a.config.display()
-    )
+    crate::daemon::run(config, &control)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn status(a: StatusArgs) -> Result<ExitCode> {

@@ -14,7 +14,6 @@ use esparto::testbed::traffic::{self, Iperf3Server};
 use esparto::testbed::{Family, missing};
 
 #[test]
-#[ignore = "needs the daemon: `esparto run --config F --control S` is not wired yet (run with --ignored once it is)"]
 fn esparto_static_keys_both_gateways() {
     let m = missing(false);
     if !m.is_empty() {

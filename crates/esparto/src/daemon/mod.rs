@@ -1,5 +1,7 @@
 //! The daemon: `esparto run`.
 
 mod gateway;
+mod run;
 
 pub use gateway::Gateway;
+pub use run::run;

@@ -220,12 +220,12 @@ impl EspartoConfig {
             list(&self.local_ts),
             list(&self.remote_ts)
         );
-        let _ = writeln!(
-            t,
-            "esp_proposals = [{}]\nper_cpu_sas = {}",
-            q(&self.esp_proposal),
-            q(&self.per_cpu_sas)
-        );
+        let _ = writeln!(t, "esp_proposals = [{}]", q(&self.esp_proposal));
+        // Static SAs fix their per-worker SAs in the pairs; the option is
+        // for negotiated children only (the validator refuses it otherwise).
+        if !matches!(self.keying, Keying::Static(_)) {
+            let _ = writeln!(t, "per_cpu_sas = {}", q(&self.per_cpu_sas));
+        }
         match &self.keying {
             Keying::Static(pairs) => {
                 for p in pairs {
