@@ -28,7 +28,9 @@ pub fn status_text(s: &Status) -> String {
         if s.workers.len() == 1 { "" } else { "s" }
     );
     for w in &s.workers {
-        let cpu = w.cpu.map_or_else(|| "unpinned".to_string(), |c| format!("cpu {c}"));
+        let cpu = w
+            .cpu
+            .map_or_else(|| "unpinned".to_string(), |c| format!("cpu {c}"));
         let _ = writeln!(
             out,
             "worker {} ({cpu}): tx {} packets, rx {} packets, {}",
@@ -52,9 +54,14 @@ pub fn sa_table(sas: &[SaStatus]) -> String {
     let mut sorted: Vec<&SaStatus> = sas.iter().collect();
     // Group by child; within it keep the daemon's order (fallback first).
     sorted.sort_by(|a, b| (&a.connection, &a.child).cmp(&(&b.connection, &b.child)));
-    let header = ["CHILD", "SPI", "DIR", "ROLE", "WORKER", "SUITE", "PEER", "PACKETS", "BYTES", "LAST SEQ", "AGE", "DROPS"];
+    let header = [
+        "CHILD", "SPI", "DIR", "ROLE", "WORKER", "SUITE", "PEER", "PACKETS", "BYTES", "LAST SEQ",
+        "AGE", "DROPS",
+    ];
     // Numeric columns are right-aligned.
-    let right = [false, false, false, false, true, false, false, true, true, true, true, false];
+    let right = [
+        false, false, false, false, true, false, false, true, true, true, true, false,
+    ];
     let rows: Vec<[String; 12]> = sorted
         .iter()
         .map(|sa| {
@@ -112,7 +119,11 @@ pub fn sa_table(sas: &[SaStatus]) -> String {
 
 /// `"replay 3, icv_failure 1"`, or `"no drops"` / `"-"`.
 fn drops(d: &BTreeMap<String, u64>, prefix: &str) -> String {
-    let nonzero: Vec<String> = d.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+    let nonzero: Vec<String> = d
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
     match (nonzero.is_empty(), prefix.is_empty()) {
         (true, true) => "-".into(),
         (true, false) => "no drops".into(),
@@ -171,10 +182,22 @@ mod tests {
 
     #[test]
     fn full_status() {
-        let mut w0 = WorkerStatus { worker: 0, cpu: Some(0), tx_packets: 120, rx_packets: 7, drops: BTreeMap::new() };
+        let mut w0 = WorkerStatus {
+            worker: 0,
+            cpu: Some(0),
+            tx_packets: 120,
+            rx_packets: 7,
+            drops: BTreeMap::new(),
+        };
         w0.drops.insert("replay".into(), 3);
         w0.drops.insert("icv_failure".into(), 0);
-        let w1 = WorkerStatus { worker: 1, cpu: None, tx_packets: 0, rx_packets: 0, drops: BTreeMap::new() };
+        let w1 = WorkerStatus {
+            worker: 1,
+            cpu: None,
+            tx_packets: 0,
+            rx_packets: 0,
+            drops: BTreeMap::new(),
+        };
         let mut in0 = sa("lan", "c0000101", "in", "fallback", 1, 7);
         in0.drops.insert("replay".into(), 3);
         let s = Status {
@@ -202,10 +225,22 @@ site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7 
     #[test]
     fn groups_by_child_and_handles_no_sas() {
         assert_eq!(sa_table(&[]), "no SAs\n");
-        let t = sa_table(&[sa("b", "2", "in", "sub", 0, 1), sa("a", "1", "in", "single", 0, 1), sa("b", "3", "out", "sub", 1, 1)]);
-        let children: Vec<&str> = t.lines().skip(1).map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+        let t = sa_table(&[
+            sa("b", "2", "in", "sub", 0, 1),
+            sa("a", "1", "in", "single", 0, 1),
+            sa("b", "3", "out", "sub", 1, 1),
+        ]);
+        let children: Vec<&str> = t
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().next().unwrap_or(""))
+            .collect();
         assert_eq!(children, ["site/a", "site/b", "site/b"]);
-        let spis: Vec<&str> = t.lines().skip(1).map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect();
+        let spis: Vec<&str> = t
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().nth(1).unwrap_or(""))
+            .collect();
         assert_eq!(spis, ["1", "2", "3"], "stable within a child");
     }
 }

@@ -153,8 +153,18 @@ mod tests {
         // Same local side, disjoint remote sides: no packet matches both.
         assert!(!pairs_overlap(&l, &r, &l, &ts("10.3.0.0/16")));
         // Same addresses, different protocols on the two sides of one packet.
-        assert!(!pairs_overlap(&l, &r, &ts("10.1.0.0/16[tcp]"), &ts("10.2.0.0/16[udp]")));
-        assert!(pairs_overlap(&l, &r, &ts("10.1.0.0/16[tcp]"), &ts("10.2.0.0/16")));
+        assert!(!pairs_overlap(
+            &l,
+            &r,
+            &ts("10.1.0.0/16[tcp]"),
+            &ts("10.2.0.0/16[udp]")
+        ));
+        assert!(pairs_overlap(
+            &l,
+            &r,
+            &ts("10.1.0.0/16[tcp]"),
+            &ts("10.2.0.0/16")
+        ));
         // Disjoint ports.
         assert!(!pairs_overlap(
             &ts("10.1.0.0/16[tcp/80]"),

@@ -14,13 +14,11 @@
 //! one, and `life_*` defaults to `rekey_*` plus 10 %. An IKE child rekeys
 //! after one hour by default; a static child has no limits by default,
 //! because nothing could rekey it and a hard limit would simply cut the
-//! tunnel.
+//! tunnel. The `static_sas` pairs themselves are parsed in `static_sas`.
 
 use std::net::IpAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use esparto_crypto::{EspSuite, SecretBytes};
 use esparto_esp::{DEFAULT_WINDOW, Lifetime, MAX_WINDOW, TrafficSelector};
 use esparto_ike::proposal::Proposal;
 use esparto_ike::{ChildConfig, StartAction, TsConfig};
@@ -28,11 +26,12 @@ use esparto_ike::{ChildConfig, StartAction, TsConfig};
 use super::check::{ChildSeen, Located};
 use super::daemon::MAX_WORKERS;
 use super::error::KeyPath;
-use super::model::{Child, PerCpuSas, StaticPair, StaticSas};
+use super::model::{Child, PerCpuSas, StaticSas};
+use super::static_sas;
 use super::tree::{Cx, Field, Kind, Node};
 use super::value::{
-    Selector, fmt_duration, keymat_layout, parse_esp_proposal, parse_hex_secret, parse_selector,
-    resolve_selector, static_suite, to_ike_ts,
+    Selector, fmt_duration, parse_esp_proposal, parse_selector, resolve_selector, static_suite,
+    to_ike_ts,
 };
 
 /// ESP proposals of an IKE child that does not list any (the AEADs Esparto
@@ -69,11 +68,20 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("updown", "updown scripts are not implemented"),
     ("hostaccess", "updown scripts are not implemented"),
     ("ipcomp", "IPComp negotiation is not implemented"),
-    ("dpd_action", "set DPD on the connection (dpd_delay); actions are not implemented"),
+    (
+        "dpd_action",
+        "set DPD on the connection (dpd_delay); actions are not implemented",
+    ),
     ("close_action", "close actions are not implemented"),
     ("inactivity", "inactivity timeouts are not implemented"),
-    ("reqid", "reqids are an XFRM notion; Esparto has no kernel SAs"),
-    ("priority", "policy priorities are not implemented (overlapping children are refused)"),
+    (
+        "reqid",
+        "reqids are an XFRM notion; Esparto has no kernel SAs",
+    ),
+    (
+        "priority",
+        "policy priorities are not implemented (overlapping children are refused)",
+    ),
     ("interface", "policies are not bound to interfaces"),
     ("mark_in", "XFRM marks do not exist in Esparto"),
     ("mark_out", "XFRM marks do not exist in Esparto"),
@@ -85,13 +93,14 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("copy_df", "not configurable"),
     ("copy_ecn", "not configurable"),
     ("copy_dscp", "not configurable"),
-    ("sha256_96", "only RFC 4868's 128-bit truncation is implemented"),
+    (
+        "sha256_96",
+        "only RFC 4868's 128-bit truncation is implemented",
+    ),
     ("policies", "policies are always installed"),
     ("policies_fwd_out", "policies are always installed"),
     ("label", "security labels are not implemented"),
 ];
-
-const PAIR_KEYS: &[&str] = &["in_spi", "out_spi", "in_key", "out_key", "in_key_file", "out_key_file"];
 
 /// The connection-level facts a child needs.
 pub(crate) struct ConnCtx<'a> {
@@ -114,7 +123,13 @@ pub(crate) struct Parsed {
 }
 
 /// Parse one child table. Returns `None` if it had errors.
-pub(crate) fn parse(cx: &mut Cx<'_>, conn: &ConnCtx<'_>, name: &str, node: &Node, path: &KeyPath) -> Option<Parsed> {
+pub(crate) fn parse(
+    cx: &mut Cx<'_>,
+    conn: &ConnCtx<'_>,
+    name: &str,
+    node: &Node,
+    path: &KeyPath,
+) -> Option<Parsed> {
     let errors_before = cx.error_count();
     cx.check_keys(node, path, KEYS, UNSUPPORTED);
     let static_field = node.field(path, "static_sas");
@@ -129,14 +144,41 @@ pub(crate) fn parse(cx: &mut Cx<'_>, conn: &ConnCtx<'_>, name: &str, node: &Node
         in_spis: vec![],
         out_spis: vec![],
     };
-    let local_cfg = selectors(cx, node, path, "local_ts", is_static, conn.local, &mut seen.local);
-    let remote_cfg = selectors(cx, node, path, "remote_ts", is_static, conn.remote, &mut seen.remote);
+    let local_cfg = selectors(
+        cx,
+        node,
+        path,
+        "local_ts",
+        is_static,
+        conn.local,
+        &mut seen.local,
+    );
+    let remote_cfg = selectors(
+        cx,
+        node,
+        path,
+        "remote_ts",
+        is_static,
+        conn.remote,
+        &mut seen.remote,
+    );
     if !seen.local.is_empty() && !seen.remote.is_empty() {
-        let common = seen.local.iter().any(|l| seen.remote.iter().any(|r| l.value.addrs.family() == r.value.addrs.family()));
+        let common = seen.local.iter().any(|l| {
+            seen.remote
+                .iter()
+                .any(|r| l.value.addrs.family() == r.value.addrs.family())
+        });
         if !common {
-            let f = seen.remote.first().map(|r| (r.span.clone(), r.path.clone()));
+            let f = seen
+                .remote
+                .first()
+                .map(|r| (r.span.clone(), r.path.clone()));
             if let Some((span, p)) = f {
-                cx.err(&span, &p, "no address family in common with local_ts: no packet could match");
+                cx.err(
+                    &span,
+                    &p,
+                    "no address family in common with local_ts: no packet could match",
+                );
             }
         }
     }
@@ -166,11 +208,22 @@ pub(crate) fn parse(cx: &mut Cx<'_>, conn: &ConnCtx<'_>, name: &str, node: &Node
                 }
             }
         }
-        None if is_static => cx.err(&node.span, &path.key("esp_proposals"), "missing: a statically keyed child needs exactly one ESP proposal"),
+        None if is_static => cx.err(
+            &node.span,
+            &path.key("esp_proposals"),
+            "missing: a statically keyed child needs exactly one ESP proposal",
+        ),
         None => {
             for d in DEFAULT_ESP_PROPOSALS {
                 if let Ok(p) = parse_esp_proposal(d) {
-                    proposals.push((Field { node, path: path.key("esp_proposals") }, d, p));
+                    proposals.push((
+                        Field {
+                            node,
+                            path: path.key("esp_proposals"),
+                        },
+                        d,
+                        p,
+                    ));
                 }
             }
         }
@@ -185,7 +238,9 @@ pub(crate) fn parse(cx: &mut Cx<'_>, conn: &ConnCtx<'_>, name: &str, node: &Node
     }
 
     let replay_window = match node.field(path, "replay_window") {
-        Some(f) => cx.int::<u32>(&f, i64::from(MIN_REPLAY_WINDOW)..=i64::from(MAX_WINDOW)).unwrap_or(DEFAULT_WINDOW),
+        Some(f) => cx
+            .int::<u32>(&f, i64::from(MIN_REPLAY_WINDOW)..=i64::from(MAX_WINDOW))
+            .unwrap_or(DEFAULT_WINDOW),
         None => DEFAULT_WINDOW,
     };
     let lifetime = lifetimes(cx, node, path, is_static);
@@ -195,9 +250,14 @@ pub(crate) fn parse(cx: &mut Cx<'_>, conn: &ConnCtx<'_>, name: &str, node: &Node
     let mut per_cpu_max = conn.workers;
     let mut start_action = StartAction::None;
     for key in ["per_cpu_sas", "per_cpu_max", "start_action"] {
-        let Some(f) = node.field(path, key) else { continue };
+        let Some(f) = node.field(path, key) else {
+            continue;
+        };
         if is_static {
-            cx.err_at(&f, "has no effect on a statically keyed child (its static_sas pairs fix the SAs)");
+            cx.err_at(
+                &f,
+                "has no effect on a statically keyed child (its static_sas pairs fix the SAs)",
+            );
             continue;
         }
         match key {
@@ -233,15 +293,31 @@ pub(crate) fn parse(cx: &mut Cx<'_>, conn: &ConnCtx<'_>, name: &str, node: &Node
     if let Some(f) = static_field {
         if proposals.len() > 1 {
             let (fld, _, _) = &proposals[1];
-            cx.err_at(fld, format!("a statically keyed child takes exactly one ESP proposal, found {}", proposals.len()));
+            cx.err_at(
+                fld,
+                format!(
+                    "a statically keyed child takes exactly one ESP proposal, found {}",
+                    proposals.len()
+                ),
+            );
         } else if let Some((fld, text, p)) = proposals.first() {
             match static_suite(text, p) {
                 Ok((suite, esn)) => {
-                    let pairs = static_pairs(cx, &f, suite, &mut seen);
+                    let pairs = static_sas::parse(cx, &f, suite, &mut seen);
                     if pairs.len() > MAX_WORKERS + 1 {
-                        cx.err_at(&f, format!("{} pairs: at most one fallback and {MAX_WORKERS} per-worker pairs", pairs.len()));
+                        cx.err_at(
+                            &f,
+                            format!(
+                                "{} pairs: at most one fallback and {MAX_WORKERS} per-worker pairs",
+                                pairs.len()
+                            ),
+                        );
                     }
-                    per_cpu_sas = if pairs.len() > 1 { PerCpuSas::Eager } else { PerCpuSas::No };
+                    per_cpu_sas = if pairs.len() > 1 {
+                        PerCpuSas::Eager
+                    } else {
+                        PerCpuSas::No
+                    };
                     per_cpu_max = pairs.len().saturating_sub(1).max(1);
                     static_sas = Some(StaticSas { suite, esn, pairs });
                 }
@@ -292,13 +368,25 @@ fn selectors(
 ) -> Vec<TsConfig> {
     let Some(f) = node.field(path, key) else {
         if is_static {
-            cx.err(&node.span, &path.key(key), "missing: a statically keyed child needs fixed traffic selectors");
+            cx.err(
+                &node.span,
+                &path.key(key),
+                "missing: a statically keyed child needs fixed traffic selectors",
+            );
             return vec![];
         }
         // swanctl's default: the IKE address of that side.
-        let d = TsConfig::Dynamic { protocol: 0, start_port: 0, end_port: u16::MAX };
+        let d = TsConfig::Dynamic {
+            protocol: 0,
+            start_port: 0,
+            end_port: u16::MAX,
+        };
         if let Some(a) = addr {
-            out.push(Located { value: resolve_selector(&Selector::Dynamic(d), a), span: node.span.clone(), path: path.key(key) });
+            out.push(Located {
+                value: resolve_selector(&Selector::Dynamic(d), a),
+                span: node.span.clone(),
+                path: path.key(key),
+            });
         }
         return vec![d];
     };
@@ -315,7 +403,11 @@ fn selectors(
                     Selector::Dynamic(_) => addr.map(|a| resolve_selector(&sel, a)),
                 };
                 if let Some(t) = ts {
-                    out.push(Located { value: t, span: fld.node.span.clone(), path: fld.path.clone() });
+                    out.push(Located {
+                        value: t,
+                        span: fld.node.span.clone(),
+                        path: fld.path.clone(),
+                    });
                 }
                 cfg.push(match sel {
                     Selector::Fixed(t) => TsConfig::Fixed(to_ike_ts(&t)),
@@ -342,7 +434,13 @@ fn limit(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str, time: bool) ->
                 }
             },
             _ => {
-                cx.err_at(&f, format!("expected a duration (\"30s\", \"4h\") or seconds, found {}", f.node.type_name()));
+                cx.err_at(
+                    &f,
+                    format!(
+                        "expected a duration (\"30s\", \"4h\") or seconds, found {}",
+                        f.node.type_name()
+                    ),
+                );
                 None
             }
         }
@@ -355,7 +453,16 @@ fn limit(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str, time: bool) ->
 fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> Lifetime {
     let mut lt = Lifetime::default();
     let kinds: [(&str, &str, bool, u64); 3] = [
-        ("rekey_time", "life_time", true, if is_static { 0 } else { DEFAULT_REKEY_TIME.as_secs() }),
+        (
+            "rekey_time",
+            "life_time",
+            true,
+            if is_static {
+                0
+            } else {
+                DEFAULT_REKEY_TIME.as_secs()
+            },
+        ),
         ("rekey_bytes", "life_bytes", false, 0),
         ("rekey_packets", "life_packets", false, 0),
     ];
@@ -366,7 +473,13 @@ fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> L
             (Some(s), Some(h)) => {
                 if s > 0 && h > 0 && h <= s {
                     if let Some(f) = node.field(path, hard_key) {
-                        let show = |v: u64| if time { fmt_duration(Duration::from_secs(v)) } else { v.to_string() };
+                        let show = |v: u64| {
+                            if time {
+                                fmt_duration(Duration::from_secs(v))
+                            } else {
+                                v.to_string()
+                            }
+                        };
                         cx.err_at(&f, format!("{hard_key} ({}) must be greater than {soft_key} ({}): the SA would die before it is rekeyed", show(h), show(s)));
                     }
                 }
@@ -376,7 +489,11 @@ fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> L
             // Only the hard limit given: rekey at the default, or at 90 % of
             // the hard limit if that comes first (static: never).
             (None, Some(h)) => {
-                let s = if h == 0 { default_soft } else { default_soft.min(h - h / 10) };
+                let s = if h == 0 {
+                    default_soft
+                } else {
+                    default_soft.min(h - h / 10)
+                };
                 (s, h)
             }
             (None, None) => (default_soft, default_soft.saturating_add(default_soft / 10)),
@@ -394,128 +511,4 @@ fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> L
         }
     }
     lt
-}
-
-/// Parse `static_sas`: an array of tables, one per SA pair.
-fn static_pairs(cx: &mut Cx<'_>, f: &Field<'_>, suite: EspSuite, seen: &mut ChildSeen) -> Vec<StaticPair> {
-    let Kind::Array(items) = &f.node.kind else {
-        cx.err_at(f, format!("expected an array of tables ([[...static_sas]]), found {}", f.node.type_name()));
-        return vec![];
-    };
-    if items.is_empty() {
-        cx.err_at(f, "no SA pairs");
-    }
-    let mut pairs = Vec::with_capacity(items.len());
-    for (i, n) in items.iter().enumerate() {
-        let p = f.path.index(i);
-        let Some(t) = cx.table(&Field { node: n, path: p.clone() }) else { continue };
-        cx.check_keys(t, &p, PAIR_KEYS, &[]);
-        let in_spi = spi(cx, t, &p, "in_spi", &mut seen.in_spis);
-        let out_spi = spi(cx, t, &p, "out_spi", &mut seen.out_spis);
-        let in_key = key(cx, t, &p, "in", suite);
-        let out_key = key(cx, t, &p, "out", suite);
-        if let (Some(in_spi), Some(out_spi), Some(in_key), Some(out_key)) = (in_spi, out_spi, in_key, out_key) {
-            pairs.push(StaticPair { in_spi, out_spi, in_key, out_key });
-        }
-    }
-    pairs
-}
-
-/// An SPI: an integer (TOML allows `0xc0000101`) or a `"0x…"` string.
-fn spi(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, key: &str, out: &mut Vec<Located<u32>>) -> Option<u32> {
-    let Some(f) = t.field(path, key) else {
-        cx.err(&t.span, &path.key(key), "missing");
-        return None;
-    };
-    let v: i64 = match &f.node.kind {
-        Kind::Int(i) => *i,
-        Kind::Str(s) => {
-            let h = s.trim();
-            let parsed = match h.strip_prefix("0x").or_else(|| h.strip_prefix("0X")) {
-                Some(hex) => i64::from_str_radix(hex, 16).ok(),
-                None => h.parse().ok(),
-            };
-            match parsed {
-                Some(v) => v,
-                None => {
-                    cx.err_at(&f, format!("'{s}' is not an SPI (a 32-bit number such as 0xc0000101)"));
-                    return None;
-                }
-            }
-        }
-        _ => {
-            cx.err_at(&f, format!("expected an SPI (0xc0000101), found {}", f.node.type_name()));
-            return None;
-        }
-    };
-    if (0..=255).contains(&v) {
-        // RFC 4303 §2.1: "The set of SPI values in the range 1 through 255
-        // are reserved by the Internet Assigned Numbers Authority (IANA)
-        // for future use"; zero is for local use and MUST NOT be sent.
-        cx.err_at(&f, format!("SPI {v} is reserved (RFC 4303 §2.1: 0 is local-only, 1–255 are reserved by IANA); use 256 or more"));
-        return None;
-    }
-    let Ok(v) = u32::try_from(v) else {
-        cx.err_at(&f, format!("{v} does not fit in a 32-bit SPI"));
-        return None;
-    };
-    out.push(Located { value: v, span: f.node.span.clone(), path: f.path.clone() });
-    Some(v)
-}
-
-/// `in_key`/`in_key_file` (or `out_…`): hex KEYMAT of exactly the suite's length.
-fn key(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, dir: &str, suite: EspSuite) -> Option<SecretBytes> {
-    let (k, kf) = (format!("{dir}_key"), format!("{dir}_key_file"));
-    let (inline, file) = (t.field(path, &k), t.field(path, &kf));
-    let (f, secret) = match (inline, file) {
-        (Some(a), Some(_)) => {
-            cx.err_at(&a, format!("give {k} or {kf}, not both"));
-            return None;
-        }
-        (None, None) => {
-            cx.err(&t.span, &path.key(&k), format!("missing (or {kf})"));
-            return None;
-        }
-        (Some(f), None) => {
-            let s = cx.str(&f)?;
-            (f.clone(), parse_hex_secret(s))
-        }
-        (None, Some(f)) => {
-            let name = cx.str(&f)?;
-            let secret = read_secret_file(&cx.dir, name).and_then(|text| {
-                let s = std::str::from_utf8(text.as_slice()).map_err(|_| format!("'{name}' is not text"))?;
-                parse_hex_secret(s).map_err(|e| format!("'{name}': {e}"))
-            });
-            (f.clone(), secret)
-        }
-    };
-    match secret {
-        Err(e) => {
-            cx.err_at(&f, e);
-            None
-        }
-        Ok(key) if key.len() != suite.keymat_len() => {
-            cx.err_at(
-                &f,
-                format!(
-                    "{} bytes, {} needs {} ({})",
-                    key.len(),
-                    suite.name(),
-                    suite.keymat_len(),
-                    keymat_layout(&suite)
-                ),
-            );
-            None
-        }
-        Ok(key) => Some(key),
-    }
-}
-
-/// Read a file holding a secret, relative to the configuration's directory.
-/// The bytes are returned in a buffer that is wiped when dropped.
-pub(crate) fn read_secret_file(dir: &Path, name: &str) -> Result<SecretBytes, String> {
-    let p = dir.join(name);
-    std::fs::read(&p)
-        .map(SecretBytes::from)
-        .map_err(|e| format!("cannot read '{}': {e}", p.display()))
 }

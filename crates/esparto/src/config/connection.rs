@@ -15,9 +15,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use esparto_ike::AuthConfig;
 use esparto_ike::identity::Identity;
 use esparto_ike::proposal::Proposal;
-use esparto_ike::AuthConfig;
 
 use super::check::ChildSeen;
 use super::child::{self, ConnCtx};
@@ -27,8 +27,11 @@ use super::tree::{Cx, Field, Kind, Node, Span};
 use super::value::{parse_addr, parse_duration, parse_ike_proposal};
 
 /// IKE proposals of a connection that does not list any.
-pub const DEFAULT_IKE_PROPOSALS: &[&str] =
-    &["aes256gcm16-prfsha256-x25519", "aes128gcm16-prfsha256-ecp256", "aes256-sha256-modp3072"];
+pub const DEFAULT_IKE_PROPOSALS: &[&str] = &[
+    "aes256gcm16-prfsha256-x25519",
+    "aes128gcm16-prfsha256-ecp256",
+    "aes256-sha256-modp3072",
+];
 /// Default ESP-in-UDP port of the peer (RFC 3948 §2.1).
 pub const DEFAULT_REMOTE_PORT: u16 = 4500;
 
@@ -45,22 +48,47 @@ const KEYS: &[&str] = &[
     "children",
 ];
 /// Keys that configure IKE: refused when no child uses IKE.
-const IKE_KEYS: &[&str] = &["version", "proposals", "encap", "dpd_delay", "local", "remote"];
+const IKE_KEYS: &[&str] = &[
+    "version",
+    "proposals",
+    "encap",
+    "dpd_delay",
+    "local",
+    "remote",
+];
 
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("rekey_time", "IKE SA rekeying is not implemented yet (issue 4); children rekey with their own rekey_time"),
+    (
+        "rekey_time",
+        "IKE SA rekeying is not implemented yet (issue 4); children rekey with their own rekey_time",
+    ),
     ("reauth_time", "reauthentication is not implemented"),
-    ("over_time", "IKE SA rekeying is not implemented yet (issue 4)"),
-    ("rand_time", "IKE SA rekeying is not implemented yet (issue 4)"),
+    (
+        "over_time",
+        "IKE SA rekeying is not implemented yet (issue 4)",
+    ),
+    (
+        "rand_time",
+        "IKE SA rekeying is not implemented yet (issue 4)",
+    ),
     ("local_port", "the local IKE port is daemon.ike_port"),
     ("mobike", "MOBIKE (RFC 4555) is not implemented"),
-    ("fragmentation", "IKE fragmentation (RFC 7383) is not implemented"),
-    ("childless", "childless IKE SAs (RFC 6023) are not implemented"),
+    (
+        "fragmentation",
+        "IKE fragmentation (RFC 7383) is not implemented",
+    ),
+    (
+        "childless",
+        "childless IKE SAs (RFC 6023) are not implemented",
+    ),
     ("send_certreq", "certificates are not supported (PSK only)"),
     ("send_cert", "certificates are not supported (PSK only)"),
     ("ocsp", "certificates are not supported (PSK only)"),
     ("ppk_id", "post-quantum PPKs (RFC 8784) are not implemented"),
-    ("ppk_required", "post-quantum PPKs (RFC 8784) are not implemented"),
+    (
+        "ppk_required",
+        "post-quantum PPKs (RFC 8784) are not implemented",
+    ),
     ("keyingtries", "retransmission is configured globally"),
     ("unique", "the uniqueness policy is not configurable"),
     ("aggressive", "aggressive mode is IKEv1"),
@@ -79,7 +107,10 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 const AUTH_KEYS: &[&str] = &["auth", "id"];
 const AUTH_UNSUPPORTED: &[(&str, &str)] = &[
     ("certs", "certificates are not supported (PSK only)"),
-    ("pubkeys", "public key authentication is not supported (PSK only)"),
+    (
+        "pubkeys",
+        "public key authentication is not supported (PSK only)",
+    ),
     ("cacerts", "certificates are not supported (PSK only)"),
     ("ca_id", "certificates are not supported (PSK only)"),
     ("cert_policy", "certificates are not supported (PSK only)"),
@@ -88,7 +119,10 @@ const AUTH_UNSUPPORTED: &[(&str, &str)] = &[
     ("aaa_id", "EAP is not supported (PSK only)"),
     ("xauth_id", "XAuth is IKEv1"),
     ("groups", "group membership is not supported"),
-    ("round", "multiple authentication rounds (RFC 4739) are not supported"),
+    (
+        "round",
+        "multiple authentication rounds (RFC 4739) are not supported",
+    ),
 ];
 
 /// A PSK the connection will need: checked against `[secrets]` once both are parsed.
@@ -122,16 +156,34 @@ pub(crate) fn parse_all(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon) -> Parsed
     };
     for e in t.entries() {
         let path = f.path.key(&e.key);
-        let Some(n) = cx.table(&Field { node: &e.value, path: path.clone() }) else { continue };
+        let Some(n) = cx.table(&Field {
+            node: &e.value,
+            path: path.clone(),
+        }) else {
+            continue;
+        };
         if let Some((c, s)) = parse_one(cx, daemon, &e.key, n, &path) {
             if let Some(ike) = &c.ike {
-                let local = ike.local.id.clone().or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
-                let remote = ike.remote.id.clone().or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));
+                let local = ike
+                    .local
+                    .id
+                    .clone()
+                    .or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
+                let remote = ike
+                    .remote
+                    .id
+                    .clone()
+                    .or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));
                 let (local, remote) = match (local, remote) {
                     (Some(l), Some(r)) if !r.is_any() => (Some(l), Some(r)),
                     _ => (None, None),
                 };
-                out.psk_needs.push(PskNeed { span: n.span.clone(), path: path.clone(), local, remote });
+                out.psk_needs.push(PskNeed {
+                    span: n.span.clone(),
+                    path: path.clone(),
+                    local,
+                    remote,
+                });
             }
             out.connections.push(c);
             out.seen.extend(s);
@@ -141,8 +193,15 @@ pub(crate) fn parse_all(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon) -> Parsed
 }
 
 /// The addresses of `key`, and where they were written.
-fn addrs(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str) -> (Vec<IpAddr>, Option<(Span, KeyPath)>) {
-    let Some(f) = node.field(path, key) else { return (vec![], None) };
+fn addrs(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    key: &str,
+) -> (Vec<IpAddr>, Option<(Span, KeyPath)>) {
+    let Some(f) = node.field(path, key) else {
+        return (vec![], None);
+    };
     let mut out = Vec::new();
     for (fld, s) in cx.str_list(&f) {
         if s == "%any" || s == "%any4" || s == "%any6" {
@@ -150,7 +209,10 @@ fn addrs(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str) -> (Vec<IpAddr
         }
         match parse_addr(s) {
             Ok(a) if a.is_unspecified() || a.is_multicast() => {
-                cx.err_at(&fld, format!("'{s}' cannot be a tunnel endpoint (unspecified or multicast)"));
+                cx.err_at(
+                    &fld,
+                    format!("'{s}' cannot be a tunnel endpoint (unspecified or multicast)"),
+                );
             }
             Ok(a) if out.contains(&a) => cx.err_at(&fld, format!("'{s}' is listed twice")),
             Ok(a) => out.push(a),
@@ -160,15 +222,24 @@ fn addrs(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str) -> (Vec<IpAddr
     (out, Some((f.node.span.clone(), f.path.clone())))
 }
 
-fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &KeyPath) -> Option<(Connection, Vec<ChildSeen>)> {
+fn parse_one(
+    cx: &mut Cx<'_>,
+    daemon: &Daemon,
+    name: &str,
+    node: &Node,
+    path: &KeyPath,
+) -> Option<(Connection, Vec<ChildSeen>)> {
     let before = cx.error_count();
     cx.check_keys(node, path, KEYS, UNSUPPORTED);
     let addr_errors = cx.error_count();
     let (local_addrs, _) = addrs(cx, node, path, "local_addrs");
     let (remote_addrs, remote_field) = addrs(cx, node, path, "remote_addrs");
     // Only complain that addresses are missing when none were misspelt.
-    let addrs_missing = cx.error_count() == addr_errors && (local_addrs.is_empty() || remote_addrs.is_empty());
-    if let (Some(l), Some(r), Some((span, p))) = (local_addrs.first(), remote_addrs.first(), &remote_field) {
+    let addrs_missing =
+        cx.error_count() == addr_errors && (local_addrs.is_empty() || remote_addrs.is_empty());
+    if let (Some(l), Some(r), Some((span, p))) =
+        (local_addrs.first(), remote_addrs.first(), &remote_field)
+    {
         if l.is_ipv4() != r.is_ipv4() {
             cx.err(span, p, format!("first remote address {r} is not of the same family as the first local address {l}"));
         }
@@ -189,7 +260,11 @@ fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &K
         workers: daemon.workers,
     };
     match node.field(path, "children") {
-        None => cx.err(&node.span, &path.key("children"), "missing: a connection needs at least one child"),
+        None => cx.err(
+            &node.span,
+            &path.key("children"),
+            "missing: a connection needs at least one child",
+        ),
         Some(f) => {
             if let Some(t) = cx.table(&f) {
                 if t.entries().is_empty() {
@@ -197,7 +272,12 @@ fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &K
                 }
                 for e in t.entries() {
                     let cp = f.path.key(&e.key);
-                    let Some(cn) = cx.table(&Field { node: &e.value, path: cp.clone() }) else { continue };
+                    let Some(cn) = cx.table(&Field {
+                        node: &e.value,
+                        path: cp.clone(),
+                    }) else {
+                        continue;
+                    };
                     if cn.get("static_sas").is_some() && addrs_missing {
                         cx.err(&cn.span, &cp, "a statically keyed child needs explicit local_addrs and remote_addrs on its connection (nothing negotiates them)");
                     }
@@ -216,10 +296,24 @@ fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &K
     // IKE, if any child is negotiated.
     let uses_ike = node
         .get("children")
-        .map(|c| c.value.entries().iter().any(|e| e.value.get("static_sas").is_none()))
+        .map(|c| {
+            c.value
+                .entries()
+                .iter()
+                .any(|e| e.value.get("static_sas").is_none())
+        })
         .unwrap_or(false);
     let ike = if uses_ike {
-        ike_settings(cx, daemon, name, node, path, &local_addrs, &remote_addrs, ike_children)
+        ike_settings(
+            cx,
+            daemon,
+            name,
+            node,
+            path,
+            &local_addrs,
+            &remote_addrs,
+            ike_children,
+        )
     } else {
         for k in IKE_KEYS {
             if let Some(e) = node.get(k) {
@@ -233,7 +327,14 @@ fn parse_one(cx: &mut Cx<'_>, daemon: &Daemon, name: &str, node: &Node, path: &K
         return None;
     }
     Some((
-        Connection { name: name.to_string(), local_addrs, remote_addrs, remote_port, ike, children },
+        Connection {
+            name: name.to_string(),
+            local_addrs,
+            remote_addrs,
+            remote_port,
+            ike,
+            children,
+        },
         seen,
     ))
 }
@@ -252,7 +353,12 @@ fn ike_settings(
     if let Some(f) = node.field(path, "version") {
         if let Some(v) = cx.int::<u8>(&f, 0..=255) {
             if v != 2 {
-                cx.err_at(&f, format!("IKE version {v}: only IKEv2 (RFC 7296) is implemented; write version = 2"));
+                cx.err_at(
+                    &f,
+                    format!(
+                        "IKE version {v}: only IKEv2 (RFC 7296) is implemented; write version = 2"
+                    ),
+                );
             }
         }
     }
@@ -264,7 +370,11 @@ fn ike_settings(
                 cx.err_at(&f, "no proposals");
             }
             for (fld, s) in items {
-                let list: Vec<&str> = if s == "default" { DEFAULT_IKE_PROPOSALS.to_vec() } else { vec![s] };
+                let list: Vec<&str> = if s == "default" {
+                    DEFAULT_IKE_PROPOSALS.to_vec()
+                } else {
+                    vec![s]
+                };
                 for s in list {
                     match parse_ike_proposal(s) {
                         Ok(p) => proposals.push(p),
@@ -273,10 +383,18 @@ fn ike_settings(
                 }
             }
         }
-        None => proposals.extend(DEFAULT_IKE_PROPOSALS.iter().filter_map(|s| parse_ike_proposal(s).ok())),
+        None => proposals.extend(
+            DEFAULT_IKE_PROPOSALS
+                .iter()
+                .filter_map(|s| parse_ike_proposal(s).ok()),
+        ),
     }
     if proposals.len() > 255 {
-        cx.err(&node.span, &path.key("proposals"), "more than 255 proposals (RFC 7296 §3.3: the proposal number is one octet)");
+        cx.err(
+            &node.span,
+            &path.key("proposals"),
+            "more than 255 proposals (RFC 7296 §3.3: the proposal number is one octet)",
+        );
     }
     let encap = match node.field(path, "encap") {
         Some(f) => cx.bool(&f).unwrap_or(true),
@@ -289,7 +407,10 @@ fn ike_settings(
                 Kind::Int(_) => cx.int::<u64>(&f, 0..=86_400).map(Duration::from_secs),
                 Kind::Str(s) => parse_duration(s).map_err(|e| cx.err_at(&f, e)).ok(),
                 _ => {
-                    cx.err_at(&f, format!("expected a duration, found {}", f.node.type_name()));
+                    cx.err_at(
+                        &f,
+                        format!("expected a duration, found {}", f.node.type_name()),
+                    );
                     None
                 }
             };
@@ -320,13 +441,18 @@ fn ike_settings(
 
 fn auth(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, side: &str) -> AuthConfig {
     let mut a = AuthConfig { id: None };
-    let Some(f) = node.field(path, side) else { return a };
+    let Some(f) = node.field(path, side) else {
+        return a;
+    };
     let Some(t) = cx.table(&f) else { return a };
     cx.check_keys(t, &f.path, AUTH_KEYS, AUTH_UNSUPPORTED);
     if let Some(af) = t.field(&f.path, "auth") {
         if let Some(s) = cx.str(&af) {
             if s != "psk" {
-                cx.err_at(&af, format!("'{s}': only psk authentication is implemented"));
+                cx.err_at(
+                    &af,
+                    format!("'{s}': only psk authentication is implemented"),
+                );
             }
         }
     }

@@ -32,12 +32,17 @@ const MAX_SOCKET_PATH: usize = 107;
 /// Longest interface name: IFNAMSIZ is 16 with the NUL (netdevice(7)).
 const MAX_IFNAME: usize = 15;
 
-const KEYS: &[&str] = &["workers", "control", "tun", "port", "ike_port", "path_mtu", "log"];
+const KEYS: &[&str] = &[
+    "workers", "control", "tun", "port", "ike_port", "path_mtu", "log",
+];
 
 /// The number of workers when the file does not say: the CPUs this process
 /// may run on (its affinity mask, not the machine's CPU count).
 pub fn default_workers() -> usize {
-    esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).clamp(1, MAX_WORKERS)
+    esparto_io::cpu::allowed_cpus()
+        .map(|c| c.len())
+        .unwrap_or(1)
+        .clamp(1, MAX_WORKERS)
 }
 
 /// Parse `[daemon]` (absent: all defaults).
@@ -86,7 +91,9 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     }
     if let Some(f) = t.field(&path, "tun") {
         if let Some(s) = cx.str(&f) {
-            let ok_chars = s.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != ':');
+            let ok_chars = s
+                .chars()
+                .all(|c| c.is_ascii_graphic() && c != '/' && c != ':');
             if s.is_empty() || s.len() > MAX_IFNAME || !ok_chars || s == "." || s == ".." {
                 cx.err_at(
                     &f,

@@ -118,7 +118,9 @@ impl KeyPath {
     /// `self.key`.
     pub(crate) fn key(&self, key: &str) -> Self {
         let bare = !key.is_empty()
-            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         let mut s = self.0.clone();
         if !s.is_empty() {
             s.push('.');
@@ -167,10 +169,16 @@ mod tests {
 
     #[test]
     fn paths_quote_non_bare_keys() {
-        let p = KeyPath::root().key("connections").key("a.b").key("children").key("lan");
+        let p = KeyPath::root()
+            .key("connections")
+            .key("a.b")
+            .key("children")
+            .key("lan");
         assert_eq!(p.as_str(), "connections.\"a.b\".children.lan");
-        assert_eq!(p.key("static_sas").index(1).key("in_key").as_str(),
-            "connections.\"a.b\".children.lan.static_sas[1].in_key");
+        assert_eq!(
+            p.key("static_sas").index(1).key("in_key").as_str(),
+            "connections.\"a.b\".children.lan.static_sas[1].in_key"
+        );
     }
 
     #[test]
@@ -183,6 +191,9 @@ mod tests {
             message: m.into(),
         };
         let errs = ConfigErrors(vec![e(3, "daemon.port", "bad"), e(0, "", "cannot read")]);
-        assert_eq!(errs.to_string(), "west.toml:3:1: daemon.port: bad\nwest.toml: cannot read");
+        assert_eq!(
+            errs.to_string(),
+            "west.toml:3:1: daemon.port: bad\nwest.toml: cannot read"
+        );
     }
 }

@@ -27,6 +27,7 @@ mod daemon;
 mod error;
 pub mod model;
 mod secrets;
+mod static_sas;
 mod tree;
 mod value;
 
@@ -62,12 +63,21 @@ const TOP_UNSUPPORTED: &[(&str, &str)] = &[
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let fail = |message: String| {
-        Err(ConfigErrors(vec![ConfigError { file: file.clone(), line: 0, column: 0, key: String::new(), message }]))
+        Err(ConfigErrors(vec![ConfigError {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            key: String::new(),
+            message,
+        }]))
     };
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => return fail("is a directory".into()),
         Ok(m) if m.len() > MAX_FILE_SIZE => {
-            return fail(format!("{} bytes: larger than any configuration ({MAX_FILE_SIZE} bytes at most)", m.len()));
+            return fail(format!(
+                "{} bytes: larger than any configuration ({MAX_FILE_SIZE} bytes at most)",
+                m.len()
+            ));
         }
         Ok(_) => {}
         Err(e) => return fail(format!("cannot read: {e}")),
@@ -99,7 +109,11 @@ fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf) -> Result<Con
     let root = match tree::parse(text) {
         Ok(r) => r,
         Err(e) => {
-            cx.err(&e.span, &KeyPath::root(), format!("TOML syntax: {}", e.message));
+            cx.err(
+                &e.span,
+                &KeyPath::root(),
+                format!("TOML syntax: {}", e.message),
+            );
             return Err(ConfigErrors(cx.into_errors()));
         }
     };
@@ -129,7 +143,12 @@ fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf) -> Result<Con
     if cx.has_errors() {
         return Err(ConfigErrors(cx.into_errors()));
     }
-    Ok(Config { path, daemon, connections: parsed.connections, secrets })
+    Ok(Config {
+        path,
+        daemon,
+        connections: parsed.connections,
+        secrets,
+    })
 }
 
 impl Config {

@@ -8,12 +8,12 @@
 //! Secrets never appear in messages or in `Debug` output: `Psk` and
 //! `SecretBytes` print lengths only, and errors describe, never quote.
 
+use esparto_ike::Secrets;
 use esparto_ike::config::Psk;
 use esparto_ike::identity::Identity;
-use esparto_ike::Secrets;
 
-use super::child::read_secret_file;
 use super::error::KeyPath;
+use super::static_sas::read_secret_file;
 use super::tree::{Cx, Field, Node};
 use super::value::parse_psk;
 
@@ -30,11 +30,18 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Secrets {
     };
     for e in t.entries() {
         let path = f.path.key(&e.key);
-        let Some(n) = cx.table(&Field { node: &e.value, path: path.clone() }) else { continue };
+        let Some(n) = cx.table(&Field {
+            node: &e.value,
+            path: path.clone(),
+        }) else {
+            continue;
+        };
         cx.check_keys(n, &path, KEYS, &[]);
         let mut ids = Vec::new();
         for key in ["id", "ids"] {
-            let Some(idf) = n.field(&path, key) else { continue };
+            let Some(idf) = n.field(&path, key) else {
+                continue;
+            };
             for (fld, s) in cx.str_list(&idf) {
                 match Identity::parse(s) {
                     Ok(id) => ids.push(id),
@@ -51,12 +58,16 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Secrets {
                 cx.err(&n.span, &path.key("secret"), "missing (or secret_file)");
                 None
             }
-            (Some(sf), None) => cx.str(&sf).and_then(|s| parse_psk(s).map_err(|err| cx.err_at(&sf, err)).ok()),
+            (Some(sf), None) => cx
+                .str(&sf)
+                .and_then(|s| parse_psk(s).map_err(|err| cx.err_at(&sf, err)).ok()),
             (None, Some(ff)) => cx.str(&ff).and_then(|name| {
                 let r = read_secret_file(&cx.dir, name).and_then(|bytes| {
-                    let text = std::str::from_utf8(bytes.as_slice()).map_err(|_| format!("'{name}' is not text"))?;
+                    let text = std::str::from_utf8(bytes.as_slice())
+                        .map_err(|_| format!("'{name}' is not text"))?;
                     // A trailing newline is the editor's, not the key's.
-                    parse_psk(text.trim_end_matches(['\n', '\r'])).map_err(|err| format!("'{name}': {err}"))
+                    parse_psk(text.trim_end_matches(['\n', '\r']))
+                        .map_err(|err| format!("'{name}': {err}"))
                 });
                 r.map_err(|err| cx.err_at(&ff, err)).ok()
             }),

@@ -94,7 +94,10 @@ impl Node {
 
     /// `key` as a [`Field`] under `path`.
     pub(crate) fn field<'a>(&'a self, path: &KeyPath, key: &str) -> Option<Field<'a>> {
-        self.get(key).map(|e| Field { node: &e.value, path: path.key(key) })
+        self.get(key).map(|e| Field {
+            node: &e.value,
+            path: path.key(key),
+        })
     }
 }
 
@@ -128,12 +131,22 @@ fn table_node(t: &toml_edit::Table, fallback: Span) -> Node {
     let span = t.span().unwrap_or(fallback);
     let mut entries = Vec::with_capacity(t.len());
     for (k, item) in t.iter() {
-        let key_span = t.key(k).and_then(|k| k.span()).unwrap_or_else(|| span.clone());
+        let key_span = t
+            .key(k)
+            .and_then(|k| k.span())
+            .unwrap_or_else(|| span.clone());
         if let Some(value) = item_node(item, key_span.clone()) {
-            entries.push(Entry { key: k.to_string(), key_span, value });
+            entries.push(Entry {
+                key: k.to_string(),
+                key_span,
+                value,
+            });
         }
     }
-    Node { span, kind: Kind::Table(entries) }
+    Node {
+        span,
+        kind: Kind::Table(entries),
+    }
 }
 
 fn item_node(item: &Item, fallback: Span) -> Option<Node> {
@@ -160,9 +173,16 @@ fn value_node(v: &Value, fallback: Span) -> Node {
         Value::InlineTable(t) => {
             let mut entries = Vec::with_capacity(t.len());
             for (k, v) in t.iter() {
-                let key_span = t.key(k).and_then(|k| k.span()).unwrap_or_else(|| span.clone());
+                let key_span = t
+                    .key(k)
+                    .and_then(|k| k.span())
+                    .unwrap_or_else(|| span.clone());
                 let value = value_node(v, key_span.clone());
-                entries.push(Entry { key: k.to_string(), key_span, value });
+                entries.push(Entry {
+                    key: k.to_string(),
+                    key_span,
+                    value,
+                });
             }
             Kind::Table(entries)
         }
@@ -183,7 +203,12 @@ pub(crate) struct Cx<'t> {
 impl<'t> Cx<'t> {
     /// A context for `text`, named `file` in messages.
     pub(crate) fn new(file: String, text: &'t str, dir: PathBuf) -> Self {
-        Cx { file, text, dir, errors: Vec::new() }
+        Cx {
+            file,
+            text,
+            dir,
+            errors: Vec::new(),
+        }
     }
 
     /// Record an error at `span`.
@@ -271,7 +296,10 @@ impl<'t> Cx<'t> {
         match &f.node.kind {
             Kind::Str(s) => Some(s),
             _ => {
-                self.err_at(f, format!("expected a string, found {}", f.node.type_name()));
+                self.err_at(
+                    f,
+                    format!("expected a string, found {}", f.node.type_name()),
+                );
                 None
             }
         }
@@ -282,20 +310,33 @@ impl<'t> Cx<'t> {
         match f.node.kind {
             Kind::Bool(b) => Some(b),
             _ => {
-                self.err_at(f, format!("expected true or false, found {}", f.node.type_name()));
+                self.err_at(
+                    f,
+                    format!("expected true or false, found {}", f.node.type_name()),
+                );
                 None
             }
         }
     }
 
     /// The integer at `f` within `range`, converted to `T`, or an error.
-    pub(crate) fn int<T: TryFrom<i64>>(&mut self, f: &Field<'_>, range: RangeInclusive<i64>) -> Option<T> {
+    pub(crate) fn int<T: TryFrom<i64>>(
+        &mut self,
+        f: &Field<'_>,
+        range: RangeInclusive<i64>,
+    ) -> Option<T> {
         let Kind::Int(i) = f.node.kind else {
-            self.err_at(f, format!("expected an integer, found {}", f.node.type_name()));
+            self.err_at(
+                f,
+                format!("expected an integer, found {}", f.node.type_name()),
+            );
             return None;
         };
         if !range.contains(&i) {
-            self.err_at(f, format!("{i} is out of range ({}..={})", range.start(), range.end()));
+            self.err_at(
+                f,
+                format!("{i} is out of range ({}..={})", range.start(), range.end()),
+            );
             return None;
         }
         match T::try_from(i) {
@@ -322,14 +363,25 @@ impl<'t> Cx<'t> {
             Kind::Str(s) => push(f.clone(), s),
             Kind::Array(items) => {
                 for (i, n) in items.iter().enumerate() {
-                    let fld = Field { node: n, path: f.path.index(i) };
+                    let fld = Field {
+                        node: n,
+                        path: f.path.index(i),
+                    };
                     match &n.kind {
                         Kind::Str(s) => push(fld, s),
-                        _ => self.err_at(&fld, format!("expected a string, found {}", n.type_name())),
+                        _ => {
+                            self.err_at(&fld, format!("expected a string, found {}", n.type_name()))
+                        }
                     }
                 }
             }
-            _ => self.err_at(f, format!("expected a string or an array of strings, found {}", f.node.type_name())),
+            _ => self.err_at(
+                f,
+                format!(
+                    "expected a string or an array of strings, found {}",
+                    f.node.type_name()
+                ),
+            ),
         }
         out
     }
@@ -414,11 +466,25 @@ mod tests {
         let t = parse(text).unwrap();
         let d = &t.get("d").unwrap().value;
         let mut cx = Cx::new("f.toml".into(), text, PathBuf::new());
-        cx.check_keys(d, &KeyPath::root().key("d"), &["workers", "port"], &[("mobike", "no MOBIKE")]);
+        cx.check_keys(
+            d,
+            &KeyPath::root().key("d"),
+            &["workers", "port"],
+            &[("mobike", "no MOBIKE")],
+        );
         let errs = cx.into_errors();
         assert_eq!(errs.len(), 3);
-        assert_eq!(errs[0].to_string(), "f.toml:2:1: d.workrs: unknown key (did you mean 'workers'?)");
-        assert_eq!(errs[1].to_string(), "f.toml:3:1: d.mobike: not supported: no MOBIKE");
-        assert_eq!(errs[2].to_string(), "f.toml:4:1: d.foo: unknown key (known here: workers, port)");
+        assert_eq!(
+            errs[0].to_string(),
+            "f.toml:2:1: d.workrs: unknown key (did you mean 'workers'?)"
+        );
+        assert_eq!(
+            errs[1].to_string(),
+            "f.toml:3:1: d.mobike: not supported: no MOBIKE"
+        );
+        assert_eq!(
+            errs[2].to_string(),
+            "f.toml:4:1: d.foo: unknown key (known here: workers, port)"
+        );
     }
 }

@@ -86,7 +86,11 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 /// surrounding whitespace ignored. The error never quotes the input.
 pub(crate) fn parse_hex_secret(s: &str) -> Result<SecretBytes, String> {
     let t = s.trim();
-    let prefix = if t.starts_with("0x") || t.starts_with("0X") { 2 } else { 0 };
+    let prefix = if t.starts_with("0x") || t.starts_with("0X") {
+        2
+    } else {
+        0
+    };
     let t = &t[prefix..];
     let mut out = SecretBytes::zeroed(t.len() / 2);
     let mut n = 0usize;
@@ -96,7 +100,10 @@ pub(crate) fn parse_hex_secret(s: &str) -> Result<SecretBytes, String> {
             continue;
         }
         let Some(v) = c.to_digit(16) else {
-            return Err(format!("not hexadecimal (character {} is not a hex digit)", prefix + i + 1));
+            return Err(format!(
+                "not hexadecimal (character {} is not a hex digit)",
+                prefix + i + 1
+            ));
         };
         let v = v as u8; // a hex digit is < 16
         match high.take() {
@@ -139,7 +146,9 @@ pub(crate) fn parse_psk(s: &str) -> Result<SecretBytes, String> {
 pub(crate) fn parse_addr(s: &str) -> Result<IpAddr, String> {
     s.trim().parse().map_err(|_| {
         if s.contains('/') || s.contains('-') {
-            format!("'{s}' is not an IP address (ranges and subnets are not accepted for addresses)")
+            format!(
+                "'{s}' is not an IP address (ranges and subnets are not accepted for addresses)"
+            )
         } else {
             format!("'{s}' is not an IP address (host names are not resolved)")
         }
@@ -158,7 +167,9 @@ pub(crate) enum Selector {
 /// Parse one selector in swanctl syntax.
 pub(crate) fn parse_selector(s: &str) -> Result<Selector, String> {
     if s.trim_start().starts_with("dynamic") {
-        return TsConfig::parse(s).map(Selector::Dynamic).map_err(|e| e.to_string());
+        return TsConfig::parse(s)
+            .map(Selector::Dynamic)
+            .map_err(|e| e.to_string());
     }
     s.parse::<esparto_esp::TrafficSelector>()
         .map(Selector::Fixed)
@@ -237,7 +248,10 @@ pub(crate) fn keymat_layout(suite: &EspSuite) -> String {
         let key = suite.encr_key_len().saturating_sub(4);
         format!("{key}-byte key + 4-byte salt")
     } else {
-        format!("{}-byte AES key + {integ}-byte HMAC key", suite.encr_key_len())
+        format!(
+            "{}-byte AES key + {integ}-byte HMAC key",
+            suite.encr_key_len()
+        )
     }
 }
 
@@ -253,7 +267,10 @@ mod tests {
         assert_eq!(parse_duration("4h").unwrap(), Duration::from_secs(4 * 3600));
         assert_eq!(parse_duration("66m").unwrap(), Duration::from_secs(66 * 60));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(2 * 86_400));
+        assert_eq!(
+            parse_duration("2d").unwrap(),
+            Duration::from_secs(2 * 86_400)
+        );
         for bad in ["", "h", "4x", "1h30", "-5s", "1.5h", "s4"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
@@ -266,12 +283,21 @@ mod tests {
 
     #[test]
     fn hex_keys_and_errors_that_do_not_leak() {
-        assert_eq!(parse_hex_secret("0x0a0B").unwrap().as_slice(), &[0x0a, 0x0b]);
-        assert_eq!(parse_hex_secret(" 0a:0b:ff \n").unwrap().as_slice(), &[0x0a, 0x0b, 0xff]);
+        assert_eq!(
+            parse_hex_secret("0x0a0B").unwrap().as_slice(),
+            &[0x0a, 0x0b]
+        );
+        assert_eq!(
+            parse_hex_secret(" 0a:0b:ff \n").unwrap().as_slice(),
+            &[0x0a, 0x0b, 0xff]
+        );
         let e = parse_hex_secret("0xdeadbeefzz").unwrap_err();
         assert_eq!(e, "not hexadecimal (character 11 is not a hex digit)");
         assert!(!e.contains("dead"));
-        assert_eq!(parse_hex_secret("abc").unwrap_err(), "odd number of hex digits");
+        assert_eq!(
+            parse_hex_secret("abc").unwrap_err(),
+            "odd number of hex digits"
+        );
         assert_eq!(parse_hex_secret("0x").unwrap_err(), "empty key");
     }
 
@@ -285,16 +311,25 @@ mod tests {
 
     #[test]
     fn selectors() {
-        let Selector::Fixed(t) = parse_selector("10.1.0.0/16[tcp/443]").unwrap() else { panic!() };
+        let Selector::Fixed(t) = parse_selector("10.1.0.0/16[tcp/443]").unwrap() else {
+            panic!()
+        };
         assert_eq!((t.proto, t.port_start, t.port_end), (6, 443, 443));
         let ike = to_ike_ts(&t);
         assert_eq!(ike.to_string(), "10.1.0.0/16[6/443]");
-        assert!(matches!(parse_selector("dynamic[udp]").unwrap(), Selector::Dynamic(_)));
+        assert!(matches!(
+            parse_selector("dynamic[udp]").unwrap(),
+            Selector::Dynamic(_)
+        ));
         assert_eq!(
             parse_selector("10.2.0.0/33").unwrap_err(),
             "'10.2.0.0/33': prefix length /33 too long for 10.2.0.0"
         );
-        assert!(parse_selector("10.0.0.1-fd00::1").unwrap_err().contains("different families"));
+        assert!(
+            parse_selector("10.0.0.1-fd00::1")
+                .unwrap_err()
+                .contains("different families")
+        );
         let d = parse_selector("dynamic").unwrap();
         let r = resolve_selector(&d, "192.0.2.1".parse().unwrap());
         assert_eq!(r.to_string(), "192.0.2.1/32");
@@ -303,16 +338,29 @@ mod tests {
     #[test]
     fn static_suites() {
         let p = |s| parse_esp_proposal(s).unwrap();
-        assert_eq!(static_suite("x", &p("aes256gcm16")).unwrap(), (EspSuite::Aes256Gcm16, false));
-        assert_eq!(static_suite("x", &p("aes256gcm16-esn")).unwrap(), (EspSuite::Aes256Gcm16, true));
+        assert_eq!(
+            static_suite("x", &p("aes256gcm16")).unwrap(),
+            (EspSuite::Aes256Gcm16, false)
+        );
+        assert_eq!(
+            static_suite("x", &p("aes256gcm16-esn")).unwrap(),
+            (EspSuite::Aes256Gcm16, true)
+        );
         assert_eq!(
             static_suite("x", &p("aes128-sha256")).unwrap().0.name(),
             "aes128-sha256"
         );
-        assert!(static_suite("x", &p("aes256gcm16-x25519")).unwrap_err().contains("PFS"));
+        assert!(
+            static_suite("x", &p("aes256gcm16-x25519"))
+                .unwrap_err()
+                .contains("PFS")
+        );
         assert!(static_suite("x", &p("aes128gcm16-aes256gcm16")).is_err());
         assert!(static_suite("x", &p("aes256gcm16-esn-noesn")).is_err());
-        assert_eq!(keymat_layout(&EspSuite::Aes256Gcm16), "32-byte key + 4-byte salt");
+        assert_eq!(
+            keymat_layout(&EspSuite::Aes256Gcm16),
+            "32-byte key + 4-byte salt"
+        );
         let cbc = static_suite("x", &p("aes128-sha256")).unwrap().0;
         assert_eq!(keymat_layout(&cbc), "16-byte AES key + 32-byte HMAC key");
     }

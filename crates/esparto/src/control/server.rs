@@ -1,34 +1,6 @@
-//! The control socket: how `esparto status` (and later `up`/`down`/`sas`)
-//! talks to a running daemon.
-//!
-//! A Unix stream socket, mode 0600 (only root — or whoever runs the daemon
-//! — may ask), one JSON request per line and one JSON response per line:
-//!
-//! ```text
-//! → {"cmd":"status"}
-//! ← {"ok":true,"status":{"version":"0.1.0","pid":1234,…}}
-//! → {"cmd":"up","name":"site"}
-//! ← {"ok":false,"error":"not implemented yet (issue 4)"}
-//! ```
-//!
-//! The server side ([`ControlServer`]) is for the daemon's control loop and
-//! never blocks it: the listener and every client are non-blocking, each
-//! client has its own input and output buffer, a request longer than
-//! [`MAX_REQUEST`] is answered with an error and the client closed, a
-//! client that makes no progress for [`CLIENT_TIMEOUT`] is dropped, a
-//! client that does not read its answers is not read from until it does
-//! (so it cannot make the daemon buffer without bound), and at most
-//! [`MAX_CLIENTS`] are served at once. [`ControlServer::poll`] does
-//! whatever is ready and returns; the daemon calls it when the listener or
-//! a client fd ([`ControlServer::client_fds`]) is readable, or on its
-//! periodic tick.
-//!
-//! The socket file: the daemon creates it, and removes it at exit — only if
-//! it is still the one it created. A socket file nobody listens on (a
-//! daemon that crashed) is replaced; a live one means another daemon runs,
-//! and `bind` fails rather than steal its socket. The socket is bound under
-//! a temporary name, made 0600, then renamed into place, so it is never
-//! reachable with looser permissions.
+//! The daemon's end of the control socket: a non-blocking listener and
+//! per-client buffers, served by [`ControlServer::poll`] from the daemon's
+//! control loop (see the module above for the rules).
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -37,110 +9,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use crate::status::{SaStatus, Status};
-
-/// Longest request line accepted, in bytes.
-pub const MAX_REQUEST: usize = 64 * 1024;
-/// Longest response line the client accepts, in bytes (a status with
-/// hundreds of thousands of SAs still fits).
-pub const MAX_RESPONSE: usize = 256 * 1024 * 1024;
-/// Clients served at once; more are told so and closed.
-pub const MAX_CLIENTS: usize = 32;
-/// A client that neither sends nor reads for this long is dropped.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Requests answered per client per [`ControlServer::poll`] call (fairness).
-const REQUESTS_PER_POLL: usize = 16;
-
-/// A request to the daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "cmd", rename_all = "lowercase")]
-pub enum Request {
-    /// The whole status: workers, SAs, drops.
-    Status,
-    /// The SAs only (issue 4: `esparto sas`).
-    Sas,
-    /// Bring a connection up (initiate IKE; issue 4).
-    Up {
-        /// Connection name.
-        name: String,
-    },
-    /// Take a connection down (delete its SAs; issue 4).
-    Down {
-        /// Connection name.
-        name: String,
-    },
-}
-
-/// The daemon's answer.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Response {
-    /// The status (`{"ok":true,"status":{…}}`).
-    Status(Box<Status>),
-    /// The SAs (`{"ok":true,"sas":[…]}`).
-    Sas(Vec<SaStatus>),
-    /// Done, with a human-readable note (`{"ok":true,"message":"…"}`).
-    Done(String),
-    /// Refused or failed (`{"ok":false,"error":"…"}`).
-    Error(String),
-}
-
-/// The JSON shape of a [`Response`]: `ok` plus one payload field.
-#[derive(Deserialize)]
-struct WireResponse {
-    ok: bool,
-    #[serde(default)]
-    status: Option<Box<Status>>,
-    #[serde(default)]
-    sas: Option<Vec<SaStatus>>,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-/// [`WireResponse`] for sending, borrowing the payload.
-#[derive(Serialize)]
-struct WireResponseRef<'a> {
-    ok: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<&'a Status>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sas: Option<&'a [SaStatus]>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-}
-
-impl Serialize for Response {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut w = WireResponseRef { ok: true, status: None, sas: None, message: None, error: None };
-        match self {
-            Response::Status(st) => w.status = Some(st),
-            Response::Sas(sas) => w.sas = Some(sas),
-            Response::Done(m) => w.message = Some(m),
-            Response::Error(e) => {
-                w.ok = false;
-                w.error = Some(e);
-            }
-        }
-        w.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Response {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = WireResponse::deserialize(d)?;
-        Ok(match w {
-            WireResponse { ok: false, error, .. } => Response::Error(error.unwrap_or_else(|| "unspecified error".into())),
-            WireResponse { status: Some(s), .. } => Response::Status(s),
-            WireResponse { sas: Some(s), .. } => Response::Sas(s),
-            WireResponse { message, .. } => Response::Done(message.unwrap_or_default()),
-        })
-    }
-}
+use super::{CLIENT_TIMEOUT, MAX_CLIENTS, MAX_REQUEST, REQUESTS_PER_POLL, Request, Response};
 
 /// One connected client.
 struct Client {
@@ -168,7 +37,10 @@ pub struct ControlServer {
 
 impl std::fmt::Debug for ControlServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlServer").field("path", &self.path).field("clients", &self.clients.len()).finish()
+        f.debug_struct("ControlServer")
+            .field("path", &self.path)
+            .field("clients", &self.clients.len())
+            .finish()
     }
 }
 
@@ -193,26 +65,34 @@ impl ControlServer {
             Ok(_) => {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
-                    format!("{} exists and is not a socket; refusing to replace it", path.display()),
+                    format!(
+                        "{} exists and is not a socket; refusing to replace it",
+                        path.display()
+                    ),
                 ));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         }
-        let name = path
-            .file_name()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a file path", path.display())))?;
+        let name = path.file_name().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a file path", path.display()),
+            )
+        })?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        std::fs::create_dir_all(&dir).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
         let mut tmp_name = std::ffi::OsString::from(".");
         tmp_name.push(name);
         tmp_name.push(format!(".{}.tmp", std::process::id()));
         let tmp = dir.join(tmp_name);
         let _ = std::fs::remove_file(&tmp);
-        let listener = UnixListener::bind(&tmp).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", tmp.display())))?;
+        let listener = UnixListener::bind(&tmp)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", tmp.display())))?;
         let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
             .and_then(|()| std::fs::rename(&tmp, path));
         if let Err(e) = placed {
@@ -264,7 +144,8 @@ impl ControlServer {
         let now = Instant::now();
         self.accept(now);
         let timeout = self.timeout;
-        self.clients.retain_mut(|c| serve(c, now, timeout, &mut handler));
+        self.clients
+            .retain_mut(|c| serve(c, now, timeout, &mut handler));
     }
 
     fn accept(&mut self, now: Instant) {
@@ -275,7 +156,8 @@ impl ControlServer {
                         // Best effort: the socket buffer takes a short line.
                         let mut s = stream;
                         let _ = s.set_nonblocking(true);
-                        let _ = s.write_all(b"{\"ok\":false,\"error\":\"too many control clients\"}\n");
+                        let _ =
+                            s.write_all(b"{\"ok\":false,\"error\":\"too many control clients\"}\n");
                         continue;
                     }
                     self.clients.push(Client {
@@ -297,7 +179,12 @@ impl ControlServer {
 }
 
 /// Serve one client; `false` means drop it.
-fn serve(c: &mut Client, now: Instant, timeout: Duration, handler: &mut impl FnMut(Request) -> Response) -> bool {
+fn serve(
+    c: &mut Client,
+    now: Instant,
+    timeout: Duration,
+    handler: &mut impl FnMut(Request) -> Response,
+) -> bool {
     if !flush(c, now, timeout) {
         return false;
     }
@@ -331,11 +218,16 @@ fn serve(c: &mut Client, now: Instant, timeout: Duration, handler: &mut impl FnM
             let line: Vec<u8> = match c.input.iter().position(|&b| b == b'\n') {
                 Some(i) => c.input.drain(..=i).collect(),
                 // A last request without a newline, before EOF.
-                None if c.eof && !c.input.is_empty() && c.input.len() <= MAX_REQUEST => std::mem::take(&mut c.input),
+                None if c.eof && !c.input.is_empty() && c.input.len() <= MAX_REQUEST => {
+                    std::mem::take(&mut c.input)
+                }
                 None => break,
             };
             if line.len() > MAX_REQUEST + 1 {
-                answer(c, &Response::Error(format!("request longer than {MAX_REQUEST} bytes")));
+                answer(
+                    c,
+                    &Response::Error(format!("request longer than {MAX_REQUEST} bytes")),
+                );
                 c.closing = true;
                 break;
             }
@@ -351,7 +243,10 @@ fn serve(c: &mut Client, now: Instant, timeout: Duration, handler: &mut impl FnM
             answer(c, &resp);
         }
         if !c.closing && c.input.len() > MAX_REQUEST && !c.input.contains(&b'\n') {
-            answer(c, &Response::Error(format!("request longer than {MAX_REQUEST} bytes")));
+            answer(
+                c,
+                &Response::Error(format!("request longer than {MAX_REQUEST} bytes")),
+            );
             c.input.clear();
             c.closing = true;
         }
@@ -375,7 +270,9 @@ fn answer(c: &mut Client, r: &Response) {
             v.push(b'\n');
             c.output.extend_from_slice(&v);
         }
-        Err(_) => c.output.extend_from_slice(b"{\"ok\":false,\"error\":\"cannot encode the response\"}\n"),
+        Err(_) => c
+            .output
+            .extend_from_slice(b"{\"ok\":false,\"error\":\"cannot encode the response\"}\n"),
     }
 }
 
@@ -415,92 +312,23 @@ impl Drop for ControlServer {
     }
 }
 
-/// Why a request to the daemon failed.
-#[derive(Debug)]
-pub enum ClientError {
-    /// Nothing listens at the path.
-    NoDaemon(PathBuf),
-    /// No (complete) answer within the timeout.
-    Timeout(PathBuf),
-    /// The answer was not a response.
-    Protocol(String),
-    /// Another I/O error (permission denied, …).
-    Io(PathBuf, io::Error),
-}
-
-impl std::fmt::Display for ClientError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientError::NoDaemon(p) => {
-                write!(f, "no esparto daemon at {} (is it running? try --control)", p.display())
-            }
-            ClientError::Timeout(p) => write!(f, "the daemon at {} did not answer in time", p.display()),
-            ClientError::Protocol(m) => write!(f, "unexpected answer from the daemon: {m}"),
-            ClientError::Io(p, e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                write!(f, "{}: {e} (the control socket is mode 0600: run as the daemon's user)", p.display())
-            }
-            ClientError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-        }
-    }
-}
-
-impl std::error::Error for ClientError {}
-
-/// Send one request to the daemon at `path` and wait at most `timeout`
-/// for the answer.
-pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response, ClientError> {
-    let io_err = |e: io::Error| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Timeout(path.to_path_buf()),
-        _ => ClientError::Io(path.to_path_buf(), e),
-    };
-    let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ClientError::NoDaemon(path.to_path_buf()),
-        _ => ClientError::Io(path.to_path_buf(), e),
-    })?;
-    let deadline = Instant::now() + timeout;
-    let remaining = || {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| ClientError::Timeout(path.to_path_buf()))
-    };
-    let mut line = serde_json::to_vec(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
-    line.push(b'\n');
-    s.set_write_timeout(Some(remaining()?)).map_err(io_err)?;
-    s.write_all(&line).map_err(io_err)?;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        s.set_read_timeout(Some(remaining()?)).map_err(io_err)?;
-        match s.read(&mut buf) {
-            Ok(0) => return Err(ClientError::Protocol("connection closed before a complete answer".into())),
-            Ok(n) => {
-                got.extend_from_slice(&buf[..n]);
-                if let Some(i) = got.iter().position(|&b| b == b'\n') {
-                    got.truncate(i);
-                    break;
-                }
-                if got.len() > MAX_RESPONSE {
-                    return Err(ClientError::Protocol(format!("answer longer than {MAX_RESPONSE} bytes")));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_err(e)),
-        }
-    }
-    serde_json::from_slice(&got).map_err(|e| ClientError::Protocol(e.to_string()))
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::control::{ClientError, request};
+    use crate::status::Status;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::thread;
 
     fn fake_status() -> Status {
-        Status { version: "9.9.9".into(), pid: 42, tun: "esparto0".into(), ..Status::default() }
+        Status {
+            version: "9.9.9".into(),
+            pid: 42,
+            tun: "esparto0".into(),
+            ..Status::default()
+        }
     }
 
     fn handler(req: Request) -> Response {
@@ -529,7 +357,10 @@ mod tests {
                 }
                 server
             });
-            Running { stop, thread: Some(thread) }
+            Running {
+                stop,
+                thread: Some(thread),
+            }
         }
 
         fn stop(mut self) -> ControlServer {
@@ -550,21 +381,6 @@ mod tests {
     const T: Duration = Duration::from_secs(5);
 
     #[test]
-    fn wire_format() {
-        assert_eq!(serde_json::to_string(&Request::Status).unwrap(), r#"{"cmd":"status"}"#);
-        assert_eq!(serde_json::to_string(&Request::Up { name: "site".into() }).unwrap(), r#"{"cmd":"up","name":"site"}"#);
-        assert_eq!(serde_json::to_string(&Response::Error("x".into())).unwrap(), r#"{"ok":false,"error":"x"}"#);
-        let s = serde_json::to_string(&Response::Status(Box::new(fake_status()))).unwrap();
-        assert!(s.starts_with(r#"{"ok":true,"status":{"version":"9.9.9","pid":42,"#), "{s}");
-        for r in [Response::Status(Box::new(fake_status())), Response::Sas(vec![]), Response::Done("d".into()), Response::Error("e".into())] {
-            let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
-            assert_eq!(back, r);
-        }
-        assert!(serde_json::from_str::<Request>(r#"{"cmd":"up"}"#).is_err(), "up needs a name");
-        assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
-    }
-
-    #[test]
     fn serves_requests_and_cleans_up() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/esparto.sock");
@@ -576,12 +392,21 @@ mod tests {
             Response::Status(s) => assert_eq!(*s, fake_status()),
             r => panic!("{r:?}"),
         }
-        assert_eq!(request(&path, &Request::Up { name: "a".into() }, T).unwrap(), Response::Done("a up".into()));
-        assert_eq!(request(&path, &Request::Down { name: "b".into() }, T).unwrap(), Response::Error("no connection 'b'".into()));
+        assert_eq!(
+            request(&path, &Request::Up { name: "a".into() }, T).unwrap(),
+            Response::Done("a up".into())
+        );
+        assert_eq!(
+            request(&path, &Request::Down { name: "b".into() }, T).unwrap(),
+            Response::Error("no connection 'b'".into())
+        );
         // A second daemon on the same path is refused, and does not remove ours.
         let e = ControlServer::bind(&path).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
-        assert!(e.to_string().contains("another esparto is running on"), "{e}");
+        assert!(
+            e.to_string().contains("another esparto is running on"),
+            "{e}"
+        );
         assert!(path.exists());
         drop(running.stop());
         assert!(!path.exists(), "socket removed at exit");
@@ -601,7 +426,8 @@ mod tests {
         let _running = Running::new(ControlServer::bind(&path).unwrap());
         let mut s = UnixStream::connect(&path).unwrap();
         s.set_read_timeout(Some(T)).unwrap();
-        s.write_all(b"{\"cmd\":\"nope\"}\n\n{\"cmd\":\"up\",\"name\":\"x\"}\nnot json\n").unwrap();
+        s.write_all(b"{\"cmd\":\"nope\"}\n\n{\"cmd\":\"up\",\"name\":\"x\"}\nnot json\n")
+            .unwrap();
         let mut got = String::new();
         while got.matches('\n').count() < 3 {
             let mut b = [0u8; 1024];
@@ -610,7 +436,11 @@ mod tests {
             got.push_str(std::str::from_utf8(&b[..n]).unwrap());
         }
         let lines: Vec<&str> = got.lines().collect();
-        assert!(lines[0].starts_with(r#"{"ok":false,"error":"bad request: unknown variant `nope`"#), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with(r#"{"ok":false,"error":"bad request: unknown variant `nope`"#),
+            "{}",
+            lines[0]
+        );
         assert_eq!(lines[1], r#"{"ok":true,"message":"x up"}"#);
         assert!(lines[2].starts_with(r#"{"ok":false,"error":"bad request: "#));
     }
@@ -627,20 +457,28 @@ mod tests {
         let mut got = Vec::new();
         let _ = s.read_to_end(&mut got);
         let got = String::from_utf8(got).unwrap();
-        assert_eq!(got, format!("{{\"ok\":false,\"error\":\"request longer than {MAX_REQUEST} bytes\"}}\n"));
+        assert_eq!(
+            got,
+            format!("{{\"ok\":false,\"error\":\"request longer than {MAX_REQUEST} bytes\"}}\n")
+        );
     }
 
     #[test]
     fn a_silent_client_stalls_nobody_and_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.sock");
-        let mut server = ControlServer::bind(&path).unwrap().with_client_timeout(Duration::from_millis(200));
+        let mut server = ControlServer::bind(&path)
+            .unwrap()
+            .with_client_timeout(Duration::from_millis(200));
         let _silent = UnixStream::connect(&path).unwrap();
         let mut half = UnixStream::connect(&path).unwrap();
         half.write_all(b"{\"cmd\":\"sta").unwrap();
         let t0 = Instant::now();
         server.poll(handler);
-        assert!(t0.elapsed() < Duration::from_millis(100), "poll must not block");
+        assert!(
+            t0.elapsed() < Duration::from_millis(100),
+            "poll must not block"
+        );
         assert_eq!(server.client_count(), 2);
         assert_eq!(server.client_fds().count(), 2);
         // A real client is served while the other two hang around.
@@ -654,7 +492,11 @@ mod tests {
         assert_eq!(asker.join().unwrap().unwrap(), Response::Sas(vec![]));
         thread::sleep(Duration::from_millis(250));
         server.poll(handler);
-        assert_eq!(server.client_count(), 0, "silent clients dropped after the timeout");
+        assert_eq!(
+            server.client_count(),
+            0,
+            "silent clients dropped after the timeout"
+        );
     }
 
     #[test]
@@ -678,7 +520,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.sock");
         let mut server = ControlServer::bind(&path).unwrap();
-        let mut held: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| UnixStream::connect(&path).unwrap()).collect();
+        let mut held: Vec<UnixStream> = (0..MAX_CLIENTS)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
         server.poll(handler);
         let mut extra = UnixStream::connect(&path).unwrap();
         server.poll(handler);
@@ -686,7 +530,10 @@ mod tests {
         extra.set_read_timeout(Some(T)).unwrap();
         let mut got = String::new();
         extra.read_to_string(&mut got).unwrap();
-        assert_eq!(got, "{\"ok\":false,\"error\":\"too many control clients\"}\n");
+        assert_eq!(
+            got,
+            "{\"ok\":false,\"error\":\"too many control clients\"}\n"
+        );
         held.clear();
         server.poll(handler);
         assert_eq!(server.client_count(), 0);

@@ -1,0 +1,545 @@
+//! Bad files: every error names the file, line, column and key.
+
+use super::*;
+use crate::config::*;
+
+#[test]
+fn bad_configs_name_line_column_and_key() {
+    let sa = format!("{L}.static_sas[0]");
+    // (replace this, with this, expected line, column, key, message part)
+    let cases: Vec<(&str, String, usize, usize, String, &str)> = vec![
+        (
+            "workers = 2",
+            "workrs = 2".into(),
+            2,
+            1,
+            "daemon.workrs".into(),
+            "unknown key (did you mean 'workers'?)",
+        ),
+        (
+            "workers = 2",
+            "workers = 0".into(),
+            2,
+            11,
+            "daemon.workers".into(),
+            "0 is out of range (1..=1024)",
+        ),
+        (
+            "workers = 2",
+            "workers = 100000".into(),
+            2,
+            11,
+            "daemon.workers".into(),
+            "out of range",
+        ),
+        (
+            "workers = 2",
+            "workers = \"2\"".into(),
+            2,
+            11,
+            "daemon.workers".into(),
+            "expected an integer, found a string",
+        ),
+        (
+            "workers = 2",
+            "workers = 2\nport = 0".into(),
+            3,
+            8,
+            "daemon.port".into(),
+            "0 is out of range (1..=65535)",
+        ),
+        (
+            "workers = 2",
+            "workers = 2\nike_port = 4500".into(),
+            3,
+            12,
+            "daemon.ike_port".into(),
+            "must differ from port",
+        ),
+        (
+            "workers = 2",
+            "workers = 2\ntun = \"a/b\"".into(),
+            3,
+            7,
+            "daemon.tun".into(),
+            "not a valid interface name",
+        ),
+        (
+            "workers = 2",
+            "workers = 2\nlog = \"[\"".into(),
+            3,
+            7,
+            "daemon.log".into(),
+            "not a log filter",
+        ),
+        (
+            "workers = 2",
+            "workers = 2\nbogus = 1".into(),
+            3,
+            1,
+            "daemon.bogus".into(),
+            "unknown key (known here: workers, control, tun, port, ike_port, path_mtu, log)",
+        ),
+        (
+            "workers = 2",
+            "workers = ".into(),
+            2,
+            11,
+            "".into(),
+            "TOML syntax",
+        ),
+        (
+            "\"192.0.2.2\"",
+            "\"192.0.2.300\"".into(),
+            6,
+            17,
+            "connections.site.remote_addrs[0]".into(),
+            "'192.0.2.300' is not an IP address",
+        ),
+        (
+            "\"192.0.2.2\"",
+            "\"192.0.2.0/24\"".into(),
+            6,
+            17,
+            "connections.site.remote_addrs[0]".into(),
+            "ranges and subnets are not accepted",
+        ),
+        (
+            "\"192.0.2.2\"",
+            "\"2001:db8::2\"".into(),
+            6,
+            16,
+            "connections.site.remote_addrs".into(),
+            "not of the same family",
+        ),
+        (
+            "\"192.0.2.2\"",
+            "\"0.0.0.0\"".into(),
+            6,
+            17,
+            "connections.site.remote_addrs[0]".into(),
+            "cannot be a tunnel endpoint",
+        ),
+        (
+            "remote_addrs = [\"192.0.2.2\"]",
+            "remote_adrs = [\"192.0.2.2\"]".into(),
+            6,
+            1,
+            "connections.site.remote_adrs".into(),
+            "did you mean 'remote_addrs'?",
+        ),
+        (
+            "remote_addrs = [\"192.0.2.2\"]",
+            "remote_addrs = [\"192.0.2.2\"]\nmobike = false".into(),
+            7,
+            1,
+            "connections.site.mobike".into(),
+            "not supported: MOBIKE (RFC 4555) is not implemented",
+        ),
+        (
+            "remote_addrs = [\"192.0.2.2\"]",
+            "remote_addrs = [\"192.0.2.2\"]\nproposals = [\"aes256gcm16-prfsha256-x25519\"]".into(),
+            7,
+            1,
+            "connections.site.proposals".into(),
+            "children are all statically keyed",
+        ),
+        (
+            "remote_addrs = [\"192.0.2.2\"]\n",
+            "".into(),
+            7,
+            1,
+            L.into(),
+            "needs explicit local_addrs and remote_addrs",
+        ),
+        (
+            "\"10.2.0.0/16\"",
+            "\"10.2.0.0/33\"".into(),
+            10,
+            14,
+            format!("{L}.remote_ts[0]"),
+            "'10.2.0.0/33': prefix length /33 too long for 10.2.0.0",
+        ),
+        (
+            "\"10.2.0.0/16\"",
+            "\"10.2.0.1/16\"".into(),
+            10,
+            14,
+            format!("{L}.remote_ts[0]"),
+            "10.2.0.1/16 has host bits set",
+        ),
+        (
+            "\"10.1.0.0/16\"",
+            "\"10.1.0.1-fd00::1\"".into(),
+            9,
+            13,
+            format!("{L}.local_ts[0]"),
+            "10.1.0.1 and fd00::1 are of different families",
+        ),
+        (
+            "\"10.2.0.0/16\"",
+            "\"fd00:2::/64\"".into(),
+            10,
+            14,
+            format!("{L}.remote_ts[0]"),
+            "no address family in common with local_ts",
+        ),
+        (
+            "local_ts = [\"10.1.0.0/16\"]\n",
+            "".into(),
+            8,
+            1,
+            format!("{L}.local_ts"),
+            "missing: a statically keyed child needs fixed traffic selectors",
+        ),
+        (
+            "[\"aes256gcm16\"]",
+            "[\"aes256gcm17\"]".into(),
+            11,
+            18,
+            format!("{L}.esp_proposals[0]"),
+            "proposal \"aes256gcm17\": unknown algorithm",
+        ),
+        (
+            "[\"aes256gcm16\"]",
+            "[\"aes256gcm16\", \"aes128gcm16\"]".into(),
+            11,
+            33,
+            format!("{L}.esp_proposals[1]"),
+            "takes exactly one ESP proposal, found 2",
+        ),
+        (
+            "[\"aes256gcm16\"]",
+            "[\"aes256gcm16-x25519\"]".into(),
+            11,
+            18,
+            format!("{L}.esp_proposals[0]"),
+            "PFS",
+        ),
+        (
+            "esp_proposals = [\"aes256gcm16\"]",
+            "esp_proposals = [\"aes256gcm16\"]\nlife_time = \"4x\"".into(),
+            12,
+            13,
+            format!("{L}.life_time"),
+            "'4x' is not a duration",
+        ),
+        (
+            "esp_proposals = [\"aes256gcm16\"]",
+            "esp_proposals = [\"aes256gcm16\"]\nrekey_time = \"1h\"\nlife_time = \"30m\"".into(),
+            13,
+            13,
+            format!("{L}.life_time"),
+            "life_time (30m) must be greater than rekey_time (1h)",
+        ),
+        (
+            "esp_proposals = [\"aes256gcm16\"]",
+            "esp_proposals = [\"aes256gcm16\"]\nreplay_window = 10".into(),
+            12,
+            17,
+            format!("{L}.replay_window"),
+            "10 is out of range (64..=32768)",
+        ),
+        (
+            "esp_proposals = [\"aes256gcm16\"]",
+            "esp_proposals = [\"aes256gcm16\"]\nper_cpu_sas = \"eager\"".into(),
+            12,
+            15,
+            format!("{L}.per_cpu_sas"),
+            "has no effect on a statically keyed child",
+        ),
+        (
+            "esp_proposals = [\"aes256gcm16\"]",
+            "esp_proposals = [\"aes256gcm16\"]\nmode = \"transport\"".into(),
+            12,
+            8,
+            format!("{L}.mode"),
+            "only tunnel mode",
+        ),
+        (
+            "esp_proposals = [\"aes256gcm16\"]",
+            "esp_proposals = [\"aes256gcm16\"]\nah_proposals = [\"sha256\"]".into(),
+            12,
+            1,
+            format!("{L}.ah_proposals"),
+            "AH is not implemented",
+        ),
+        (
+            "in_spi = 0xc0000101",
+            "in_spi = 255".into(),
+            14,
+            10,
+            format!("{sa}.in_spi"),
+            "SPI 255 is reserved (RFC 4303 §2.1",
+        ),
+        (
+            "in_spi = 0xc0000101",
+            "in_spi = 0".into(),
+            14,
+            10,
+            format!("{sa}.in_spi"),
+            "SPI 0 is reserved",
+        ),
+        (
+            "in_spi = 0xc0000101",
+            "in_spi = 0x1c0000101".into(),
+            14,
+            10,
+            format!("{sa}.in_spi"),
+            "does not fit in a 32-bit SPI",
+        ),
+        (
+            "out_spi = 0xc0000201",
+            "out_spi = \"0xzz\"".into(),
+            15,
+            11,
+            format!("{sa}.out_spi"),
+            "is not an SPI",
+        ),
+        (
+            "in_key = \"0x",
+            "in_key = \"0x00".into(),
+            16,
+            10,
+            format!("{sa}.in_key"),
+            "37 bytes, aes256gcm16 needs 36 (32-byte key + 4-byte salt)",
+        ),
+        (
+            "in_key = \"0x",
+            "in_key = \"0xg".into(),
+            16,
+            10,
+            format!("{sa}.in_key"),
+            "not hexadecimal (character 3 is not a hex digit)",
+        ),
+        (
+            "in_key = \"0x",
+            "in_key_file = \"k\"\nin_key = \"0x".into(),
+            17,
+            10,
+            format!("{sa}.in_key"),
+            "give in_key or in_key_file, not both",
+        ),
+        (
+            "in_key = \"0x",
+            "in_key_file = \"/nonexistent/key\"\nxin_key = \"0x".into(),
+            16,
+            15,
+            format!("{sa}.in_key_file"),
+            "cannot read '/nonexistent/key'",
+        ),
+        (
+            "[\"aes256gcm16\"]",
+            "[\"aes128-sha256\"]".into(),
+            16,
+            10,
+            format!("{sa}.in_key"),
+            "36 bytes, aes128-sha256 needs 48 (16-byte AES key + 32-byte HMAC key)",
+        ),
+        (
+            "[[connections.site.children.lan.static_sas]]",
+            "[connections.site.children.lan.static_sas]".into(),
+            13,
+            1,
+            format!("{L}.static_sas"),
+            "expected an array of tables",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (from, to, line, column, key, msg) in cases {
+        let text = base().replacen(from, &to, 1);
+        assert_ne!(text, base(), "case '{to}' did not change the base");
+        let errs = errors_of(&text);
+        match errs
+            .iter()
+            .find(|e| e.key == key && e.message.contains(msg))
+        {
+            None => failures.push(format!(
+                "case '{to}': no error with key '{key}' and message '{msg}' in:\n{}",
+                ConfigErrors(errs)
+            )),
+            Some(e) if (e.file.as_str(), e.line, e.column) != ("west.toml", line, column) => {
+                failures.push(format!("case '{to}': expected {line}:{column}, got {e}"))
+            }
+            Some(_) => {}
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_typo_inside_a_pair_is_named_and_the_missing_key_too() {
+    let errs = errors_of(&base().replacen("in_spi = ", "in_spii = ", 1));
+    let sa = format!("{L}.static_sas[0]");
+    assert!(
+        errs.iter().any(
+            |e| e.key == format!("{sa}.in_spii") && e.message.contains("did you mean 'in_spi'")
+        )
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.key == format!("{sa}.in_spi") && e.message == "missing" && e.line == 13)
+    );
+}
+
+#[test]
+fn every_error_is_reported_in_file_order() {
+    let text = base()
+        .replacen("workers = 2", "workers = 0", 1)
+        .replacen("\"10.2.0.0/16\"", "\"10.2.0.0/33\"", 1)
+        .replacen("in_spi = 0xc0000101", "in_spi = 7", 1)
+        .replacen("in_key = \"0x", "in_key = \"0xab", 1);
+    let errs = errors_of(&text);
+    let lines: Vec<usize> = errs.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [2, 10, 14, 16], "{}", ConfigErrors(errs.clone()));
+    let shown = ConfigErrors(errs).to_string();
+    assert_eq!(shown.lines().count(), 4);
+    assert!(shown.starts_with("west.toml:2:11: daemon.workers: "));
+}
+
+#[test]
+fn overlapping_children_are_refused_naming_both() {
+    // Same remote side, local side inside the first child's.
+    let text = base() + &second("10.1.2.0/24", "10.2.0.0/16", "0xc0000102");
+    let errs = errors_of(&text);
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    let e = &errs[0];
+    assert_eq!((e.line, e.column), (24, 13));
+    assert_eq!(e.key, "connections.other.children.net.local_ts[0]");
+    assert_eq!(
+        e.message,
+        "10.1.2.0/24 <-> 10.2.0.0/16 overlaps child site/lan (10.1.0.0/16 <-> 10.2.0.0/16, at west.toml:9:13): \
+         both would claim the same traffic and one of them would never see it"
+    );
+    // Disjoint on one side: fine.
+    parse_str(
+        &(base() + &second("10.1.2.0/24", "10.3.0.0/16", "0xc0000102")),
+        "west.toml",
+    )
+    .unwrap();
+    // Same addresses but different ports: fine.
+    let text = base().replacen("\"10.2.0.0/16\"", "\"10.2.0.0/16[tcp/80]\"", 1)
+        + &second("10.1.0.0/16", "10.2.0.0/16[tcp/443]", "0xc0000102");
+    parse_str(&text, "west.toml").unwrap();
+}
+
+#[test]
+fn inbound_spis_are_unique_across_the_file() {
+    let text = base() + &second("10.5.0.0/16", "10.6.0.0/16", "0xc0000101");
+    let errs = errors_of(&text);
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_eq!((errs[0].line, errs[0].column), (29, 10));
+    assert_eq!(
+        errs[0].key,
+        "connections.other.children.net.static_sas[0].in_spi"
+    );
+    assert!(
+        errs[0]
+            .message
+            .starts_with("in_spi 0xc0000101 is already used by site/lan (at west.toml:14:10)")
+    );
+    // Outbound SPIs repeat only across peers: the same out_spi towards another peer is fine.
+    let text = base()
+        + &second("10.5.0.0/16", "10.6.0.0/16", "0xc0000102").replacen(
+            "0xc0000301",
+            "0xc0000201",
+            1,
+        );
+    parse_str(&text, "west.toml").unwrap();
+}
+
+#[test]
+fn outbound_spis_are_unique_towards_a_peer() {
+    let pair2 = format!(
+        "\n[[connections.site.children.lan.static_sas]]\nin_spi = 0xc0000102\nout_spi = 0xc0000201\nin_key = \"{K36}\"\nout_key = \"{K36}\"\n"
+    );
+    let errs = errors_of(&(base() + &pair2));
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_eq!(errs[0].key, format!("{L}.static_sas[1].out_spi"));
+    assert!(errs[0].message.contains("towards the same peer"));
+}
+
+#[test]
+fn keys_never_appear_in_messages_or_debug() {
+    let secret = "0x5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e7ab";
+    let text = base().replacen(&format!("0x{K36}"), secret, 1);
+    let errs = errors_of(&text)
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(errs.contains("37 bytes"), "{errs}");
+    assert!(!errs.contains("5ec2e7"), "{errs}");
+    let good = base().replacen(
+        &format!("0x{K36}"),
+        "0x5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e7",
+        1,
+    ) + "\n[secrets.x]\nsecret = \"hunter2-hunter2\"\n";
+    let c = parse_str(&good, "west.toml").unwrap();
+    let dbg = format!("{c:?}");
+    assert!(!dbg.contains("5ec2e7") && !dbg.contains("hunter2"), "{dbg}");
+    assert!(!dbg.to_lowercase().contains("0x0001020304"), "{dbg}");
+}
+
+#[test]
+fn ike_errors() {
+    let text = r#"[connections.gw]
+remote_addrs = "198.51.100.7"
+version = 1
+proposals = "aes256gcm16-x25519"
+local = { auth = "pubkey", id = "cn=x" }
+remote.certs = "x.pem"
+dpd_delay = "soon"
+[connections.gw.children.host]
+per_cpu_sas = "sometimes"
+start_action = "go"
+"#;
+    let errs = errors_of(text);
+    let got: Vec<(usize, &str)> = errs.iter().map(|e| (e.line, e.key.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (3, "connections.gw.version"),
+            (4, "connections.gw.proposals"),
+            (5, "connections.gw.local.auth"),
+            (5, "connections.gw.local.id"),
+            (6, "connections.gw.remote.certs"),
+            (7, "connections.gw.dpd_delay"),
+            (9, "connections.gw.children.host.per_cpu_sas"),
+            (10, "connections.gw.children.host.start_action"),
+        ],
+        "{}",
+        ConfigErrors(errs.clone())
+    );
+    assert!(errs[0].message.contains("only IKEv2"));
+    assert!(
+        errs[1]
+            .message
+            .contains("AEAD IKE proposal needs a prf keyword")
+    );
+}
+
+#[test]
+fn a_missing_psk_is_an_error() {
+    let text = "[connections.gw]\nremote_addrs = \"198.51.100.7\"\nlocal.id = \"@moon\"\nremote.id = \"@sun\"\n[connections.gw.children.host]\n";
+    let errs = errors_of(text);
+    assert_eq!(errs.len(), 1);
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (1, "connections.gw"));
+    assert!(
+        errs[0]
+            .message
+            .contains("no [secrets] entry holds a PSK for local id '@moon' and remote id '@sun'")
+    );
+}
+
+#[test]
+fn no_follow_on_errors_and_secrets_required_for_ike() {
+    // A misspelt address is one error, not also "addresses missing".
+    let errs = errors_of(&base().replacen("\"192.0.2.2\"", "\"192.0.2.300\"", 1));
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    // An IKE responder whose identities are only known at run time still needs some PSK.
+    let errs = errors_of("[connections.any.children.c]\nlocal_ts = \"10.9.0.0/16\"\n");
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (1, "connections.any"));
+    assert!(errs[0].message.contains("no [secrets] section"));
+}

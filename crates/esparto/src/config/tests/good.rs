@@ -1,0 +1,204 @@
+//! Good files: the examples, defaults, key files, lifetimes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use esparto_crypto::EspSuite;
+
+use super::*;
+use crate::config::*;
+
+#[test]
+fn the_base_is_valid() {
+    let c = parse_str(&base(), "west.toml").unwrap();
+    assert_eq!(c.connections.len(), 1);
+    assert_eq!(c.child_count(), 1);
+}
+
+#[test]
+fn static_example_pair_mirrors() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let west = load(&dir.join("static-west.toml")).unwrap();
+    let east = load(&dir.join("static-east.toml")).unwrap();
+    let w = &west.connections[0];
+    let e = &east.connections[0];
+    assert_eq!(w.local_addrs, e.remote_addrs);
+    assert_eq!(w.remote_port, 4500);
+    let (wc, ec) = (&w.children[0], &e.children[0]);
+    assert_eq!(wc.local_ts, ec.remote_ts);
+    assert_eq!(wc.local_ts.len(), 2);
+    assert_eq!(wc.per_cpu_sas, PerCpuSas::Eager);
+    assert_eq!(
+        wc.lifetime,
+        esparto_esp::Lifetime::default(),
+        "static SAs have no limits by default"
+    );
+    let (ws, es) = (
+        wc.static_sas.as_ref().unwrap(),
+        ec.static_sas.as_ref().unwrap(),
+    );
+    assert_eq!(ws.suite, EspSuite::Aes256Gcm16);
+    assert!(!ws.esn);
+    assert_eq!(ws.pairs.len(), 3);
+    for (a, b) in ws.pairs.iter().zip(&es.pairs) {
+        assert_eq!(a.in_spi, b.out_spi);
+        assert_eq!(a.out_spi, b.in_spi);
+        assert_eq!(a.in_key.as_slice(), b.out_key.as_slice());
+        assert_eq!(a.out_key.as_slice(), b.in_key.as_slice());
+        assert_eq!(a.in_key.len(), 36);
+    }
+    assert_eq!(west.daemon.workers, 2);
+    assert_eq!(west.daemon.control, Path::new("/run/esparto/west.sock"));
+}
+
+#[test]
+fn psk_example_builds_the_ike_connection() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let c = load(&dir.join("site-to-site-psk.toml")).unwrap();
+    let conn = &c.connections[0];
+    let ike = conn.ike.as_ref().unwrap();
+    assert_eq!(ike.proposals.len(), 2);
+    assert!(ike.encap);
+    assert_eq!(ike.dpd_delay, Some(Duration::from_secs(30)));
+    assert_eq!(ike.remote_port, 500);
+    assert_eq!(ike.local.id.as_ref().unwrap().to_string(), "@west.example");
+    assert_eq!(ike.children.len(), 1);
+    assert_eq!(ike.children[0].esp_proposals.len(), 3);
+    assert_eq!(
+        ike.children[0].start_action,
+        esparto_ike::StartAction::Start
+    );
+    ike.validate().unwrap();
+    let child = &conn.children[0];
+    assert!(child.static_sas.is_none());
+    assert_eq!(child.lifetime.soft_time, Some(Duration::from_secs(3600)));
+    assert_eq!(
+        child.lifetime.hard_time,
+        Some(Duration::from_secs(3960)),
+        "life_time = rekey_time + 10%"
+    );
+    assert_eq!(child.per_cpu_sas, PerCpuSas::OnDemand);
+    assert_eq!(child.per_cpu_max, c.daemon.workers);
+    let (l, r) = (
+        ike.local.id.clone().unwrap(),
+        ike.remote.id.clone().unwrap(),
+    );
+    assert!(c.secrets.find_psk(&l, &r).is_some());
+}
+
+#[test]
+fn ike_defaults_and_dynamic_selectors() {
+    let text = r#"
+[connections.gw]
+remote_addrs = "198.51.100.7"
+local.id = "@moon"
+remote.id = "@sun"
+[connections.gw.children.host]
+[secrets.ike]
+id = "@sun"
+secret = "0x00112233445566778899"
+"#;
+    let c = parse_str(text, "moon.toml").unwrap();
+    let d = &c.daemon;
+    assert_eq!(
+        (d.port, d.ike_port, d.path_mtu, d.tun.as_str()),
+        (4500, 500, 1500, "esparto0")
+    );
+    assert_eq!(d.control, Path::new(DEFAULT_CONTROL));
+    let conn = &c.connections[0];
+    let ike = conn.ike.as_ref().unwrap();
+    assert_eq!(ike.proposals.len(), DEFAULT_IKE_PROPOSALS.len());
+    let child = &ike.children[0];
+    assert_eq!(child.esp_proposals.len(), DEFAULT_ESP_PROPOSALS.len());
+    assert!(matches!(
+        child.local_ts[0],
+        esparto_ike::TsConfig::Dynamic { .. }
+    ));
+    // The remote `dynamic` resolves against the known peer address; the local one cannot.
+    assert_eq!(conn.children[0].remote_ts[0].to_string(), "198.51.100.7/32");
+    assert!(conn.children[0].local_ts.is_empty());
+    assert_eq!(
+        c.secrets.psks[0].secret.as_slice(),
+        &[0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99]
+    );
+}
+
+#[test]
+fn keys_and_secrets_from_files_relative_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("keys")).unwrap();
+    std::fs::write(dir.path().join("keys/in.hex"), format!("0x{K36}\n")).unwrap();
+    std::fs::write(dir.path().join("psk"), "s3cret\n").unwrap();
+    let text = base().replacen(
+        &format!("in_key = \"0x{K36}\""),
+        "in_key_file = \"keys/in.hex\"",
+        1,
+    ) + "\n[secrets.p]\nsecret_file = \"psk\"\n";
+    let path = dir.path().join("west.toml");
+    std::fs::write(&path, &text).unwrap();
+    let c = load(&path).unwrap();
+    let pair = &c.connections[0].children[0]
+        .static_sas
+        .as_ref()
+        .unwrap()
+        .pairs[0];
+    assert_eq!(pair.in_key.as_slice()[..3], [0, 1, 2]);
+    assert_eq!(c.secrets.psks[0].secret.as_slice(), b"s3cret");
+    // A key file of the wrong length names the file, not its content.
+    std::fs::write(dir.path().join("keys/in.hex"), "00ff\n").unwrap();
+    let errs = load(&path).unwrap_err();
+    let e = &errs.0[0];
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (
+            16,
+            "connections.site.children.lan.static_sas[0].in_key_file"
+        )
+    );
+    assert_eq!(
+        e.message,
+        "2 bytes, aes256gcm16 needs 36 (32-byte key + 4-byte salt)"
+    );
+}
+
+#[test]
+fn unreadable_files_are_one_error_without_a_line() {
+    let errs = load(Path::new("/nonexistent/esparto.toml")).unwrap_err();
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs.0[0].line, 0);
+    assert!(
+        errs.to_string()
+            .starts_with("/nonexistent/esparto.toml: cannot read: ")
+    );
+}
+
+#[test]
+fn lifetimes_follow_swanctl() {
+    let ike = |extra: &str| {
+        let text = format!(
+            "[connections.gw]\nremote_addrs = \"198.51.100.7\"\n[connections.gw.children.c]\n{extra}\n[secrets.s]\nsecret = \"x\"\n"
+        );
+        parse_str(&text, "t.toml")
+            .unwrap()
+            .connections
+            .remove(0)
+            .children
+            .remove(0)
+            .lifetime
+    };
+    let lt = ike("rekey_time = \"4h\"\nrekey_bytes = 1000\nlife_packets = 100");
+    assert_eq!(lt.soft_time, Some(Duration::from_secs(4 * 3600)));
+    assert_eq!(lt.hard_time, Some(Duration::from_secs(4 * 3600 + 1440)));
+    assert_eq!((lt.soft_bytes, lt.hard_bytes), (Some(1000), Some(1100)));
+    assert_eq!((lt.soft_packets, lt.hard_packets), (None, Some(100)));
+    let lt = ike("life_time = \"30m\"");
+    assert_eq!(
+        (lt.soft_time, lt.hard_time),
+        (
+            Some(Duration::from_secs(1620)),
+            Some(Duration::from_secs(1800))
+        )
+    );
+    let lt = ike("rekey_time = 0");
+    assert_eq!((lt.soft_time, lt.hard_time), (None, None));
+}

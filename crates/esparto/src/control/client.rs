@@ -1,0 +1,104 @@
+//! The client's end: one request, one answer, bounded by a timeout.
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{MAX_RESPONSE, Request, Response};
+
+/// Why a request to the daemon failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// Nothing listens at the path.
+    NoDaemon(PathBuf),
+    /// No (complete) answer within the timeout.
+    Timeout(PathBuf),
+    /// The answer was not a response.
+    Protocol(String),
+    /// Another I/O error (permission denied, …).
+    Io(PathBuf, io::Error),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::NoDaemon(p) => {
+                write!(
+                    f,
+                    "no esparto daemon at {} (is it running? try --control)",
+                    p.display()
+                )
+            }
+            ClientError::Timeout(p) => {
+                write!(f, "the daemon at {} did not answer in time", p.display())
+            }
+            ClientError::Protocol(m) => write!(f, "unexpected answer from the daemon: {m}"),
+            ClientError::Io(p, e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                write!(
+                    f,
+                    "{}: {e} (the control socket is mode 0600: run as the daemon's user)",
+                    p.display()
+                )
+            }
+            ClientError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// Send one request to the daemon at `path` and wait at most `timeout`
+/// for the answer.
+pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response, ClientError> {
+    let io_err = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            ClientError::Timeout(path.to_path_buf())
+        }
+        _ => ClientError::Io(path.to_path_buf(), e),
+    };
+    let mut s = UnixStream::connect(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+            ClientError::NoDaemon(path.to_path_buf())
+        }
+        _ => ClientError::Io(path.to_path_buf(), e),
+    })?;
+    let deadline = Instant::now() + timeout;
+    let remaining = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| ClientError::Timeout(path.to_path_buf()))
+    };
+    let mut line = serde_json::to_vec(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    line.push(b'\n');
+    s.set_write_timeout(Some(remaining()?)).map_err(io_err)?;
+    s.write_all(&line).map_err(io_err)?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        s.set_read_timeout(Some(remaining()?)).map_err(io_err)?;
+        match s.read(&mut buf) {
+            Ok(0) => {
+                return Err(ClientError::Protocol(
+                    "connection closed before a complete answer".into(),
+                ));
+            }
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                if let Some(i) = got.iter().position(|&b| b == b'\n') {
+                    got.truncate(i);
+                    break;
+                }
+                if got.len() > MAX_RESPONSE {
+                    return Err(ClientError::Protocol(format!(
+                        "answer longer than {MAX_RESPONSE} bytes"
+                    )));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    serde_json::from_slice(&got).map_err(|e| ClientError::Protocol(e.to_string()))
+}

@@ -1,0 +1,209 @@
+//! The control socket: how `esparto status` (and later `up`/`down`/`sas`)
+//! talks to a running daemon.
+//!
+//! A Unix stream socket, mode 0600 (only root — or whoever runs the daemon
+//! — may ask), one JSON request per line and one JSON response per line:
+//!
+//! ```text
+//! → {"cmd":"status"}
+//! ← {"ok":true,"status":{"version":"0.1.0","pid":1234,…}}
+//! → {"cmd":"up","name":"site"}
+//! ← {"ok":false,"error":"not implemented yet (issue 4)"}
+//! ```
+//!
+//! The server side ([`ControlServer`], in `server`) is for the daemon's control loop and
+//! never blocks it: the listener and every client are non-blocking, each
+//! client has its own input and output buffer, a request longer than
+//! [`MAX_REQUEST`] is answered with an error and the client closed, a
+//! client that makes no progress for [`CLIENT_TIMEOUT`] is dropped, a
+//! client that does not read its answers is not read from until it does
+//! (so it cannot make the daemon buffer without bound), and at most
+//! [`MAX_CLIENTS`] are served at once. [`ControlServer::poll`] does
+//! whatever is ready and returns; the daemon calls it when the listener or
+//! a client fd ([`ControlServer::client_fds`]) is readable, or on its
+//! periodic tick.
+//!
+//! The client side is [`request`] (in `client`).
+//!
+//! The socket file: the daemon creates it, and removes it at exit — only if
+//! it is still the one it created. A socket file nobody listens on (a
+//! daemon that crashed) is replaced; a live one means another daemon runs,
+//! and `bind` fails rather than steal its socket. The socket is bound under
+//! a temporary name, made 0600, then renamed into place, so it is never
+//! reachable with looser permissions.
+
+mod client;
+mod server;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::{SaStatus, Status};
+
+pub use client::{ClientError, request};
+pub use server::ControlServer;
+
+/// Longest request line accepted, in bytes.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// Longest response line the client accepts, in bytes (a status with
+/// hundreds of thousands of SAs still fits).
+pub const MAX_RESPONSE: usize = 256 * 1024 * 1024;
+/// Clients served at once; more are told so and closed.
+pub const MAX_CLIENTS: usize = 32;
+/// A client that neither sends nor reads for this long is dropped.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Requests answered per client per [`ControlServer::poll`] call (fairness).
+const REQUESTS_PER_POLL: usize = 16;
+
+/// A request to the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase")]
+pub enum Request {
+    /// The whole status: workers, SAs, drops.
+    Status,
+    /// The SAs only (issue 4: `esparto sas`).
+    Sas,
+    /// Bring a connection up (initiate IKE; issue 4).
+    Up {
+        /// Connection name.
+        name: String,
+    },
+    /// Take a connection down (delete its SAs; issue 4).
+    Down {
+        /// Connection name.
+        name: String,
+    },
+}
+
+/// The daemon's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// The status (`{"ok":true,"status":{…}}`).
+    Status(Box<Status>),
+    /// The SAs (`{"ok":true,"sas":[…]}`).
+    Sas(Vec<SaStatus>),
+    /// Done, with a human-readable note (`{"ok":true,"message":"…"}`).
+    Done(String),
+    /// Refused or failed (`{"ok":false,"error":"…"}`).
+    Error(String),
+}
+
+/// The JSON shape of a [`Response`]: `ok` plus one payload field.
+#[derive(Deserialize)]
+struct WireResponse {
+    ok: bool,
+    #[serde(default)]
+    status: Option<Box<Status>>,
+    #[serde(default)]
+    sas: Option<Vec<SaStatus>>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// [`WireResponse`] for sending, borrowing the payload.
+#[derive(Serialize)]
+struct WireResponseRef<'a> {
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a Status>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sas: Option<&'a [SaStatus]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+impl Serialize for Response {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut w = WireResponseRef {
+            ok: true,
+            status: None,
+            sas: None,
+            message: None,
+            error: None,
+        };
+        match self {
+            Response::Status(st) => w.status = Some(st),
+            Response::Sas(sas) => w.sas = Some(sas),
+            Response::Done(m) => w.message = Some(m),
+            Response::Error(e) => {
+                w.ok = false;
+                w.error = Some(e);
+            }
+        }
+        w.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Response {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = WireResponse::deserialize(d)?;
+        Ok(match w {
+            WireResponse {
+                ok: false, error, ..
+            } => Response::Error(error.unwrap_or_else(|| "unspecified error".into())),
+            WireResponse {
+                status: Some(s), ..
+            } => Response::Status(s),
+            WireResponse { sas: Some(s), .. } => Response::Sas(s),
+            WireResponse { message, .. } => Response::Done(message.unwrap_or_default()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn fake_status() -> Status {
+        Status {
+            version: "9.9.9".into(),
+            pid: 42,
+            tun: "esparto0".into(),
+            ..Status::default()
+        }
+    }
+
+    #[test]
+    fn wire_format() {
+        assert_eq!(
+            serde_json::to_string(&Request::Status).unwrap(),
+            r#"{"cmd":"status"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Request::Up {
+                name: "site".into()
+            })
+            .unwrap(),
+            r#"{"cmd":"up","name":"site"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Response::Error("x".into())).unwrap(),
+            r#"{"ok":false,"error":"x"}"#
+        );
+        let s = serde_json::to_string(&Response::Status(Box::new(fake_status()))).unwrap();
+        assert!(
+            s.starts_with(r#"{"ok":true,"status":{"version":"9.9.9","pid":42,"#),
+            "{s}"
+        );
+        for r in [
+            Response::Status(Box::new(fake_status())),
+            Response::Sas(vec![]),
+            Response::Done("d".into()),
+            Response::Error("e".into()),
+        ] {
+            let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+            assert_eq!(back, r);
+        }
+        assert!(
+            serde_json::from_str::<Request>(r#"{"cmd":"up"}"#).is_err(),
+            "up needs a name"
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+}
