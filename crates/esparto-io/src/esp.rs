@@ -55,7 +55,15 @@ pub struct WorkerEvent {
     pub event: Event,
 }
 
-/// Where ICMP errors come from (the gateway's own addresses).
+/// Where ICMP errors come from.
+///
+/// By default (`None`) the error's source is the offending packet's
+/// destination. The error is written into the TUN, so the kernel sees it
+/// arrive *from the tunnel*: a gateway address as source would be dropped
+/// as a martian (a packet from outside claiming one of our own addresses),
+/// while the destination routes via the TUN and passes reverse-path checks.
+/// Hosts accept the error from any source: they match it by the quoted
+/// packet (RFC 1191 §4, RFC 8201 §4).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IcmpSources {
     /// Source of ICMPv4 errors.
@@ -143,9 +151,8 @@ impl EspDatapath {
     }
 }
 
-/// The destination of an IPv4 packet: the fallback ICMP source when the
-/// gateway has no address of that family (hosts accept the error from any
-/// source; it quotes their own packet).
+/// The destination of an IPv4 packet: the default ICMP source (see
+/// [`IcmpSources`]).
 fn dst_v4(p: &[u8]) -> Option<Ipv4Addr> {
     let b: [u8; 4] = p.get(16..20)?.try_into().ok()?;
     Some(Ipv4Addr::from(b))

@@ -135,18 +135,6 @@ fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
     Ok(SocketAddr::new(ip, cfg.daemon.port))
 }
 
-fn icmp_sources(cfg: &Config) -> IcmpSources {
-    let mut s = IcmpSources::default();
-    for a in cfg.connections.iter().flat_map(|c| c.local_addrs.iter()) {
-        match a {
-            IpAddr::V4(v) if s.v4.is_none() => s.v4 = Some(*v),
-            IpAddr::V6(v) if s.v6.is_none() => s.v6 = Some(*v),
-            _ => {}
-        }
-    }
-    s
-}
-
 impl Gateway {
     /// Creates the TUN device, the sockets and the workers, then installs
     /// every statically keyed child. Must run in the gateway's network
@@ -172,7 +160,9 @@ impl Gateway {
             .with_context(|| format!("binding {n}+1 UDP sockets to {bind} (is another esparto or an IKE daemon running?)"))?;
         let (ev_tx, events) = mpsc::channel();
         let (ctl_tx, control_dgrams) = mpsc::channel();
-        let icmp = icmp_sources(cfg);
+        // ICMP errors about packets too big for the tunnel come from the
+        // packet's destination (see `IcmpSources`).
+        let icmp = IcmpSources::default();
         let datapaths: Vec<EspDatapath> = (0..n).map(|k| EspDatapath::new(k as u16, ev_tx.clone(), icmp)).collect();
         let path_mtu = usize::from(cfg.daemon.path_mtu);
         let wcfg = WorkerConfig {
