@@ -12,70 +12,30 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use esparto_esp::{
-    Command, Direction, GroupId, InboundSa, OutboundSa, Policy, SaConfig, SharedSeq, Spd, TAILROOM, WorkerStats,
+    Command, Direction, GroupId, TAILROOM, WorkerStats,
     max_inner_len,
 };
 use esparto_io::udp::UdpConfig;
 use esparto_io::worker::{ControlDatagram, WorkerReport};
 use esparto_io::{
     EspCommand, EspDatapath, IcmpSources, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, WorkerEvent,
-    Workers, spi_to_worker,
+    Workers,
 };
 use tracing::{info, warn};
 
-use crate::config::{Child, Config, Connection};
+use super::install::{ChildState, SaLabel};
+use crate::config::Config;
 use crate::status::{SaStatus, Status, WorkerStatus};
 
 /// TUN MTU when no SA suite is known yet (IKE children before negotiation).
 const DEFAULT_TUN_MTU: u16 = 1400;
 /// How long `status` waits for each worker's snapshot.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Which SA of a group an SPI is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    /// The only SA pair of a group without sub-SAs.
-    Single,
-    /// The fallback (head) SA of a per-CPU group.
-    Fallback,
-    /// A worker's own sub-SA.
-    Sub,
-}
-
-impl Role {
-    fn name(self) -> &'static str {
-        match self {
-            Role::Single => "single",
-            Role::Fallback => "fallback",
-            Role::Sub => "sub",
-        }
-    }
-}
-
-/// What the control plane knows of one installed SA.
-#[derive(Debug, Clone)]
-struct SaLabel {
-    connection: String,
-    child: String,
-    role: Role,
-}
-
-/// A child as installed: its group, its policies, its SPIs.
-#[derive(Debug)]
-struct Installed {
-    connection: String,
-    child: String,
-    group: GroupId,
-    policies: Vec<Policy>,
-    out_spis: Vec<u32>,
-    in_spis: Vec<(u32, usize)>,
-}
 
 /// The running data plane.
 pub struct Gateway {
@@ -88,9 +48,10 @@ pub struct Gateway {
     /// The reuseport group's control socket (IKE on the NAT-T port).
     udp_control: UdpSocket,
     cpus: Vec<Option<usize>>,
-    next_group: GroupId,
-    children: Vec<Installed>,
-    labels: BTreeMap<(u32, Direction), SaLabel>,
+    pub(super) next_group: GroupId,
+    pub(super) children: Vec<ChildState>,
+    pub(super) labels: BTreeMap<(u32, Direction), SaLabel>,
+    pub(super) path_mtu: u16,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -186,16 +147,16 @@ impl Gateway {
             next_group: 1,
             children: Vec::new(),
             labels: BTreeMap::new(),
+            path_mtu: cfg.daemon.path_mtu,
         };
         for conn in &cfg.connections {
             for child in &conn.children {
                 if child.static_sas.is_some() {
-                    gw.install_static(cfg, conn, child)
+                    gw.install_static(conn, child)
                         .with_context(|| format!("installing {}/{}", conn.name, child.name))?;
                 }
             }
         }
-        gw.publish_spd()?;
         Ok(gw)
     }
 
@@ -214,136 +175,17 @@ impl Gateway {
         &self.udp_control
     }
 
-    fn send(&self, worker: usize, cmd: Command) -> Result<()> {
+    pub(super) fn send(&self, worker: usize, cmd: Command) -> Result<()> {
         self.workers
             .send(worker, EspCommand::Esp(cmd))
             .map_err(|_| anyhow!("worker {worker} has stopped"))
     }
 
-    fn send_all(&self, mut make: impl FnMut() -> Result<Command>) -> Result<()> {
+    pub(super) fn send_all(&self, mut make: impl FnMut() -> Result<Command>) -> Result<()> {
         for k in 0..self.nworkers {
             self.send(k, make()?)?;
         }
         Ok(())
-    }
-
-    /// Installs a statically keyed child: its policies, its group, the
-    /// fallback SA on every worker (one shared sequence counter), worker k's
-    /// sub-SA from pair k+1, and every inbound SA on the worker its SPI
-    /// steers to.
-    fn install_static(&mut self, cfg: &Config, conn: &Connection, child: &Child) -> Result<()> {
-        let Some(st) = &child.static_sas else { return Ok(()) };
-        let peer_ip = *conn.remote_addrs.first().context("no remote_addrs")?;
-        let peer = SocketAddr::new(peer_ip, conn.remote_port);
-        let group = self.next_group;
-        self.next_group += 1;
-        let now = Instant::now();
-        let sa = |spi: u32, key: &esparto_crypto::SecretBytes| SaConfig {
-            spi,
-            suite: st.suite,
-            keymat: esparto_crypto::SecretBytes::from_slice(key.as_slice()),
-            esn: st.esn,
-            replay_window: child.replay_window,
-            lifetime: child.lifetime,
-            local_ts: child.local_ts.clone(),
-            remote_ts: child.remote_ts.clone(),
-            peer,
-            path_mtu: cfg.daemon.path_mtu,
-        };
-        let per_cpu = st.pairs.len() > 1;
-        self.send_all(|| Ok(Command::AddGroup { id: group, per_cpu: false }))?;
-
-        let mut installed = Installed {
-            connection: conn.name.clone(),
-            child: child.name.clone(),
-            group,
-            policies: Vec::new(), out_spis: Vec::new(), in_spis: Vec::new() };
-        let label = |role| SaLabel { connection: conn.name.clone(), child: child.name.clone(), role };
-        let key_err = |e: esparto_crypto::KeyLengthError| anyhow!("key length: expected {} bytes, got {}", e.expected, e.got);
-
-        // Outbound: the fallback on every worker, sharing one counter.
-        let first = st.pairs.first().context("no static SA pairs")?;
-        let fb = sa(first.out_spi, &first.out_key);
-        if self.nworkers == 1 && !per_cpu {
-            self.send(0, Command::SetFallback(group, Box::new(OutboundSa::owned(&fb, now).map_err(key_err)?)))?;
-        } else {
-            let seq = SharedSeq::new();
-            self.send_all(|| Ok(Command::SetFallback(group, Box::new(OutboundSa::shared(&fb, seq.clone(), now).map_err(key_err)?))))?;
-        }
-        installed.out_spis.push(first.out_spi);
-        self.labels.insert((first.out_spi, Direction::Outbound), label(if per_cpu { Role::Fallback } else { Role::Single }));
-        // Outbound sub-SAs: pair k+1 belongs to worker k; pairs beyond our
-        // worker count are the peer's extra cores: inbound only.
-        for (k, pair) in st.pairs.iter().skip(1).enumerate().take(self.nworkers) {
-            let c = sa(pair.out_spi, &pair.out_key);
-            self.send(k, Command::SetSub(group, Box::new(OutboundSa::owned(&c, now).map_err(key_err)?)))?;
-            installed.out_spis.push(pair.out_spi);
-            self.labels.insert((pair.out_spi, Direction::Outbound), label(Role::Sub));
-        }
-        // Inbound: every pair, on the worker the SPI steers to.
-        for (i, pair) in st.pairs.iter().enumerate() {
-            let c = sa(pair.in_spi, &pair.in_key);
-            let w = spi_to_worker(pair.in_spi, self.nworkers);
-            self.send(w, Command::AddInbound(Box::new(InboundSa::new(&c, now).map_err(key_err)?)))?;
-            installed.in_spis.push((pair.in_spi, w));
-            let role = match (per_cpu, i) {
-                (false, _) => Role::Single,
-                (true, 0) => Role::Fallback,
-                (true, _) => Role::Sub,
-            };
-            self.labels.insert((pair.in_spi, Direction::Inbound), label(role));
-        }
-        for l in &child.local_ts {
-            for r in &child.remote_ts {
-                if l.addrs.family() != r.addrs.family() {
-                    continue;
-                }
-                installed.policies.push(Policy {
-                    local: *l,
-                    remote: *r,
-                    action: esparto_esp::Action::Protect(group),
-                    priority: Policy::auto_priority(l, r),
-                });
-            }
-        }
-        for r in &child.remote_ts {
-            let (s, e) = (r.addrs.start(), r.addrs.end());
-            for (addr, len) in esparto_io::route::range_to_prefixes(s, e) {
-                esparto_io::route::add(&self.tun, addr, len)?;
-            }
-        }
-        info!(
-            connection = %conn.name, child = %child.name, suite = st.suite.name(),
-            pairs = st.pairs.len(), workers = self.nworkers, "static child installed"
-        );
-        self.children.push(installed);
-        Ok(())
-    }
-
-    /// Sends the SPD built from every installed child to every worker.
-    fn publish_spd(&self) -> Result<()> {
-        let spd = Arc::new(Spd::new(self.children.iter().flat_map(|c| c.policies.iter().cloned()).collect()));
-        self.send_all(|| Ok(Command::SetSpd(spd.clone())))
-    }
-
-    /// Removes a child: its policies first (so no packet is encapsulated on
-    /// an SA about to go), then its outbound and inbound SAs. Returns
-    /// whether it was installed.
-    pub fn remove_child(&mut self, connection: &str, child: &str) -> Result<bool> {
-        let Some(i) = self.children.iter().position(|c| c.connection == connection && c.child == child) else {
-            return Ok(false);
-        };
-        let c = self.children.remove(i);
-        self.publish_spd()?;
-        self.send_all(|| Ok(Command::RemoveGroup(c.group)))?;
-        for (spi, w) in &c.in_spis {
-            self.send(*w, Command::RemoveInbound(*spi))?;
-            self.labels.remove(&(*spi, Direction::Inbound));
-        }
-        for spi in &c.out_spis {
-            self.labels.remove(&(*spi, Direction::Outbound));
-        }
-        Ok(true)
     }
 
     /// Drains worker events; returns them for the IKE layer.

@@ -1,7 +1,12 @@
 //! The daemon: `esparto run`.
+//!
+//! [`Gateway`] owns the data plane (TUN, sockets, workers) and installs
+//! children into it ([`install`]); [`run`] is the control thread's loop.
 
 mod gateway;
+pub mod install;
 mod run;
 
 pub use gateway::Gateway;
+pub use install::{ChildParams, SaPair, Slot};
 pub use run::run;
