@@ -25,6 +25,16 @@ impl Poller {
         self.fds.len() - 1
     }
 
+    /// Number of descriptors in the set.
+    pub fn len(&self) -> usize {
+        self.fds.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.fds.is_empty()
+    }
+
     /// Waits until one is readable or `timeout` passes (EINTR counts as a
     /// timeout: a signal arrived, the caller looks at its flags).
     pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {

@@ -34,6 +34,24 @@ enum Cmd {
     Run(RunArgs),
     /// Show the running daemon's workers and SAs (packets, bytes, drops by reason).
     Status(StatusArgs),
+    /// List IKE SAs and their Child SAs (SPIs, algorithms, ages, bytes, workers).
+    Sas(StatusArgs),
+    /// Bring a connection up (IKE) and wait until its Child SA is installed.
+    Up(UpDownArgs),
+    /// Take a connection down (delete its IKE SA and Child SAs) and wait.
+    Down(UpDownArgs),
+}
+
+#[derive(Debug, Args)]
+struct UpDownArgs {
+    /// The connection name (`[connections.NAME]`).
+    name: String,
+    /// Control socket of the daemon.
+    #[arg(long, default_value = config::DEFAULT_CONTROL)]
+    control: PathBuf,
+    /// Seconds to wait for the outcome.
+    #[arg(long, default_value_t = 15.0)]
+    timeout: f64,
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +137,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::CheckConfig(a) => check_config(a),
         Cmd::Run(a) => run(a),
         Cmd::Status(a) => status(a),
+        Cmd::Sas(a) => sas(a),
+        Cmd::Up(a) => up_down(a, true),
+        Cmd::Down(a) => up_down(a, false),
     }
 }
 
@@ -170,6 +191,74 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
         }
         Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
         other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
+}
+
+fn sas(a: StatusArgs) -> Result<ExitCode> {
+    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
+        anyhow::bail!("--timeout must be in (0, 600] seconds");
+    }
+    let sas = fetch_sas(&a.control, Duration::from_secs_f64(a.timeout))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&sas)?);
+    } else {
+        print!("{}", render::ike_sas_text(&sas));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fetch_sas(control: &std::path::Path, timeout: Duration) -> Result<Vec<crate::status::IkeSaStatus>> {
+    match control::request(control, &Request::Sas, timeout)? {
+        Response::Sas(s) => Ok(s),
+        Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
+        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
+}
+
+/// `up`/`down`: ask, then watch `sas` until the outcome (as `swanctl
+/// --initiate` / `--terminate` wait for theirs).
+fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
+    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
+        anyhow::bail!("--timeout must be in (0, 600] seconds");
+    }
+    let rpc = Duration::from_secs(5);
+    let req = if up { Request::Up { name: a.name.clone() } } else { Request::Down { name: a.name.clone() } };
+    match control::request(&a.control, &req, rpc)? {
+        Response::Done(msg) => println!("{msg}"),
+        Response::Error(e) => {
+            eprintln!("esparto: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(a.timeout);
+    loop {
+        let sas = fetch_sas(&a.control, rpc)?;
+        let mine: Vec<_> = sas.iter().filter(|s| s.connection == a.name).collect();
+        let done = if up {
+            mine.iter().any(|s| s.state == "established" && !s.children.is_empty())
+        } else {
+            mine.is_empty()
+        };
+        if done {
+            if up {
+                let list: Vec<_> = mine.into_iter().cloned().collect();
+                print!("{}", render::ike_sas_text(&list));
+            } else {
+                println!("{}: down", a.name);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        if std::time::Instant::now() >= deadline {
+            eprintln!(
+                "esparto: {}: not {} after {:.0} s (see the daemon's log)",
+                a.name,
+                if up { "established" } else { "deleted" },
+                a.timeout
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::status::{SaStatus, Status};
+use crate::status::{IkeSaStatus, SaStatus, Status};
 
 /// The whole status as text, ending with a newline.
 pub fn status_text(s: &Status) -> String {
@@ -131,6 +131,50 @@ fn drops(d: &BTreeMap<String, u64>, prefix: &str) -> String {
     }
 }
 
+/// IKE SAs and their Child SAs, as `swanctl --list-sas` lays them out.
+pub fn ike_sas_text(sas: &[IkeSaStatus]) -> String {
+    let mut o = String::new();
+    if sas.is_empty() {
+        o.push_str("no IKE SAs\n");
+    }
+    for s in sas {
+        let _ = writeln!(
+            o,
+            "{}: #{} {}, {} ago, {}[{}]...{}[{}]{}",
+            s.connection,
+            s.id,
+            s.state.to_uppercase(),
+            age(s.age_s),
+            s.local,
+            s.local_id,
+            s.remote,
+            s.remote_id,
+            if s.initiator { " (initiator)" } else { "" }
+        );
+        for c in &s.children {
+            let out_on = c.out_worker.map_or_else(|| "every worker".to_string(), |w| format!("worker {w}"));
+            let in_on = c.in_worker.map_or_else(|| "-".to_string(), |w| format!("worker {w}"));
+            let _ = writeln!(
+                o,
+                "  {}: INSTALLED {} {}, {} ago\n    in  {} on {}: {} packets, {} bytes\n    out {} on {}: {} packets, {} bytes",
+                c.child,
+                c.role,
+                c.suite,
+                age(c.age_s),
+                c.in_spi,
+                in_on,
+                c.in_packets,
+                c.in_bytes,
+                c.out_spi,
+                out_on,
+                c.out_packets,
+                c.out_bytes
+            );
+        }
+    }
+    o
+}
+
 /// A duration in seconds as `45s`, `12m05s`, `3h02m`, `2d04h`.
 pub fn age(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
@@ -208,6 +252,7 @@ mod tests {
             workers: vec![w0.clone(), w1],
             sas: vec![sa("lan", "c0000201", "out", "fallback", 0, 120), in0],
             drops: w0.drops.clone(),
+            ike_sas: vec![],
         };
         let want = "\
 esparto 0.1.0 (pid 77), up 1m05s, tun esparto0, 2 workers

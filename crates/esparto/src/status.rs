@@ -23,6 +23,9 @@ pub struct Status {
     pub sas: Vec<SaStatus>,
     /// Drops by reason, summed over workers.
     pub drops: BTreeMap<String, u64>,
+    /// IKE SAs and their Child SAs (empty without IKE connections).
+    #[serde(default)]
+    pub ike_sas: Vec<IkeSaStatus>,
 }
 
 /// One worker.
@@ -69,4 +72,58 @@ pub struct SaStatus {
     pub age_s: f64,
     /// Drops attributable to the SA (non-zero only).
     pub drops: BTreeMap<String, u64>,
+}
+
+/// One IKE SA, as `esparto sas` shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IkeSaStatus {
+    /// Our id for it (the initiator's SPI, hex).
+    pub id: String,
+    /// Connection name.
+    pub connection: String,
+    /// "connecting", "established".
+    pub state: String,
+    /// Whether we initiated it.
+    pub initiator: bool,
+    /// Our IKE endpoint.
+    pub local: String,
+    /// The peer's IKE endpoint.
+    pub remote: String,
+    /// Our identity.
+    pub local_id: String,
+    /// The peer's identity.
+    pub remote_id: String,
+    /// Seconds since it was established.
+    pub age_s: f64,
+    /// Its Child SAs.
+    pub children: Vec<ChildSaStatus>,
+}
+
+/// One Child SA (an inbound and an outbound ESP SA).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChildSaStatus {
+    /// Child name.
+    pub child: String,
+    /// SPI we receive on (hex).
+    pub in_spi: String,
+    /// SPI we send on (hex).
+    pub out_spi: String,
+    /// ESP suite, strongSwan spelling.
+    pub suite: String,
+    /// "single", "fallback" or "sub".
+    pub role: String,
+    /// The worker that receives on it (its SPI steers there).
+    pub in_worker: Option<u16>,
+    /// The worker that sends on it (`None`: every worker, a fallback SA).
+    pub out_worker: Option<u16>,
+    /// Seconds since it was established.
+    pub age_s: f64,
+    /// Inner bytes received.
+    pub in_bytes: u64,
+    /// Packets received.
+    pub in_packets: u64,
+    /// Inner bytes sent.
+    pub out_bytes: u64,
+    /// Packets sent.
+    pub out_packets: u64,
 }

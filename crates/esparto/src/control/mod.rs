@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::status::{SaStatus, Status};
+use crate::status::{IkeSaStatus, Status};
 
 pub use client::{ClientError, request};
 pub use server::ControlServer;
@@ -82,7 +82,7 @@ pub enum Response {
     /// The status (`{"ok":true,"status":{…}}`).
     Status(Box<Status>),
     /// The SAs (`{"ok":true,"sas":[…]}`).
-    Sas(Vec<SaStatus>),
+    Sas(Vec<IkeSaStatus>),
     /// Done, with a human-readable note (`{"ok":true,"message":"…"}`).
     Done(String),
     /// Refused or failed (`{"ok":false,"error":"…"}`).
@@ -96,7 +96,7 @@ struct WireResponse {
     #[serde(default)]
     status: Option<Box<Status>>,
     #[serde(default)]
-    sas: Option<Vec<SaStatus>>,
+    sas: Option<Vec<IkeSaStatus>>,
     #[serde(default)]
     message: Option<String>,
     #[serde(default)]
@@ -110,7 +110,7 @@ struct WireResponseRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<&'a Status>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sas: Option<&'a [SaStatus]>,
+    sas: Option<&'a [IkeSaStatus]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -52,6 +52,7 @@ pub struct Gateway {
     pub(super) children: Vec<ChildState>,
     pub(super) labels: BTreeMap<(u32, Direction), SaLabel>,
     pub(super) path_mtu: u16,
+    bind: SocketAddr,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -148,6 +149,7 @@ impl Gateway {
             children: Vec::new(),
             labels: BTreeMap::new(),
             path_mtu: cfg.daemon.path_mtu,
+            bind,
         };
         for conn in &cfg.connections {
             for child in &conn.children {
@@ -163,6 +165,11 @@ impl Gateway {
     /// The TUN device's name.
     pub fn tun(&self) -> &str {
         &self.tun
+    }
+
+    /// The local address the sockets are bound to (may be the wildcard).
+    pub fn local_ip(&self) -> IpAddr {
+        self.bind.ip()
     }
 
     /// Number of workers.
@@ -266,6 +273,7 @@ impl Gateway {
             workers,
             sas,
             drops: drops_map(&total),
+            ike_sas: Vec::new(),
         }
     }
 

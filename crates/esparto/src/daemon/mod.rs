@@ -4,6 +4,7 @@
 //! children into it ([`install`]); [`run`] is the control thread's loop.
 
 mod gateway;
+pub mod ike;
 pub mod install;
 mod run;
 

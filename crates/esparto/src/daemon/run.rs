@@ -23,6 +23,7 @@ use esparto_io::poll::Poller;
 use tracing::{info, warn};
 
 use super::Gateway;
+use super::ike::Ike;
 use crate::config::Config;
 use crate::control::{ControlServer, Request, Response};
 
@@ -30,7 +31,7 @@ use crate::control::{ControlServer, Request, Response};
 const IDLE: Duration = Duration::from_millis(50);
 
 /// Runs the gateway described by `config` until SIGTERM or SIGINT.
-pub fn run(config: Config, control: &Path) -> Result<()> {
+pub fn run(mut config: Config, control: &Path) -> Result<()> {
     init_logging(&config.daemon.log);
     let mut server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
     let (mut sig_rx, sig_tx) = UnixStream::pair().context("signal pipe")?;
@@ -39,6 +40,7 @@ pub fn run(config: Config, control: &Path) -> Result<()> {
         signal_hook::low_level::pipe::register(sig, sig_tx.try_clone()?).context("installing signal handlers")?;
     }
     let mut gw = Gateway::start(&config)?;
+    let mut ike = Ike::start(&mut config, &mut gw, Instant::now())?;
     info!(
         config = %config.path.display(), control = %control.display(), tun = gw.tun(), workers = gw.workers(),
         pid = std::process::id(), "esparto running"
@@ -52,18 +54,46 @@ pub fn run(config: Config, control: &Path) -> Result<()> {
         for fd in server.client_fds() {
             poller.add(fd);
         }
-        poller.wait(IDLE)?;
+        let ike_first = poller.add(gw.udp_control().as_raw_fd());
+        if let Some(ike) = &ike {
+            for fd in ike.fds() {
+                poller.add(fd);
+            }
+        }
+        let ike_last = poller.len();
+        let wait = ike
+            .as_mut()
+            .and_then(|i| i.next_timeout())
+            .map_or(IDLE, |t| t.saturating_duration_since(Instant::now()).min(IDLE));
+        poller.wait(wait)?;
+        let now = Instant::now();
         if poller.readable(sig) {
             let mut b = [0u8; 16];
             let _ = sig_rx.read(&mut b);
             info!(uptime_s = started.elapsed().as_secs(), "signal received, shutting down");
             break;
         }
-        server.poll(|req| handle(&mut gw, req));
+        match &mut ike {
+            Some(ike) => {
+                if (ike_first..ike_last).any(|i| poller.readable(i)) {
+                    ike.on_readable(now, &mut gw);
+                }
+                ike.tick(now, &mut gw);
+            }
+            None => {
+                // No IKE configured: whatever reaches the NAT-T control
+                // socket is dropped (read, so the buffer never fills).
+                let mut buf = [0u8; 2048];
+                while let Ok(Some(_)) = gw.udp_control().recv_from(&mut buf) {}
+            }
+        }
+        server.poll(|req| handle(&mut gw, ike.as_mut(), req));
         for ev in gw.poll_events() {
             match ev.event {
                 Event::Acquire { group, worker } => {
-                    tracing::debug!(group, ?worker, from = ev.worker, "acquire (no IKE for static SAs)")
+                    if let Some(ike) = &mut ike {
+                        ike.on_acquire(now, &mut gw, group, worker);
+                    }
                 }
                 Event::Expire { spi, direction, kind: Expiry::Soft } => {
                     info!(spi = %format!("{spi:08x}"), ?direction, "SA reached a soft lifetime limit")
@@ -73,11 +103,11 @@ pub fn run(config: Config, control: &Path) -> Result<()> {
                 }
             }
         }
-        // IKE datagrams that reached a worker (coalesced behind ESP) are
-        // not served until the IKE engine is wired in.
-        let stray = gw.poll_control_datagrams();
-        if !stray.is_empty() {
-            tracing::debug!(n = stray.len(), "non-ESP datagrams on the data sockets (no IKE configured)");
+        // IKE datagrams that reached a worker (coalesced behind ESP by GRO).
+        for d in gw.poll_control_datagrams() {
+            if let (Some(ike), Some(from)) = (&mut ike, d.peer) {
+                ike.on_stray(now, &mut gw, from, &d.bytes);
+            }
         }
     }
     let reports = gw.shutdown();
@@ -91,19 +121,33 @@ fn server_fd(s: &ControlServer) -> std::os::fd::RawFd {
     s.as_raw_fd()
 }
 
-fn handle(gw: &mut Gateway, req: Request) -> Response {
+fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, req: Request) -> Response {
+    let now = Instant::now();
+    let status = |gw: &Gateway, ike: Option<&Ike>| {
+        gw.status().map(|mut s| {
+            if let Some(ike) = ike {
+                s.ike_sas = ike.report(now, &s);
+            }
+            s
+        })
+    };
     match req {
-        Request::Status => match gw.status() {
+        Request::Status => match status(gw, ike.as_deref()) {
             Ok(s) => Response::Status(Box::new(s)),
             Err(e) => Response::Error(format!("{e:#}")),
         },
-        Request::Sas => match gw.status() {
-            Ok(s) => Response::Sas(s.sas),
+        Request::Sas => match status(gw, ike.as_deref()) {
+            Ok(s) => Response::Sas(s.ike_sas),
             Err(e) => Response::Error(format!("{e:#}")),
         },
-        Request::Up { name } | Request::Down { name } => {
-            Response::Error(format!("connection '{name}': up/down need IKE, which this daemon does not run yet"))
-        }
+        Request::Up { name } => match ike {
+            Some(ike) => ike.up(now, gw, &name).map_or_else(Response::Error, Response::Done),
+            None => Response::Error(format!("{name}: no IKE connections are configured")),
+        },
+        Request::Down { name } => match ike {
+            Some(ike) => ike.down(now, gw, &name).map_or_else(Response::Error, Response::Done),
+            None => Response::Error(format!("{name}: no IKE connections are configured")),
+        },
     }
 }
 

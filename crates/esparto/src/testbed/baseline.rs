@@ -62,6 +62,9 @@ pub struct Options {
     pub ike_proposal: String,
     /// ESP proposal.
     pub esp_proposal: String,
+    /// Print each trial to stderr as it ends.
+    #[serde(default)]
+    pub verbose: bool,
 }
 
 impl Default for Options {
@@ -87,6 +90,7 @@ impl Default for Options {
             routed_gro: true,
             ike_proposal: "aes256gcm16-prfsha256-x25519".into(),
             esp_proposal: "aes256gcm16".into(),
+            verbose: false,
         }
     }
 }
@@ -207,6 +211,9 @@ pub fn measure(
             )
             .with_context(|| format!("{label}: TCP with {n} streams"))?;
             let usage = m.stop()?;
+            if opts.verbose {
+                eprintln!("  {label}: TCP {n} streams: {:.1} Mbit/s", r.received_mbps);
+            }
             tcp.push(TcpFigure {
                 cpu: CpuFigure::new(usage, r.bytes),
                 result: r,
@@ -227,6 +234,16 @@ pub fn measure(
         let outcome = zeroloss::search(&search, |rate| {
             let m = Meter::start(pids)?;
             let (t, _) = udpgen.trial(size, rate, search.trial)?;
+            if opts.verbose {
+                eprintln!(
+                    "  {label}: {size} B at {:.0} pps (offered {:.0}): sent {} received {} loss {:.4} %",
+                    t.requested_pps,
+                    t.offered_pps,
+                    t.sent,
+                    t.received,
+                    t.loss() * 100.0
+                );
+            }
             last_cpu = Some(CpuFigure::new(m.stop()?, t.received * size as u64));
             Ok(t)
         })

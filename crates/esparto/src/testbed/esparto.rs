@@ -279,6 +279,11 @@ pub struct EspartoGateway {
 }
 
 impl EspartoGateway {
+    /// The daemon's control socket.
+    pub fn control_path(&self) -> &Path {
+        &self.control
+    }
+
     /// Write `cfg`, start `BIN run --config F --control S` in `ns`, and wait
     /// until `status` answers. On failure the work directory (config, log)
     /// is kept.

@@ -286,10 +286,15 @@ impl Source {
     }
 }
 
-/// A source in one namespace and a sink in another, run trial by trial.
+/// Sources in one namespace and a sink in another, run trial by trial.
+///
+/// With several *flows*, each flow is a source socket of its own (its own
+/// UDP source port, so its own 5-tuple: the kernel's flow hash spreads the
+/// flows over TUN queues and CPUs, which is what lets per-CPU SAs work) sent
+/// from its own thread at `rate / flows`.
 #[derive(Debug)]
 pub struct UdpGen {
-    source: Source,
+    sources: Vec<Source>,
     sink: Sink,
     family: Family,
     trial: u32,
@@ -303,13 +308,27 @@ pub struct UdpGen {
 pub const SINK_PORT: u16 = 9_000;
 
 impl UdpGen {
-    /// A source at `src` in `src_ns` sending to a sink at `dst` in `dst_ns`.
+    /// One flow from `src` in `src_ns` to a sink at `dst` in `dst_ns`.
     pub fn new(src_ns: &Netns, src: IpAddr, dst_ns: &Netns, dst: IpAddr) -> Result<Self> {
+        Self::with_flows(src_ns, src, dst_ns, dst, 1)
+    }
+
+    /// `flows` flows (1 to 64) from `src` to a sink at `dst`.
+    pub fn with_flows(
+        src_ns: &Netns,
+        src: IpAddr,
+        dst_ns: &Netns,
+        dst: IpAddr,
+        flows: usize,
+    ) -> Result<Self> {
         if src.is_ipv4() != dst.is_ipv4() {
             bail!("udpgen: {src} and {dst} are of different families");
         }
+        if !(1..=64).contains(&flows) {
+            bail!("udpgen: {flows} flows (1 to 64)");
+        }
         Ok(Self {
-            source: Source::new(src_ns, src)?,
+            sources: (0..flows).map(|_| Source::new(src_ns, src)).collect::<Result<_>>()?,
             sink: Sink::start(dst_ns, SocketAddr::new(dst, SINK_PORT))
                 .context("starting the UDP sink")?,
             family: Family::of(dst),
@@ -319,13 +338,19 @@ impl UdpGen {
         })
     }
 
+    /// The number of flows.
+    pub fn flows(&self) -> usize {
+        self.sources.len()
+    }
+
     /// The sink (for its counters).
     pub fn sink(&self) -> &Sink {
         &self.sink
     }
 
-    /// One trial: `ip_size`-byte IP packets at `rate_pps` for `duration`;
-    /// the result counts what arrived once the path has drained.
+    /// One trial: `ip_size`-byte IP packets at `rate_pps` (all flows
+    /// together) for `duration`; the result counts what arrived once the
+    /// path has drained. Also returns the UDP payload bytes received.
     pub fn trial(
         &mut self,
         ip_size: usize,
@@ -337,15 +362,31 @@ impl UdpGen {
         self.sink.wait_quiet(self.quiet, self.drain_limit);
         self.trial = self.trial.wrapping_add(1);
         self.sink.begin(self.trial);
-        let sent = self
-            .source
-            .send(self.sink.addr(), payload, rate_pps, duration, self.trial)?;
+        let (dst, trial) = (self.sink.addr(), self.trial);
+        let per_flow = rate_pps / self.sources.len() as f64;
+        let results: Vec<Result<Sent>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .sources
+                .iter_mut()
+                .map(|src| s.spawn(move || src.send(dst, payload, per_flow, duration, trial)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("sender thread panicked"))))
+                .collect()
+        });
+        let (mut packets, mut seconds) = (0u64, 0f64);
+        for r in results {
+            let sent = r?;
+            packets += sent.packets;
+            seconds = seconds.max(sent.seconds);
+        }
         self.sink.wait_quiet(self.quiet, self.drain_limit);
         let received = self.sink.received();
         let trial = Trial {
             requested_pps: rate_pps,
-            offered_pps: sent.packets as f64 / sent.seconds.max(1e-9),
-            sent: sent.packets,
+            offered_pps: packets as f64 / seconds.max(1e-9),
+            sent: packets,
             received,
         };
         Ok((trial, self.sink.bytes()))
@@ -396,5 +437,11 @@ mod tests {
         let (t2, _) = g.trial(1400, 2_000.0, Duration::from_millis(200)).unwrap();
         assert_eq!((t2.sent, t2.received), (400, 400));
         assert_eq!(g.sink().stray(), 0);
+        // Three flows share the rate: 3 × 1000 packets.
+        let mut g3 = UdpGen::with_flows(&ns, lo, &ns, lo, 3).unwrap();
+        assert_eq!(g3.flows(), 3);
+        let (t3, _) = g3.trial(256, 6_000.0, Duration::from_millis(500)).unwrap();
+        assert_eq!((t3.sent, t3.received), (3_000, 3_000));
+        assert!(UdpGen::with_flows(&ns, lo, &ns, lo, 0).is_err());
     }
 }

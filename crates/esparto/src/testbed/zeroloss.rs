@@ -18,7 +18,8 @@
 //!    trial, so 3 % from a 100× range is about 8 trials);
 //! 3. a **confirming** trial at the best passing rate: on a shared machine a
 //!    trial can pass by luck; if the confirmation loses, the rate is lowered
-//!    by `resolution` and tried again, up to `confirm_retries` times, and
+//!    by `resolution`, then by twice that, four times that… (at most by
+//!    half) and tried again, up to `confirm_retries` times, and
 //!    [`Outcome::confirmed`] records whether a rate was confirmed at all.
 //!
 //! "Zero loss" is a loss fraction ≤ `loss_tolerance`: 0 is RFC 2544's
@@ -216,7 +217,7 @@ pub fn search_with(
     let mut rate_pps = 0.0;
     let mut confirmed = false;
     if let Some(mut r) = best {
-        for _ in 0..=cfg.confirm_retries {
+        for attempt in 0..=cfg.confirm_retries {
             let c = run(Phase::Confirm, r)?;
             if c.passed {
                 confirmed = true;
@@ -225,7 +226,10 @@ pub fn search_with(
                 rate_pps = c.trial.offered_pps.min(r);
                 break;
             }
-            r *= 1.0 - cfg.resolution;
+            // Step down by resolution, then twice that, four times…: a
+            // knee that moved (the machine got busier) is found again in a
+            // few trials without restarting the search.
+            r *= 1.0 - (cfg.resolution * f64::from(1u32 << attempt.min(4))).min(0.5);
             if r < cfg.min_pps {
                 break;
             }
