@@ -67,7 +67,11 @@ fn baseline_full() {
         eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
         return;
     }
-    let r = baseline::strongswan(&Options::default()).unwrap();
+    let r = baseline::strongswan(&Options {
+        verbose: true,
+        ..Options::default()
+    })
+    .unwrap();
     for s in r.routed.iter().chain(r.tunnel.iter()) {
         println!("{}", baseline::render(s));
     }

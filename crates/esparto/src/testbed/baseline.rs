@@ -62,6 +62,11 @@ pub struct Options {
     pub ike_proposal: String,
     /// ESP proposal.
     pub esp_proposal: String,
+    /// UDP flows offered at once (each its own source port and thread;
+    /// see [`UdpGen::with_flows`]). 1 measures one SA's per-packet
+    /// capacity; as many as the gateways have cores exercises per-CPU SAs.
+    #[serde(default = "one")]
+    pub udp_flows: usize,
     /// Print each trial to stderr as it ends.
     #[serde(default)]
     pub verbose: bool,
@@ -81,7 +86,7 @@ impl Default for Options {
                 resolution: 0.03,
                 trial: Duration::from_secs(3),
                 settle: Duration::from_secs(1),
-                confirm_retries: 2,
+                confirm_retries: 4,
             },
             tunnel_max_mbps: 1_000.0,
             routed_max_mbps: 20_000.0,
@@ -90,9 +95,14 @@ impl Default for Options {
             routed_gro: true,
             ike_proposal: "aes256gcm16-prfsha256-x25519".into(),
             esp_proposal: "aes256gcm16".into(),
+            udp_flows: 1,
             verbose: false,
         }
     }
+}
+
+fn one() -> usize {
+    1
 }
 
 /// CPU over one measurement.
@@ -220,7 +230,13 @@ pub fn measure(
             });
         }
     }
-    let mut udpgen = UdpGen::new(topo.ns(Node::HostWest), src, topo.ns(Node::HostEast), dst)?;
+    let mut udpgen = UdpGen::with_flows(
+        topo.ns(Node::HostWest),
+        src,
+        topo.ns(Node::HostEast),
+        dst,
+        opts.udp_flows,
+    )?;
     // After a lost trial, strongSwan may still be working off its backlog.
     udpgen.drain_limit = Duration::from_secs(20);
     let mut udp = Vec::new();
@@ -355,7 +371,8 @@ pub fn strongswan(opts: &Options) -> Result<Results> {
 }
 
 fn charon_version() -> String {
-    std::process::Command::new("swanctl")
+    // `charon --version` prints e.g. "Linux strongSwan 5.9.8" and exits.
+    std::process::Command::new(super::CHARON)
         .arg("--version")
         .output()
         .ok()

@@ -328,7 +328,9 @@ impl UdpGen {
             bail!("udpgen: {flows} flows (1 to 64)");
         }
         Ok(Self {
-            sources: (0..flows).map(|_| Source::new(src_ns, src)).collect::<Result<_>>()?,
+            sources: (0..flows)
+                .map(|_| Source::new(src_ns, src))
+                .collect::<Result<_>>()?,
             sink: Sink::start(dst_ns, SocketAddr::new(dst, SINK_PORT))
                 .context("starting the UDP sink")?,
             family: Family::of(dst),
@@ -372,7 +374,10 @@ impl UdpGen {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("sender thread panicked"))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("sender thread panicked")))
+                })
                 .collect()
         });
         let (mut packets, mut seconds) = (0u64, 0f64);
@@ -437,7 +442,9 @@ mod tests {
         let (t2, _) = g.trial(1400, 2_000.0, Duration::from_millis(200)).unwrap();
         assert_eq!((t2.sent, t2.received), (400, 400));
         assert_eq!(g.sink().stray(), 0);
-        // Three flows share the rate: 3 × 1000 packets.
+        // Three flows share the rate: 3 × 1000 packets (same sink port, so
+        // the first generator goes first).
+        drop(g);
         let mut g3 = UdpGen::with_flows(&ns, lo, &ns, lo, 3).unwrap();
         assert_eq!(g3.flows(), 3);
         let (t3, _) = g3.trial(256, 6_000.0, Duration::from_millis(500)).unwrap();

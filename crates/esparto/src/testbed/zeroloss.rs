@@ -395,6 +395,63 @@ mod tests {
     }
 
     #[test]
+    fn repeated_confirmation_failures_step_down_faster() {
+        // Bisection passes up to 100 kpps, but the machine then gets busier:
+        // only 90 kpps holds when confirming.
+        let mut confirming = false;
+        let mut best_seen = 0.0f64;
+        let f = |r: f64| {
+            // The first repeat of a passing rate marks the start of the
+            // confirmation phase (bisection never repeats a rate).
+            if r == best_seen {
+                confirming = true;
+            }
+            let knee = if confirming { 90_000.0 } else { 100_000.0 };
+            let t = knee_trial(r, knee);
+            if t.passes(0.0) && !confirming {
+                best_seen = r;
+            }
+            Ok(t)
+        };
+        let c = Search {
+            confirm_retries: 4,
+            ..cfg()
+        };
+        let out = search_with(&c, f, |_| ()).unwrap();
+        let rates: Vec<f64> = out
+            .steps
+            .iter()
+            .filter(|s| s.phase == Phase::Confirm)
+            .map(|s| s.trial.requested_pps)
+            .collect();
+        // r, r·0.98, r·0.98·0.96, r·0.98·0.96·0.92 (≈ 86.6 % of r) …
+        assert_eq!(rates.len(), 4, "{rates:?}");
+        for (i, w) in rates.windows(2).enumerate() {
+            let step = 1.0 - w[1] / w[0];
+            assert!(
+                (step - 0.02 * f64::from(1u32 << i)).abs() < 1e-9,
+                "{rates:?}"
+            );
+        }
+        assert!(
+            out.confirmed && out.rate_pps <= 90_000.0,
+            "{}",
+            out.rate_pps
+        );
+    }
+
+    fn knee_trial(r: f64, knee: f64) -> Trial {
+        let sent = (r * 2.0).round() as u64;
+        let received = (knee.min(r) * 2.0).round() as u64;
+        Trial {
+            requested_pps: r,
+            offered_pps: r,
+            sent,
+            received,
+        }
+    }
+
+    #[test]
     fn generator_shortfall_reports_offered_rate() {
         // The generator tops out at 80 kpps; the device never loses.
         let f = |r: f64| {
