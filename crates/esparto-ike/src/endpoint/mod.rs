@@ -28,10 +28,10 @@
 //! `handle_timeout` cost O(log n) per SA touched, not O(n) per call — this
 //! matters at the 10k SAs/s the brief targets.
 
-use crate::config::{ConfigError, Connection, EndpointConfig, Secrets};
+use crate::config::{ConfigError, Connection, EndpointConfig, Secrets, StartAction};
 use crate::ctx::Ctx;
 use crate::event::{Event, IkeSaId, Transmit};
-use crate::sa::{IkeSa, Role, State};
+use crate::sa::{Dropped, IkeSa, Role, State};
 use crate::spi::{SpiAllocator, ike_spi};
 use crate::task::Task;
 use crate::task::create_child::CreateChild;
@@ -58,6 +58,11 @@ pub struct Stats {
     pub init_refused: u64,
     /// IKE SAs created as responder.
     pub responder_sas: u64,
+    /// Protected messages whose ICV did not verify (dropped silently, §2.21).
+    pub integrity_failures: u64,
+    /// Requests outside the window, responses to nothing we sent, or
+    /// messages the SA's state does not allow.
+    pub out_of_window: u64,
 }
 
 /// Why `initiate`/`acquire`/`terminate` refused.
@@ -311,6 +316,23 @@ impl Endpoint {
         Ok(id)
     }
 
+    /// Initiate every child whose `start_action` is `Start` (swanctl's
+    /// behaviour on load): the first such child of a connection goes into
+    /// IKE_AUTH, the others follow with CREATE_CHILD_SA on the same IKE SA.
+    pub fn start_all(&mut self, now: Instant) -> Vec<Result<IkeSaId, InitiateError>> {
+        let mut out = Vec::new();
+        for conn in self.connections.clone() {
+            for child in conn
+                .children
+                .iter()
+                .filter(|c| c.start_action == StartAction::Start)
+            {
+                out.push(self.acquire(now, &conn.name, &child.name, None));
+            }
+        }
+        out
+    }
+
     /// Traffic needs `child` of `connection` (a trap, or RFC 9611 "acquire
     /// for worker k"): add a Child SA to the connection's IKE SA, or start
     /// one. `resource` is the worker the inbound SPI must steer to.
@@ -455,7 +477,12 @@ impl Endpoint {
             return;
         }
         let mut ctx = ctx!(self, now);
-        sa.handle(&mut ctx, data, &msg, remote, local);
+        match sa.handle(&mut ctx, data, &msg, remote, local) {
+            Ok(()) => {}
+            Err(Dropped::Integrity) => self.stats.integrity_failures += 1,
+            Err(Dropped::OutOfWindow) => self.stats.out_of_window += 1,
+            Err(Dropped::Malformed) => self.stats.malformed += 1,
+        }
         self.after(ours);
     }
 }

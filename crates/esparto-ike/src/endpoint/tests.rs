@@ -213,12 +213,14 @@ fn tampered_or_out_of_window_requests_are_dropped_silently() {
     let last = m.len() - 1;
     m[last] ^= 1;
     assert!(send(&mut p, &m).is_empty(), "bad ICV: no answer");
+    assert_eq!(p.r.stats().integrity_failures, 1);
     // The window did not move: the same message ID, intact, is answered.
     let m = request(&mut p, ExchangeType::INFORMATIONAL, &[], false, -1);
     assert_eq!(send(&mut p, &m).len(), 1);
     // A message ID from the future: dropped.
     let m = request(&mut p, ExchangeType::INFORMATIONAL, &[], false, 5);
     assert!(send(&mut p, &m).is_empty());
+    assert_eq!(p.r.stats().out_of_window, 1);
     // Truncated, and garbage after the header: dropped, counted.
     let before = p.r.stats().malformed;
     send(&mut p, &m[..m.len() - 3]);
@@ -333,4 +335,46 @@ fn strip_padding_and_inner_parse_helpers_agree() {
     let plain = &o.buf[o.inner.clone()];
     assert!(parse_payloads(o.first, plain).unwrap().is_empty());
     assert!(strip_padding(&[0]).unwrap().is_empty());
+}
+
+#[test]
+fn start_all_initiates_children_with_start_action_start() {
+    let mut i = endpoint(5, MOON, SUN, "@moon", "@sun");
+    let mut r = endpoint(6, SUN, MOON, "@sun", "@moon");
+    let mut c = Connection::new("gw2", "aes128-sha256-ecp256").unwrap();
+    c.local_addrs = vec![MOON.parse().unwrap()];
+    c.remote_addrs = vec![SUN.parse().unwrap()];
+    let mut a = ChildConfig::new("a", "10.1.1.0/24", "10.2.1.0/24", "aes128gcm16").unwrap();
+    a.start_action = crate::config::StartAction::Start;
+    let mut b = ChildConfig::new("b", "10.1.2.0/24", "10.2.2.0/24", "aes128gcm16").unwrap();
+    b.start_action = crate::config::StartAction::Start;
+    let trap = ChildConfig::new("t", "10.1.3.0/24", "10.2.3.0/24", "aes128gcm16").unwrap();
+    c.children = vec![a, b, trap];
+    i.add_connection(c).unwrap();
+    let mut c = Connection::new("gw2", "aes128-sha256-ecp256").unwrap();
+    c.local_addrs = vec![SUN.parse().unwrap()];
+    c.children = vec![
+        ChildConfig::new("a", "10.2.1.0/24", "10.1.1.0/24", "aes128gcm16").unwrap(),
+        ChildConfig::new("b", "10.2.2.0/24", "10.1.2.0/24", "aes128gcm16").unwrap(),
+    ];
+    r.add_connection(c).unwrap();
+    let now = Instant::now();
+    let started = i.start_all(now);
+    assert_eq!(started.len(), 2);
+    let ids: Vec<_> = started.into_iter().map(Result::unwrap).collect();
+    assert_eq!(ids[0], ids[1], "one IKE SA carries both");
+    let mut p = Pair {
+        i,
+        r,
+        now,
+        ike: ids[0],
+    };
+    pump(&mut p);
+    let mut names = Vec::new();
+    while let Some(e) = p.i.poll_event() {
+        if let Event::ChildSaEstablished(c) = e {
+            names.push(c.child.to_string());
+        }
+    }
+    assert_eq!(names, ["a", "b"]);
 }

@@ -24,6 +24,8 @@ mod auth_responder;
 mod child_responder;
 mod requests;
 
+pub(crate) use requests::Dropped;
+
 use crate::child::ChildSa;
 use crate::config::Connection;
 use crate::ctx::Ctx;

@@ -19,6 +19,17 @@ use esparto_wire::ike::{
     Error as WireError, ExchangeType, Message, NotifyRepr, NotifyType, PayloadRepr,
 };
 
+/// Why a datagram for an existing SA was not processed (for counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// ICV did not verify.
+    Integrity,
+    /// Not a request in our window / not a response we wait for / wrong state.
+    OutOfWindow,
+    /// Unauthenticated and malformed.
+    Malformed,
+}
+
 /// Why a request got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RequestDrop {
@@ -43,13 +54,25 @@ impl IkeSa {
         msg: &Message<'_>,
         from: SocketAddr,
         to: SocketAddr,
-    ) {
+    ) -> Result<(), Dropped> {
         if msg.header.response {
-            if let Err(why) = crate::task::on_response(self, ctx, data, msg, from, to) {
+            crate::task::on_response(self, ctx, data, msg, from, to).map_err(|why| {
                 tracing::debug!(ike_sa = %self.id, ?why, "response ignored");
-            }
-        } else if let Err(why) = self.handle_request(ctx, data, msg, from, to) {
-            tracing::debug!(ike_sa = %self.id, ?why, "request dropped");
+                match why {
+                    crate::task::Ignored::Integrity => Dropped::Integrity,
+                    crate::task::Ignored::Unexpected => Dropped::OutOfWindow,
+                    crate::task::Ignored::Malformed => Dropped::Malformed,
+                }
+            })
+        } else {
+            self.handle_request(ctx, data, msg, from, to)
+                .map_err(|why| {
+                    tracing::debug!(ike_sa = %self.id, ?why, "request dropped");
+                    match why {
+                        RequestDrop::Integrity => Dropped::Integrity,
+                        RequestDrop::OutOfWindow | RequestDrop::State => Dropped::OutOfWindow,
+                    }
+                })
         }
     }
 
