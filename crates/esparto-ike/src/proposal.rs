@@ -252,16 +252,18 @@ impl Proposal {
         if offered.protocol != self.protocol.id() {
             return None;
         }
-        // §3.3.6: a proposal with a transform type or attribute we do not
-        // understand is rejected as a whole.
+        // §3.3.6: a proposal with a Transform Type we do not understand is
+        // unacceptable; a transform with an attribute we do not understand
+        // is unacceptable, "other transforms with the same Transform Type are
+        // processed as usual".
         if offered
             .transforms
             .iter()
-            .any(|t| t.unknown_attribute || !(1..=5).contains(&t.kind.0))
+            .any(|t| !(1..=5).contains(&t.kind.0))
         {
             return None;
         }
-        let of = |k| offered.transforms_of(k);
+        let of = |k| offered.transforms_of(k).filter(|t| !t.unknown_attribute);
         let e = of(TransformType::ENCR).find_map(|t| {
             IkeEncr::from_iana(t.id, t.key_length).filter(|e| self.encr.contains(e))
         })?;
@@ -555,12 +557,23 @@ mod tests {
     }
 
     #[test]
-    fn unknown_attribute_rejects_proposal() {
-        let mut o = ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true);
+    fn unknown_attribute_rejects_the_transform_unknown_type_the_proposal() {
+        let ours = [ike("aes128-aes256-sha256-ecp256")];
+        let mut o = ike("aes128-aes256-sha256-ecp256").to_wire(1, Spi::None, true);
         o.transforms[0].unknown_attribute = true;
+        let s = Proposal::select(&ours, std::slice::from_ref(&o), false, None).unwrap();
         assert_eq!(
-            Proposal::select(&[ike("aes128-sha256-ecp256")], &[o], false, None),
+            s.encr,
+            IkeEncr::AesCbc { key_bits: 256 },
+            "the next ENCR transform"
+        );
+        o.transforms[1].unknown_attribute = true;
+        assert_eq!(
+            Proposal::select(&ours, std::slice::from_ref(&o), false, None),
             None
         );
+        let mut o = ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true);
+        o.transforms.push(TransformRepr::new(TransformType(9), 1));
+        assert_eq!(Proposal::select(&ours, &[o], false, None), None);
     }
 }

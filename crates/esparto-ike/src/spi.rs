@@ -1,9 +1,10 @@
 //! SPI allocation (IKE and ESP).
 //!
-//! Both kinds of SPI must be unpredictable (an off-path attacker who can
-//! guess an SPI can aim forged packets at the SA; RFC 7296 §2.6 asks for
-//! IKE SPIs "in a way that [they] cannot be predicted") and unique among
-//! the SAs we hold. They come from the injected [`Rng`]'s public stream.
+//! Both kinds of SPI must be unique among the SAs we hold (RFC 7296 §2.6:
+//! each endpoint "MUST choose them so as to be unique identifiers of an
+//! IKE SA") and should be unpredictable, so that an off-path attacker
+//! cannot aim forged packets at an SA by guessing its SPI. They come from
+//! the injected [`Rng`]'s public stream.
 //!
 //! Inbound ESP SPIs have a second job: the data plane steers each inbound
 //! packet to the worker that owns its SA *by its SPI* (a cBPF program on
@@ -11,15 +12,13 @@
 //! trait the daemon implements: it knows the steering function and which
 //! SPIs are live in the SAD. [`RandomSpiAllocator`] is the default for
 //! tests and for daemons without steering: random, never 0–255 (RFC 4303
-//! §2.1 reserves 1–255; 0 is "no SA"), never a collision with its own
-//! recent allocations.
+//! §2.1 reserves 1–255; 0 is "no SA"), never a value still allocated.
 
 use esparto_crypto::Rng;
 use std::collections::HashSet;
 
-/// First SPI value that is not reserved (RFC 4303 §2.1: "The set of SPI
-/// values in the range 1 through 255 are reserved by IANA", and 0 means
-/// no SA).
+/// First SPI value that is not reserved (RFC 4303 §2.1: the values 1
+/// through 255 are reserved by IANA, and 0 means no SA).
 pub const MIN_ESP_SPI: u32 = 256;
 
 /// Allocates inbound ESP SPIs. Implemented by the daemon so SPIs steer to

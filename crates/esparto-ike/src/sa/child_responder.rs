@@ -129,8 +129,8 @@ impl IkeSa {
             None => None,
             Some(g) => {
                 let Some(k) = ke_p.filter(|k| k.group == g.iana_id()) else {
-                    // §1.3: "the responder ... MUST reject the request and
-                    // indicate its preferred group in INVALID_KE_PAYLOAD".
+                    // §1.3: a KE of another group than the one chosen is
+                    // refused with INVALID_KE_PAYLOAD naming ours.
                     let d = g.iana_id().to_be_bytes();
                     return self.respond(
                         ctx,

@@ -11,7 +11,8 @@
 //! its turn. Message IDs and the window are kept as §2.3 says: requests
 //! carry consecutive IDs from 0, responses echo the request's ID, and a
 //! peer's request whose ID we already answered gets the cached response
-//! again (§2.1: "the responder MUST ... retransmit the response"). The
+//! again (§2.1: the responder retransmits its response when the request
+//! is retransmitted, and never on a timer of its own). The
 //! window is one today, but outstanding requests and cached responses are
 //! kept in queues sized by the window so SET_WINDOW_SIZE (§2.3) only has
 //! to change a number.
@@ -310,8 +311,9 @@ impl IkeSa {
         });
     }
 
-    /// Move IKE to the NAT-T port (RFC 7296 §2.23: "the initiator MUST ...
-    /// switch to port 4500 ... once it has determined that it is behind a NAT").
+    /// Move IKE to the NAT-T port: once NAT detection finds a NAT (or we
+    /// force encapsulation), the initiator continues on UDP 4500 from
+    /// IKE_AUTH on (RFC 7296 §2.23, RFC 3948).
     pub(crate) fn float(&mut self, ctx: &Ctx<'_>) {
         let p = ctx.config.natt_port;
         if self.local.port() != p {

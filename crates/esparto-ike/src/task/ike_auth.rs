@@ -10,9 +10,10 @@
 //! identity is the one the connection expects. Only then is the Child SA
 //! answer looked at, so an unauthenticated responder never gets a Child
 //! SA installed. A Child SA failure (NO_PROPOSAL_CHOSEN, TS_UNACCEPTABLE)
-//! leaves the IKE SA up, as §1.2 prescribes ("the IKE SA is still
-//! created"). If *our* check of the answer fails after the responder
-//! installed its half, we delete it with an INFORMATIONAL.
+//! leaves the IKE SA up: RFC 7296 §2.21.2 has the IKE SA created as usual
+//! when only the Child SA part of IKE_AUTH fails. If *our* check of the
+//! answer fails after the responder installed its half, we delete it with
+//! an INFORMATIONAL.
 
 use super::{Outcome, Received, Task, reason_for};
 use crate::auth::{psk_auth, verify_psk_auth};

@@ -9,9 +9,9 @@
 //! state changes: exactly one proposal out of ours, a KE of the group we
 //! sent, a valid public value. Two error answers are not failures but
 //! instructions: INVALID_KE_PAYLOAD names the group the responder wants
-//! (§1.2: "the initiator MUST retry with the corrected group" — if that
-//! group is in our proposals), and COOKIE asks us to repeat the request
-//! with the cookie first (§2.6). Both retry with message ID 0 and the same
+//! and the initiator retries IKE_SA_INIT with a KE of that group (§1.2,
+//! §1.3 — if the group is in our proposals), and COOKIE asks us to repeat
+//! the request with the cookie first (§2.6). Both retry with message ID 0 and the same
 //! SPIi; a bounded number of retries stops a hostile responder from
 //! bouncing us forever.
 

@@ -209,9 +209,10 @@ pub struct HeaderRepr {
 impl HeaderRepr {
     /// Parse a checked header view.
     ///
-    /// RFC 7296 §3.1: "Implementations MUST ignore [the minor version] when
-    /// receiving"; a major version above 2 gets `INVALID_MAJOR_VERSION`
-    /// (§2.5). Unknown flag bits "MUST be ignored on receipt".
+    /// RFC 7296 §3.1: implementations "MUST ignore the minor version number
+    /// of received messages"; a major version other than 2 is an error the
+    /// core may answer with INVALID_MAJOR_VERSION (§2.5). The other flag
+    /// bits "MUST be ignored on receipt".
     pub fn parse<T: AsRef<[u8]>>(h: &Header<T>) -> Result<Self> {
         h.check_len()?;
         if h.major_version() != MAJOR_VERSION {

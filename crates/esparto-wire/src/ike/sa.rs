@@ -11,10 +11,10 @@
 //! The parsed form keeps what negotiation needs: the proposal number (the
 //! responder echoes it, §3.3.1), the protocol, the SPI and a flat list of
 //! transforms. The only attribute RFC 7296 defines is Key Length (§3.3.5);
-//! any other attribute makes its transform unusable ("If the responder
-//! receives a proposal that contains ... a transform attribute it does not
-//! understand, it MUST reject that proposal", §3.3.6), which we record as
-//! a flag on the transform rather than failing the whole message.
+//! §3.3.6 says a transform "that contains a Transform Attribute it does
+//! not understand" must be considered unacceptable (other transforms of
+//! the same type are processed as usual), so we record such an attribute
+//! as a flag on the transform rather than failing the whole message.
 //!
 //! The "Last Substruc" values must agree with the lengths: a proposal that
 //! says it is last but is followed by more bytes (or the reverse) is
@@ -89,8 +89,8 @@ pub struct TransformRepr {
     pub id: u16,
     /// The Key Length attribute in bits, if present (§3.3.5).
     pub key_length: Option<u16>,
-    /// The transform carried an attribute we do not understand; §3.3.6 says
-    /// the proposal containing it must be rejected. Never emitted.
+    /// The transform carried an attribute we do not understand; §3.3.6 makes
+    /// the transform unacceptable. Never emitted.
     pub unknown_attribute: bool,
 }
 
@@ -141,7 +141,7 @@ impl TransformRepr {
                     unknown_attribute = true;
                 }
             } else {
-                // RFC 7296 §3.3.5: Key Length "MUST use the TV format"; a TLV
+                // RFC 7296 §3.3.5: Key Length is a TV attribute; a TLV
                 // attribute of any type is one we do not understand.
                 let len = usize::from(r.u16()?);
                 r.take(len)?;

@@ -93,8 +93,8 @@ impl SkLocation {
 }
 
 /// Remove padding from a decrypted SK plaintext (payloads ‖ padding ‖ pad
-/// length). RFC 7296 §3.14: the receiver "MUST NOT" check the padding
-/// contents, only that the Pad Length fits.
+/// length). RFC 7296 §3.14 lets the padding "contain any value chosen by
+/// the sender", so only the Pad Length is checked against what is there.
 pub fn strip_padding(plain: &[u8]) -> Result<&[u8]> {
     let (&pad_len, rest) = plain.split_last().ok_or(Error::Truncated)?;
     let keep = rest
