@@ -105,7 +105,8 @@ impl Endpoint {
             return;
         }
         if rules::check(ExchangeType::IKE_SA_INIT, false, &msg.payloads, false, &[]).is_err() {
-            // Unauthenticated and malformed: drop (§2.21 allows no error answer).
+            // Unauthenticated and malformed: drop; INVALID_SYNTAX is only for
+            // messages whose checksum verified (§3.10.1).
             self.stats.malformed += 1;
             return;
         }

@@ -6,7 +6,9 @@
 //! Order of checks, cheapest and safest first: message ID (a repeat gets
 //! the cached response and nothing else; anything outside the window is
 //! dropped), then the ICV (no answer to anything that does not verify:
-//! §2.21 forbids answering unauthenticated messages with errors), then
+//! §3.10.1 allows INVALID_SYNTAX only "if the Message ID and cryptographic
+//! checksum were valid", and §2.21 warns against answering unprotected
+//! messages), then
 //! parsing and the payload table (an authenticated but malformed request
 //! gets INVALID_SYNTAX or UNSUPPORTED_CRITICAL_PAYLOAD), then the exchange.
 
