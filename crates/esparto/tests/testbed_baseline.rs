@@ -87,3 +87,43 @@ fn baseline_full() {
     std::fs::write(&path, serde_json::to_string_pretty(&r).unwrap()).unwrap();
     println!("JSON written to {path}");
 }
+
+/// Does GRO on the veths change the routed ceiling? Alternates kernel
+/// default offloads (GRO off) and GRO + UDP GRO forwarding on, twice each,
+/// with 1 and 2 UDP flows. Ignored: a measurement, not a check.
+///
+/// ```text
+/// CARGO_TARGET_DIR=/work/target-testbed cargo test --release -p esparto \
+///     --test testbed_baseline -- --ignored --nocapture routed_gro_comparison
+/// ```
+#[test]
+#[ignore = "a measurement (~5 min)"]
+fn routed_gro_comparison() {
+    use esparto::testbed::topology::Offloads;
+    let m = missing(false);
+    if !m.is_empty() {
+        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+        return;
+    }
+    let base = Options {
+        tcp_seconds: 5,
+        tcp_streams: vec![1],
+        sizes: vec![64, 512, 1400],
+        search: Search {
+            trial: Duration::from_secs(2),
+            settle: Duration::from_millis(500),
+            ..Options::default().search
+        },
+        ..Options::default()
+    };
+    for flows in [1, 2] {
+        let opts = Options { udp_flows: flows, ..base.clone() };
+        for round in 0..2 {
+            for gro in [false, true] {
+                let o = Offloads { gro, udp_gro_forwarding: gro };
+                let s = baseline::routed(&opts, o).unwrap();
+                println!("[{flows} flow(s), round {round}] {}", baseline::render(&s));
+            }
+        }
+    }
+}

@@ -18,7 +18,27 @@
 //!
 //! Offloads are left as the kernel sets them on veth (GRO off, GSO on).
 //! [`Topology::set_offloads`] turns GRO (which makes veth use NAPI) and UDP
-//! GRO forwarding on, to measure whether that changes the routed ceiling.
+//! GRO forwarding on. Whether that changes the routed ceiling (plain
+//! routing, no IPsec, host-west → host-east) was measured with
+//! `testbed_baseline::routed_gro_comparison` (kernel 6.18, 2 shared cores,
+//! load average ≈ 4.5, GRO off/on alternated twice):
+//!
+//! - TCP, one stream: 13.9 / 14.0 Gbit/s off, 13.9 / 13.9 on — no change.
+//!   TCP crosses veth as TSO super-packets that are never segmented (veth
+//!   passes GSO packets through and forwarding keeps them whole), so GRO
+//!   finds nothing to coalesce.
+//! - UDP, one flow of individual datagrams: GRO on was 10–20 % *slower*
+//!   (64 B: 200k / 204k pps off, 163k / 180k on; 1400 B: 187k / 193k off,
+//!   164k / 174k on). NAPI adds a ring and a poll per hop, and with one
+//!   flow the sending CPU carries the whole path (veth delivers in the
+//!   sender's softirq context) so coalescing saves it nothing.
+//! - UDP, two flows: inconsistent between rounds (1400 B: 223k / 282k pps
+//!   off, 366k / 136k on): noise of the shared machine dominates.
+//!
+//! So GRO stays off (the kernel default) for every measurement. Note that
+//! the routed UDP figures are bounded by the generator, not the path: the
+//! probe at the maximum rate passed everywhere because veth forwarding runs
+//! synchronously in the sender's context and so clocks the sender itself.
 //!
 //! Each namespace is an `esparto_io::netns::Netns` named
 //! `esp-<pid>-<n>-<role>`; dropping the topology deletes the four
