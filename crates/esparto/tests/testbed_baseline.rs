@@ -28,7 +28,52 @@ fn baseline_smoke() {
         eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
         return;
     }
-    let opts = Options {
+    let opts = smoke_options();
+    let s = baseline::tunnel(&opts).unwrap();
+    eprintln!("{}", baseline::render(&s));
+    assert_eq!(s.tcp.len(), 1);
+    assert!(s.tcp[0].result.bytes > 0);
+    assert!(s.tcp[0].cpu.gateway_s_per_gb.is_some());
+    assert_eq!(s.udp.len(), 1);
+    let u = &s.udp[0];
+    assert_eq!(u.payload, 512 - 28);
+    // strongSwan carries 1000 pps of 512-byte packets without loss on any
+    // machine that runs these tests: the search must find something.
+    assert!(u.outcome.confirmed && u.rate_pps >= 1_000.0, "{u:?}");
+    assert!((u.ip_mbps - u.rate_pps * 512.0 * 8.0 / 1e6).abs() < 1e-6);
+}
+
+/// The same small-scale pipeline with Esparto on both gateways
+/// (statically keyed, one SA pair), as `esparto bench tunnel` will run it.
+#[test]
+fn esparto_smoke() {
+    use esparto::testbed::esparto::{EspartoConfig, Keying, StaticPair};
+    use esparto::testbed::topology::Node;
+    let m = missing(false);
+    if !m.is_empty() {
+        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+        return;
+    }
+    let pair = StaticPair {
+        in_spi: 0xc000_0101,
+        out_spi: 0xc000_0201,
+        in_key: "31".repeat(36),
+        out_key: "42".repeat(36),
+    };
+    let west = EspartoConfig::site(Node::GwWest, Keying::Static(vec![pair.clone()])).unwrap();
+    let east = EspartoConfig::site(Node::GwEast, Keying::Static(vec![pair.mirrored()])).unwrap();
+    let opts = smoke_options();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let s = baseline::esparto(&opts, bin, &west, &east).unwrap();
+    eprintln!("{}", baseline::render(&s));
+    assert!(s.tcp[0].result.bytes > 0);
+    assert!(s.tcp[0].cpu.gateway_s_per_gb.is_some());
+    let u = &s.udp[0];
+    assert!(u.outcome.confirmed && u.rate_pps >= 1_000.0, "{u:?}");
+}
+
+fn smoke_options() -> Options {
+    Options {
         tcp_seconds: 1,
         tcp_streams: vec![1],
         sizes: vec![512],
@@ -44,19 +89,7 @@ fn baseline_smoke() {
         routed: false,
         routed_gro: false,
         ..Options::default()
-    };
-    let s = baseline::tunnel(&opts).unwrap();
-    eprintln!("{}", baseline::render(&s));
-    assert_eq!(s.tcp.len(), 1);
-    assert!(s.tcp[0].result.bytes > 0);
-    assert!(s.tcp[0].cpu.gateway_s_per_gb.is_some());
-    assert_eq!(s.udp.len(), 1);
-    let u = &s.udp[0];
-    assert_eq!(u.payload, 512 - 28);
-    // strongSwan carries 1000 pps of 512-byte packets without loss on any
-    // machine that runs these tests: the search must find something.
-    assert!(u.outcome.confirmed && u.rate_pps >= 1_000.0, "{u:?}");
-    assert!((u.ip_mbps - u.rate_pps * 512.0 * 8.0 / 1e6).abs() < 1e-6);
+    }
 }
 
 #[test]
@@ -117,10 +150,16 @@ fn routed_gro_comparison() {
         ..Options::default()
     };
     for flows in [1, 2] {
-        let opts = Options { udp_flows: flows, ..base.clone() };
+        let opts = Options {
+            udp_flows: flows,
+            ..base.clone()
+        };
         for round in 0..2 {
             for gro in [false, true] {
-                let o = Offloads { gro, udp_gro_forwarding: gro };
+                let o = Offloads {
+                    gro,
+                    udp_gro_forwarding: gro,
+                };
                 let s = baseline::routed(&opts, o).unwrap();
                 println!("[{flows} flow(s), round {round}] {}", baseline::render(&s));
             }

@@ -21,12 +21,14 @@
 //! the generators run on them too: the figures are those of this system
 //! under this load, noisy, and recorded with the load average around them.
 
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::cpu::{Meter, Usage};
+use super::esparto::{EspartoConfig, EspartoGateway};
 use super::strongswan::SwanPair;
 use super::topology::{Net, Node, Offloads, Topology};
 use super::traffic::{self, IPERF3_PORT, Iperf3Server, TcpResult};
@@ -334,6 +336,43 @@ pub fn tunnel(opts: &Options) -> Result<Section> {
     }
     let r = r?;
     pair.down()?;
+    Ok(r)
+}
+
+/// Esparto on both gateways of the standard topology, with the given
+/// configurations (e.g. [`EspartoConfig::site`] with mirrored static
+/// pairs), measured exactly like [`tunnel`]: for `esparto bench tunnel`
+/// to print beside [`strongswan`]'s figures from the same run.
+pub fn esparto(
+    opts: &Options,
+    bin: &Path,
+    west: &EspartoConfig,
+    east: &EspartoConfig,
+) -> Result<Section> {
+    let topo = Topology::new()?;
+    let gw_east = EspartoGateway::start(topo.ns(Node::GwEast), bin, east)?;
+    let gw_west = EspartoGateway::start(topo.ns(Node::GwWest), bin, west)?;
+    let label = format!("Esparto ↔ Esparto, ESP {}", west.esp_proposal);
+    let pids = [
+        ("gw-west esparto", gw_west.pid()),
+        ("gw-east esparto", gw_east.pid()),
+    ];
+    let r = measure(
+        &topo,
+        opts,
+        &label,
+        &pids,
+        opts.search.max_pps,
+        opts.tunnel_max_mbps,
+    );
+    if r.is_err() {
+        gw_west.dir().keep();
+        gw_east.dir().keep();
+    }
+    let r = r?;
+    let w = gw_west.stop();
+    let e = gw_east.stop();
+    w.and(e)?;
     Ok(r)
 }
 
