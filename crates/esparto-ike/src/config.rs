@@ -372,6 +372,32 @@ pub struct EndpointConfig {
     pub keepalive_interval: Duration,
     /// Upper bound on IKE SAs (established and half-open) this endpoint holds.
     pub max_ike_sas: usize,
+    /// Denial-of-service defence (RFC 7296 §2.6): with this many half-open
+    /// IKE SAs (responder side, not yet authenticated) or more, an
+    /// IKE_SA_INIT request without a valid COOKIE is answered with only a
+    /// COOKIE notify and costs no state. 0 demands cookies always.
+    /// strongSwan's `charon.cookie_threshold` (default 30).
+    pub cookie_threshold: usize,
+    /// The same, counted per source address: once one address holds this
+    /// many half-open IKE SAs, its further requests need a cookie. Below
+    /// `half_open_per_source`, so that a blind flood forging a real peer's
+    /// address cannot push that peer to the per-source limit and lock it
+    /// out (strongSwan's `cookie_threshold_ip`, default 3).
+    pub cookie_threshold_per_source: usize,
+    /// At most this many half-open IKE SAs from one address; requests
+    /// beyond are dropped (and counted), valid cookie or not
+    /// (strongSwan's `block_threshold`, default 5).
+    pub half_open_per_source: usize,
+    /// At most this many half-open IKE SAs in all; requests beyond are
+    /// dropped and counted (strongSwan's `init_limit_half_open`).
+    pub max_half_open: usize,
+    /// How long a cookie secret is used before a new one is drawn (§2.6:
+    /// "periodically changed").
+    pub cookie_secret_lifetime: Duration,
+    /// How long cookies made with the previous secret still pass after it
+    /// was replaced (§2.6: "keep the old value of <secret> around for a
+    /// short time").
+    pub cookie_grace: Duration,
 }
 
 impl Default for EndpointConfig {
@@ -384,6 +410,12 @@ impl Default for EndpointConfig {
             nonce_len: 32,
             keepalive_interval: Duration::from_secs(20),
             max_ike_sas: 1_000_000,
+            cookie_threshold: 100,
+            cookie_threshold_per_source: 3,
+            half_open_per_source: 5,
+            max_half_open: 10_000,
+            cookie_secret_lifetime: Duration::from_secs(60),
+            cookie_grace: Duration::from_secs(10),
         }
     }
 }

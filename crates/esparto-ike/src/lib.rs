@@ -11,15 +11,17 @@
 //! the SA.
 //!
 //! What is implemented (RFC 7296 unless noted): IKE_SA_INIT with proposal
-//! selection (§2.7), INVALID_KE_PAYLOAD retry (§1.2), COOKIE follow-up
-//! (initiator side, §2.6) and NAT detection (§2.23); IKE_AUTH with PSK
+//! selection (§2.7), INVALID_KE_PAYLOAD retry (§1.2), COOKIEs (§2.6: the
+//! initiator follows them; the responder demands them above a half-open
+//! threshold, with per-source and global half-open limits, [`cookie`])
+//! and NAT detection (§2.23); IKE_AUTH with PSK
 //! authentication (§2.15) and the first Child SA with traffic selector
 //! narrowing (§2.9); CREATE_CHILD_SA for additional Child SAs, with
 //! optional PFS (§1.3.1); INFORMATIONAL deletes and liveness checks
 //! (§1.4); retransmission with exponential back-off and give-up (§2.1,
 //! §2.4); the responder's response cache (§2.1); payload rules per
 //! exchange (§3, [`rules`]). Not yet: rekeying and collisions (§2.8), IKE
-//! SA rekey, COOKIE as responder, RFC 9611 notifies, fragmentation
+//! SA rekey, RFC 9611 notifies, fragmentation
 //! (RFC 7383), certificates/EAP.
 //!
 //! Layout: [`config`] (typed configuration), [`proposal`], [`identity`],
@@ -32,6 +34,7 @@
 pub mod auth;
 mod child;
 pub mod config;
+pub mod cookie;
 mod ctx;
 mod endpoint;
 pub mod event;

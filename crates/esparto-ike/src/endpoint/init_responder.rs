@@ -1,5 +1,5 @@
 //! The responder side of IKE_SA_INIT (RFC 7296 §1.2), where an IKE SA is
-//! born on this end.
+//! born on this end, and the defence against floods of it (§2.6).
 //!
 //! Everything here runs on an unauthenticated datagram, so refusals keep
 //! no state: NO_PROPOSAL_CHOSEN and INVALID_KE_PAYLOAD (naming the group
@@ -9,8 +9,34 @@
 //! exchange and a half-open IKE SA, which expires unless IKE_AUTH
 //! completes within `half_open_timeout`. A retransmitted request finds
 //! the half-open SA by `(peer, SPIi)` and gets the same response.
-//! (The COOKIE defence of §2.6 against floods of such requests is the next
-//! issue's work; `max_ike_sas` bounds the state meanwhile.)
+//!
+//! Before that cost is paid, [`Endpoint::admit`] applies the
+//! denial-of-service limits, cheapest first, in the order strongSwan's
+//! receiver applies its equivalents:
+//!
+//! 1. a source address already holding `half_open_per_source` half-open
+//!    SAs is dropped (strongSwan's `block_threshold`);
+//! 2. with `max_half_open` half-open SAs in all, every request is dropped
+//!    (`init_limit_half_open`);
+//! 3. with `cookie_threshold` half-open SAs in all, or
+//!    `cookie_threshold_per_source` from this address, a request must
+//!    carry a COOKIE we made for its Ni, source address and SPIi
+//!    ([`crate::cookie`]); otherwise it is answered with only a fresh
+//!    COOKIE notify — `HDR(A,0), N(COOKIE)` in §2.6's diagram — and
+//!    forgotten. §2.6: "When one party receives an IKE_SA_INIT request
+//!    containing a cookie whose contents do not match the value expected,
+//!    that party MUST ignore the cookie and process the message as if no
+//!    cookie had been included; usually this means sending a response
+//!    containing a new cookie." So a forged cookie, one replayed from
+//!    another address, or one whose secret has expired earns a new cookie
+//!    and never state; below the thresholds a cookie is simply ignored.
+//!
+//! The per-source cookie threshold sits below the per-source limit so a
+//! blind attacker forging a legitimate peer's address, who cannot return
+//! cookies, stalls at `cookie_threshold_per_source` half-open SAs and
+//! never locks the peer out. Counting half-open SAs per address is
+//! [`HalfOpen`]'s job; drops and cookies are counted in [`super::Stats`].
+//! The stateless path allocates only the response datagram.
 
 use super::Endpoint;
 use crate::ctx::Ctx;
@@ -20,15 +46,167 @@ use crate::proposal::{Proposal, Protocol};
 use crate::rules;
 use crate::sa::{IkeSa, Role, State};
 use crate::spi::ike_spi;
-use core::net::SocketAddr;
+use crate::config::EndpointConfig;
+use crate::cookie::CookieJar;
+use core::net::{IpAddr, SocketAddr};
+use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
 use esparto_wire::ike::{
     ExchangeType, Header, HeaderRepr, KeRepr, Message, NonceRepr, NotifyRepr, NotifyType,
     PayloadRepr, PayloadType, SaRepr, Spi, emit_message,
 };
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::time::Instant;
 
+/// Initial capacity of a stateless reply: a header, one notify with up to
+/// 64 octets of data (§3.10.1's maximum), and the NAT-T marker.
+const STATELESS_REPLY_CAPACITY: usize = 28 + 8 + 64 + 4;
+
+/// The responder's half-open IKE SAs (created by IKE_SA_INIT, not yet
+/// authenticated), by `(peer, SPIi)` for retransmitted requests, and how
+/// many each source address holds for the per-source limits.
+#[derive(Debug, Default)]
+pub(super) struct HalfOpen {
+    by_init: HashMap<(SocketAddr, u64), u64>,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl HalfOpen {
+    /// The half-open SA (our SPI) a request from `peer` with SPIi is for.
+    pub(super) fn get(&self, k: &(SocketAddr, u64)) -> Option<&u64> {
+        self.by_init.get(k)
+    }
+
+    /// Record a new half-open SA; false (and nothing changed) if the key
+    /// is taken.
+    pub(super) fn insert(&mut self, k: (SocketAddr, u64), spi_r: u64) -> bool {
+        match self.by_init.entry(k) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(v) => {
+                v.insert(spi_r);
+                *self.per_ip.entry(k.0.ip().to_canonical()).or_insert(0) += 1;
+                true
+            }
+        }
+    }
+
+    /// The SA under `k` is established or gone.
+    pub(super) fn remove(&mut self, k: &(SocketAddr, u64)) -> Option<u64> {
+        let spi_r = self.by_init.remove(k)?;
+        let ip = k.0.ip().to_canonical();
+        if let Entry::Occupied(mut e) = self.per_ip.entry(ip) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+        Some(spi_r)
+    }
+
+    /// Half-open SAs in all.
+    pub(super) fn len(&self) -> usize {
+        self.by_init.len()
+    }
+
+    /// Half-open SAs from `ip`.
+    pub(super) fn count_from(&self, ip: IpAddr) -> usize {
+        self.per_ip.get(&ip.to_canonical()).copied().unwrap_or(0)
+    }
+
+    /// Source addresses holding any.
+    fn sources(&self) -> usize {
+        self.per_ip.len()
+    }
+}
+
 impl Endpoint {
+    /// Half-open IKE SAs we hold as responder (not yet authenticated,
+    /// failed authentications until their timer included).
+    pub fn half_open_count(&self) -> usize {
+        self.half_open.len()
+    }
+
+    /// Distinct source addresses with half-open IKE SAs.
+    pub fn half_open_sources(&self) -> usize {
+        self.half_open.sources()
+    }
+
+    /// The cookie secrets in `slot`, brought up to date at `now` (drawn on
+    /// first use, so an endpoint that is never flooded never draws them).
+    /// Takes the fields it needs, not `self`, so the caller can still
+    /// count into `self.stats` while holding the jar.
+    fn cookie_jar<'a>(
+        slot: &'a mut Option<CookieJar>,
+        rng: &mut dyn Rng,
+        config: &EndpointConfig,
+        now: Instant,
+    ) -> &'a CookieJar {
+        match slot {
+            Some(jar) => {
+                jar.rotate(now, rng);
+                jar
+            }
+            None => slot.insert(CookieJar::new(
+                rng,
+                now,
+                config.cookie_secret_lifetime,
+                config.cookie_grace,
+            )),
+        }
+    }
+
+    /// The denial-of-service gate in front of the key exchange (module
+    /// docs): true if the request may create a half-open SA; otherwise it
+    /// has been dropped or answered with a COOKIE, and counted.
+    fn admit(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        spi_i: u64,
+        ni: &[u8],
+        cookie: Option<&[u8]>,
+    ) -> bool {
+        let ip = remote.ip();
+        let from_ip = self.half_open.count_from(ip);
+        let total = self.half_open.len();
+        if from_ip >= self.config.half_open_per_source {
+            self.stats.half_open_dropped_per_source += 1;
+            return false;
+        }
+        if total >= self.config.max_half_open {
+            self.stats.half_open_dropped_global += 1;
+            return false;
+        }
+        // §2.6: "When a responder detects a large number of half-open IKE
+        // SAs, it SHOULD reply to IKE_SA_INIT requests with a response
+        // containing the COOKIE notification."
+        if total < self.config.cookie_threshold
+            && from_ip < self.config.cookie_threshold_per_source
+        {
+            return true;
+        }
+        let jar = Self::cookie_jar(&mut self.cookies, &mut *self.rng, &self.config, now);
+        let verdict = cookie.map(|c| jar.verify(c, ni, ip, spi_i));
+        match verdict {
+            Some(Ok(())) => {
+                self.stats.cookies_verified += 1;
+                return true;
+            }
+            Some(Err(why)) => {
+                self.stats.cookies_rejected += 1;
+                tracing::trace!(peer = %remote, %why, "IKE_SA_INIT: cookie rejected");
+            }
+            None => {}
+        }
+        let fresh = jar.make(ni, ip, spi_i);
+        self.stats.cookies_sent += 1;
+        let n = PayloadRepr::Notify(NotifyRepr::new(NotifyType::COOKIE, fresh.as_bytes()));
+        self.stateless_reply(local, remote, spi_i, &[n]);
+        false
+    }
+
     fn stateless_reply(
         &mut self,
         local: SocketAddr,
@@ -46,19 +224,21 @@ impl Endpoint {
             message_id: 0,
             length: 0,
         };
-        let mut out = Vec::new();
-        if emit_message(&h, payloads, &mut out).is_ok() {
-            let mut data = Vec::with_capacity(out.len() + 4);
-            if local.port() == self.config.natt_port {
-                data.extend_from_slice(&[0; 4]);
-            }
-            data.extend_from_slice(&out);
-            self.transmits.push_back(Transmit {
-                local,
-                remote,
-                data,
-            });
+        // One allocation for the datagram: the refusals and a COOKIE reply
+        // (28 + 8 + 17 octets) fit in the initial capacity.
+        let mut data = Vec::with_capacity(STATELESS_REPLY_CAPACITY);
+        if emit_message(&h, payloads, &mut data).is_err() {
+            return;
         }
+        if local.port() == self.config.natt_port {
+            // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
+            data.splice(0..0, [0u8; 4]);
+        }
+        self.transmits.push_back(Transmit {
+            local,
+            remote,
+            data,
+        });
     }
 
     /// §2.5: an IKE_SA_INIT request with an unknown critical payload gets
@@ -112,6 +292,23 @@ impl Endpoint {
         }
         if self.sas.len() >= self.config.max_ike_sas {
             self.stats.init_refused += 1;
+            return;
+        }
+        // §2.6: the initiator puts the COOKIE "as the first payload"; we
+        // take it wherever it is (the hash binds it to this request anyway).
+        let (mut cookie, mut nonce) = (None, None);
+        for p in &msg.payloads {
+            match p {
+                PayloadRepr::Notify(n) if n.kind == NotifyType::COOKIE => {
+                    cookie = cookie.or(Some(n.data))
+                }
+                PayloadRepr::Nonce(n) => nonce = Some(n.data),
+                _ => {}
+            }
+        }
+        // The rules table demands exactly one Nonce; be safe anyway.
+        let Some(nonce) = nonce else { return };
+        if !self.admit(now, local, remote, spi_i, nonce, cookie) {
             return;
         }
         let (mut offered, mut ke, mut ni, mut src, mut dst) = (None, None, None, Vec::new(), None);
@@ -235,7 +432,9 @@ impl Endpoint {
         self.stats.responder_sas += 1;
         tracing::debug!(ike_sa = %id, peer = %remote, nat = ?nat, "IKE_SA_INIT answered");
         self.sas.insert(spi_r, sa);
-        self.half_open.insert((remote, spi_i), spi_r);
+        let fresh = self.half_open.insert((remote, spi_i), spi_r);
+        // Looked up at the top of this function and nothing inserted since.
+        debug_assert!(fresh, "half-open key taken");
         self.after(spi_r);
     }
 }

@@ -21,7 +21,8 @@
 //! without our SPI is the first IKE_SA_INIT request; its retransmissions
 //! find the half-open SA through `(peer address, SPIi)`. A responder keeps
 //! no state for an IKE_SA_INIT it refuses (NO_PROPOSAL_CHOSEN,
-//! INVALID_KE_PAYLOAD are answered statelessly).
+//! INVALID_KE_PAYLOAD and COOKIE are answered statelessly; the half-open
+//! limits and the COOKIE defence of §2.6 are in `init_responder.rs`).
 //!
 //! Timers: each SA knows its next deadline; the endpoint keeps a min-heap
 //! of `(deadline, SA)` with lazy invalidation, so `poll_timeout` and
@@ -63,6 +64,20 @@ pub struct Stats {
     /// Requests outside the window, responses to nothing we sent, or
     /// messages the SA's state does not allow.
     pub out_of_window: u64,
+    /// IKE_SA_INIT requests answered with only a COOKIE (§2.6), statelessly.
+    pub cookies_sent: u64,
+    /// Requests whose COOKIE we made and that passed (current secret, or
+    /// the previous one within its grace period).
+    pub cookies_verified: u64,
+    /// Requests with a COOKIE that did not pass (forged, replayed from
+    /// another address, for another SPI, or too old): answered with a new one.
+    pub cookies_rejected: u64,
+    /// IKE_SA_INIT requests dropped because their source address holds
+    /// `half_open_per_source` half-open IKE SAs already.
+    pub half_open_dropped_per_source: u64,
+    /// IKE_SA_INIT requests dropped because `max_half_open` half-open IKE
+    /// SAs exist.
+    pub half_open_dropped_global: u64,
 }
 
 /// Why `initiate`/`acquire`/`terminate` refused.
@@ -105,7 +120,9 @@ pub struct Endpoint {
     rng: Box<dyn Rng + Send>,
     spis: Box<dyn SpiAllocator + Send>,
     sas: HashMap<u64, IkeSa>,
-    half_open: HashMap<(SocketAddr, u64), u64>,
+    half_open: init_responder::HalfOpen,
+    /// COOKIE secrets (§2.6), drawn when first needed.
+    cookies: Option<crate::cookie::CookieJar>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
@@ -143,7 +160,8 @@ impl Endpoint {
             rng,
             spis,
             sas: HashMap::new(),
-            half_open: HashMap::new(),
+            half_open: init_responder::HalfOpen::default(),
+            cookies: None,
             timers: BinaryHeap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
