@@ -27,6 +27,7 @@ pub mod route;
 pub mod steer;
 mod sys;
 pub mod tun;
+pub mod tun_steer;
 pub mod udp;
 pub mod worker;
 

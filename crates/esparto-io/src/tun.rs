@@ -68,6 +68,9 @@ pub struct TunConfig {
     pub offload: bool,
     /// `txqueuelen` (packets the kernel queues per queue before dropping).
     pub tx_queue_len: Option<u32>,
+    /// Pick the queue by a flow hash ([`crate::tun_steer`]) instead of the
+    /// kernel's flow learning (multi-queue devices only).
+    pub steer_by_hash: bool,
 }
 
 impl Default for TunConfig {
@@ -80,6 +83,7 @@ impl Default for TunConfig {
             ipv6: None,
             offload: true,
             tx_queue_len: Some(1000),
+            steer_by_hash: true,
         }
     }
 }
@@ -110,6 +114,7 @@ pub struct TunStats {
 pub struct TunDevice {
     name: String,
     queues: Vec<TunQueue>,
+    steering: Result<(), String>,
 }
 
 impl TunDevice {
@@ -144,12 +149,23 @@ impl TunDevice {
             .enumerate()
             .map(|(i, d)| TunQueue::new(d, i))
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(Self { name, queues })
+        let steering = match (&queues[..], cfg.steer_by_hash) {
+            ([q, _, ..], true) => crate::tun_steer::attach(q.as_raw_fd()).map_err(|e| e.to_string()),
+            ([_, _, ..], false) => Err("disabled by configuration".into()),
+            _ => Ok(()),
+        };
+        Ok(Self { name, queues, steering })
     }
 
     /// Interface name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether outbound packets are spread over the queues by flow hash
+    /// (`Ok`), or by the kernel's flow learning (`Err` with the reason).
+    pub fn steering(&self) -> Result<(), &str> {
+        self.steering.as_ref().map(|_| ()).map_err(|e| e.as_str())
     }
 
     /// The queues, index = queue number.

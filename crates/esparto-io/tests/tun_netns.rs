@@ -37,11 +37,16 @@ struct RelayLog {
 }
 
 fn tun_in(ns: &Netns, name: &str, addr: Ipv4Addr, queues: usize) -> TunDevice {
+    tun_steered(ns, name, addr, queues, true)
+}
+
+fn tun_steered(ns: &Netns, name: &str, addr: Ipv4Addr, queues: usize, steer_by_hash: bool) -> TunDevice {
     let cfg = TunConfig {
         name: name.into(),
         queues,
         mtu: MTU,
         ipv4: Some((addr, 24)),
+        steer_by_hash,
         ..TunConfig::default()
     };
     ns.run(|| TunDevice::create(&cfg)).unwrap().unwrap()
@@ -246,11 +251,13 @@ fn collect(queues: &mut [TunQueue], want: usize, per_flow: &mut BTreeMap<u16, BT
     });
 }
 
+/// Without our steering program the kernel learns a flow's queue from the
+/// queue its reverse traffic is written on (the reason for the program).
 #[test]
 fn multiqueue_spreads_flows_and_learns_from_writes() {
     require_netns!("multiqueue_spreads_flows_and_learns_from_writes");
     let ns = Netns::new("mq").unwrap();
-    let mut queues = tun_in(&ns, "tunMQ", Ipv4Addr::new(10, 98, 0, 1), 2).into_queues();
+    let mut queues = tun_steered(&ns, "tunMQ", Ipv4Addr::new(10, 98, 0, 1), 2, false).into_queues();
     assert_eq!(queues.len(), 2);
     let socks: Vec<std::net::UdpSocket> = ns
         .run(|| {
@@ -306,4 +313,43 @@ fn multiqueue_spreads_flows_and_learns_from_writes() {
         Some(&BTreeSet::from([q_other])),
         "flow did not follow the write queue"
     );
+}
+
+/// With the steering program every flow lands on the queue our hash names
+/// (`tun_steer::flow_queue`), and stays there when its reverse traffic is
+/// written on another queue.
+#[test]
+fn steering_program_picks_the_queue_by_flow_hash() {
+    require_netns!("steering_program_picks_the_queue_by_flow_hash");
+    let ns = Netns::new("mqs").unwrap();
+    let dev = tun_in(&ns, "tunMQS", Ipv4Addr::new(10, 97, 0, 1), 2);
+    assert_eq!(dev.steering(), Ok(()), "the steering program must load as root");
+    let mut queues = dev.into_queues();
+    let socks: Vec<std::net::UdpSocket> =
+        ns.run(|| (0..16).map(|_| std::net::UdpSocket::bind("10.97.0.1:0").unwrap()).collect()).unwrap();
+    let dst: SocketAddr = "10.97.0.2:7000".parse().unwrap();
+    // Reverse traffic of every flow written on queue 0: learning would pull
+    // them all there; the program must not care.
+    let mut tx = TxBatch::new(32, VNET_HDR_LEN.next_multiple_of(8), 2048);
+    for s in &socks {
+        let sport = s.local_addr().unwrap().port();
+        let reply = common::udp4((Ipv4Addr::new(10, 97, 0, 2), 7000), (Ipv4Addr::new(10, 97, 0, 1), sport), b"r");
+        tx.push(None, &reply).unwrap();
+    }
+    queues[0].send_batch(&mut tx).unwrap();
+    for _ in 0..3 {
+        for s in &socks {
+            s.send_to(b"flow", dst).unwrap();
+        }
+    }
+    let mut per_flow = BTreeMap::new();
+    collect(&mut queues, 48, &mut per_flow);
+    assert_eq!(per_flow.len(), 16, "every flow seen");
+    for (port, qs) in &per_flow {
+        let pkt = common::udp4((Ipv4Addr::new(10, 97, 0, 1), *port), (Ipv4Addr::new(10, 97, 0, 2), 7000), b"flow");
+        let want = esparto_io::tun_steer::flow_queue(&pkt, 2);
+        assert_eq!(qs, &BTreeSet::from([want]), "flow from port {port}: kernel and flow_queue disagree");
+    }
+    let used: BTreeSet<usize> = per_flow.values().flatten().copied().collect();
+    assert_eq!(used.len(), 2, "16 flows all on one queue");
 }

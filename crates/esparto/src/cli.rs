@@ -26,8 +26,8 @@ enum Cmd {
     /// Measure Esparto.
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// The demonstration (for now: the data-plane benchmark on the default suite).
-    Demo,
+    /// Two gateways in network namespaces, IKEv2, ping, iperf3 TCP and UDP, live figures.
+    Demo(DemoArgs),
     /// Validate a configuration file: every error with file, line, column and key.
     CheckConfig(CheckConfigArgs),
     /// Run the gateway.
@@ -52,6 +52,19 @@ struct UpDownArgs {
     /// Seconds to wait for the outcome.
     #[arg(long, default_value_t = 15.0)]
     timeout: f64,
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Seconds of each traffic phase (TCP, UDP).
+    #[arg(long, default_value_t = 5)]
+    seconds: u32,
+    /// Workers per gateway (default: the CPUs esparto may use).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Print a JSON summary (ping_ok, tcp_mbps, udp_1400_mbps, per-worker packets) instead.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -126,14 +139,7 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Bench(BenchCmd::Dataplane(a)) => bench_dataplane(a),
-        Cmd::Demo => bench_dataplane(DataplaneArgs {
-            suite: "aes256gcm16".into(),
-            sizes: ["64", "512", "1420", "imix"].map(String::from).to_vec(),
-            workers: None,
-            seconds: 0.5,
-            runs: 3,
-            json: false,
-        }),
+        Cmd::Demo(a) => demo(a),
         Cmd::CheckConfig(a) => check_config(a),
         Cmd::Run(a) => run(a),
         Cmd::Status(a) => status(a),
@@ -260,6 +266,18 @@ fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+fn demo(a: DemoArgs) -> Result<ExitCode> {
+    if a.seconds == 0 || a.seconds > 3600 {
+        anyhow::bail!("--seconds must be between 1 and 3600");
+    }
+    let bin = std::env::current_exe().context("locating the esparto binary")?;
+    let summary = crate::demo::run(&bin, &crate::demo::Options { seconds: a.seconds, workers: a.workers, json: a.json })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    Ok(if summary.ping_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn default_workers() -> usize {

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod demo;
 pub mod render;
 pub mod status;
 pub mod testbed;

@@ -114,9 +114,13 @@ impl Gateway {
             ipv6: None,
             offload: true,
             tx_queue_len: Some(1000),
+            steer_by_hash: true,
         })
         .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
         let tun_name = tun.name().to_string();
+        if let Err(why) = tun.steering() {
+            warn!(tun = %tun_name, reason = why, "outbound flows follow the kernel's flow learning, not a hash: with one SA pair one worker may carry everything");
+        }
         let bind = bind_addr(cfg)?;
         let group = UdpGroup::bind(bind, n, &UdpConfig::default())
             .with_context(|| format!("binding {n}+1 UDP sockets to {bind} (is another esparto or an IKE daemon running?)"))?;
