@@ -325,6 +325,24 @@ impl Charon {
         Ok(out)
     }
 
+    /// Replace the configuration of the running charon (`swanctl
+    /// --load-all`: connections of the same name are replaced, others
+    /// unloaded); existing SAs are terminated first.
+    pub fn reload(&mut self, cfg: SwanConfig) -> Result<()> {
+        if self.child_installed().unwrap_or(false) {
+            let _ = self.terminate(Duration::from_secs(5));
+        }
+        std::fs::write(self.dir.join("swanctl/swanctl.conf"), cfg.swanctl_conf())?;
+        self.cfg = cfg;
+        self.swanctl(&["--load-all", "--noprompt"]).map(|_| ())
+    }
+
+    /// Whether any IKE SA of the configured connection exists.
+    pub fn has_ike_sa(&self) -> Result<bool> {
+        let name = format!("{}: #", self.cfg.name);
+        Ok(self.list_sas()?.lines().any(|l| l.starts_with(&name)))
+    }
+
     /// `swanctl --initiate --child CHILD`: returns once IKE_AUTH completed.
     pub fn initiate(&self, timeout: Duration) -> Result<()> {
         let t = timeout.as_secs().max(1).to_string();
