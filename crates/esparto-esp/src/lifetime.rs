@@ -56,6 +56,10 @@ pub(crate) struct LifetimeState {
     hard_at: Option<Instant>,
     soft_raised: bool,
     hard_raised: bool,
+    /// The fast path: below all three, nothing can have been crossed.
+    next_bytes: u64,
+    next_packets: u64,
+    next_time: Option<Instant>,
 }
 
 /// Seq numbers left before a 32-bit counter wraps at which we ask for a rekey.
@@ -71,13 +75,38 @@ impl LifetimeState {
             let soft = hard - SEQ_SOFT_MARGIN;
             limits.soft_packets = Some(limits.soft_packets.map_or(soft, |s| s.min(soft)));
         }
-        Self {
+        let mut s = Self {
             limits,
             soft_at: limits.soft_time.and_then(|d| now.checked_add(d)),
             hard_at: limits.hard_time.and_then(|d| now.checked_add(d)),
             soft_raised: false,
             hard_raised: false,
+            next_bytes: 0,
+            next_packets: 0,
+            next_time: None,
+        };
+        s.refresh();
+        s
+    }
+
+    /// Recomputes the fast-path thresholds: the nearest limit not yet raised
+    /// (a raised hard limit keeps every packet on the slow path: the SA is dead).
+    fn refresh(&mut self) {
+        fn min<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, None) => x,
+                (None, y) => y,
+            }
         }
+        let soft = !self.soft_raised;
+        if self.hard_raised {
+            (self.next_bytes, self.next_packets, self.next_time) = (0, 0, None);
+            return;
+        }
+        self.next_bytes = min(self.limits.hard_bytes, self.limits.soft_bytes.filter(|_| soft)).unwrap_or(u64::MAX);
+        self.next_packets = min(self.limits.hard_packets, self.limits.soft_packets.filter(|_| soft)).unwrap_or(u64::MAX);
+        self.next_time = min(self.hard_at, self.soft_at.filter(|_| soft));
     }
 
     /// The effective limits (with the sequence-number cap folded in).
@@ -89,11 +118,20 @@ impl LifetimeState {
     /// Checks totals *after* counting the packet in question.
     #[inline]
     pub(crate) fn check(&mut self, now: Instant, bytes: u64, packets: u64) -> Verdict {
+        if bytes <= self.next_bytes && packets <= self.next_packets && self.next_time.is_none_or(|t| now < t) {
+            return Verdict::Ok;
+        }
+        self.check_slow(now, bytes, packets)
+    }
+
+    #[cold]
+    fn check_slow(&mut self, now: Instant, bytes: u64, packets: u64) -> Verdict {
         let over = |v: u64, lim: Option<u64>| lim.is_some_and(|l| v > l);
         let at = |t: Option<Instant>| t.is_some_and(|t| now >= t);
         if over(bytes, self.limits.hard_bytes) || over(packets, self.limits.hard_packets) || at(self.hard_at) {
             let first = !self.hard_raised;
             self.hard_raised = true;
+            self.refresh();
             return Verdict::Hard { first };
         }
         if !self.soft_raised
@@ -102,6 +140,7 @@ impl LifetimeState {
                 || at(self.soft_at))
         {
             self.soft_raised = true;
+            self.refresh();
             return Verdict::SoftNow;
         }
         Verdict::Ok
@@ -111,10 +150,12 @@ impl LifetimeState {
     pub(crate) fn check_time(&mut self, now: Instant) -> Option<Expiry> {
         if !self.hard_raised && self.hard_at.is_some_and(|t| now >= t) {
             self.hard_raised = true;
+            self.refresh();
             return Some(Expiry::Hard);
         }
         if !self.soft_raised && self.soft_at.is_some_and(|t| now >= t) {
             self.soft_raised = true;
+            self.refresh();
             return Some(Expiry::Soft);
         }
         None

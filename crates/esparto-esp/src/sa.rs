@@ -33,12 +33,12 @@ use std::time::Instant;
 
 use esparto_crypto::{EspCipher, EspSuite, KeyLengthError, SecretBytes};
 use esparto_wire::esp::{self as wesp, Trailer};
-use esparto_wire::ip::FiveTuple;
+use esparto_wire::ip::FlowKey;
 
 use crate::counters::{DropReason, SaCounters};
 use crate::lifetime::{Expiry, Lifetime, LifetimeState, Verdict};
 use crate::replay::{ReplayError, ReplayWindow};
-use crate::selector::{Family, TrafficSelector, addr_bits};
+use crate::selector::{Family, TrafficSelector};
 
 /// An SPI (RFC 4303 §2.1).
 pub type Spi = u32;
@@ -137,6 +137,10 @@ pub struct OutboundSa {
     lifetime: LifetimeState,
     /// Largest inner packet that fits the path MTU.
     max_inner: usize,
+    /// ESP header + IV, ICV and padding alignment of the suite, looked up once.
+    hdr_len: usize,
+    icv_len: usize,
+    block: usize,
     installed: Instant,
     counters: SaCounters,
 }
@@ -172,6 +176,9 @@ impl OutboundSa {
             seq,
             lifetime: LifetimeState::new(cfg.lifetime, cfg.esn, now),
             max_inner: max_inner_len(cfg.suite, &cfg.peer, cfg.path_mtu),
+            hdr_len: wesp::HEADER_LEN + cfg.suite.iv_len(),
+            icv_len: cfg.suite.icv_len(),
+            block: cfg.suite.block_size(),
             installed: now,
             counters: SaCounters::default(),
         })
@@ -246,7 +253,6 @@ impl OutboundSa {
         next_header: u8,
         expiry: &mut Option<Expiry>,
     ) -> Result<Range<usize>, Dropped> {
-        let suite = self.cipher.suite();
         let inner_len = inner.len();
         if inner_len > self.max_inner {
             // RFC 4301 §8.2.1 / RFC 1191: the sender learns the tunnel MTU.
@@ -254,10 +260,9 @@ impl OutboundSa {
             // outer packet be fragmented (IPv4 without DF).
             return Err(Dropped { reason: DropReason::TooBig, mtu: self.max_inner.min(usize::from(u16::MAX)) as u16 });
         }
-        let hdr = wesp::HEADER_LEN + suite.iv_len();
-        let pad = wesp::padding_for(inner_len, suite.block_size());
-        let end = inner.end + pad + wesp::TRAILER_LEN + suite.icv_len();
-        let Some(start) = inner.start.checked_sub(hdr) else {
+        let pad = wesp::padding_for(inner_len, self.block);
+        let end = inner.end + pad + wesp::TRAILER_LEN + self.icv_len;
+        let Some(start) = inner.start.checked_sub(self.hdr_len) else {
             return Err(DropReason::Malformed.into());
         };
         if end > buf.len() {
@@ -317,6 +322,8 @@ pub struct InboundSa {
     local_ts: Vec<TrafficSelector>,
     remote_ts: Vec<TrafficSelector>,
     peer: SocketAddr,
+    /// Shortest packet the suite can produce: header, IV, trailer, ICV.
+    min_len: usize,
     installed: Instant,
     counters: SaCounters,
 }
@@ -344,6 +351,7 @@ impl InboundSa {
             local_ts: cfg.local_ts.clone(),
             remote_ts: cfg.remote_ts.clone(),
             peer: cfg.peer,
+            min_len: wesp::HEADER_LEN + cfg.suite.iv_len() + wesp::TRAILER_LEN + cfg.suite.icv_len(),
             installed: now,
             counters: SaCounters::default(),
         })
@@ -396,11 +404,9 @@ impl InboundSa {
     }
 
     fn decapsulate_inner(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Decapsulated, DropReason> {
-        let suite = self.cipher.suite();
         let packet = buf.get_mut(esp.clone()).ok_or(DropReason::Malformed)?;
-        let hdr = wesp::HEADER_LEN + suite.iv_len();
         // Header, IV, at least the two trailer bytes, ICV.
-        if packet.len() < hdr + wesp::TRAILER_LEN + suite.icv_len() {
+        if packet.len() < self.min_len {
             return Err(DropReason::Malformed);
         }
         if self.lifetime.is_dead() {
@@ -460,11 +466,10 @@ impl InboundSa {
     /// destination in ours.
     #[inline]
     fn selectors_admit(&self, inner: &[u8]) -> Result<bool, DropReason> {
-        let t = FiveTuple::extract(inner).map_err(|_| DropReason::Malformed)?;
-        let (family, src) = addr_bits(t.src);
-        let (_, dst) = addr_bits(t.dst);
-        Ok(any_match(&self.remote_ts, family, src, t.proto, t.src_port)
-            && any_match(&self.local_ts, family, dst, t.proto, t.dst_port))
+        let k = FlowKey::extract(inner).map_err(|_| DropReason::Malformed)?;
+        let family = if k.v6 { Family::V6 } else { Family::V4 };
+        Ok(any_match(&self.remote_ts, family, k.src, k.proto, k.src_port)
+            && any_match(&self.local_ts, family, k.dst, k.proto, k.dst_port))
     }
 }
 

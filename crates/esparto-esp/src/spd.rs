@@ -63,21 +63,7 @@ impl Policy {
 }
 
 /// The five-tuple fields a policy lookup needs, in integer form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlowKey {
-    /// Address family of both addresses.
-    pub family: Family,
-    /// Source address bits.
-    pub src: u128,
-    /// Destination address bits.
-    pub dst: u128,
-    /// IP protocol.
-    pub proto: u8,
-    /// Source port (ICMP: type).
-    pub src_port: u16,
-    /// Destination port (ICMP: code).
-    pub dst_port: u16,
-}
+pub use esparto_wire::ip::FlowKey;
 
 /// One family's compiled index.
 #[derive(Debug, Clone, Default)]
@@ -191,13 +177,10 @@ impl Spd {
     /// The highest-priority policy matching an outbound packet.
     #[inline]
     pub fn lookup(&self, key: &FlowKey) -> Option<&Policy> {
-        let index = match key.family {
-            Family::V4 => &self.v4,
-            Family::V6 => &self.v6,
-        };
+        let (index, family) = if key.v6 { (&self.v6, Family::V6) } else { (&self.v4, Family::V4) };
         index.candidates(key.dst).iter().map(|&i| &self.policies[i as usize]).find(|p| {
-            p.remote.matches(key.family, key.dst, key.proto, key.dst_port)
-                && p.local.matches(key.family, key.src, key.proto, key.src_port)
+            p.remote.matches(family, key.dst, key.proto, key.dst_port)
+                && p.local.matches(family, key.src, key.proto, key.src_port)
         })
     }
 
@@ -207,8 +190,9 @@ impl Spd {
             .iter()
             .enumerate()
             .filter(|(_, p)| {
-                p.remote.matches(key.family, key.dst, key.proto, key.dst_port)
-                    && p.local.matches(key.family, key.src, key.proto, key.src_port)
+                let family = if key.v6 { Family::V6 } else { Family::V4 };
+                p.remote.matches(family, key.dst, key.proto, key.dst_port)
+                    && p.local.matches(family, key.src, key.proto, key.src_port)
             })
             .min_by_key(|(i, p)| (p.priority, *i))
             .map(|(_, p)| p)
@@ -234,7 +218,7 @@ mod tests {
     fn key(src: &str, dst: &str, proto: u8, sport: u16, dport: u16) -> FlowKey {
         let (family, src) = addr_bits(src.parse::<IpAddr>().unwrap());
         let (_, dst) = addr_bits(dst.parse::<IpAddr>().unwrap());
-        FlowKey { family, src, dst, proto, src_port: sport, dst_port: dport }
+        FlowKey { v6: family == Family::V6, src, dst, proto, src_port: sport, dst_port: dport }
     }
 
     #[test]
@@ -297,7 +281,7 @@ mod tests {
         for _ in 0..20_000 {
             let src = if next() % 2 == 0 { 0x0a00_0001 } else { next() as u32 };
             let k = FlowKey {
-                family: Family::V4,
+                v6: false,
                 src: u128::from(src),
                 dst: u128::from(next() as u32),
                 proto: if next() % 2 == 0 { 17 } else { 6 },

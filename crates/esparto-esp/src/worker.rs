@@ -14,14 +14,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use esparto_wire::ip::FiveTuple;
 
 use crate::counters::{DropReason, Drops, SaCounters};
 use crate::group::SaGroup;
 use crate::lifetime::Expiry;
 use crate::sa::{Decapsulated, Dropped, InboundSa, OutboundSa, Spi, next_header_for};
 use crate::sad::{Sad, SpiHasher};
-use crate::selector::addr_bits;
 use crate::spd::{Action, FlowKey, GroupId, Spd};
 
 /// Most events a worker queues before dropping new ones (they are rare:
@@ -219,10 +217,7 @@ impl Worker {
     fn encapsulate_inner(&mut self, now: Instant, buf: &mut [u8], inner: Range<usize>) -> Result<Encapsulated, Dropped> {
         let packet = buf.get(inner.clone()).ok_or(DropReason::Malformed)?;
         let next_header = next_header_for(packet).ok_or(DropReason::Malformed)?;
-        let t = FiveTuple::extract(packet).map_err(|_| DropReason::Malformed)?;
-        let (family, src) = addr_bits(t.src);
-        let (_, dst) = addr_bits(t.dst);
-        let key = FlowKey { family, src, dst, proto: t.proto, src_port: t.src_port, dst_port: t.dst_port };
+        let key = FlowKey::extract(packet).map_err(|_| DropReason::Malformed)?;
         let group_id = match self.spd.lookup(&key).map(|p| p.action) {
             Some(Action::Protect(g)) => g,
             Some(Action::Discard) => return Err(DropReason::Discarded.into()),

@@ -254,3 +254,44 @@ fn seeds_are_valid() {
     let t = FiveTuple::extract(&ipv6_chain()).unwrap();
     assert_eq!((t.proto, t.src_port, t.dst_port), (6, 1, 2));
 }
+
+/// The fast flow-key parse and the checked IPv4 view agree on every input:
+/// same acceptance, same addresses and protocol, same errors.
+fn flow_key_matches_view(b: &[u8]) {
+    use esparto_wire::ip::{FlowKey, proto};
+    use esparto_wire::ipv4;
+    let fast = FlowKey::extract_v4(b);
+    match ipv4::Packet::new_checked(b) {
+        Err(e) => assert_eq!(fast, Err(e), "{b:02x?}"),
+        Ok(p) => {
+            let has_ports = p.frag_offset() == 0
+                && matches!(p.protocol(), proto::TCP | proto::UDP | proto::SCTP | proto::ICMP | proto::ICMPV6);
+            match fast {
+                Ok(k) => {
+                    assert_eq!(k.src, u128::from(u32::from(p.src_addr())));
+                    assert_eq!(k.dst, u128::from(u32::from(p.dst_addr())));
+                    assert_eq!(k.proto, p.protocol());
+                    assert!(!k.v6);
+                }
+                // Only a port-bearing header too short for its ports fails after the view accepted.
+                Err(e) => assert!(has_ports && e == esparto_wire::Error::Truncated, "{e:?} on {b:02x?}"),
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flow_key_agrees_with_the_ipv4_view(base in seed(), edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6), cut in any::<prop::sample::Index>()) {
+        let mut b = base.clone();
+        for (i, v) in &edits {
+            let n = b.len();
+            b[i.index(n)] = *v;
+        }
+        let keep = cut.index(b.len() + 1);
+        flow_key_matches_view(&b[..keep]);
+        flow_key_matches_view(&b);
+    }
+}

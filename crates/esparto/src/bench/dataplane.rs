@@ -96,6 +96,9 @@ pub struct Options {
     pub seconds: f64,
     /// Measurements per figure (the median is reported).
     pub runs: usize,
+    /// Run exactly this many packets per thread and measurement instead of
+    /// `seconds` (for instruction counting under callgrind).
+    pub count: Option<u64>,
 }
 
 /// One row of results.
@@ -179,11 +182,29 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Runs `body(k, deadline)` on `n` pinned threads at once; returns packets
+/// When a measuring loop stops: at a deadline, or after a packet count.
+#[derive(Debug, Clone, Copy)]
+struct Stop {
+    deadline: Instant,
+    count: Option<u64>,
+}
+
+impl Stop {
+    /// Whether to go on after `done` packets (checked every [`CHUNK`]).
+    #[inline]
+    fn more(&self, done: u64, now: Instant) -> bool {
+        match self.count {
+            Some(c) => done < c,
+            None => now < self.deadline,
+        }
+    }
+}
+
+/// Runs `body(k, stop)` on `n` pinned threads at once; returns packets
 /// per second summed over the threads.
 fn measure<F>(opts: &Options, cpus: &[usize], n: usize, body: F) -> Result<f64>
 where
-    F: Fn(usize, Instant) -> Result<u64> + Sync,
+    F: Fn(usize, Stop) -> Result<u64> + Sync,
 {
     let barrier = Arc::new(Barrier::new(n + 1));
     let seconds = Duration::from_secs_f64(opts.seconds);
@@ -200,7 +221,7 @@ where
                     }
                     barrier.wait();
                     let start = Instant::now();
-                    let packets = body(k, start + seconds)?;
+                    let packets = body(k, Stop { deadline: start + seconds, count: opts.count })?;
                     Ok((packets, start.elapsed()))
                 })
             })
@@ -223,7 +244,7 @@ fn keymat(suite: EspSuite, salt: u8) -> Vec<u8> {
 }
 
 /// Raw seal+open of `size`-byte buffers with aws-lc-rs directly.
-fn raw_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<u64> {
+fn raw_loop(suite: EspSuite, size: Size, k: usize, stop: Stop) -> Result<u64> {
     let sizes = size.sizes();
     let max = sizes.iter().copied().max().unwrap_or(64);
     let key = keymat(suite, k as u8);
@@ -239,7 +260,7 @@ fn raw_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<
             let k = LessSafeKey::new(UnboundKey::new(alg, &key[..alg.key_len()]).context("aead key")?);
             let mut n = 0u64;
             let aad = [0u8; 8];
-            while Instant::now() < deadline {
+            while stop.more(packets, Instant::now()) {
                 for _ in 0..CHUNK {
                     let len = sizes[(n % sizes.len() as u64) as usize];
                     n += 1;
@@ -270,7 +291,7 @@ fn raw_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<
             };
             let hk = hmac::Key::new(halg, &key[ek_len..]);
             let mut n = 0u64;
-            while Instant::now() < deadline {
+            while stop.more(packets, Instant::now()) {
                 for _ in 0..CHUNK {
                     let len = sizes[(n % sizes.len() as u64) as usize].next_multiple_of(16);
                     n += 1;
@@ -333,14 +354,14 @@ fn buffers(size: Size) -> Vec<(Vec<u8>, usize)> {
 
 /// ESP round trips: encapsulate, then decapsulate in place (which restores
 /// the inner packet where it was, so no copy is needed between iterations).
-fn esp_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<u64> {
+fn esp_loop(suite: EspSuite, size: Size, k: usize, stop: Stop) -> Result<u64> {
     let mut now = Instant::now();
     let (mut tx, mut rx) = worker_pair(suite, k, now)?;
     let mut bufs = buffers(size);
     let nb = bufs.len();
     let mut packets = 0u64;
     let mut i = 0usize;
-    while now < deadline {
+    while stop.more(packets, now) {
         for _ in 0..CHUNK {
             let (buf, len) = &mut bufs[i % nb];
             i += 1;
@@ -358,7 +379,7 @@ fn esp_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<
 }
 
 /// Encapsulation alone, copying the inner packet in each time.
-fn encap_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Result<u64> {
+fn encap_loop(suite: EspSuite, size: Size, k: usize, stop: Stop) -> Result<u64> {
     let mut now = Instant::now();
     let (mut tx, _) = worker_pair(suite, k, now)?;
     let mut bufs = buffers(size);
@@ -366,7 +387,7 @@ fn encap_loop(suite: EspSuite, size: Size, k: usize, deadline: Instant) -> Resul
     let nb = bufs.len();
     let mut packets = 0u64;
     let mut i = 0usize;
-    while now < deadline {
+    while stop.more(packets, now) {
         for _ in 0..CHUNK {
             let j = i % nb;
             i += 1;
