@@ -78,7 +78,10 @@ fn request() -> Vec<u8> {
 /// The request with a COOKIE notify as first payload.
 fn with_cookie(req: &[u8], cookie: &[u8]) -> Vec<u8> {
     let m = Message::parse(req).unwrap();
-    let mut p = vec![PayloadRepr::Notify(NotifyRepr::new(NotifyType::COOKIE, cookie))];
+    let mut p = vec![PayloadRepr::Notify(NotifyRepr::new(
+        NotifyType::COOKIE,
+        cookie,
+    ))];
     p.extend(m.payloads);
     let h = HeaderRepr { ..m.header };
     let mut out = Vec::new();
@@ -164,10 +167,9 @@ fn bench(c: &mut Criterion) {
     let ip16 = [0u8; 16];
     g.bench_function("hmac via Prf::prf_parts (key set up per call)", |b| {
         b.iter(|| {
-            black_box(Prf::HmacSha256.prf_parts(
-                black_box(&secret),
-                &[&NI, &ip16, &spi.to_be_bytes()],
-            ))
+            black_box(
+                Prf::HmacSha256.prf_parts(black_box(&secret), &[&NI, &ip16, &spi.to_be_bytes()]),
+            )
         })
     });
     g.finish();

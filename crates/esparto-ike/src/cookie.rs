@@ -201,7 +201,11 @@ impl CookieJar {
     /// Cheap when nothing is due (two comparisons), so the responder calls
     /// it before every cookie it makes or checks.
     pub fn rotate(&mut self, now: Instant, rng: &mut dyn Rng) -> bool {
-        if self.previous.as_ref().is_some_and(|(_, until)| *until <= now) {
+        if self
+            .previous
+            .as_ref()
+            .is_some_and(|(_, until)| *until <= now)
+        {
             self.previous = None;
         }
         if now < self.next_rotation {
@@ -311,7 +315,12 @@ mod tests {
             e
         );
         assert_eq!(
-            j.verify(c.as_bytes(), &NI[1..], ip("192.0.2.1"), 0x1122_3344_5566_7788),
+            j.verify(
+                c.as_bytes(),
+                &NI[1..],
+                ip("192.0.2.1"),
+                0x1122_3344_5566_7788
+            ),
             e
         );
         // Any flipped bit in the hash: mismatch.

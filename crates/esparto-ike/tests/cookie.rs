@@ -19,8 +19,7 @@ use esparto_ike::{
     ChildConfig, Connection, Endpoint, EndpointConfig, Event, Identity, SpiAllocator, Stats,
 };
 use esparto_wire::ike::{
-    ExchangeType, HeaderRepr, Message, NonceRepr, NotifyRepr, NotifyType, PayloadRepr,
-    emit_message,
+    ExchangeType, HeaderRepr, Message, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, emit_message,
 };
 use sim::{MOON, SUN, Setup, assert_pair};
 use std::collections::HashSet;
@@ -53,7 +52,10 @@ impl SpiAllocator for Live {
         }
     }
     fn release(&mut self, spi: u32) {
-        assert!(self.0.lock().unwrap().remove(&spi), "released twice: {spi:08x}");
+        assert!(
+            self.0.lock().unwrap().remove(&spi),
+            "released twice: {spi:08x}"
+        );
     }
 }
 
@@ -250,7 +252,10 @@ fn below_the_threshold_no_cookie() {
     assert_eq!(established(&net, I), 1);
     assert_eq!(net.delivered.len(), 4, "no extra round trip");
     let s = net.peers[R].ep.stats();
-    assert_eq!((s.cookies_sent, s.cookies_verified, s.cookies_rejected), (0, 0, 0));
+    assert_eq!(
+        (s.cookies_sent, s.cookies_verified, s.cookies_rejected),
+        (0, 0, 0)
+    );
 
     // Below the threshold a cookie is ignored, valid or not (§2.6: "process
     // the message as if no cookie had been included").
@@ -289,17 +294,21 @@ fn above_the_threshold_the_initiator_follows_the_cookie_and_succeeds() {
     assert_eq!(second.header.message_id, 0);
     // "include the COOKIE notification containing the received data as the
     // first payload, and all other payloads unchanged".
-    assert!(
-        matches!(&second.payloads[0], PayloadRepr::Notify(n) if n.kind == NotifyType::COOKIE)
-    );
+    assert!(matches!(&second.payloads[0], PayloadRepr::Notify(n) if n.kind == NotifyType::COOKIE));
     assert_eq!(&second.payloads[1..], &first.payloads[..]);
     let cookie_reply = &net.peers[R].sent[0];
     assert!(cookie_reply.is(ExchangeType::IKE_SA_INIT, true));
     assert_eq!(cookie_reply.header().unwrap().spi_r, 0);
 
     let s = net.peers[R].ep.stats();
-    assert_eq!((s.cookies_sent, s.cookies_verified, s.cookies_rejected), (1, 1, 0));
-    assert_eq!(s.responder_sas, 1, "one IKE SA, made after the cookie came back");
+    assert_eq!(
+        (s.cookies_sent, s.cookies_verified, s.cookies_rejected),
+        (1, 1, 0)
+    );
+    assert_eq!(
+        s.responder_sas, 1,
+        "one IKE SA, made after the cookie came back"
+    );
     assert_eq!(net.peers[R].ep.half_open_count(), 0, "established");
     assert_eq!(spis_r.count(), 1, "one inbound ESP SPI at the responder");
 }
@@ -314,11 +323,7 @@ fn cookie_then_invalid_ke_payload() {
         ..Setup::default()
     };
     let mut net = s.build(33);
-    net.peers[I].ep = initiator(
-        33,
-        "aes256gcm16-prfsha256-x25519-ecp256",
-        &Live::default(),
-    );
+    net.peers[I].ep = initiator(33, "aes256gcm16-prfsha256-x25519-ecp256", &Live::default());
     net.peers[R].ep = responder(
         cookie_cfg(0),
         34,
@@ -394,7 +399,10 @@ fn replayed_or_forged_cookies_get_a_fresh_cookie_and_no_state() {
     assert_ne!(c, c2, "bound to the address");
     // For another SPIi or another nonce from the same address.
     assert!(matches!(b.send(a, 2, NI, Some(&c)), Answer::Cookie(_)));
-    assert!(matches!(b.send(a, 1, &[8; 32], Some(&c)), Answer::Cookie(_)));
+    assert!(matches!(
+        b.send(a, 1, &[8; 32], Some(&c)),
+        Answer::Cookie(_)
+    ));
     // Garbage of every length, including empty and over-long.
     for len in [0usize, 1, 16, 17, 64, 200] {
         assert!(matches!(
@@ -447,7 +455,10 @@ fn secret_rotation_old_cookie_passes_in_grace_and_fails_after() {
     };
     assert_eq!(c2b[0], c3[0]);
     assert_eq!(b.ep.ike_sa_count(), 1);
-    assert!(matches!(b.send(src, 2, NI, Some(&c2b)), Answer::Accepted(_)));
+    assert!(matches!(
+        b.send(src, 2, NI, Some(&c2b)),
+        Answer::Accepted(_)
+    ));
     let s = b.stats();
     assert_eq!((s.cookies_verified, s.cookies_rejected), (2, 1));
 }
@@ -481,7 +492,10 @@ fn per_source_limit_drops_even_with_a_cookie() {
     assert_eq!(s.cookies_verified, 2);
     assert_eq!(b.ep.half_open_count(), 5);
     // Other addresses are not affected.
-    assert!(matches!(b.send(v4(198, 51, 100, 10), 6, NI, None), Answer::Accepted(_)));
+    assert!(matches!(
+        b.send(v4(198, 51, 100, 10), 6, NI, None),
+        Answer::Accepted(_)
+    ));
     assert_eq!(b.ep.half_open_sources(), 2);
     // When one of the five expires, the address may come back.
     b.now += Duration::from_secs(31);
@@ -532,11 +546,17 @@ fn global_cap_drops_and_counts() {
     };
     let mut b = Bench::new(cfg);
     for i in 1..=4u8 {
-        assert!(matches!(b.send(v4(198, 51, 100, i), 1, NI, None), Answer::Accepted(_)));
+        assert!(matches!(
+            b.send(v4(198, 51, 100, i), 1, NI, None),
+            Answer::Accepted(_)
+        ));
     }
     // Above the threshold: cookies; those who return them get in, up to the cap.
     for i in 5..=10u8 {
-        assert!(matches!(b.with_cookie(v4(198, 51, 100, i), 1, NI), Answer::Accepted(_)));
+        assert!(matches!(
+            b.with_cookie(v4(198, 51, 100, i), 1, NI),
+            Answer::Accepted(_)
+        ));
     }
     assert_eq!(b.ep.half_open_count(), 10);
     assert_eq!(b.send(v4(198, 51, 100, 11), 1, NI, None), Answer::Silence);
@@ -546,7 +566,10 @@ fn global_cap_drops_and_counts() {
     b.now += Duration::from_secs(31);
     b.ep.handle_timeout(b.now);
     assert_eq!(b.ep.half_open_count(), 0);
-    assert!(matches!(b.send(v4(198, 51, 100, 11), 1, NI, None), Answer::Accepted(_)));
+    assert!(matches!(
+        b.send(v4(198, 51, 100, 11), 1, NI, None),
+        Answer::Accepted(_)
+    ));
 }
 
 #[test]
@@ -651,7 +674,11 @@ fn a_flood_of_100k_requests_keeps_the_sa_table_bounded() {
         let mut ni = [0u8; 32];
         ni[..8].copy_from_slice(&x.next().to_be_bytes());
         let cookie: Option<Vec<u8>> = match x.next() % 4 {
-            0 => Some((0..(x.next() % 70) as usize).map(|_| x.next() as u8).collect()),
+            0 => Some(
+                (0..(x.next() % 70) as usize)
+                    .map(|_| x.next() as u8)
+                    .collect(),
+            ),
             // A cookie someone else got: other address, SPI and nonce.
             1 if !seen.is_empty() => Some(seen[(x.next() % seen.len() as u64) as usize].clone()),
             _ => None,
@@ -664,7 +691,9 @@ fn a_flood_of_100k_requests_keeps_the_sa_table_bounded() {
         b.ep.handle_datagram(b.now, b.local, from(src), &req);
         let answers: Vec<_> = std::iter::from_fn(|| b.ep.poll_transmit()).collect();
         for t in answers {
-            let Some(c) = cookie_of(&t.data) else { continue };
+            let Some(c) = cookie_of(&t.data) else {
+                continue;
+            };
             if seen.len() < 1000 {
                 seen.push(c.clone());
             }
@@ -685,9 +714,15 @@ fn a_flood_of_100k_requests_keeps_the_sa_table_bounded() {
     }
     let s = b.stats();
     eprintln!("flood: {s:?}, at most {max_held} SAs");
-    assert_eq!(max_held, CAP, "the botnet filled the table to the cap, no further");
+    assert_eq!(
+        max_held, CAP,
+        "the botnet filled the table to the cap, no further"
+    );
     assert!(s.half_open_dropped_global > 0);
-    assert!(s.cookies_sent > 20_000, "the blind flood was answered statelessly");
+    assert!(
+        s.cookies_sent > 20_000,
+        "the blind flood was answered statelessly"
+    );
     assert!(s.cookies_rejected > 5_000);
     assert!(s.cookies_verified >= (CAP - THRESHOLD) as u64);
     // Let everything expire: the table drains completely.

@@ -39,6 +39,8 @@
 //! The stateless path allocates only the response datagram.
 
 use super::Endpoint;
+use crate::config::EndpointConfig;
+use crate::cookie::CookieJar;
 use crate::ctx::Ctx;
 use crate::event::{IkeSaId, Transmit};
 use crate::nat::{NatState, fake_nat_hash, nat_hash};
@@ -46,8 +48,6 @@ use crate::proposal::{Proposal, Protocol};
 use crate::rules;
 use crate::sa::{IkeSa, Role, State};
 use crate::spi::ike_spi;
-use crate::config::EndpointConfig;
-use crate::cookie::CookieJar;
 use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
@@ -182,8 +182,7 @@ impl Endpoint {
         // §2.6: "When a responder detects a large number of half-open IKE
         // SAs, it SHOULD reply to IKE_SA_INIT requests with a response
         // containing the COOKIE notification."
-        if total < self.config.cookie_threshold
-            && from_ip < self.config.cookie_threshold_per_source
+        if total < self.config.cookie_threshold && from_ip < self.config.cookie_threshold_per_source
         {
             return true;
         }
