@@ -119,6 +119,10 @@ struct DataplaneArgs {
     /// Measurements per figure; the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Exactly this many packets per thread and measurement instead of
+    /// --seconds (for instruction counts: `valgrind --tool=callgrind`).
+    #[arg(long)]
+    count: Option<u64>,
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
@@ -295,7 +299,7 @@ fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
     if workers == 0 || workers > 1024 {
         anyhow::bail!("--workers must be between 1 and 1024");
     }
-    let opts = dataplane::Options { suite, sizes, workers, seconds: a.seconds, runs: a.runs };
+    let opts = dataplane::Options { suite, sizes, workers, seconds: a.seconds, runs: a.runs, count: a.count };
     let rows = dataplane::run(&opts)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
