@@ -16,6 +16,7 @@ use crate::config::{ChildConfig, Connection};
 use crate::ctx::Ctx;
 use crate::event::{ChildSaEstablished, Event, IkeSaId, Reason};
 use crate::keys::{ChildKeys, esp_suite};
+use crate::lifetime::rekey_deadline;
 use crate::proposal::{Proposal, Selected};
 use crate::ts::{TrafficSelector, is_subset_of_any, narrow};
 use core::net::{IpAddr, SocketAddr};
@@ -25,11 +26,24 @@ use esparto_wire::ike::{ProposalRepr, Spi, TrafficSelectorRepr, TsRepr};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// An installed Child SA, as the IKE SA remembers it. Suite, selectors and
-/// resource are not read yet: they are what rekeying (next issue) needs to
-/// recreate the SA.
+/// Where a Child SA is in its life (RFC 7296 §2.8, §2.25.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChildState {
+    /// In use.
+    Installed,
+    /// Our CREATE_CHILD_SA with REKEY_SA for it is under way.
+    Rekeying,
+    /// A successor took over; the initiator of the surviving rekey deletes
+    /// this one.
+    Rekeyed,
+    /// We sent a Delete for it; the reason to report when it completes.
+    Deleting(Reason),
+}
+
+/// An installed Child SA, as the IKE SA remembers it: enough to rekey it
+/// (same selectors, same resource), to resolve rekey collisions (the
+/// lowest nonce of the exchange that made it, §2.8.1), and its timers.
 #[derive(Debug, Clone)]
-#[allow(dead_code)]
 pub(crate) struct ChildSa {
     /// Configuration name.
     pub(crate) name: Arc<str>,
@@ -37,18 +51,55 @@ pub(crate) struct ChildSa {
     pub(crate) inbound_spi: u32,
     /// Our outbound SPI.
     pub(crate) outbound_spi: u32,
-    /// Negotiated suite.
-    pub(crate) suite: EspSuite,
     /// Our selectors.
     pub(crate) local_ts: Vec<TrafficSelector>,
     /// The peer's selectors.
     pub(crate) remote_ts: Vec<TrafficSelector>,
-    /// RFC 9611 resource (worker), if any.
+    /// RFC 9611 resource (worker) we negotiated it for.
     pub(crate) resource: Option<u16>,
-    /// We sent a Delete for it and wait for the answer.
-    pub(crate) deleting: bool,
-    /// When it was installed.
-    pub(crate) created: Instant,
+    /// RFC 9611: a per-resource SA (ours with `resource`, or the peer's).
+    pub(crate) per_resource: bool,
+    /// We initiated the exchange that created it.
+    pub(crate) initiated: bool,
+    /// Life cycle.
+    pub(crate) state: ChildState,
+    /// The inbound SPI of the SA it replaces.
+    pub(crate) rekeys: Option<u32>,
+    /// The lowest of the two nonces of the rekey exchange that created it
+    /// (only for rekeys: what §2.8.1 compares).
+    pub(crate) low_nonce: Option<Box<[u8]>>,
+    /// The daemon was told to send on it.
+    pub(crate) outbound_active: bool,
+    /// It lost a rekey collision (§2.8.1): its creator deletes it; it
+    /// never becomes active.
+    pub(crate) redundant: bool,
+    /// The daemon heard of it (a lost collision of ours is never announced).
+    pub(crate) announced: bool,
+    /// The PFS group it was made with, preferred when rekeying it.
+    pub(crate) ke: Option<KeGroup>,
+    /// When to rekey it (soft lifetime, jittered).
+    pub(crate) rekey_at: Option<Instant>,
+    /// When to delete it (hard lifetime, or a redundant SA's retirement).
+    pub(crate) expire_at: Option<Instant>,
+}
+
+impl ChildSa {
+    /// Its next timer.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match (self.rekey_at, self.expire_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// The lowest of two nonces, octet by octet: §2.8 "'Lowest' means an
+/// octet-by-octet comparison (instead of, for instance, comparing the
+/// nonces as large integers). [...] If you reach the end of one nonce,
+/// that nonce is the lower one." — exactly the lexicographic order of
+/// byte slices.
+pub(crate) fn lowest<'a>(a: &'a [u8], b: &'a [u8]) -> &'a [u8] {
+    if a <= b { a } else { b }
 }
 
 /// Selectors as TS payload bodies.
@@ -200,11 +251,22 @@ pub(crate) struct Install<'a> {
     pub(crate) encap: bool,
     pub(crate) resource: Option<u16>,
     pub(crate) rekeys: Option<u32>,
+    pub(crate) per_resource: bool,
+    /// `false` for the responder of a rekey (see `event.rs`).
+    pub(crate) outbound_active: bool,
+    /// The PFS group used.
+    pub(crate) ke: Option<KeGroup>,
+    /// Lifetimes from here.
+    pub(crate) config: &'a ChildConfig,
 }
 
-/// Derive the keys, emit `ChildSaEstablished`, and return the record the
-/// IKE SA keeps.
-pub(crate) fn install(ctx: &mut Ctx<'_>, i: Install<'_>) -> Result<ChildSa, Reason> {
+/// Derive the keys and build the record the IKE SA keeps (timers set from
+/// the child's lifetimes) and the event announcing it, which the caller
+/// queues with [`announce`] — or not, for a rekey that lost a collision.
+pub(crate) fn install(
+    ctx: &mut Ctx<'_>,
+    i: Install<'_>,
+) -> Result<(ChildSa, Box<ChildSaEstablished>), Reason> {
     let keys = ChildKeys::derive(i.prf, i.sk_d, i.suite, i.g_ir, i.ni, i.nr)
         .map_err(|_| Reason::Local("Child SA key derivation"))?;
     let (inbound_key, outbound_key) = if i.initiator {
@@ -212,41 +274,61 @@ pub(crate) fn install(ctx: &mut Ctx<'_>, i: Install<'_>) -> Result<ChildSa, Reas
     } else {
         (keys.i_to_r, keys.r_to_i)
     };
-    tracing::info!(
-        ike_sa = %i.ike_sa, child = %i.child, inbound_spi = format_args!("{:08x}", i.inbound_spi),
-        outbound_spi = format_args!("{:08x}", i.outbound_spi), suite = i.suite.name(), encap = i.encap,
-        "CHILD_SA established"
-    );
+    let rekey_at = rekey_deadline(ctx, i.config.rekey_time, i.config.jitter());
+    let expire_at = i.config.hard_lifetime().map(|l| ctx.now + l);
+    let low_nonce = i.rekeys.map(|_| Box::<[u8]>::from(lowest(i.ni, i.nr)));
     let record = ChildSa {
         name: i.child.clone(),
         inbound_spi: i.inbound_spi,
         outbound_spi: i.outbound_spi,
-        suite: i.suite,
         local_ts: i.local_ts.clone(),
         remote_ts: i.remote_ts.clone(),
         resource: i.resource,
-        deleting: false,
-        created: ctx.now,
+        per_resource: i.per_resource,
+        initiated: i.initiator,
+        state: ChildState::Installed,
+        rekeys: i.rekeys,
+        low_nonce,
+        outbound_active: i.outbound_active,
+        redundant: false,
+        announced: false,
+        ke: i.ke,
+        rekey_at,
+        expire_at,
     };
-    ctx.events
-        .push_back(Event::ChildSaEstablished(Box::new(ChildSaEstablished {
-            ike_sa: i.ike_sa,
-            connection: i.connection,
-            child: i.child,
-            inbound_spi: i.inbound_spi,
-            outbound_spi: i.outbound_spi,
-            suite: i.suite,
-            esn: i.esn,
-            inbound_key,
-            outbound_key,
-            local_ts: i.local_ts,
-            remote_ts: i.remote_ts,
-            local: i.local,
-            remote: i.remote,
-            encap: i.encap,
-            resource: i.resource,
-            initiator: i.initiator,
-            rekeys: i.rekeys,
-        })));
-    Ok(record)
+    let event = Box::new(ChildSaEstablished {
+        ike_sa: i.ike_sa,
+        connection: i.connection,
+        child: i.child,
+        inbound_spi: i.inbound_spi,
+        outbound_spi: i.outbound_spi,
+        suite: i.suite,
+        esn: i.esn,
+        inbound_key,
+        outbound_key,
+        local_ts: i.local_ts,
+        remote_ts: i.remote_ts,
+        local: i.local,
+        remote: i.remote,
+        encap: i.encap,
+        resource: i.resource,
+        initiator: i.initiator,
+        rekeys: i.rekeys,
+        per_resource: i.per_resource,
+        outbound_active: i.outbound_active,
+    });
+    Ok((record, event))
+}
+
+/// Tell the driver about a Child SA built by [`install`].
+pub(crate) fn announce(ctx: &mut Ctx<'_>, child: &mut ChildSa, event: Box<ChildSaEstablished>) {
+    tracing::info!(
+        ike_sa = %event.ike_sa, child = %event.child, inbound_spi = format_args!("{:08x}", event.inbound_spi),
+        outbound_spi = format_args!("{:08x}", event.outbound_spi), suite = event.suite.name(),
+        encap = event.encap, rekeys = ?event.rekeys.map(|s| format!("{s:08x}")),
+        resource = ?event.resource, per_resource = event.per_resource,
+        "CHILD_SA established"
+    );
+    child.announced = true;
+    ctx.events.push_back(Event::ChildSaEstablished(event));
 }

@@ -3,17 +3,22 @@
 //! Names follow swanctl.conf so that an operator who knows strongSwan can
 //! read an Esparto configuration: a [`Connection`] has `local_addrs`,
 //! `remote_addrs`, `proposals`, `encap`, a `local` and a `remote`
-//! [`AuthConfig`] (identity; PSK authentication), and `children`
-//! ([`ChildConfig`]: `local_ts`, `remote_ts`, `esp_proposals`,
-//! `start_action`). PSKs live apart, in [`Secrets`], looked up by the pair
+//! [`AuthConfig`] (identity; PSK authentication), lifetimes and liveness
+//! (`rekey_time`, `rand_time`, `dpd_delay`, `dpd_timeout`, `dpd_action`),
+//! and `children` ([`ChildConfig`]: `local_ts`, `remote_ts`,
+//! `esp_proposals`, `start_action`, `rekey_time`, `life_time`,
+//! `rand_time`, `rekey_bytes`, `rekey_packets`, `per_cpu_sas`,
+//! `per_cpu_max`). PSKs live apart, in [`Secrets`], looked up by the pair
 //! of identities as strongSwan does with its `ike` secrets. Endpoint-wide
-//! knobs (ports, retransmission, timeouts) are in [`EndpointConfig`].
+//! knobs (ports, retransmission, timeouts, window size, workers) are in
+//! [`EndpointConfig`]. Defaults are swanctl's (see [`crate::lifetime`]).
 //!
 //! Core crates take validated structs (STYLE.md habit 9): the parsers here
 //! turn strings into typed values and report what is wrong; they never
 //! read files.
 
 use crate::identity::Identity;
+pub use crate::lifetime::{DpdAction, PerCpuSas};
 use crate::proposal::{Proposal, ProposalError, Protocol};
 use crate::ts::{TrafficSelector, TsConfig, TsError};
 use core::net::IpAddr;
@@ -43,6 +48,11 @@ pub struct AuthConfig {
 }
 
 /// One Child SA configuration (swanctl `children.<name>`).
+///
+/// `Default` is an empty, invalid configuration (no selectors, no
+/// proposals) with swanctl's lifetimes; it exists so that struct literals
+/// can end in `..ChildConfig::default()` and keep compiling as fields are
+/// added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildConfig {
     /// Child name (used in events).
@@ -57,6 +67,49 @@ pub struct ChildConfig {
     pub esp_proposals: Vec<Proposal>,
     /// What to do on load.
     pub start_action: StartAction,
+    /// Rekey the Child SA this long after it was created (swanctl
+    /// `rekey_time`, default 1 h), minus a random part of up to
+    /// [`rand_time`](Self::rand_time) (RFC 7296 §2.8: rekeying "SHOULD be
+    /// jittered"). `None`: no time-based rekeying.
+    pub rekey_time: Option<Duration>,
+    /// Delete the Child SA this long after it was created if it was not
+    /// rekeyed (swanctl `life_time`). `None`: `rekey_time` + 10 %.
+    pub life_time: Option<Duration>,
+    /// Upper bound of the random part subtracted from `rekey_time`
+    /// (swanctl `rand_time`). `None`: `life_time - rekey_time`, i.e. 10 %
+    /// of `rekey_time` with the default `life_time`.
+    pub rand_time: Option<Duration>,
+    /// Rekey after this many bytes (0: never). Counted by the data plane,
+    /// which tells the daemon, which calls [`crate::Endpoint::rekey_child`];
+    /// the engine only carries the value.
+    pub rekey_bytes: u64,
+    /// Rekey after this many packets (0: never); like `rekey_bytes`.
+    pub rekey_packets: u64,
+    /// RFC 9611 per-resource Child SAs (swanctl-style `per_cpu_sas`).
+    pub per_cpu_sas: PerCpuSas,
+    /// At most this many per-resource Child SAs in the group: the most we
+    /// negotiate ourselves, and the most we accept from the peer before
+    /// answering TS_MAX_QUEUE (RFC 9611 §4). Ignored with `PerCpuSas::No`.
+    pub per_cpu_max: u16,
+}
+
+impl Default for ChildConfig {
+    fn default() -> Self {
+        ChildConfig {
+            name: "".into(),
+            local_ts: Vec::new(),
+            remote_ts: Vec::new(),
+            esp_proposals: Vec::new(),
+            start_action: StartAction::None,
+            rekey_time: Some(crate::lifetime::CHILD_REKEY_TIME),
+            life_time: None,
+            rand_time: None,
+            rekey_bytes: 0,
+            rekey_packets: 0,
+            per_cpu_sas: PerCpuSas::No,
+            per_cpu_max: crate::lifetime::PER_CPU_MAX,
+        }
+    }
 }
 
 /// One connection (swanctl `connections.<name>`).
@@ -87,6 +140,44 @@ pub struct Connection {
     /// Send a liveness check (empty INFORMATIONAL, §1.4) after this much
     /// time without hearing from the peer. `None` disables.
     pub dpd_delay: Option<Duration>,
+    /// Declare the peer dead when a request (a liveness check or any
+    /// other) has gone unanswered this long (swanctl `dpd_timeout`).
+    /// `None`: when retransmissions give up (RFC 7296 §2.4).
+    pub dpd_timeout: Option<Duration>,
+    /// What the daemon does with the connection's Child SAs when the peer
+    /// is found dead (`IkeSaDeleted { reason: Timeout }`). The engine only
+    /// carries it: clearing, restarting or trapping is the daemon's job.
+    pub dpd_action: DpdAction,
+    /// Rekey the IKE SA this long after it was created (swanctl
+    /// `rekey_time`, default 4 h), minus a random part of up to
+    /// `rand_time` (RFC 7296 §2.8). `None`: never.
+    pub rekey_time: Option<Duration>,
+    /// Upper bound of the random part (swanctl `rand_time`). `None`: 10 %
+    /// of `rekey_time` (swanctl's default `over_time`).
+    pub rand_time: Option<Duration>,
+}
+
+impl Default for Connection {
+    /// An empty, invalid connection (no proposals, no children) with
+    /// swanctl's defaults, for `..Connection::default()` in struct literals.
+    fn default() -> Self {
+        Connection {
+            name: "".into(),
+            local_addrs: vec![],
+            remote_addrs: vec![],
+            remote_port: 500,
+            proposals: vec![],
+            encap: false,
+            local: AuthConfig { id: None },
+            remote: AuthConfig { id: None },
+            children: vec![],
+            dpd_delay: None,
+            dpd_timeout: None,
+            dpd_action: DpdAction::Clear,
+            rekey_time: Some(crate::lifetime::IKE_REKEY_TIME),
+            rand_time: None,
+        }
+    }
 }
 
 /// A configuration string that could not be turned into a typed value.
@@ -150,7 +241,7 @@ impl ChildConfig {
             local_ts: ts(local_ts)?,
             remote_ts: ts(remote_ts)?,
             esp_proposals: Proposal::parse_list(Protocol::Esp, esp_proposals)?,
-            start_action: StartAction::None,
+            ..ChildConfig::default()
         };
         c.validate()?;
         Ok(c)
@@ -171,7 +262,38 @@ impl ChildConfig {
         {
             return Err(ConfigError::Invalid("child proposal is not ESP"));
         }
+        if self.rekey_time.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::Invalid("child rekey_time is zero"));
+        }
+        if let (Some(r), Some(l)) = (self.rekey_time, self.life_time) {
+            if l <= r {
+                return Err(ConfigError::Invalid(
+                    "child life_time must exceed rekey_time",
+                ));
+            }
+        }
+        if self.per_cpu_sas != PerCpuSas::No && self.per_cpu_max == 0 {
+            return Err(ConfigError::Invalid("per_cpu_max is zero"));
+        }
         Ok(())
+    }
+
+    /// The hard lifetime: `life_time`, or `rekey_time` + 10 %.
+    pub fn hard_lifetime(&self) -> Option<Duration> {
+        self.life_time
+            .or_else(|| self.rekey_time.map(|r| r + r / 10))
+    }
+
+    /// The most the rekey time is moved forward at random.
+    pub fn jitter(&self) -> Duration {
+        let Some(rekey) = self.rekey_time else {
+            return Duration::ZERO;
+        };
+        let j = self.rand_time.unwrap_or_else(|| {
+            self.hard_lifetime()
+                .map_or(Duration::ZERO, |l| l.saturating_sub(rekey))
+        });
+        j.min(rekey)
     }
 
     /// Local selectors with `dynamic` resolved to `own`.
@@ -191,15 +313,8 @@ impl Connection {
     pub fn new(name: &str, proposals: &str) -> Result<Self, ConfigError> {
         let c = Connection {
             name: name.into(),
-            local_addrs: vec![],
-            remote_addrs: vec![],
-            remote_port: 500,
             proposals: Proposal::parse_list(Protocol::Ike, proposals)?,
-            encap: false,
-            local: AuthConfig { id: None },
-            remote: AuthConfig { id: None },
-            children: vec![],
-            dpd_delay: None,
+            ..Connection::default()
         };
         if c.proposals.is_empty() {
             return Err(ConfigError::Invalid("connection without proposals"));
@@ -224,6 +339,9 @@ impl Connection {
         if matches!(self.local.id, Some(Identity::Any)) {
             return Err(ConfigError::Invalid("local identity %any"));
         }
+        if self.rekey_time.is_some_and(|t| t.is_zero()) {
+            return Err(ConfigError::Invalid("IKE rekey_time is zero"));
+        }
         for c in &self.children {
             c.validate()?;
         }
@@ -239,6 +357,14 @@ impl Connection {
     pub fn matches_addrs(&self, local: IpAddr, remote: IpAddr) -> bool {
         (self.local_addrs.is_empty() || self.local_addrs.contains(&local))
             && (self.remote_addrs.is_empty() || self.remote_addrs.contains(&remote))
+    }
+
+    /// The most the IKE rekey time is moved forward at random.
+    pub fn jitter(&self) -> Duration {
+        let Some(rekey) = self.rekey_time else {
+            return Duration::ZERO;
+        };
+        self.rand_time.unwrap_or(rekey / 10).min(rekey)
     }
 
     /// The local identity, defaulting to the local IKE address.
@@ -398,6 +524,15 @@ pub struct EndpointConfig {
     /// was replaced (§2.6: "keep the old value of <secret> around for a
     /// short time").
     pub cookie_grace: Duration,
+    /// How many requests of the peer we process in parallel and whose
+    /// responses we keep for retransmission, announced in IKE_AUTH with
+    /// SET_WINDOW_SIZE (RFC 7296 §2.3) when above one. Capped at
+    /// [`crate::lifetime::MAX_WINDOW`].
+    pub window_size: u32,
+    /// The data plane's workers (RFC 9611 resources): `per_cpu_sas =
+    /// eager` negotiates one per-resource Child SA for each, up to the
+    /// child's `per_cpu_max`.
+    pub workers: u16,
 }
 
 impl Default for EndpointConfig {
@@ -416,6 +551,8 @@ impl Default for EndpointConfig {
             max_half_open: 10_000,
             cookie_secret_lifetime: Duration::from_secs(60),
             cookie_grace: Duration::from_secs(10),
+            window_size: 8,
+            workers: 1,
         }
     }
 }

@@ -4,13 +4,17 @@
 //! reading, configuration, randomness, SPI allocator, output queues). While
 //! one SA handles a datagram or a timeout it borrows those through a
 //! [`Ctx`], so SA code never reaches into the endpoint and two SAs never
-//! touch each other.
+//! touch each other. What does concern other SAs — an IKE SA born from a
+//! rekey, Child SAs moving to it, INITIAL_CONTACT deleting stale SAs — the
+//! SA asks for as an [`Action`], which the endpoint carries out after the
+//! step.
 
 use crate::config::{Connection, EndpointConfig, Secrets};
 use crate::event::{Event, Transmit};
+use crate::sa::IkeSa;
 use crate::spi::SpiAllocator;
 use esparto_crypto::Rng;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,4 +36,46 @@ pub(crate) struct Ctx<'a> {
     pub(crate) transmits: &'a mut VecDeque<Transmit>,
     /// Events for the driver.
     pub(crate) events: &'a mut VecDeque<Event>,
+    /// IKE SPIs in use or reserved (for a rekey under way): new ones must
+    /// avoid them (§2.6).
+    pub(crate) ike_spis: &'a mut HashSet<u64>,
+    /// Work for the endpoint once this step is over.
+    pub(crate) actions: &'a mut Vec<Action>,
+}
+
+/// Something an SA needs done to other SAs of the endpoint.
+pub(crate) enum Action {
+    /// Hold this new IKE SA, born from a rekey (§1.3.2).
+    Insert(Box<IkeSa>),
+    /// The IKE SA `from` was rekeyed into `to` (§2.8: it "inherits all of
+    /// the original IKE SA's Child SAs"): move its Child SAs and waiting
+    /// tasks, report `IkeSaRekeyed`.
+    Inherit {
+        /// Our SPI of the old IKE SA.
+        from: u64,
+        /// Our SPI of the new one.
+        to: u64,
+    },
+    /// INITIAL_CONTACT arrived on `keep` (§2.4): delete every other IKE SA
+    /// with the same pair of identities, without Delete payloads.
+    InitialContact {
+        /// The SA that carried it.
+        keep: u64,
+    },
+}
+
+impl Ctx<'_> {
+    /// A fresh IKE SPI, reserved until [`Ctx::release_ike_spi`] or until
+    /// an SA with it is held by the endpoint.
+    pub(crate) fn new_ike_spi(&mut self) -> u64 {
+        let taken = &*self.ike_spis;
+        let spi = crate::spi::ike_spi(self.rng, |s| taken.contains(&s));
+        self.ike_spis.insert(spi);
+        spi
+    }
+
+    /// Give back a reserved IKE SPI that no SA uses.
+    pub(crate) fn release_ike_spi(&mut self, spi: u64) {
+        self.ike_spis.remove(&spi);
+    }
 }

@@ -9,6 +9,41 @@
 //! which ESP-in-UDP destination to update after a NAT rebinding. Failures
 //! carry a reason that says whose fault it was (rustls habit): the peer
 //! rejected us, we rejected the peer, the peer went silent.
+//!
+//! ## Rekeying, make-before-break (RFC 7296 §2.8)
+//!
+//! A rekeyed Child SA arrives as a `ChildSaEstablished` with `rekeys:
+//! Some(old inbound SPI)` and the old SA's `resource`, always *before* the
+//! old SA's `ChildSaDeleted { reason: Rekeyed }`. "When there are two SAs
+//! eligible to receive packets, a node MUST accept incoming packets on
+//! both SAs" (§2.8), so the daemon installs the new inbound SA at once and
+//! keeps the old one until its `ChildSaDeleted`. When to *send* on the new
+//! SA is given by `outbound_active`:
+//! - `true` (we initiated the rekey): the peer installed the new SA before
+//!   it answered; switch the slot's outbound SA now.
+//! - `false` (we answered the peer's rekey): the peer installs the new SA
+//!   only when our answer arrives, so packets sent on it at once could
+//!   beat the answer and be dropped. Keep sending on the old SA until
+//!   `ChildSaOutboundActive` names the new one; it comes when the peer
+//!   deletes the old SA (proof that it has the new one), right before the
+//!   old SA's `ChildSaDeleted` — strongSwan's responder does the same. A
+//!   redundant SA from a rekey collision (§2.8.1) never becomes active; it
+//!   is deleted (`ChildSaDeleted`) instead.
+//!
+//! An IKE SA rekey (§1.3.2) moves every Child SA to the new IKE SA: the
+//! endpoint reports `IkeSaRekeyed { old, new }`, later events name `new`,
+//! and `old` disappears without an `IkeSaDeleted`. Calls naming `old` are
+//! forwarded to `new` meanwhile.
+//!
+//! ## Per-resource Child SAs (RFC 9611)
+//!
+//! `resource: Some(k)` is worker k's own sub-SA, which we negotiated for
+//! it (the inbound SPI steers to worker k). `per_resource: true` with
+//! `resource: None` is a sub-SA the *peer* negotiated for one of its
+//! resources: install it as the sub-SA of a worker that has none yet, or
+//! inbound-only. `per_resource: false, resource: None` is a group's
+//! fallback SA (or a plain Child SA). `PerResourceUnavailable` tells the
+//! daemon to stop asking for sub-SAs of a child on that IKE SA.
 
 use crate::identity::Identity;
 use crate::ts::TrafficSelector;
@@ -66,6 +101,17 @@ pub enum Reason {
     ProtocolError(&'static str),
     /// A local problem (configuration, SPI space, key derivation).
     Local(&'static str),
+    /// Replaced by a rekeyed SA (RFC 7296 §2.8): its successor was
+    /// announced before this deletion.
+    Rekeyed,
+    /// Its hard lifetime (`life_time`) ran out before it was rekeyed.
+    Expired,
+    /// The peer authenticated a new IKE SA with INITIAL_CONTACT (§2.4): it
+    /// restarted and no longer knows this one. Deleted without a Delete.
+    PeerRestarted,
+    /// The peer did not answer SA_RESOURCE_INFO: it does not support
+    /// per-resource Child SAs (RFC 9611).
+    PerResourceUnsupported,
 }
 
 /// Which side of an authentication failed.
@@ -117,9 +163,16 @@ pub struct ChildSaEstablished {
     pub resource: Option<u16>,
     /// We initiated the exchange that created it.
     pub initiator: bool,
-    /// The inbound SPI of the Child SA this one rekeys (peer-initiated
-    /// rekey: the old SA is deleted by the peer afterwards).
+    /// The inbound SPI of the Child SA this one replaces (RFC 7296 §2.8);
+    /// that SA's `ChildSaDeleted { reason: Rekeyed }` follows later.
     pub rekeys: Option<u32>,
+    /// RFC 9611: one of several Child SAs with the same selectors, each for
+    /// one resource. With `resource: None` the peer negotiated it for one
+    /// of its resources (see the module docs).
+    pub per_resource: bool,
+    /// Send on the outbound SA at once. `false` only for a rekey the peer
+    /// initiated: wait for `ChildSaOutboundActive` (see the module docs).
+    pub outbound_active: bool,
 }
 
 impl fmt::Debug for ChildSaEstablished {
@@ -137,6 +190,11 @@ impl fmt::Debug for ChildSaEstablished {
             .field("local", &self.local)
             .field("remote", &self.remote)
             .field("encap", &self.encap)
+            .field("resource", &self.resource)
+            .field("per_resource", &self.per_resource)
+            .field("initiator", &self.initiator)
+            .field("rekeys", &self.rekeys.map(|s| format!("{s:08x}")))
+            .field("outbound_active", &self.outbound_active)
             .finish_non_exhaustive()
     }
 }
@@ -209,6 +267,46 @@ pub enum Event {
         identity: Option<Identity>,
         /// What went wrong.
         reason: AuthFailure,
+    },
+    /// The IKE SA was rekeyed (RFC 7296 §1.3.2, §2.18): `new` inherits
+    /// every Child SA of `old`, later events name `new`, and `old` goes
+    /// away without an `IkeSaDeleted`.
+    IkeSaRekeyed {
+        /// The replaced IKE SA.
+        old: IkeSaId,
+        /// Its successor.
+        new: IkeSaId,
+        /// Connection name.
+        connection: Arc<str>,
+    },
+    /// Start sending on this Child SA (announced with `outbound_active:
+    /// false`): the peer has switched to it.
+    ChildSaOutboundActive {
+        /// The IKE SA it belongs to.
+        ike_sa: IkeSaId,
+        /// Connection name.
+        connection: Arc<str>,
+        /// Child configuration name.
+        child: Arc<str>,
+        /// Our inbound SPI.
+        inbound_spi: u32,
+        /// The outbound SPI to send with from now on.
+        outbound_spi: u32,
+    },
+    /// No (more) per-resource Child SAs for this child on this IKE SA
+    /// (RFC 9611): the peer does not support them, answered TS_MAX_QUEUE,
+    /// or `per_cpu_max` is reached. Workers without a sub-SA keep using
+    /// the fallback SA; stop acquiring for them.
+    PerResourceUnavailable {
+        /// The IKE SA.
+        ike_sa: IkeSaId,
+        /// Connection name.
+        connection: Arc<str>,
+        /// Child configuration name.
+        child: Arc<str>,
+        /// Why: `PerResourceUnsupported`, `PeerError(TS_MAX_QUEUE)`, or
+        /// `Local("per_cpu_max reached")`.
+        reason: Reason,
     },
     /// The peer's (NAT-translated) address changed on an established IKE
     /// SA: ESP-in-UDP for its Child SAs must go to the new address.

@@ -5,7 +5,7 @@
 //! {SK_d | SK_ai | SK_ar | SK_ei | SK_er | SK_pi | SK_pr} = prf+(SKEYSEED, Ni | Nr | SPIi | SPIr)
 //! KEYMAT   = prf+(SK_d, Ni | Nr)                 (first Child SA, or CREATE_CHILD_SA without PFS)
 //! KEYMAT   = prf+(SK_d, g^ir (new) | Ni | Nr)    (CREATE_CHILD_SA with a KE exchange)
-//! SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr)   (IKE SA rekey, §2.18; for the later issue)
+//! SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr)   (IKE SA rekey, §2.18)
 //! ```
 //!
 //! The free functions are the bare formulas, checked against the NIST
@@ -153,6 +153,37 @@ impl IkeKeys {
     ) -> Result<Self, KeyError> {
         let prf = suite.prf.ok_or(KeyError::NoPrf)?;
         let seed = skeyseed(prf, ni, nr, g_ir);
+        Self::from_skeyseed(
+            prf,
+            suite.encr,
+            suite.integ,
+            seed.as_slice(),
+            ni,
+            nr,
+            spi_i,
+            spi_r,
+        )
+    }
+
+    /// Keys of an IKE SA made by a rekey (§2.18): "SKEYSEED for the new
+    /// IKE SA is computed using SK_d from the existing IKE SA as follows:
+    /// SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr) [...] it is the old
+    /// IKE SA's PRF that is used to generate SKEYSEED", and the rest "as
+    /// specified in Section 2.14, using SPIi, SPIr, Ni, and Nr from the new
+    /// exchange, and using the new IKE SA's PRF."
+    #[allow(clippy::too_many_arguments)]
+    pub fn derive_rekey(
+        old_prf: Prf,
+        old_sk_d: &[u8],
+        suite: &Selected,
+        ni: &[u8],
+        nr: &[u8],
+        g_ir: &[u8],
+        spi_i: u64,
+        spi_r: u64,
+    ) -> Result<Self, KeyError> {
+        let prf = suite.prf.ok_or(KeyError::NoPrf)?;
+        let seed = rekey_skeyseed(old_prf, old_sk_d, g_ir, ni, nr);
         Self::from_skeyseed(
             prf,
             suite.encr,

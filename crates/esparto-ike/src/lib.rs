@@ -40,6 +40,7 @@ mod endpoint;
 pub mod event;
 pub mod identity;
 pub mod keys;
+pub mod lifetime;
 pub mod nat;
 pub mod proposal;
 pub mod rules;
@@ -49,8 +50,8 @@ mod task;
 pub mod ts;
 
 pub use config::{
-    AuthConfig, ChildConfig, ConfigError, Connection, EndpointConfig, RetransmitConfig, Secrets,
-    StartAction,
+    AuthConfig, ChildConfig, ConfigError, Connection, DpdAction, EndpointConfig, PerCpuSas,
+    RetransmitConfig, Secrets, StartAction,
 };
 pub use endpoint::{Endpoint, InitiateError, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};

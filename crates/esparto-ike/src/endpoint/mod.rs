@@ -29,8 +29,8 @@
 //! `handle_timeout` cost O(log n) per SA touched, not O(n) per call — this
 //! matters at the 10k SAs/s the brief targets.
 
-use crate::config::{ConfigError, Connection, EndpointConfig, Secrets, StartAction};
-use crate::ctx::Ctx;
+use crate::config::{ConfigError, Connection, EndpointConfig, PerCpuSas, Secrets, StartAction};
+use crate::ctx::{Action, Ctx};
 use crate::event::{Event, IkeSaId, Transmit};
 use crate::sa::{Dropped, IkeSa, Role, State};
 use crate::spi::{SpiAllocator, ike_spi};
@@ -42,7 +42,7 @@ use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
 use esparto_wire::ike::{Error as WireError, ExchangeType, Message};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -95,6 +95,13 @@ pub enum InitiateError {
     UnknownIkeSa(IkeSaId),
     /// The endpoint holds `max_ike_sas` already.
     TooManySas,
+    /// No such Child SA on the IKE SA.
+    UnknownChildSa(u32),
+    /// No (more) per-resource Child SAs for this child on its IKE SA
+    /// (RFC 9611): the peer does not support them, refused more, or
+    /// `per_cpu_max` is reached. Stop asking; the fallback SA carries the
+    /// worker's traffic.
+    PerResourceUnavailable(crate::event::Reason),
 }
 
 impl core::fmt::Display for InitiateError {
@@ -106,6 +113,10 @@ impl core::fmt::Display for InitiateError {
             InitiateError::NoRemoteAddress => f.write_str("connection has no remote address"),
             InitiateError::UnknownIkeSa(id) => write!(f, "no IKE SA {id}"),
             InitiateError::TooManySas => f.write_str("IKE SA limit reached"),
+            InitiateError::UnknownChildSa(spi) => write!(f, "no Child SA {spi:08x}"),
+            InitiateError::PerResourceUnavailable(r) => {
+                write!(f, "no per-resource Child SAs: {r:?}")
+            }
         }
     }
 }
@@ -127,6 +138,10 @@ pub struct Endpoint {
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: Stats,
+    /// Our IKE SPIs: of every SA held, and reserved for rekeys under way.
+    ike_spis: HashSet<u64>,
+    /// What SAs asked the endpoint to do (`ctx::Action`).
+    actions: Vec<Action>,
 }
 
 macro_rules! ctx {
@@ -140,11 +155,14 @@ macro_rules! ctx {
             spis: &mut *$self.spis,
             transmits: &mut $self.transmits,
             events: &mut $self.events,
+            ike_spis: &mut $self.ike_spis,
+            actions: &mut $self.actions,
         }
     };
 }
 
 mod init_responder;
+mod lifecycle;
 
 impl Endpoint {
     /// An endpoint without connections.
@@ -166,6 +184,8 @@ impl Endpoint {
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: Stats::default(),
+            ike_spis: HashSet::new(),
+            actions: Vec::new(),
         }
     }
 
@@ -231,7 +251,7 @@ impl Endpoint {
             sa.scheduled = None;
             let mut ctx = ctx!(self, now);
             sa.on_timeout(&mut ctx);
-            self.after(id);
+            self.finish(now, id);
         }
     }
 
@@ -245,8 +265,10 @@ impl Endpoint {
                 self.half_open.remove(&k);
             }
             self.sas.remove(&id);
+            self.ike_spis.remove(&id);
             return;
         }
+        self.ike_spis.insert(id);
         if sa.state == State::Established {
             if let Some(k) = sa.half_open_key.take() {
                 self.half_open.remove(&k);
@@ -323,14 +345,29 @@ impl Endpoint {
         let remote = SocketAddr::new(remote_ip, conn.remote_port);
         let id = IkeSaId(spi_i);
         tracing::info!(ike_sa = %id, connection = %conn.name, %remote, "initiating IKE_SA");
+        // §2.4: INITIAL_CONTACT only when this is the one IKE SA with the peer.
+        let initial_contact = !self
+            .sas
+            .values()
+            .any(|s| Arc::ptr_eq(&s.conn, &conn) && s.state != State::Dead && !s.superseded);
+        // RFC 9611: a per-CPU child's first SA is its fallback; the worker's
+        // sub-SA follows once the peer's support is known.
+        let per_cpu = conn
+            .child(&child_name)
+            .is_some_and(|c| c.per_cpu_sas != PerCpuSas::No);
+        let first_resource = if per_cpu { None } else { resource };
         let mut sa = IkeSa::new(id, Role::Initiator, spi_i, 0, conn, local, remote, now);
+        sa.initial_contact = initial_contact;
+        if let (true, Some(k)) = (per_cpu, resource) {
+            sa.resource_group(&child_name).wanted.push(k);
+        }
         let mut ctx = ctx!(self, now);
         sa.start_task(
             &mut ctx,
-            Task::IkeInit(IkeInit::new(group, Some((child_name, resource)))),
+            Task::IkeInit(IkeInit::new(group, Some((child_name, first_resource)))),
         );
         self.sas.insert(spi_i, sa);
-        self.after(spi_i);
+        self.finish(now, spi_i);
         Ok(id)
     }
 
@@ -354,6 +391,13 @@ impl Endpoint {
     /// Traffic needs `child` of `connection` (a trap, or RFC 9611 "acquire
     /// for worker k"): add a Child SA to the connection's IKE SA, or start
     /// one. `resource` is the worker the inbound SPI must steer to.
+    ///
+    /// For a child with `per_cpu_sas` other than `No`, `Some(k)` asks for
+    /// worker k's sub-SA (after the group's fallback SA, which comes
+    /// first) and does nothing if it exists or is under way; it fails with
+    /// [`InitiateError::PerResourceUnavailable`] once the peer turned out
+    /// not to support them or refused more — stop asking then. `None`
+    /// asks for the fallback SA only if there is none.
     pub fn acquire(
         &mut self,
         now: Instant,
@@ -369,37 +413,58 @@ impl Endpoint {
             .sas
             .values()
             .filter(|sa| {
-                Arc::ptr_eq(&sa.conn, &conn) && sa.state != State::Dead && sa.state != State::Failed
+                Arc::ptr_eq(&sa.conn, &conn)
+                    && sa.state != State::Dead
+                    && sa.state != State::Failed
+                    && !sa.superseded
             })
             .map(|sa| sa.id.0)
             .next();
-        match existing {
-            Some(id) => {
-                let task = Task::CreateChild(CreateChild::new(cfg.name.clone(), resource));
-                let mut ctx = ctx!(self, now);
-                if let Some(sa) = self.sas.get_mut(&id) {
-                    sa.start_task(&mut ctx, task);
-                }
-                self.after(id);
-                Ok(IkeSaId(id))
+        let Some(id) = existing else {
+            return self.initiate_for(now, connection, Some(child), resource);
+        };
+        let name = cfg.name.clone();
+        let per_cpu = cfg.per_cpu_sas != PerCpuSas::No;
+        let mut ctx = ctx!(self, now);
+        let Some(sa) = self.sas.get_mut(&id) else {
+            return Err(InitiateError::UnknownIkeSa(IkeSaId(id)));
+        };
+        let r = match (per_cpu, resource) {
+            (false, _) => {
+                sa.start_task(
+                    &mut ctx,
+                    Task::CreateChild(CreateChild::new(name, resource)),
+                );
+                Ok(())
             }
-            None => self.initiate_for(now, connection, Some(child), resource),
-        }
+            (true, None) => {
+                if !sa.has_child(&name) {
+                    sa.start_task(&mut ctx, Task::CreateChild(CreateChild::new(name, None)));
+                }
+                Ok(())
+            }
+            (true, Some(k)) => sa
+                .acquire_resource(&mut ctx, &name, k)
+                .map_err(InitiateError::PerResourceUnavailable),
+        };
+        self.finish(now, id);
+        r.map(|()| IkeSaId(id))
     }
 
     /// Delete an IKE SA (INFORMATIONAL Delete, or locally if not yet up).
     pub fn terminate(&mut self, now: Instant, ike_sa: IkeSaId) -> Result<(), InitiateError> {
+        let id = self.resolve(ike_sa)?;
         let mut ctx = ctx!(self, now);
         let sa = self
             .sas
-            .get_mut(&ike_sa.0)
+            .get_mut(&id)
             .ok_or(InitiateError::UnknownIkeSa(ike_sa))?;
         if sa.state == State::Established {
             sa.start_task(&mut ctx, Task::DeleteIke);
         } else {
             sa.die(&mut ctx, crate::event::Reason::Terminated);
         }
-        self.after(ike_sa.0);
+        self.finish(now, id);
         Ok(())
     }
 
@@ -410,28 +475,30 @@ impl Endpoint {
         ike_sa: IkeSaId,
         inbound_spi: u32,
     ) -> Result<(), InitiateError> {
+        let id = self.resolve_child(ike_sa, inbound_spi)?;
         let mut ctx = ctx!(self, now);
         let sa = self
             .sas
-            .get_mut(&ike_sa.0)
+            .get_mut(&id)
             .ok_or(InitiateError::UnknownIkeSa(ike_sa))?;
-        if sa.child_by_inbound(inbound_spi).is_none() {
-            return Err(InitiateError::UnknownChild(format!("{inbound_spi:08x}")));
-        }
-        sa.start_task(&mut ctx, Task::DeleteChild(vec![inbound_spi]));
-        self.after(ike_sa.0);
+        let idx = sa
+            .child_by_inbound(inbound_spi)
+            .ok_or(InitiateError::UnknownChildSa(inbound_spi))?;
+        sa.delete_child(&mut ctx, idx, crate::event::Reason::Terminated);
+        self.finish(now, id);
         Ok(())
     }
 
     /// Send a liveness check (empty INFORMATIONAL, §1.4) now.
     pub fn liveness_check(&mut self, now: Instant, ike_sa: IkeSaId) -> Result<(), InitiateError> {
+        let id = self.resolve(ike_sa)?;
         let mut ctx = ctx!(self, now);
         let sa = self
             .sas
-            .get_mut(&ike_sa.0)
+            .get_mut(&id)
             .ok_or(InitiateError::UnknownIkeSa(ike_sa))?;
         sa.start_task(&mut ctx, Task::Liveness);
-        self.after(ike_sa.0);
+        self.finish(now, id);
         Ok(())
     }
 
@@ -501,7 +568,7 @@ impl Endpoint {
             Err(Dropped::OutOfWindow) => self.stats.out_of_window += 1,
             Err(Dropped::Malformed) => self.stats.malformed += 1,
         }
-        self.after(ours);
+        self.finish(now, ours);
     }
 }
 

@@ -12,20 +12,30 @@
 //! is a Child SA considered, so an unauthenticated peer never gets one. A
 //! failed authentication is logged once with the peer and the identity,
 //! answered with AUTHENTICATION_FAILED (§2.21.2), and ends the IKE SA.
+//!
+//! Once authenticated: SET_WINDOW_SIZE both ways (§2.3: "The window size
+//! is always one until the initial exchanges complete"), INITIAL_CONTACT
+//! acted on (§2.4: the peer "MAY use this information to delete any other
+//! IKE SAs it has to the same authenticated identity without waiting for a
+//! timeout"), SA_RESOURCE_INFO answered for a per-CPU child (RFC 9611).
 
 use super::IkeSa;
 use super::requests::notify;
 use crate::auth::{psk_auth, verify_psk_auth};
 use crate::child::{ChildQuery, Install, install, select_child, ts_from, ts_repr};
-use crate::config::Connection;
-use crate::ctx::Ctx;
+use crate::config::{Connection, PerCpuSas};
+use crate::ctx::{Action, Ctx};
 use crate::event::{AuthFailure, Event, Reason};
 use crate::identity::Identity;
+use crate::lifetime::{MAX_WINDOW, rekey_deadline};
 use crate::proposal::{Proposal, Protocol};
 use crate::sa::State;
+use crate::sa::{peer_window, window_notify};
 use core::net::SocketAddr;
+use esparto_crypto::ike::KeGroup;
 use esparto_wire::ike::{
-    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyType, PayloadRepr, SaRepr, Spi, TsRepr,
+    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyRepr, NotifyType, PayloadRepr, SaRepr, Spi,
+    TsRepr,
 };
 use std::sync::Arc;
 
@@ -91,6 +101,7 @@ impl IkeSa {
     ) {
         let (mut idi, mut idr, mut auth, mut sa_p, mut tsi, mut tsr) =
             (None, None, None, None, None, None);
+        let (mut window, mut initial_contact, mut resource_info) = (None, false, false);
         for p in payloads {
             match p {
                 PayloadRepr::IdI(i) => idi = Some(*i),
@@ -99,6 +110,12 @@ impl IkeSa {
                 PayloadRepr::Sa(s) => sa_p = Some(s),
                 PayloadRepr::TsI(t) => tsi = Some(ts_from(t)),
                 PayloadRepr::TsR(t) => tsr = Some(ts_from(t)),
+                PayloadRepr::Notify(n) => match n.kind {
+                    NotifyType::SET_WINDOW_SIZE => window = n.u32_data(),
+                    NotifyType::INITIAL_CONTACT => initial_contact = true,
+                    NotifyType::SA_RESOURCE_INFO => resource_info = true,
+                    _ => {}
+                },
                 _ => {}
             }
         }
@@ -198,6 +215,12 @@ impl IkeSa {
         if self.nat.local_behind_nat {
             self.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
         }
+        self.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
+        self.peer_window = peer_window(window);
+        self.rekey_at = rekey_deadline(ctx, self.conn.rekey_time, self.conn.jitter());
+        if initial_contact {
+            ctx.actions.push(Action::InitialContact { keep: self.id.0 });
+        }
 
         let child = match (sa_p, tsi, tsr) {
             (Some(sa_p), Some(tsi), Some(tsr)) => {
@@ -210,10 +233,15 @@ impl IkeSa {
                     prefer_ke: None,
                     only: None,
                 };
-                Some(self.create_child(ctx, &q, None, None, &ni, &nr))
+                let opts = ChildOpts {
+                    resource_info,
+                    ..ChildOpts::default()
+                };
+                Some(self.create_child(ctx, &q, opts, None, &ni, &nr))
             }
             _ => None,
         };
+        let w = window_notify(ctx.config);
         let mut out = vec![
             PayloadRepr::IdR(idr_out),
             PayloadRepr::Auth(AuthRepr {
@@ -221,23 +249,40 @@ impl IkeSa {
                 data: our_auth.as_slice(),
             }),
         ];
+        if let Some(w) = &w {
+            out.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::SET_WINDOW_SIZE,
+                w,
+            )));
+        }
         match &child {
-            Some(Ok(answer)) => out.extend(answer.payloads()),
+            Some(Ok(answer)) => {
+                if answer.resource_info {
+                    out.push(PayloadRepr::Notify(NotifyRepr::new(
+                        NotifyType::SA_RESOURCE_INFO,
+                        &[],
+                    )));
+                }
+                out.extend(answer.payloads());
+            }
             Some(Err(kind)) => out.push(notify(*kind, &[])),
             None => {}
         }
         self.init_request = Vec::new();
         self.init_response = Vec::new();
         self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
+        if let Some(Ok(answer)) = &child {
+            let name = answer.child.clone();
+            self.fallback_done(ctx, &name, Some(answer.resource_info));
+        }
     }
 
     /// Negotiate and install a Child SA as responder. `g_ir` for PFS.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn create_child(
         &mut self,
         ctx: &mut Ctx<'_>,
         q: &ChildQuery<'_>,
-        rekeys: Option<u32>,
+        opts: ChildOpts,
         g_ir: Option<&[u8]>,
         ni: &[u8],
         nr: &[u8],
@@ -262,10 +307,31 @@ impl IkeSa {
         let Spi::U32(outbound_spi) = choice.selected.spi else {
             return Err(NotifyType::NO_PROPOSAL_CHOSEN);
         };
+        // RFC 9611: SA_RESOURCE_INFO with a per-CPU child. The group's first
+        // SA is its fallback; later ones are the peer's sub-SAs, up to our
+        // maximum, then TS_MAX_QUEUE. Without per-CPU configuration the
+        // notify is ignored and a duplicate SA is simply another Child SA.
+        let cfg = choice.config;
+        let per_cpu = cfg.per_cpu_sas != PerCpuSas::No;
+        let resource_info = opts.resource_info && per_cpu;
+        let first = !self.children.iter().any(|c| c.name == cfg.name);
+        let mut per_resource = opts.per_resource;
+        if resource_info && !first {
+            if !self.accepts_peer_sub_sa(&cfg.name, cfg.per_cpu_max) {
+                tracing::info!(ike_sa = %self.id, child = %cfg.name, max = cfg.per_cpu_max,
+                    "per-resource CHILD_SA refused: TS_MAX_QUEUE");
+                return Err(NotifyType::TS_MAX_QUEUE);
+            }
+            per_resource = true;
+        }
+        if resource_info {
+            self.resource_group(&cfg.name).supported = true;
+        }
         let Some(keys) = self.keys.as_ref() else {
             return Err(NotifyType::NO_PROPOSAL_CHOSEN);
         };
-        let inbound_spi = ctx.spis.allocate(ctx.rng, None);
+        // A rekey keeps the old SA's worker (its SPI steers there).
+        let inbound_spi = ctx.spis.allocate(ctx.rng, opts.resource);
         let answer = ChildAnswer {
             sa: SaRepr {
                 proposals: vec![
@@ -276,6 +342,8 @@ impl IkeSa {
             },
             tsi: ts_repr(&choice.tsi),
             tsr: ts_repr(&choice.tsr),
+            child: cfg.name.clone(),
+            resource_info,
         };
         let installed = install(
             ctx,
@@ -298,12 +366,20 @@ impl IkeSa {
                 local: self.local,
                 remote: self.remote,
                 encap: self.encap(),
-                resource: None,
-                rekeys,
+                resource: opts.resource,
+                rekeys: opts.rekeys,
+                per_resource,
+                // §2.8: the initiator installs the new SA only when our
+                // answer arrives; hold the outbound side back until it
+                // deletes the old SA (see `event.rs`).
+                outbound_active: opts.rekeys.is_none(),
+                ke: opts.ke,
+                config: cfg,
             },
         );
         match installed {
-            Ok(c) => {
+            Ok((mut c, event)) => {
+                crate::child::announce(ctx, &mut c, event);
                 self.children.push(c);
                 Ok(answer)
             }
@@ -315,11 +391,30 @@ impl IkeSa {
     }
 }
 
+/// What a responder's Child SA negotiation needs beyond the request.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct ChildOpts {
+    /// The inbound SPI of the SA a rekey replaces.
+    pub(super) rekeys: Option<u32>,
+    /// The replaced SA's resource (worker).
+    pub(super) resource: Option<u16>,
+    /// The replaced SA was a per-resource SA.
+    pub(super) per_resource: bool,
+    /// The request carried SA_RESOURCE_INFO (and is not a rekey).
+    pub(super) resource_info: bool,
+    /// The PFS group of this exchange.
+    pub(super) ke: Option<KeGroup>,
+}
+
 /// The payloads of a successful Child SA answer.
 pub(super) struct ChildAnswer {
     pub(super) sa: SaRepr,
     pub(super) tsi: TsRepr,
     pub(super) tsr: TsRepr,
+    /// The child configuration chosen.
+    pub(super) child: Arc<str>,
+    /// Answer with SA_RESOURCE_INFO (RFC 9611).
+    pub(super) resource_info: bool,
 }
 
 impl ChildAnswer {

@@ -12,10 +12,12 @@
 //! carry consecutive IDs from 0, responses echo the request's ID, and a
 //! peer's request whose ID we already answered gets the cached response
 //! again (§2.1: the responder retransmits its response when the request
-//! is retransmitted, and never on a timer of its own). The
-//! window is one today, but outstanding requests and cached responses are
-//! kept in queues sized by the window so SET_WINDOW_SIZE (§2.3) only has
-//! to change a number.
+//! is retransmitted, and never on a timer of its own). Windows (§2.3)
+//! are one until IKE_AUTH completes; then ours is the configured
+//! `window_size` (announced with SET_WINDOW_SIZE) and the peer's whatever
+//! it announced: "An IKE endpoint MUST NOT exceed the peer's stated window
+//! size for transmitted IKE requests." Each request in flight has its own
+//! retransmission timer (`timers.rs`).
 //!
 //! Messages we *receive* are decrypted in a private copy ([`IkeSa::open`]):
 //! the SK payload is opened in place, so the caller's datagram stays
@@ -23,8 +25,13 @@
 
 mod auth_responder;
 mod child_responder;
+mod children;
+mod ike_rekey;
 mod requests;
+mod resources;
+mod timers;
 
+pub(crate) use ike_rekey::{peer_window, window_notify};
 pub(crate) use requests::Dropped;
 
 use crate::child::ChildSa;
@@ -87,10 +94,22 @@ pub(crate) struct Pending {
     pub(crate) sent: u32,
     /// When to retransmit next (or give up).
     pub(crate) deadline: Instant,
+    /// When it was first sent (for `dpd_timeout`).
+    pub(crate) first_sent: Instant,
 }
 
-/// How many requests we keep in flight and responses we cache (§2.3).
-pub(crate) const WINDOW: usize = 1;
+/// What this IKE SA knows about RFC 9611 for one child configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct ResourceGroup {
+    /// The child configuration.
+    pub(crate) child: std::sync::Arc<str>,
+    /// The peer answered (or sent) SA_RESOURCE_INFO for it.
+    pub(crate) supported: bool,
+    /// No more per-resource SAs: unsupported, TS_MAX_QUEUE, or our maximum.
+    pub(crate) closed: bool,
+    /// Resources (workers) whose sub-SA waits for the fallback SA.
+    pub(crate) wanted: Vec<u16>,
+}
 
 /// One IKE SA.
 pub(crate) struct IkeSa {
@@ -119,8 +138,35 @@ pub(crate) struct IkeSa {
     pub(crate) next_mid: u32,
     pub(crate) pending: VecDeque<Pending>,
     pub(crate) queue: VecDeque<Task>,
+    /// The lowest message ID of a peer request not answered yet.
     pub(crate) expected_mid: u32,
+    /// Requests above `expected_mid` answered already, out of order: bit
+    /// `i` is message ID `expected_mid + 1 + i` (§2.3, window ≤ 64).
+    pub(crate) answered: u64,
+    /// Responses kept for retransmitted requests (§2.1, §2.3).
     pub(crate) responses: VecDeque<(u32, Vec<u8>)>,
+    /// Our window for the peer's requests (1 until IKE_AUTH completes).
+    pub(crate) window: u32,
+    /// The peer's window for our requests (SET_WINDOW_SIZE, else 1).
+    pub(crate) peer_window: u32,
+    /// When to rekey the IKE SA (jittered, §2.8).
+    pub(crate) rekey_at: Option<Instant>,
+    /// A rekey replaced this SA: it dies without telling the driver, and
+    /// calls naming it go to `successor`.
+    pub(crate) superseded: bool,
+    /// The SA that replaced it.
+    pub(crate) successor: Option<u64>,
+    /// Delete this (superseded or redundant) SA ourselves if the peer has
+    /// not by then.
+    pub(crate) retire_at: Option<Instant>,
+    /// A peer's rekey of this IKE SA answered while ours was under way
+    /// (§2.8.2): our SPI of the SA it made, and the lowest nonce of its
+    /// exchange.
+    pub(crate) peer_rekey: Option<(u64, Box<[u8]>)>,
+    /// RFC 9611 state per child configuration.
+    pub(crate) resources: Vec<ResourceGroup>,
+    /// Send INITIAL_CONTACT in IKE_AUTH (we hold no other SA with the peer).
+    pub(crate) initial_contact: bool,
     /// IV seed for our SK payloads: a per-SA message counter (never repeats).
     pub(crate) iv_seed: u64,
     pub(crate) children: Vec<ChildSa>,
@@ -199,10 +245,20 @@ impl IkeSa {
             remote_id: None,
             announced: false,
             next_mid: 0,
-            pending: VecDeque::with_capacity(WINDOW),
+            pending: VecDeque::new(),
             queue: VecDeque::new(),
             expected_mid: 0,
-            responses: VecDeque::with_capacity(WINDOW),
+            answered: 0,
+            responses: VecDeque::new(),
+            window: 1,
+            peer_window: 1,
+            rekey_at: None,
+            superseded: false,
+            successor: None,
+            retire_at: None,
+            peer_rekey: None,
+            resources: Vec::new(),
+            initial_contact: false,
             iv_seed: 1,
             children: Vec::new(),
             last_heard: now,
@@ -333,25 +389,33 @@ impl IkeSa {
         if self.state == State::Dead {
             return;
         }
-        for c in self.children.drain(..) {
-            ctx.spis.release(c.inbound_spi);
-            ctx.events.push_back(Event::ChildSaDeleted {
-                ike_sa: self.id,
-                connection: self.conn.name.clone(),
-                child: c.name,
-                inbound_spi: c.inbound_spi,
-                outbound_spi: c.outbound_spi,
-                reason,
-            });
+        if self.successor.is_some() {
+            // Rekeyed: the successor inherits the Child SAs and the tasks
+            // waiting for them (`Action::Inherit`), not the grave.
+            let (keep, drop): (VecDeque<Task>, VecDeque<Task>) =
+                self.queue.drain(..).partition(|t| !t.is_exclusive());
+            self.queue = keep;
+            for t in drop {
+                t.release(ctx);
+            }
+        } else {
+            self.drop_children(ctx, reason);
         }
         // Tasks waiting with an inbound SPI allocated give it back.
         for p in self.pending.drain(..) {
             p.task.release(ctx);
         }
-        for t in self.queue.drain(..) {
-            t.release(ctx);
+        if self.successor.is_none() {
+            for t in self.queue.drain(..) {
+                t.release(ctx);
+            }
         }
-        if self.is_initiator() || self.announced {
+        // A peer's crossed rekey (§2.8.2) now has nothing to inherit; its
+        // SA retires on its own timer unless the peer deletes it.
+        self.peer_rekey = None;
+        if self.superseded {
+            tracing::debug!(ike_sa = %self.id, ?reason, "replaced IKE_SA gone");
+        } else if self.is_initiator() || self.announced {
             ctx.events.push_back(Event::IkeSaDeleted {
                 ike_sa: self.id,
                 connection: Some(self.conn.name.clone()),
@@ -362,75 +426,20 @@ impl IkeSa {
         self.state = State::Dead;
     }
 
-    /// The earliest time this SA needs `on_timeout`.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let mut t = self.pending.front().map(|p| p.deadline);
-        for d in [
-            self.half_open_deadline,
-            self.next_keepalive,
-            self.dpd_deadline(),
-        ] {
-            t = match (t, d) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
-        t
-    }
-
-    fn dpd_deadline(&self) -> Option<Instant> {
-        if self.state != State::Established || !self.pending.is_empty() || !self.queue.is_empty() {
-            return None;
-        }
-        self.conn.dpd_delay.map(|d| self.last_heard + d)
-    }
-
-    /// Timers: retransmission and give-up (§2.1, §2.4), half-open expiry,
-    /// NAT keepalives (RFC 3948 §2.3), liveness checks.
-    pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        let now = ctx.now;
-        if self.half_open_deadline.is_some_and(|d| d <= now) {
-            self.half_open_deadline = None;
-            if self.state != State::Established {
-                tracing::debug!(ike_sa = %self.id, peer = %self.remote, "half-open IKE_SA expired");
-                self.die(ctx, Reason::HalfOpenExpired);
-                return;
+    /// Report every Child SA gone and release their SPIs.
+    pub(crate) fn drop_children(&mut self, ctx: &mut Ctx<'_>, reason: Reason) {
+        for c in self.children.drain(..) {
+            ctx.spis.release(c.inbound_spi);
+            if c.announced {
+                ctx.events.push_back(Event::ChildSaDeleted {
+                    ike_sa: self.id,
+                    connection: self.conn.name.clone(),
+                    child: c.name,
+                    inbound_spi: c.inbound_spi,
+                    outbound_spi: c.outbound_spi,
+                    reason,
+                });
             }
-        }
-        if let Some(front) = self.pending.front_mut() {
-            if front.deadline <= now {
-                if front.sent > ctx.config.retransmit.tries {
-                    tracing::info!(ike_sa = %self.id, peer = %self.remote, mid = front.mid,
-                        "giving up after {} retransmissions", front.sent - 1);
-                    self.die(ctx, Reason::Timeout);
-                    return;
-                }
-                front.deadline = now + ctx.config.retransmit.timeout_after(front.sent);
-                front.sent += 1;
-                tracing::debug!(ike_sa = %self.id, mid = front.mid, sent = front.sent, "retransmit");
-                let packet = front.packet.clone();
-                self.transmit(ctx, &packet);
-            }
-        }
-        if let Some(k) = self.next_keepalive {
-            if k <= now {
-                if self.nat.local_behind_nat && self.state == State::Established {
-                    // RFC 3948 §2.3: a single 0xFF octet, no marker.
-                    let remote = self.remote;
-                    ctx.transmits.push_back(Transmit {
-                        local: self.local,
-                        remote,
-                        data: vec![0xff],
-                    });
-                }
-                self.next_keepalive = Some(now + ctx.config.keepalive_interval);
-            }
-        }
-        if self.dpd_deadline().is_some_and(|d| d <= now) {
-            // Restart the idle clock so a liveness check that cannot even
-            // be built does not fire again at once.
-            self.last_heard = now;
-            self.start_task(ctx, Task::Liveness);
         }
     }
 
@@ -440,9 +449,35 @@ impl IkeSa {
         self.send_next(ctx);
     }
 
-    /// Send queued tasks while the window has room.
+    /// May a request with message ID `next_mid` go out now? §2.3: "if the
+    /// responder stated its window size is N, then when the initiator
+    /// needs to make a request X, it MUST wait until it has received
+    /// responses to all requests up through request X-N."
+    fn window_open(&self) -> bool {
+        let window = self.peer_window.clamp(1, crate::lifetime::MAX_WINDOW);
+        self.pending
+            .iter()
+            .map(|p| p.mid)
+            .min()
+            .is_none_or(|oldest| self.next_mid < oldest.saturating_add(window))
+    }
+
+    /// Send queued tasks while the window has room. An IKE SA rekey or
+    /// delete goes alone: §1.3.2 ("it SHOULD NOT start any new
+    /// CREATE_CHILD_SA exchanges on the IKE SA that is being rekeyed"),
+    /// §2.25.1 (a rekey request meeting a Child SA exchange gets
+    /// TEMPORARY_FAILURE), §2.8 (the delete "MUST be the last request").
     pub(crate) fn send_next(&mut self, ctx: &mut Ctx<'_>) {
-        while self.pending.len() < WINDOW && self.state != State::Dead {
+        while self.state != State::Dead {
+            let Some(next) = self.queue.front() else {
+                return;
+            };
+            if self.pending.iter().any(|p| p.task.is_exclusive())
+                || (next.is_exclusive() && !self.pending.is_empty())
+                || !self.window_open()
+            {
+                return;
+            }
             let Some(task) = self.queue.pop_front() else {
                 return;
             };
@@ -455,19 +490,30 @@ impl IkeSa {
         self.children.iter().position(|c| c.inbound_spi == spi)
     }
 
-    /// Remove children by index set, reporting and releasing each.
-    pub(crate) fn remove_child(&mut self, ctx: &mut Ctx<'_>, idx: usize, reason: Reason) {
-        let c = self.children.remove(idx);
-        ctx.spis.release(c.inbound_spi);
-        tracing::info!(ike_sa = %self.id, child = %c.name,
-            inbound_spi = format_args!("{:08x}", c.inbound_spi), ?reason, "CHILD_SA deleted");
-        ctx.events.push_back(Event::ChildSaDeleted {
-            ike_sa: self.id,
-            connection: self.conn.name.clone(),
-            child: c.name,
-            inbound_spi: c.inbound_spi,
-            outbound_spi: c.outbound_spi,
-            reason,
-        });
+    /// Is a task about Child SAs in flight (§2.25.1)?
+    pub(crate) fn child_exchange_pending(&self) -> bool {
+        self.pending.iter().any(|p| p.task.is_child_exchange())
+    }
+
+    /// Is an IKE SA rekey or delete of ours in flight?
+    pub(crate) fn ike_exchange_pending(&self) -> bool {
+        self.pending.iter().any(|p| p.task.is_exclusive())
+    }
+
+    /// The RFC 9611 record for a child configuration.
+    pub(crate) fn resource_group(&mut self, child: &std::sync::Arc<str>) -> &mut ResourceGroup {
+        let i = match self.resources.iter().position(|g| g.child == *child) {
+            Some(i) => i,
+            None => {
+                self.resources.push(ResourceGroup {
+                    child: child.clone(),
+                    supported: false,
+                    closed: false,
+                    wanted: Vec::new(),
+                });
+                self.resources.len() - 1
+            }
+        };
+        &mut self.resources[i]
     }
 }

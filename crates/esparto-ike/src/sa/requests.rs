@@ -5,16 +5,17 @@
 //!
 //! Order of checks, cheapest and safest first: message ID (a repeat gets
 //! the cached response and nothing else; anything outside the window is
-//! dropped), then the ICV (no answer to anything that does not verify:
+//! dropped and counted), then the ICV (no answer to anything that does not verify:
 //! §3.10.1 allows INVALID_SYNTAX only "if the Message ID and cryptographic
 //! checksum were valid", and §2.21 warns against answering unprotected
 //! messages), then
 //! parsing and the payload table (an authenticated but malformed request
 //! gets INVALID_SYNTAX or UNSUPPORTED_CRITICAL_PAYLOAD), then the exchange.
 
-use super::{IkeSa, State, WINDOW};
+use super::{IkeSa, State};
 use crate::ctx::Ctx;
 use crate::event::{Event, Transmit};
+use crate::lifetime::MAX_WINDOW;
 use crate::rules;
 use core::net::SocketAddr;
 use esparto_wire::ike::{
@@ -67,14 +68,19 @@ impl IkeSa {
                 }
             })
         } else {
-            self.handle_request(ctx, data, msg, from, to)
-                .map_err(|why| {
-                    tracing::debug!(ike_sa = %self.id, ?why, "request dropped");
-                    match why {
-                        RequestDrop::Integrity => Dropped::Integrity,
-                        RequestDrop::OutOfWindow | RequestDrop::State => Dropped::OutOfWindow,
-                    }
-                })
+            let r = self.handle_request(ctx, data, msg, from, to);
+            // Anything the request queued (deletes of redundant SAs,
+            // per-resource Child SAs after IKE_AUTH) goes out now.
+            if self.state != State::Dead {
+                self.send_next(ctx);
+            }
+            r.map_err(|why| {
+                tracing::debug!(ike_sa = %self.id, ?why, "request dropped");
+                match why {
+                    RequestDrop::Integrity => Dropped::Integrity,
+                    RequestDrop::OutOfWindow | RequestDrop::State => Dropped::OutOfWindow,
+                }
+            })
         }
     }
 
@@ -97,8 +103,37 @@ impl IkeSa {
         });
     }
 
+    /// Is `mid` a request we have not answered, within our window (§2.3)?
+    /// "An IKE endpoint MUST be prepared to accept and process a request
+    /// while it has a request outstanding", and with a window above one,
+    /// requests "may pass one another over the network".
+    fn in_window(&self, mid: u32) -> bool {
+        let w = self.window.clamp(1, MAX_WINDOW);
+        let Some(off) = mid.checked_sub(self.expected_mid) else {
+            return false;
+        };
+        off < w && (off == 0 || self.answered & (1u64 << (off - 1)) == 0)
+    }
+
+    /// Request `mid` is answered: slide the window over every request
+    /// answered in a row.
+    fn mark_answered(&mut self, mid: u32) {
+        match mid.checked_sub(self.expected_mid) {
+            Some(0) => loop {
+                self.expected_mid = self.expected_mid.wrapping_add(1);
+                let next_done = self.answered & 1 == 1;
+                self.answered >>= 1;
+                if !next_done {
+                    break;
+                }
+            },
+            Some(off) if off <= 64 => self.answered |= 1u64 << (off - 1),
+            _ => {}
+        }
+    }
+
     /// Seal a response, cache it for retransmissions, send it where the
-    /// request came from (§2.11), and open the window for the next request.
+    /// request came from (§2.11), and move the window.
     pub(super) fn respond(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -111,14 +146,26 @@ impl IkeSa {
         match self.encode(exchange, true, mid, payloads) {
             Ok(packet) => {
                 self.transmit_to(ctx, to, from, &packet);
-                if self.responses.len() >= WINDOW {
-                    self.responses.pop_front();
+                // §2.3: "An IKE endpoint MUST keep a copy of [...] the
+                // number of previous responses equal to its declared window
+                // size": drop the oldest beyond that.
+                let keep = self.window.clamp(1, MAX_WINDOW) as usize;
+                while self.responses.len() >= keep {
+                    let oldest = self
+                        .responses
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, (m, _))| *m)
+                        .map(|(i, _)| i);
+                    if let Some(i) = oldest {
+                        self.responses.remove(i);
+                    }
                 }
                 self.responses.push_back((mid, packet));
             }
             Err(reason) => tracing::warn!(ike_sa = %self.id, ?reason, "cannot build response"),
         }
-        self.expected_mid = mid.wrapping_add(1);
+        self.mark_answered(mid);
     }
 
     /// A repeated IKE_SA_INIT request on a half-open SA: answer from the cache.
@@ -149,12 +196,12 @@ impl IkeSa {
             // §2.2: IDs never wrap; the peer should have rekeyed.
             return Err(RequestDrop::OutOfWindow);
         }
-        if h.message_id != self.expected_mid {
-            // §2.1: a retransmitted request gets the same response again.
-            if let Some((_, p)) = self.responses.iter().find(|(m, _)| *m == h.message_id) {
-                self.transmit_to(ctx, to, from, p);
-                return Ok(());
-            }
+        // §2.1: a retransmitted request gets the same response again.
+        if let Some((_, p)) = self.responses.iter().find(|(m, _)| *m == h.message_id) {
+            self.transmit_to(ctx, to, from, p);
+            return Ok(());
+        }
+        if !self.in_window(h.message_id) {
             return Err(RequestDrop::OutOfWindow);
         }
         if !matches!(self.state, State::Auth | State::Established)

@@ -1,35 +1,61 @@
-//! CREATE_CHILD_SA for an additional Child SA, as initiator (RFC 7296 §1.3.1).
+//! CREATE_CHILD_SA for an additional Child SA (RFC 7296 §1.3.1), for a
+//! per-resource one (RFC 9611), or to rekey one (§1.3.3), as initiator.
 //!
 //! ```text
-//! HDR, SK {SA, Ni, [KEi], TSi, TSr}  -->
-//!                 <--  HDR, SK {SA, Nr, [KEr], TSi, TSr}
+//! HDR, SK {[N(REKEY_SA),] [N(SA_RESOURCE_INFO),] SA, Ni, [KEi], TSi, TSr}  -->
+//!                 <--  HDR, SK {[N(SA_RESOURCE_INFO),] SA, Nr, [KEr], TSi, TSr}
 //! ```
 //!
 //! With a key exchange group in the child's ESP proposals (PFS), KEi is
-//! sent for the first group of the first such proposal; INVALID_KE_PAYLOAD
-//! retries with the group the responder names, if we offer it (§1.3).
+//! sent for the first group of the first such proposal (for a rekey: the
+//! group the old SA used, if still configured); INVALID_KE_PAYLOAD retries
+//! with the group the responder names, if we offer it (§1.3).
 //! KEYMAT = prf+(SK_d, [g^ir (new) |] Ni | Nr) with this exchange's nonces
 //! (§2.17). The task carries the RFC 9611 resource (worker) the Child SA is
 //! for, which selects the inbound SPI so that it steers to that worker.
+//!
+//! A rekey: "The REKEY_SA notification MUST be included in a
+//! CREATE_CHILD_SA exchange if the purpose of the exchange is to replace an
+//! existing ESP or AH SA. The SA being rekeyed is identified by the SPI
+//! field in the Notify payload; this is the SPI the exchange initiator
+//! would expect in inbound ESP or AH packets" (§1.3.3). It proposes the old
+//! SA's (narrowed) selectors — "the new Child SA SHOULD NOT have different
+//! Traffic Selectors and algorithms than the old one" (§2.8) — and keeps
+//! its resource. What happens on success (collisions, deleting the old SA)
+//! is in `sa/children.rs`.
 
 use super::{Outcome, Received, Task, reason_for};
-use crate::child::{Install, check_answer, install, offer, ts_from, ts_repr};
+use crate::child::{ChildSa, Install, check_answer, install, offer, ts_from, ts_repr};
 use crate::ctx::Ctx;
 use crate::event::{Event, Reason};
 use crate::sa::IkeSa;
 use crate::ts::TrafficSelector;
 use esparto_crypto::ike::{KeGroup, KeyExchange};
 use esparto_wire::ike::{
-    ExchangeType, KeRepr, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, SaRepr, Spi,
+    ExchangeType, KeRepr, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, ProtocolId, SaRepr, Spi,
 };
 use std::sync::Arc;
 
 const MAX_KE_RETRIES: u8 = 2;
 
+/// The SA a rekey replaces.
+#[derive(Debug, Clone)]
+pub(crate) struct RekeyOf {
+    /// Its inbound SPI (the REKEY_SA notify's SPI).
+    pub(crate) inbound: u32,
+    /// Its negotiated selectors, ours and the peer's.
+    pub(crate) local_ts: Vec<TrafficSelector>,
+    pub(crate) remote_ts: Vec<TrafficSelector>,
+}
+
 /// The CREATE_CHILD_SA task.
 pub(crate) struct CreateChild {
     pub(crate) name: Arc<str>,
-    resource: Option<u16>,
+    pub(crate) resource: Option<u16>,
+    /// RFC 9611: ask for a per-resource SA (sends SA_RESOURCE_INFO).
+    pub(crate) per_resource: bool,
+    /// §1.3.3: the SA this one replaces.
+    pub(crate) rekey: Option<RekeyOf>,
     inbound_spi: Option<u32>,
     nonce: Vec<u8>,
     group: Option<KeGroup>,
@@ -45,6 +71,8 @@ impl CreateChild {
         CreateChild {
             name,
             resource,
+            per_resource: false,
+            rekey: None,
             inbound_spi: None,
             nonce: Vec::new(),
             group: None,
@@ -53,6 +81,26 @@ impl CreateChild {
             tsr: Vec::new(),
             retries: 0,
         }
+    }
+
+    /// Rekey `old`: same configuration, selectors, resource, PFS group.
+    pub(crate) fn rekey(old: &ChildSa) -> Self {
+        let mut t = CreateChild::new(old.name.clone(), old.resource);
+        t.per_resource = old.per_resource;
+        t.group = old.ke;
+        t.rekey = Some(RekeyOf {
+            inbound: old.inbound_spi,
+            local_ts: old.local_ts.clone(),
+            remote_ts: old.remote_ts.clone(),
+        });
+        t
+    }
+
+    /// The first SA of an RFC 9611 group (not a rekey, not a sub-SA).
+    fn is_fallback(&self, cfg: &crate::config::ChildConfig) -> bool {
+        !self.per_resource
+            && self.rekey.is_none()
+            && cfg.per_cpu_sas != crate::config::PerCpuSas::No
     }
 
     pub(super) fn release(self, ctx: &mut Ctx<'_>) {
@@ -74,7 +122,8 @@ impl CreateChild {
         let spi = *self
             .inbound_spi
             .get_or_insert_with(|| ctx.spis.allocate(ctx.rng, self.resource));
-        if self.group.is_none() {
+        let configured = |g: &KeGroup| cfg.esp_proposals.iter().any(|p| p.ke.contains(g));
+        if !self.group.as_ref().is_some_and(configured) {
             self.group = cfg.esp_proposals.iter().find_map(|p| p.ke.first().copied());
         }
         if let (Some(g), None) = (self.group, &self.ke) {
@@ -85,14 +134,39 @@ impl CreateChild {
         }
         self.nonce = vec![0; ctx.config.nonce_len];
         ctx.rng.fill_public(&mut self.nonce);
-        self.tsi = cfg.local_selectors(sa.local.ip());
-        self.tsr = cfg.remote_selectors(sa.remote.ip());
-        let mut payloads = vec![
-            PayloadRepr::Sa(SaRepr {
-                proposals: offer(&cfg.esp_proposals, spi, true),
-            }),
-            PayloadRepr::Nonce(NonceRepr { data: &self.nonce }),
-        ];
+        match &self.rekey {
+            Some(r) => {
+                self.tsi = r.local_ts.clone();
+                self.tsr = r.remote_ts.clone();
+            }
+            None => {
+                self.tsi = cfg.local_selectors(sa.local.ip());
+                self.tsr = cfg.remote_selectors(sa.remote.ip());
+            }
+        }
+        let resource_id = self.resource.map(u16::to_be_bytes);
+        let mut payloads = Vec::with_capacity(7);
+        if let Some(r) = &self.rekey {
+            payloads.push(PayloadRepr::Notify(NotifyRepr {
+                protocol: ProtocolId::ESP,
+                spi: Spi::U32(r.inbound),
+                kind: NotifyType::REKEY_SA,
+                data: &[],
+            }));
+        }
+        if self.per_resource || self.is_fallback(cfg) {
+            // RFC 9611: with the group's first SA and with each sub-SA. The
+            // identifier is opaque to the peer ("SHOULD only use it for
+            // debugging purposes"); we send the worker number.
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::SA_RESOURCE_INFO,
+                resource_id.as_ref().map_or(&[][..], |b| &b[..]),
+            )));
+        }
+        payloads.push(PayloadRepr::Sa(SaRepr {
+            proposals: offer(&cfg.esp_proposals, spi, true),
+        }));
+        payloads.push(PayloadRepr::Nonce(NonceRepr { data: &self.nonce }));
         if let (Some(g), Some(ke)) = (self.group, &self.ke) {
             payloads.push(PayloadRepr::Ke(KeRepr {
                 group: g.iana_id(),
@@ -104,15 +178,51 @@ impl CreateChild {
         sa.encode(ExchangeType::CREATE_CHILD_SA, false, mid, &payloads)
     }
 
-    fn failed(self, sa: &IkeSa, ctx: &mut Ctx<'_>, reason: Reason) -> Outcome {
-        tracing::info!(ike_sa = %sa.id, child = %self.name, ?reason, "CHILD_SA not created");
-        ctx.events.push_back(Event::ChildSaFailed {
-            ike_sa: sa.id,
-            connection: sa.conn.name.clone(),
-            child: Some(self.name.clone()),
-            reason,
-        });
+    /// Report the failure, give back the SPI, and for a rekey let the IKE
+    /// SA decide about the old SA.
+    fn failed(
+        self,
+        sa: &mut IkeSa,
+        ctx: &mut Ctx<'_>,
+        reason: Reason,
+        error: Option<NotifyType>,
+    ) -> Outcome {
+        tracing::info!(ike_sa = %sa.id, child = %self.name, ?reason,
+            rekey = self.rekey.is_some(), "CHILD_SA not created");
+        if error == Some(NotifyType::TS_MAX_QUEUE) && self.per_resource {
+            // RFC 9611: the peer will take no more SAs with these
+            // selectors; stop asking on this IKE SA.
+            let g = sa.resource_group(&self.name);
+            if !g.closed {
+                g.closed = true;
+                ctx.events.push_back(Event::PerResourceUnavailable {
+                    ike_sa: sa.id,
+                    connection: sa.conn.name.clone(),
+                    child: self.name.clone(),
+                    reason,
+                });
+            }
+        } else {
+            ctx.events.push_back(Event::ChildSaFailed {
+                ike_sa: sa.id,
+                connection: sa.conn.name.clone(),
+                child: Some(self.name.clone()),
+                reason,
+            });
+        }
+        let rekey = self.rekey.as_ref().map(|r| r.inbound);
+        let (resource, per_resource) = (self.resource, self.per_resource);
+        let fallback = sa
+            .conn
+            .child(&self.name)
+            .is_some_and(|c| self.is_fallback(c));
+        let name = self.name.clone();
         self.release(ctx);
+        if let Some(old) = rekey {
+            sa.rekey_failed(ctx, old, error, resource, per_resource);
+        } else if fallback {
+            sa.fallback_done(ctx, &name, None);
+        }
         Outcome::Done
     }
 
@@ -136,10 +246,10 @@ impl CreateChild {
                     self.retries += 1;
                     self.group = wanted;
                     self.ke = None;
-                    return Outcome::Then(Task::CreateChild(self));
+                    return Outcome::Then(Box::new(Task::CreateChild(self)));
                 }
             }
-            return self.failed(sa, ctx, reason_for(kind));
+            return self.failed(sa, ctx, reason_for(kind), Some(kind));
         }
         let mut sa_p = None;
         let mut nonce = None;
@@ -161,10 +271,11 @@ impl CreateChild {
                 sa,
                 ctx,
                 Reason::ProtocolError("CREATE_CHILD_SA response incomplete"),
+                None,
             );
         };
         let Some(cfg) = sa.conn.child(&self.name).cloned() else {
-            return self.failed(sa, ctx, Reason::Local("child configuration vanished"));
+            return self.failed(sa, ctx, Reason::Local("child configuration vanished"), None);
         };
         let (selected, suite) = match check_answer(
             &cfg.esp_proposals,
@@ -177,10 +288,13 @@ impl CreateChild {
         ) {
             Ok(x) => x,
             Err(reason) => {
-                if let Some(spi) = self.inbound_spi {
+                // The responder installed its half: delete it (our inbound
+                // SPI names the pair, §1.4.1).
+                if let Some(spi) = self.inbound_spi.take() {
                     sa.queue.push_back(Task::DeleteChild(vec![spi]));
+                    ctx.spis.release(spi);
                 }
-                return self.failed(sa, ctx, reason);
+                return self.failed(sa, ctx, reason, None);
             }
         };
         if selected.ke != self.group {
@@ -188,6 +302,7 @@ impl CreateChild {
                 sa,
                 ctx,
                 Reason::ProtocolError("responder changed the key exchange group"),
+                None,
             );
         }
         let g_ir = match (self.ke.take(), ke_p) {
@@ -200,19 +315,25 @@ impl CreateChild {
                             sa,
                             ctx,
                             Reason::ProtocolError("invalid key exchange value"),
+                            None,
                         );
                     }
                 }
             }
             (Some(_), _) => {
-                return self.failed(sa, ctx, Reason::ProtocolError("missing or wrong KEr"));
+                return self.failed(sa, ctx, Reason::ProtocolError("missing or wrong KEr"), None);
             }
         };
         let (Spi::U32(outbound_spi), Some(inbound_spi)) = (selected.spi, self.inbound_spi) else {
-            return self.failed(sa, ctx, Reason::ProtocolError("no SPI"));
+            return self.failed(sa, ctx, Reason::ProtocolError("no SPI"), None);
         };
+        // RFC 9611: a responder that supports per-resource SAs answers with
+        // SA_RESOURCE_INFO; a sub-SA without it is a plain duplicate (RFC
+        // 7296 allows those), still usable by our worker.
+        let echoed = rx.notify(NotifyType::SA_RESOURCE_INFO).is_some();
+        let fallback = self.is_fallback(&cfg);
         let Some(keys) = sa.keys.as_ref() else {
-            return self.failed(sa, ctx, Reason::Local("no keys"));
+            return self.failed(sa, ctx, Reason::Local("no keys"), None);
         };
         let installed = install(
             ctx,
@@ -236,15 +357,29 @@ impl CreateChild {
                 remote: sa.remote,
                 encap: sa.encap(),
                 resource: self.resource,
-                rekeys: None,
+                rekeys: self.rekey.as_ref().map(|r| r.inbound),
+                per_resource: self.per_resource,
+                outbound_active: true,
+                ke: self.group,
+                config: &cfg,
             },
         );
         match installed {
-            Ok(c) => {
-                sa.children.push(c);
+            Ok((mut child, event)) => {
+                self.inbound_spi = None;
+                match self.rekey {
+                    Some(r) => sa.complete_rekey(ctx, child, event, r.inbound),
+                    None => {
+                        crate::child::announce(ctx, &mut child, event);
+                        sa.children.push(child);
+                        if fallback {
+                            sa.fallback_done(ctx, &self.name, Some(echoed));
+                        }
+                    }
+                }
                 Outcome::Done
             }
-            Err(reason) => self.failed(sa, ctx, reason),
+            Err(reason) => self.failed(sa, ctx, reason, None),
         }
     }
 }

@@ -14,14 +14,22 @@
 //! when only the Child SA part of IKE_AUTH fails. If *our* check of the
 //! answer fails after the responder installed its half, we delete it with
 //! an INFORMATIONAL.
+//!
+//! Extras: INITIAL_CONTACT when we hold no other IKE SA with this peer
+//! (§2.4: it "asserts that this IKE SA is the only IKE SA currently active
+//! between the authenticated identities [...] MUST be in the first IKE_AUTH
+//! request or response"); SET_WINDOW_SIZE (§2.3); SA_RESOURCE_INFO with a
+//! per-CPU child, which becomes its group's fallback SA (RFC 9611).
 
 use super::{Outcome, Received, Task, reason_for};
 use crate::auth::{psk_auth, verify_psk_auth};
 use crate::child::{Install, check_answer, install, offer, ts_from, ts_repr};
-use crate::ctx::Ctx;
+use crate::config::PerCpuSas;
+use crate::ctx::{Action, Ctx};
 use crate::event::{AuthFailure, Event, Reason};
 use crate::identity::Identity;
-use crate::sa::{IkeSa, State};
+use crate::lifetime::{MAX_WINDOW, rekey_deadline};
+use crate::sa::{IkeSa, State, window_notify};
 use crate::ts::TrafficSelector;
 use esparto_wire::ike::{
     AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyRepr, NotifyType, PayloadRepr, SaRepr,
@@ -115,12 +123,27 @@ impl IkeAuth {
             method: AuthMethod::SHARED_KEY_MIC,
             data: auth.as_slice(),
         }));
-        payloads.push(PayloadRepr::Notify(NotifyRepr::new(
-            NotifyType::INITIAL_CONTACT,
-            &[],
-        )));
+        if sa.initial_contact {
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::INITIAL_CONTACT,
+                &[],
+            )));
+        }
+        let window = window_notify(ctx.config);
+        if let Some(w) = &window {
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::SET_WINDOW_SIZE,
+                w,
+            )));
+        }
         if let Some(o) = &self.offer {
             let cfg = conn.child(&o.name).ok_or(Reason::Local("unknown child"))?;
+            if cfg.per_cpu_sas != PerCpuSas::No {
+                payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                    NotifyType::SA_RESOURCE_INFO,
+                    &[],
+                )));
+            }
             // §1.2: the first Child SA takes its keys from the IKE SA; its
             // proposals carry no KE transforms.
             payloads.push(PayloadRepr::Sa(SaRepr {
@@ -160,6 +183,7 @@ impl IkeAuth {
         let mut sa_p = None;
         let mut tsi = None;
         let mut tsr = None;
+        let (mut window, mut initial_contact) = (None, false);
         for p in &rx.payloads {
             match p {
                 PayloadRepr::IdR(i) => idr = Some(*i),
@@ -167,6 +191,12 @@ impl IkeAuth {
                 PayloadRepr::Sa(s) => sa_p = Some(s),
                 PayloadRepr::TsI(t) => tsi = Some(ts_from(t)),
                 PayloadRepr::TsR(t) => tsr = Some(ts_from(t)),
+                PayloadRepr::Notify(n) if n.kind == NotifyType::SET_WINDOW_SIZE => {
+                    window = n.u32_data()
+                }
+                PayloadRepr::Notify(n) if n.kind == NotifyType::INITIAL_CONTACT => {
+                    initial_contact = true
+                }
                 _ => {}
             }
         }
@@ -241,10 +271,18 @@ impl IkeAuth {
             initiator: true,
         });
         sa.remote_id = Some(peer_id);
+        sa.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
+        sa.peer_window = crate::sa::peer_window(window);
+        sa.rekey_at = rekey_deadline(ctx, sa.conn.rekey_time, sa.conn.jitter());
+        if initial_contact {
+            ctx.actions.push(Action::InitialContact { keep: sa.id.0 });
+        }
 
         let Some(o) = self.offer.take() else {
             return Outcome::Done;
         };
+        let echoed = rx.notify(NotifyType::SA_RESOURCE_INFO).is_some();
+        let name = o.name.clone();
         let fail = |sa: &IkeSa, ctx: &mut Ctx<'_>, reason| {
             tracing::info!(ike_sa = %sa.id, child = %o.name, ?reason, "CHILD_SA not created");
             ctx.spis.release(o.inbound_spi);
@@ -261,6 +299,7 @@ impl IkeAuth {
                 |(k, _)| reason_for(k),
             );
             fail(sa, ctx, reason);
+            sa.fallback_done(ctx, &name, None);
             return Outcome::Done;
         };
         let Some(cfg) = sa.conn.child(&o.name).cloned() else {
@@ -281,6 +320,7 @@ impl IkeAuth {
                 fail(sa, ctx, reason);
                 // The responder installed its half: delete it.
                 sa.queue.push_back(Task::DeleteChild(vec![o.inbound_spi]));
+                sa.fallback_done(ctx, &name, None);
                 return Outcome::Done;
             }
         };
@@ -313,11 +353,22 @@ impl IkeAuth {
                 encap: sa.encap(),
                 resource: o.resource,
                 rekeys: None,
+                per_resource: false,
+                outbound_active: true,
+                ke: None,
+                config: &cfg,
             },
         );
         match installed {
-            Ok(c) => sa.children.push(c),
-            Err(reason) => fail(sa, ctx, reason),
+            Ok((mut c, event)) => {
+                crate::child::announce(ctx, &mut c, event);
+                sa.children.push(c);
+                sa.fallback_done(ctx, &name, Some(echoed));
+            }
+            Err(reason) => {
+                fail(sa, ctx, reason);
+                sa.fallback_done(ctx, &name, None);
+            }
         }
         Outcome::Done
     }

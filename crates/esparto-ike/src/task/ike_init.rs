@@ -129,7 +129,7 @@ impl IkeInit {
             }
             self.retries += 1;
             self.cookie = Some(cookie.to_vec());
-            return Outcome::Then(super::Task::IkeInit(self));
+            return Outcome::Then(Box::new(super::Task::IkeInit(self)));
         }
         if let Some((kind, data)) = rx.error() {
             if kind == NotifyType::INVALID_KE_PAYLOAD {
@@ -146,7 +146,7 @@ impl IkeInit {
                         self.retries += 1;
                         self.group = g;
                         self.ke = None;
-                        Outcome::Then(super::Task::IkeInit(self))
+                        Outcome::Then(Box::new(super::Task::IkeInit(self)))
                     }
                     _ => Outcome::Fail(Reason::InvalidKePayload),
                 };
@@ -231,6 +231,8 @@ impl IkeInit {
         }
         tracing::debug!(ike_sa = %sa.id, nat = ?sa.nat, "IKE_SA_INIT done");
         sa.state = State::Auth;
-        Outcome::Then(super::Task::IkeAuth(IkeAuth::new(self.child.take())))
+        Outcome::Then(Box::new(super::Task::IkeAuth(IkeAuth::new(
+            self.child.take(),
+        ))))
     }
 }

@@ -9,6 +9,7 @@
 //! comes (or when the peer's own Delete crossed ours).
 
 use super::{Outcome, Received};
+use crate::child::ChildState;
 use crate::ctx::Ctx;
 use crate::event::Reason;
 use crate::sa::IkeSa;
@@ -24,7 +25,11 @@ pub(super) fn build_delete_child(
         .iter_mut()
         .filter(|c| spis.contains(&c.inbound_spi))
     {
-        c.deleting = true;
+        if !matches!(c.state, ChildState::Deleting(_)) {
+            c.state = ChildState::Deleting(Reason::Terminated);
+        }
+        c.rekey_at = None;
+        c.expire_at = None;
     }
     let d = PayloadRepr::Delete(DeleteRepr {
         protocol: ProtocolId::ESP,
@@ -51,7 +56,11 @@ pub(super) fn process_delete_child(
     // already deleted them), our side of these SAs is gone now.
     for spi in spis {
         if let Some(i) = sa.child_by_inbound(*spi) {
-            sa.remove_child(ctx, i, Reason::Terminated);
+            let reason = match sa.children[i].state {
+                ChildState::Deleting(r) => r,
+                _ => Reason::Terminated,
+            };
+            sa.remove_child(ctx, i, reason);
         }
     }
     Outcome::Done

@@ -13,17 +13,19 @@
 //! | --- | --- | --- |
 //! | [`ike_init::IkeInit`] | IKE_SA_INIT | §1.2, §2.6, §2.23 |
 //! | [`ike_auth::IkeAuth`] | IKE_AUTH | §1.2, §2.15 |
-//! | [`create_child::CreateChild`] | CREATE_CHILD_SA | §1.3.1 |
+//! | [`create_child::CreateChild`] | CREATE_CHILD_SA | §1.3.1, §1.3.3 (rekey), RFC 9611 |
+//! | [`rekey_ike::RekeyIke`] | CREATE_CHILD_SA | §1.3.2, §2.18, §2.8.2 |
 //! | `DeleteChild`, `DeleteIke`, `Liveness` | INFORMATIONAL | §1.4 |
 //!
-//! Later: rekeying tasks (§1.3.2, §1.3.3) and RFC 9611 per-resource
-//! CREATE_CHILD_SA slot in as new variants; `CreateChild` already carries
-//! the resource (worker) id.
+//! Several tasks may be in flight at once, up to the peer's window (§2.3);
+//! an IKE SA rekey or delete is *exclusive*: it waits for the window to
+//! drain and nothing follows it until it is answered.
 
 pub(crate) mod create_child;
 pub(crate) mod ike_auth;
 pub(crate) mod ike_init;
 mod informational;
+pub(crate) mod rekey_ike;
 
 use crate::ctx::Ctx;
 use crate::event::{Event, Reason};
@@ -38,8 +40,10 @@ pub(crate) enum Task {
     IkeInit(ike_init::IkeInit),
     /// IKE_AUTH with the first Child SA.
     IkeAuth(ike_auth::IkeAuth),
-    /// CREATE_CHILD_SA for an additional Child SA.
+    /// CREATE_CHILD_SA for an additional Child SA, or a Child SA rekey.
     CreateChild(create_child::CreateChild),
+    /// CREATE_CHILD_SA rekeying the IKE SA.
+    RekeyIke(rekey_ike::RekeyIke),
     /// INFORMATIONAL deleting Child SAs (our inbound SPIs).
     DeleteChild(Vec<u32>),
     /// INFORMATIONAL deleting the IKE SA.
@@ -53,7 +57,7 @@ pub(crate) enum Outcome {
     /// The exchange is over.
     Done,
     /// Run this task before anything queued.
-    Then(Task),
+    Then(Box<Task>),
     /// The IKE SA is finished.
     Fail(Reason),
 }
@@ -102,9 +106,19 @@ impl Task {
         match self {
             Task::IkeInit(_) => ExchangeType::IKE_SA_INIT,
             Task::IkeAuth(_) => ExchangeType::IKE_AUTH,
-            Task::CreateChild(_) => ExchangeType::CREATE_CHILD_SA,
+            Task::CreateChild(_) | Task::RekeyIke(_) => ExchangeType::CREATE_CHILD_SA,
             Task::DeleteChild(_) | Task::DeleteIke | Task::Liveness => ExchangeType::INFORMATIONAL,
         }
+    }
+
+    /// Sent alone, and nothing after it until it is answered.
+    pub(crate) fn is_exclusive(&self) -> bool {
+        matches!(self, Task::RekeyIke(_) | Task::DeleteIke)
+    }
+
+    /// Creates, rekeys or deletes Child SAs (§2.25.1).
+    pub(crate) fn is_child_exchange(&self) -> bool {
+        matches!(self, Task::CreateChild(_) | Task::DeleteChild(_))
     }
 
     fn build(&mut self, sa: &mut IkeSa, ctx: &mut Ctx<'_>, mid: u32) -> Result<Vec<u8>, Reason> {
@@ -112,6 +126,7 @@ impl Task {
             Task::IkeInit(t) => t.build(sa, ctx),
             Task::IkeAuth(t) => t.build(sa, ctx, mid),
             Task::CreateChild(t) => t.build(sa, ctx, mid),
+            Task::RekeyIke(t) => t.build(sa, ctx, mid),
             Task::DeleteChild(spis) => informational::build_delete_child(sa, mid, spis),
             Task::DeleteIke => informational::build_delete_ike(sa, mid),
             Task::Liveness => sa.encode(ExchangeType::INFORMATIONAL, false, mid, &[]),
@@ -123,6 +138,7 @@ impl Task {
             Task::IkeInit(t) => t.process(sa, ctx, rx),
             Task::IkeAuth(t) => t.process(sa, ctx, rx),
             Task::CreateChild(t) => t.process(sa, ctx, rx),
+            Task::RekeyIke(t) => t.process(sa, ctx, rx),
             Task::DeleteChild(spis) => informational::process_delete_child(sa, ctx, rx, &spis),
             Task::DeleteIke => Outcome::Fail(Reason::Terminated),
             Task::Liveness => Outcome::Done,
@@ -136,6 +152,7 @@ impl Task {
             Task::IkeInit(t) => t.release(ctx),
             Task::IkeAuth(t) => t.release(ctx),
             Task::CreateChild(t) => t.release(ctx),
+            Task::RekeyIke(t) => t.release(ctx),
             Task::DeleteChild(_) | Task::DeleteIke | Task::Liveness => {}
         }
     }
@@ -151,7 +168,16 @@ impl Task {
                     child: Some(t.name.clone()),
                     reason,
                 });
+                let rekey = t.rekey.as_ref().map(|r| r.inbound);
+                let (resource, per_resource) = (t.resource, t.per_resource);
                 t.release(ctx);
+                if let Some(old) = rekey {
+                    sa.rekey_failed(ctx, old, None, resource, per_resource);
+                }
+            }
+            Task::RekeyIke(t) => {
+                t.release(ctx);
+                sa.rekey_at = Some(crate::lifetime::retry_deadline(ctx));
             }
             Task::DeleteChild(_) | Task::Liveness => {}
             other => {
@@ -188,6 +214,7 @@ pub(crate) fn send(sa: &mut IkeSa, ctx: &mut Ctx<'_>, mut task: Task) {
                 packet,
                 sent: 1,
                 deadline: ctx.now + ctx.config.retransmit.timeout_after(0),
+                first_sent: ctx.now,
             });
         }
         Err(reason) => task.fail_to_build(sa, ctx, reason),
@@ -272,7 +299,7 @@ pub(crate) fn on_response(
     };
     match p.task.process(sa, ctx, &rx) {
         Outcome::Done => {}
-        Outcome::Then(t) => sa.queue.push_front(t),
+        Outcome::Then(t) => sa.queue.push_front(*t),
         Outcome::Fail(r) => sa.die(ctx, r),
     }
     if sa.state != State::Dead {

@@ -8,15 +8,39 @@
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
-use esparto_crypto::DeterministicRng;
+pub mod dataplane;
+
+use esparto_crypto::{DeterministicRng, Rng};
 use esparto_ike::{
     ChildConfig, ChildSaEstablished, Connection, Endpoint, EndpointConfig, Event, Identity,
-    RandomSpiAllocator, Transmit,
+    RandomSpiAllocator, SpiAllocator, Transmit,
 };
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Inbound SPIs an endpoint holds, seen from outside (to check nothing leaks).
+pub type LiveSpis = Arc<Mutex<HashSet<u32>>>;
+
+/// A `RandomSpiAllocator` whose live set the test can read.
+pub struct CountingSpis {
+    inner: RandomSpiAllocator,
+    live: LiveSpis,
+}
+
+impl SpiAllocator for CountingSpis {
+    fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32 {
+        let spi = self.inner.allocate(rng, worker);
+        assert!(self.live.lock().unwrap().insert(spi), "SPI {spi:08x} handed out twice");
+        spi
+    }
+    fn release(&mut self, spi: u32) {
+        assert!(self.live.lock().unwrap().remove(&spi), "SPI {spi:08x} released twice or never allocated");
+        self.inner.release(spi);
+    }
+}
 
 /// One datagram in flight.
 #[derive(Debug, Clone)]
@@ -48,6 +72,15 @@ pub struct Peer {
     pub addr: IpAddr,
     pub events: Vec<Event>,
     pub sent: Vec<Packet>,
+    /// Its inbound SPIs allocated and not released (if it counts them).
+    pub live: Option<LiveSpis>,
+}
+
+impl Peer {
+    /// Inbound SPIs held by the allocator.
+    pub fn live_spis(&self) -> usize {
+        self.live.as_ref().map_or(0, |l| l.lock().unwrap().len())
+    }
 }
 
 /// A NAT in front of one peer: its private address is rewritten to
@@ -113,6 +146,20 @@ pub fn endpoint(seed: u64) -> Endpoint {
     )
 }
 
+/// An endpoint whose inbound SPIs the test can count.
+pub fn counting_endpoint(seed: u64, config: EndpointConfig) -> (Endpoint, LiveSpis) {
+    let live = LiveSpis::default();
+    let ep = Endpoint::new(
+        config,
+        Box::new(DeterministicRng::new(seed)),
+        Box::new(CountingSpis {
+            inner: RandomSpiAllocator::new(),
+            live: live.clone(),
+        }),
+    );
+    (ep, live)
+}
+
 impl Net {
     pub fn new(seed: u64) -> Self {
         let base = Instant::now();
@@ -138,6 +185,7 @@ impl Net {
             addr: addr.parse().unwrap(),
             events: Vec::new(),
             sent: Vec::new(),
+            live: None,
         });
         self.peers.len() - 1
     }
@@ -277,6 +325,51 @@ impl Net {
     pub fn count(&self, i: usize, f: impl Fn(&Event) -> bool) -> usize {
         self.peers[i].events.iter().filter(|e| f(e)).count()
     }
+
+    /// Child SAs of peer `i` announced and not deleted, by inbound SPI.
+    pub fn live_children(&self, i: usize) -> Vec<&ChildSaEstablished> {
+        let mut live: Vec<&ChildSaEstablished> = Vec::new();
+        for e in &self.peers[i].events {
+            match e {
+                Event::ChildSaEstablished(c) => live.push(c),
+                Event::ChildSaDeleted { inbound_spi, .. } => {
+                    live.retain(|c| c.inbound_spi != *inbound_spi)
+                }
+                _ => {}
+            }
+        }
+        live
+    }
+
+    /// The IKE SA peer `i` holds now, following `IkeSaRekeyed`.
+    pub fn current_ike(&self, i: usize) -> Option<esparto_ike::IkeSaId> {
+        let mut cur = None;
+        for e in &self.peers[i].events {
+            match e {
+                Event::IkeSaEstablished { ike_sa, .. } => cur = Some(*ike_sa),
+                Event::IkeSaRekeyed { old, new, .. } if Some(*old) == cur => cur = Some(*new),
+                Event::IkeSaDeleted { ike_sa, .. } if Some(*ike_sa) == cur => cur = None,
+                _ => {}
+            }
+        }
+        cur
+    }
+
+    /// Check that nothing leaked: the allocator holds exactly the inbound
+    /// SPIs of the Child SAs the endpoint holds, and the endpoint's Child
+    /// SAs are the announced, undeleted ones.
+    pub fn assert_no_leak(&self, i: usize) {
+        let live = self.live_children(i).len();
+        assert_eq!(self.peers[i].ep.child_sa_count(), live, "peer {i}: Child SAs held vs announced");
+        if self.peers[i].live.is_some() {
+            assert_eq!(self.peers[i].live_spis(), live, "peer {i}: SPIs held vs Child SAs");
+        }
+        assert_eq!(
+            self.peers[i].ep.ike_spi_count(),
+            self.peers[i].ep.ike_sa_count(),
+            "peer {i}: IKE SPIs held vs IKE SAs"
+        );
+    }
 }
 
 /// A site-to-site pair of connections: `moon` (10.0.0.1, subnet
@@ -293,6 +386,12 @@ pub struct Setup {
     pub encap_i: bool,
     pub dpd: Option<Duration>,
     pub extra_child: bool,
+    /// Endpoint settings of each side.
+    pub cfg_i: EndpointConfig,
+    pub cfg_r: EndpointConfig,
+    /// Last changes to each side's connection before it is added.
+    pub tweak_i: fn(&mut Connection),
+    pub tweak_r: fn(&mut Connection),
 }
 
 impl Default for Setup {
@@ -309,6 +408,10 @@ impl Default for Setup {
             encap_i: false,
             dpd: None,
             extra_child: false,
+            cfg_i: EndpointConfig::default(),
+            cfg_r: EndpointConfig::default(),
+            tweak_i: |_| {},
+            tweak_r: |_| {},
         }
     }
 }
@@ -322,7 +425,7 @@ impl Setup {
         let moon_id = Identity::parse("@moon.example").unwrap();
         let sun_id = Identity::parse("@sun.example").unwrap();
 
-        let mut i = endpoint(seed ^ 0x1111);
+        let (mut i, live_i) = counting_endpoint(seed ^ 0x1111, self.cfg_i.clone());
         let mut c = Connection::new("gw", &self.ike_i).unwrap();
         c.local_addrs = vec![MOON.parse().unwrap()];
         c.remote_addrs = vec![SUN.parse().unwrap()];
@@ -343,11 +446,12 @@ impl Setup {
                 .unwrap(),
             );
         }
+        (self.tweak_i)(&mut c);
         i.add_connection(c).unwrap();
         i.secrets_mut()
             .add_psk(&[moon_id.clone(), sun_id.clone()], &self.psk_i);
 
-        let mut r = endpoint(seed ^ 0x2222);
+        let (mut r, live_r) = counting_endpoint(seed ^ 0x2222, self.cfg_r.clone());
         let mut c = Connection::new("gw", &self.ike_r).unwrap();
         c.local_addrs = vec![SUN.parse().unwrap()];
         c.local.id = Some(sun_id.clone());
@@ -365,11 +469,14 @@ impl Setup {
                 .unwrap(),
             );
         }
+        (self.tweak_r)(&mut c);
         r.add_connection(c).unwrap();
         r.secrets_mut().add_psk(&[moon_id, sun_id], &self.psk_r);
 
         net.add(MOON, i);
         net.add(SUN, r);
+        net.peers[0].live = Some(live_i);
+        net.peers[1].live = Some(live_r);
         net
     }
 }

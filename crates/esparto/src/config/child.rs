@@ -335,6 +335,7 @@ pub(crate) fn parse(
         remote_ts: remote_cfg,
         esp_proposals: proposals.into_iter().map(|(_, _, p)| p).collect(),
         start_action,
+        ..ChildConfig::default()
     });
     if let Some(c) = &ike {
         if let Err(e) = c.validate() {

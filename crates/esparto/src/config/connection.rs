@@ -435,6 +435,7 @@ fn ike_settings(
         remote,
         children,
         dpd_delay,
+        ..esparto_ike::Connection::default()
     };
     Some(conn)
 }

@@ -363,6 +363,21 @@ impl Ike {
             Event::AuthFailed { ike_sa, peer, identity, reason } => {
                 warn!(%ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
             }
+            Event::IkeSaRekeyed { old, new, connection } => {
+                // RFC 7296 §1.3.2: the new IKE SA inherits every Child SA.
+                info!(%old, %new, %connection, "IKE SA rekeyed");
+                if let Some(rec) = self.sas.remove(&old) {
+                    self.sas.insert(new, rec);
+                }
+            }
+            Event::ChildSaOutboundActive { ike_sa, connection, child, inbound_spi, outbound_spi } => {
+                // TODO(lead): install() switches outbound at once; defer it for
+                // `outbound_active: false` and switch here (esparto-ike event.rs).
+                info!(%ike_sa, %connection, %child, in_spi = %format!("{inbound_spi:08x}"), out_spi = %format!("{outbound_spi:08x}"), "Child SA outbound active");
+            }
+            Event::PerResourceUnavailable { ike_sa, connection, child, reason } => {
+                info!(%ike_sa, %connection, %child, ?reason, "no per-resource Child SAs");
+            }
             Event::PeerAddressChanged { ike_sa, local, remote } => {
                 info!(%ike_sa, %local, %remote, "peer address changed");
                 if let Some(r) = self.sas.get_mut(&ike_sa) {

@@ -1,0 +1,235 @@
+//! The endpoint's side of SA life cycles: rekeying on request (RFC 7296
+//! §2.8), following an IKE SA to its successor after a rekey, and the
+//! [`Action`]s SAs leave for the endpoint — a new IKE SA born from a rekey,
+//! Child SAs moving to it (§1.3.2), INITIAL_CONTACT (§2.4).
+//!
+//! Order matters after each step of an SA: actions run *before* a dead SA
+//! is removed, so an IKE SA deleted right after its rekey can still hand
+//! its Child SAs to its successor.
+
+use super::{Endpoint, InitiateError};
+use crate::child::ChildState;
+use crate::ctx::{Action, Ctx};
+use crate::event::{IkeSaId, Reason};
+use crate::sa::{IkeSa, State};
+use crate::task::Task;
+use crate::task::rekey_ike::RekeyIke;
+use std::time::Instant;
+
+impl Endpoint {
+    /// After an SA's step: carry out its actions, then re-arm or remove it.
+    pub(super) fn finish(&mut self, now: Instant, id: u64) {
+        self.run_actions(now);
+        self.after(id);
+    }
+
+    /// The SA an id names now: an IKE SA replaced by a rekey forwards to
+    /// its successor (the driver may not have seen `IkeSaRekeyed` yet).
+    pub(super) fn resolve(&self, ike_sa: IkeSaId) -> Result<u64, InitiateError> {
+        let mut id = ike_sa.0;
+        for _ in 0..8 {
+            let sa = self
+                .sas
+                .get(&id)
+                .ok_or(InitiateError::UnknownIkeSa(ike_sa))?;
+            match sa.successor {
+                Some(next) if self.sas.contains_key(&next) => id = next,
+                _ => return Ok(id),
+            }
+        }
+        Ok(id)
+    }
+
+    /// The IKE SA holding our inbound SPI `spi`: `ike_sa` (or its
+    /// successor), else any (inbound SPIs are unique in an endpoint).
+    pub(super) fn resolve_child(&self, ike_sa: IkeSaId, spi: u32) -> Result<u64, InitiateError> {
+        if let Ok(id) = self.resolve(ike_sa) {
+            if self.sas[&id].child_by_inbound(spi).is_some() {
+                return Ok(id);
+            }
+        }
+        self.sas
+            .iter()
+            .find(|(_, sa)| sa.child_by_inbound(spi).is_some())
+            .map(|(id, _)| *id)
+            .ok_or(InitiateError::UnknownChildSa(spi))
+    }
+
+    /// Rekey one Child SA, named by our inbound SPI (RFC 7296 §1.3.3): the
+    /// daemon calls this when the data plane reports the soft byte or
+    /// packet limit (`rekey_bytes`, `rekey_packets`); time-based rekeys
+    /// run by themselves. The new SA is announced with `rekeys:
+    /// Some(inbound_spi)` and the same resource; the old one is deleted
+    /// afterwards. A Child SA already being rekeyed or deleted is left
+    /// alone (`Ok`).
+    pub fn rekey_child(
+        &mut self,
+        now: Instant,
+        ike_sa: IkeSaId,
+        inbound_spi: u32,
+    ) -> Result<(), InitiateError> {
+        let id = self.resolve_child(ike_sa, inbound_spi)?;
+        let mut ctx = ctx!(self, now);
+        let Some(sa) = self.sas.get_mut(&id) else {
+            return Err(InitiateError::UnknownIkeSa(ike_sa));
+        };
+        if sa.state != State::Established {
+            return Err(InitiateError::UnknownIkeSa(ike_sa));
+        }
+        let idx = sa
+            .child_by_inbound(inbound_spi)
+            .ok_or(InitiateError::UnknownChildSa(inbound_spi))?;
+        let c = &sa.children[idx];
+        if c.state == ChildState::Installed && !c.redundant && !sa.replaced(inbound_spi) {
+            sa.children[idx].rekey_at = None;
+            sa.start_rekey_child(&mut ctx, idx);
+        }
+        self.finish(now, id);
+        Ok(())
+    }
+
+    /// Rekey an IKE SA now (RFC 7296 §1.3.2); time-based rekeys (the
+    /// connection's `rekey_time`) run by themselves. Its Child SAs move to
+    /// the new IKE SA (`IkeSaRekeyed`).
+    pub fn rekey_ike(&mut self, now: Instant, ike_sa: IkeSaId) -> Result<(), InitiateError> {
+        let id = self.resolve(ike_sa)?;
+        let mut ctx = ctx!(self, now);
+        let Some(sa) = self.sas.get_mut(&id) else {
+            return Err(InitiateError::UnknownIkeSa(ike_sa));
+        };
+        if sa.state != State::Established {
+            return Err(InitiateError::UnknownIkeSa(ike_sa));
+        }
+        let busy = sa
+            .pending
+            .iter()
+            .map(|p| &p.task)
+            .chain(sa.queue.iter())
+            .any(Task::is_exclusive);
+        if !busy {
+            sa.rekey_at = None;
+            sa.start_task(&mut ctx, Task::RekeyIke(RekeyIke::new()));
+        }
+        self.finish(now, id);
+        Ok(())
+    }
+
+    /// Child SAs held (announced or not, all IKE SAs).
+    pub fn child_sa_count(&self) -> usize {
+        self.sas.values().map(|sa| sa.children.len()).sum()
+    }
+
+    /// Our IKE SPIs in use or reserved (for tests: nothing leaks).
+    pub fn ike_spi_count(&self) -> usize {
+        self.ike_spis.len()
+    }
+
+    /// Carry out what SAs asked for, until nothing is left.
+    pub(super) fn run_actions(&mut self, now: Instant) {
+        let mut touched = Vec::new();
+        while !self.actions.is_empty() {
+            let actions = std::mem::take(&mut self.actions);
+            for a in actions {
+                match a {
+                    Action::Insert(sa) => {
+                        let id = sa.id.0;
+                        if self.sas.contains_key(&id) {
+                            // An SPI collision with a responder's new SA:
+                            // astronomically unlikely; drop the newcomer.
+                            tracing::warn!(ike_sa = %sa.id, "IKE SPI collision: rekeyed SA dropped");
+                            let mut sa = *sa;
+                            let mut ctx = ctx!(self, now);
+                            sa.die(&mut ctx, Reason::Local("IKE SPI collision"));
+                            continue;
+                        }
+                        self.sas.insert(id, *sa);
+                        let mut ctx = ctx!(self, now);
+                        if let Some(sa) = self.sas.get_mut(&id) {
+                            sa.send_next(&mut ctx);
+                        }
+                        touched.push(id);
+                    }
+                    Action::Inherit { from, to } => {
+                        self.inherit(now, from, to);
+                        touched.push(from);
+                        touched.push(to);
+                    }
+                    Action::InitialContact { keep } => {
+                        touched.extend(self.initial_contact(now, keep));
+                    }
+                }
+            }
+        }
+        for id in touched {
+            self.after(id);
+        }
+    }
+
+    /// Move `from`'s Child SAs and waiting tasks to `to` (§2.8.2: "the
+    /// other surviving new IKE SA MUST inherit all the Child SAs").
+    fn inherit(&mut self, now: Instant, from: u64, to: u64) {
+        let Some(mut old) = self.sas.remove(&from) else {
+            return;
+        };
+        let mut ctx = ctx!(self, now);
+        match self.sas.get_mut(&to) {
+            Some(new) if new.state != State::Dead => {
+                old.hand_over(&mut ctx, new);
+                new.send_next(&mut ctx);
+            }
+            _ => {
+                // The successor is gone too: the Child SAs die here.
+                old.successor = None;
+                old.drop_children(&mut ctx, Reason::Rekeyed);
+                for t in old.queue.drain(..) {
+                    t.release(&mut ctx);
+                }
+            }
+        }
+        self.sas.insert(from, old);
+    }
+
+    /// §2.4: "The INITIAL_CONTACT notification asserts that this IKE SA is
+    /// the only IKE SA currently active between the authenticated
+    /// identities. [...] the recipient MAY use this information to delete
+    /// any other IKE SAs it has to the same authenticated identity without
+    /// waiting for a timeout." Deleted locally: the peer forgot them, so a
+    /// Delete would go nowhere.
+    fn initial_contact(&mut self, now: Instant, keep: u64) -> Vec<u64> {
+        let Some(k) = self.sas.get(&keep) else {
+            return Vec::new();
+        };
+        let (Some(lid), Some(rid)) = (k.local_id.clone(), k.remote_id.clone()) else {
+            return Vec::new();
+        };
+        let stale: Vec<u64> = self
+            .sas
+            .iter()
+            .filter(|(id, sa)| {
+                **id != keep
+                    && sa.state == State::Established
+                    && sa.local_id.as_ref() == Some(&lid)
+                    && sa.remote_id.as_ref() == Some(&rid)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &stale {
+            let mut ctx = ctx!(self, now);
+            if let Some(sa) = self.sas.get_mut(id) {
+                tracing::info!(ike_sa = %sa.id, identity = %rid,
+                    "peer restarted (INITIAL_CONTACT): deleting the old IKE_SA");
+                kill_silently(sa, &mut ctx);
+            }
+        }
+        stale
+    }
+}
+
+/// Delete an IKE SA without a Delete payload (its successor, if any, is
+/// deleted by the caller separately).
+fn kill_silently(sa: &mut IkeSa, ctx: &mut Ctx<'_>) {
+    if !sa.superseded {
+        sa.successor = None;
+    }
+    sa.die(ctx, Reason::PeerRestarted);
+}
