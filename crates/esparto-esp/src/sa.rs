@@ -324,6 +324,9 @@ pub struct InboundSa {
     peer: SocketAddr,
     /// Shortest packet the suite can produce: header, IV, trailer, ICV.
     min_len: usize,
+    /// The last inner flow that passed the selector check: a run of one
+    /// flow is checked once (the selectors of an SA never change).
+    last_admitted: Option<FlowKey>,
     installed: Instant,
     counters: SaCounters,
 }
@@ -352,6 +355,7 @@ impl InboundSa {
             remote_ts: cfg.remote_ts.clone(),
             peer: cfg.peer,
             min_len: wesp::HEADER_LEN + cfg.suite.iv_len() + wesp::TRAILER_LEN + cfg.suite.icv_len(),
+            last_admitted: None,
             installed: now,
             counters: SaCounters::default(),
         })
@@ -465,11 +469,18 @@ impl InboundSa {
     /// Whether the inner packet's source is in the peer's selectors and its
     /// destination in ours.
     #[inline]
-    fn selectors_admit(&self, inner: &[u8]) -> Result<bool, DropReason> {
+    fn selectors_admit(&mut self, inner: &[u8]) -> Result<bool, DropReason> {
         let k = FlowKey::extract(inner).map_err(|_| DropReason::Malformed)?;
+        if self.last_admitted == Some(k) {
+            return Ok(true);
+        }
         let family = if k.v6 { Family::V6 } else { Family::V4 };
-        Ok(any_match(&self.remote_ts, family, k.src, k.proto, k.src_port)
-            && any_match(&self.local_ts, family, k.dst, k.proto, k.dst_port))
+        let ok = any_match(&self.remote_ts, family, k.src, k.proto, k.src_port)
+            && any_match(&self.local_ts, family, k.dst, k.proto, k.dst_port);
+        if ok {
+            self.last_admitted = Some(k);
+        }
+        Ok(ok)
     }
 }
 

@@ -130,11 +130,62 @@ pub struct WorkerStats {
     pub sas: Vec<SaStats>,
 }
 
+/// Entries of the per-worker flow cache (a power of two).
+const FLOW_CACHE: usize = 64;
+
+/// A cached decision: the flow and what the SPD said for it.
+type CachedFlow = Option<(FlowKey, Option<Action>)>;
+
+/// A direct-mapped cache of policy decisions by flow, in front of the SPD.
+///
+/// Packets from the TUN arrive in runs of one flow (a TSO super-packet is
+/// split into dozens of segments), so most lookups repeat the previous
+/// one; a hit costs a hash and a 40-byte compare instead of the SPD's
+/// binary search and selector matches. The cache holds the *outcome* of
+/// the SPD lookup only (protect with group g, discard, no policy), so it
+/// is cleared whenever the SPD changes, and a group's SAs are looked up
+/// fresh every time.
+#[derive(Debug)]
+struct FlowCache {
+    slots: Box<[CachedFlow; FLOW_CACHE]>,
+}
+
+impl FlowCache {
+    fn new() -> Self {
+        Self { slots: Box::new([None; FLOW_CACHE]) }
+    }
+
+    #[inline]
+    fn slot(k: &FlowKey) -> usize {
+        let a = (k.src ^ (k.dst << 1)) as u64 ^ ((k.src ^ k.dst) >> 64) as u64;
+        let b = (u64::from(k.src_port) << 24) ^ (u64::from(k.dst_port) << 8) ^ u64::from(k.proto);
+        ((a ^ b).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize & (FLOW_CACHE - 1)
+    }
+
+    #[inline]
+    fn lookup(&mut self, spd: &Spd, k: &FlowKey) -> Option<Action> {
+        let slot = &mut self.slots[Self::slot(k)];
+        match slot {
+            Some((key, action)) if key == k => *action,
+            _ => {
+                let action = spd.lookup(k).map(|p| p.action);
+                *slot = Some((*k, action));
+                action
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.slots.fill(None);
+    }
+}
+
 /// One worker's data plane.
 #[derive(Debug)]
 pub struct Worker {
     id: u16,
     spd: Arc<Spd>,
+    flows: FlowCache,
     groups: HashMap<GroupId, SaGroup, BuildHasherDefault<SpiHasher>>,
     sad: Sad,
     drops: Drops,
@@ -149,6 +200,7 @@ impl Worker {
         Self {
             id,
             spd: Arc::new(Spd::default()),
+            flows: FlowCache::new(),
             groups: HashMap::default(),
             sad: Sad::new(),
             drops: Drops::default(),
@@ -166,7 +218,10 @@ impl Worker {
     /// Applies a control-plane change.
     pub fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::SetSpd(spd) => self.spd = spd,
+            Command::SetSpd(spd) => {
+                self.spd = spd;
+                self.flows.clear();
+            }
             Command::AddGroup { id, per_cpu } => {
                 let g = self.groups.entry(id).or_insert_with(|| SaGroup::new(id, per_cpu));
                 if g.per_cpu() != per_cpu {
@@ -218,7 +273,7 @@ impl Worker {
         let packet = buf.get(inner.clone()).ok_or(DropReason::Malformed)?;
         let next_header = next_header_for(packet).ok_or(DropReason::Malformed)?;
         let key = FlowKey::extract(packet).map_err(|_| DropReason::Malformed)?;
-        let group_id = match self.spd.lookup(&key).map(|p| p.action) {
+        let group_id = match self.flows.lookup(&self.spd, &key) {
             Some(Action::Protect(g)) => g,
             Some(Action::Discard) => return Err(DropReason::Discarded.into()),
             None => return Err(DropReason::PolicyMismatch.into()),

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::sa::{HEADROOM, SaConfig, SharedSeq, TAILROOM};
-use crate::spd::Policy;
+use crate::spd::{FlowKey, Policy};
 use crate::testutil::*;
 use esparto_crypto::EspSuite;
 use proptest::prelude::*;
@@ -122,6 +122,46 @@ fn policy_decides_discard_and_mismatch() {
     assert_eq!(send(&mut tx, now, &[]).unwrap_err().reason, DropReason::Malformed);
     let d = tx.drops();
     assert_eq!((d.get(DropReason::Discarded), d.get(DropReason::PolicyMismatch), d.get(DropReason::Malformed)), (1, 1, 2));
+}
+
+#[test]
+fn a_new_spd_takes_effect_at_once_despite_the_flow_cache() {
+    let now = Instant::now();
+    let (mut tx, _, cfgs) = setup(false, &[0x100], now);
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+    assert!(send(&mut tx, now, &udp4(10)).is_ok(), "cached as protect");
+    tx.apply(Command::SetSpd(Arc::new(Spd::new(vec![Policy {
+        local: "10.1.0.0/16".parse().unwrap(),
+        remote: "10.2.0.0/16".parse().unwrap(),
+        action: Action::Discard,
+        priority: 1,
+    }]))));
+    assert_eq!(send(&mut tx, now, &udp4(10)).unwrap_err().reason, DropReason::Discarded);
+    tx.apply(Command::SetSpd(spd()));
+    assert!(send(&mut tx, now, &udp4(10)).is_ok());
+}
+
+/// Many flows (so many collide in the cache): every decision equals the SPD's.
+#[test]
+fn flow_cache_agrees_with_the_spd() {
+    let now = Instant::now();
+    let (mut tx, _, cfgs) = setup(false, &[0x100], now);
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+    let table = spd();
+    let mut x: u32 = 7;
+    for _ in 0..5000 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        let mut p = udp4(8);
+        p[16..20].copy_from_slice(&[10, 2, (x >> 8) as u8 % 12, (x >> 16) as u8]);
+        p[20..22].copy_from_slice(&((x >> 4) as u16 % 40).to_be_bytes());
+        let want = table.lookup(&FlowKey::extract(&p).unwrap()).map(|p| p.action);
+        let got = send(&mut tx, now, &p);
+        match want {
+            Some(Action::Protect(_)) => assert!(got.is_ok()),
+            Some(Action::Discard) => assert_eq!(got.unwrap_err().reason, DropReason::Discarded),
+            None => assert_eq!(got.unwrap_err().reason, DropReason::PolicyMismatch),
+        }
+    }
 }
 
 #[test]
