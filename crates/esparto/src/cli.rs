@@ -100,6 +100,11 @@ struct StatusArgs {
 enum BenchCmd {
     /// In-process ESP throughput against the raw cipher, by packet size and worker count.
     Dataplane(DataplaneArgs),
+    /// IKE tunnel set-up rate, memory per tunnel, SPI cost and config load scaling (two processes in namespaces).
+    Setup(crate::bench::setup::Args),
+    /// One side of `bench setup` (started by it).
+    #[command(hide = true)]
+    SetupPeer(crate::bench::setup::PeerArgs),
 }
 
 #[derive(Debug, Args)]
@@ -143,6 +148,8 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Bench(BenchCmd::Dataplane(a)) => bench_dataplane(a),
+        Cmd::Bench(BenchCmd::Setup(a)) => crate::bench::setup::main(&a),
+        Cmd::Bench(BenchCmd::SetupPeer(a)) => crate::bench::setup::peer_main(&a),
         Cmd::Demo(a) => demo(a),
         Cmd::CheckConfig(a) => check_config(a),
         Cmd::Run(a) => run(a),

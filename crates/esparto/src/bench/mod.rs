@@ -7,6 +7,7 @@
 
 pub mod dataplane;
 pub mod packet;
+pub mod setup;
 
 /// The median of `xs` (0 for none).
 pub fn median(xs: &[f64]) -> f64 {

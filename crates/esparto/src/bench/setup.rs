@@ -1,0 +1,541 @@
+//! `esparto bench setup`: how fast IKE tunnels come up, what each one
+//! costs in memory, and whether loading many of them scales linearly.
+//!
+//! Three measurements, in one run:
+//!
+//! 1. **Tunnel set-up** ([`tunnels`]): one Esparto process initiates
+//!    `--tunnels` IKE SAs (default 10,000), each with its first Child SA,
+//!    to another, keeping `--concurrency` in flight, over a veth pair
+//!    between two network namespaces (or one namespace's loopback), each
+//!    process a single-threaded loop pinned to its own core ([`peer`]) —
+//!    strongSwan's load-tester, in short. PSK authentication, IKE
+//!    `aes256gcm16-prfsha256-x25519`, ESP `aes256gcm16`, NAT-T float to
+//!    4500 as the daemon always does. The Child SAs are negotiated and
+//!    counted on both sides but **not installed into a data plane**: this
+//!    measures the control plane. Reported: time to bring them all up,
+//!    tunnels per second (wall clock), tunnels per CPU-second of each
+//!    process (the "per core" figure, next to the X25519 ceiling measured
+//!    in the same run), resident memory per established tunnel on each
+//!    side beyond the process baseline (and heap per tunnel in a
+//!    `count-alloc` build, [`heap`]), retransmissions, drops and failures,
+//!    which must all be zero.
+//! 2. **SPI cost** ([`micro`]): nanoseconds per unpredictable IKE SPI and
+//!    per steering ESP SPI (issue 4 item 2).
+//! 3. **Config load scaling** ([`config_load`]): generated hub
+//!    configurations of 1,000 … 10,000 connections, loaded and added to an
+//!    IKE endpoint; time per connection for each size, which must stay flat.
+//!
+//! The figures come from a shared machine: they are as noisy as the load
+//! other processes put on it. `docs/BENCHMARKS.md` takes them from a quiet
+//! run.
+
+pub mod config_load;
+pub mod heap;
+pub mod micro;
+pub mod peer;
+pub mod procfs;
+pub mod tunnels;
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use config_load::ConfigLoadRow;
+use micro::{SpiCost, X25519Rate};
+use peer::{PeerOptions, Role};
+use tunnels::{Topology, TunnelOptions, TunnelReport};
+
+/// The IKE proposal of the run (strongSwan syntax).
+pub const IKE_PROPOSAL: &str = "aes256gcm16-prfsha256-x25519";
+/// The ESP proposal of the run.
+pub const ESP_PROPOSAL: &str = "aes256gcm16";
+/// What the tunnel figures do not include.
+pub const NOT_INSTALLED: &str = "Child SAs are negotiated but not installed into a data plane (as strongSwan's load-tester): this measures the IKE control plane";
+
+/// Everything `esparto bench setup` does.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The tunnel run; `None` skips it.
+    pub tunnels: Option<TunnelOptions>,
+    /// Connection counts for the config load measurement (empty skips it).
+    pub config_sizes: Vec<usize>,
+    /// Repetitions of each config load (median).
+    pub config_runs: usize,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// IKE proposal.
+    pub ike_proposal: &'static str,
+    /// ESP proposal.
+    pub esp_proposal: &'static str,
+    /// Authentication.
+    pub auth: &'static str,
+    /// The caveat on the tunnel figures.
+    pub note: &'static str,
+    /// Whether heap bytes are counted (`count-alloc` build).
+    pub heap_counted: bool,
+    /// X25519 keygen+agree per second on the initiator's core, this run.
+    pub x25519: X25519Rate,
+    /// SPI costs.
+    pub spi: SpiCost,
+    /// The tunnel run.
+    pub tunnels: Option<TunnelReport>,
+    /// Config load timings by size.
+    pub config_load: Vec<ConfigLoadRow>,
+    /// Time per connection at the largest size over that at the smallest
+    /// (1.0 = linear; quadratic doubles it with every doubling of size).
+    pub config_load_growth: Option<f64>,
+}
+
+impl Report {
+    /// Did every part that ran come out clean?
+    pub fn ok(&self) -> bool {
+        self.tunnels.as_ref().is_none_or(|t| t.clean)
+    }
+}
+
+/// Run the measurements; `bin` is the esparto binary (for the peers).
+pub fn run(bin: &Path, o: &Options) -> Result<Report> {
+    // The micro-measurements run on the initiator's core, before the peers.
+    let cpu = o.tunnels.as_ref().map(|t| t.cpus.0);
+    let workers = o.tunnels.as_ref().map_or(2, |t| t.workers);
+    let live = o.tunnels.as_ref().map_or(10_000, |t| t.tunnels);
+    let (x25519, spi) = std::thread::scope(|s| {
+        s.spawn(|| -> Result<_> {
+            if let Some(c) = cpu {
+                esparto_io::cpu::pin_current_thread(c)
+                    .with_context(|| format!("pinning to CPU {c}"))?;
+            }
+            let x = micro::x25519_rate(Duration::from_millis(200), 3)?;
+            Ok((x, micro::spi_cost(live, workers, 3)))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the micro-measurement thread panicked"))?
+    })?;
+    let config_load = config_load::measure(&o.config_sizes, o.config_runs)?;
+    let config_load_growth = match (config_load.first(), config_load.last()) {
+        (Some(a), Some(b)) if config_load.len() > 1 && a.us_per_connection > 0.0 => {
+            Some(b.us_per_connection / a.us_per_connection)
+        }
+        _ => None,
+    };
+    let tunnels = match &o.tunnels {
+        Some(t) => Some(tunnels::run(bin, t)?),
+        None => None,
+    };
+    Ok(Report {
+        ike_proposal: IKE_PROPOSAL,
+        esp_proposal: ESP_PROPOSAL,
+        auth: "psk",
+        note: NOT_INSTALLED,
+        heap_counted: heap::live_bytes().is_some(),
+        x25519,
+        spi,
+        tunnels,
+        config_load,
+        config_load_growth,
+    })
+}
+
+/// `esparto bench setup`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Tunnels to bring up (IKE SA + first Child SA each); 0 skips the tunnel run.
+    #[arg(long, default_value_t = 10_000)]
+    pub tunnels: usize,
+    /// IKE SAs in flight at most.
+    #[arg(long, default_value_t = 500)]
+    pub concurrency: usize,
+    /// veth (two namespaces joined by a veth pair) or loopback (one namespace).
+    #[arg(long, default_value = "veth")]
+    pub topology: Topology,
+    /// CPUs for the initiator and the responder, e.g. 0,1 (default: the first two this process may use).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+    /// Give up on the tunnel run after this many seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub timeout: f64,
+    /// The responder demands a COOKIE (RFC 7296 §2.6) on every IKE_SA_INIT.
+    #[arg(long)]
+    pub cookies: bool,
+    /// Connection counts for the config load measurement, comma separated; "none" skips it.
+    #[arg(long, value_delimiter = ',', default_value = "1000,2000,5000,10000")]
+    pub config_sizes: Vec<String>,
+    /// Loads of each configuration size (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub config_runs: usize,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `esparto bench setup-peer` (hidden): one side of the tunnel run.
+#[derive(Debug, clap::Args)]
+pub struct PeerArgs {
+    /// initiator or responder.
+    #[arg(long)]
+    pub role: String,
+    /// Our address.
+    #[arg(long)]
+    pub local: IpAddr,
+    /// The other peer's address.
+    #[arg(long)]
+    pub remote: IpAddr,
+    /// Tunnels to bring up.
+    #[arg(long)]
+    pub tunnels: usize,
+    /// IKE SAs in flight at most.
+    #[arg(long)]
+    pub concurrency: usize,
+    /// CPU to pin to.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Seconds before giving up.
+    #[arg(long)]
+    pub timeout: f64,
+    /// Workers the ESP SPIs steer to.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Demand cookies (responder).
+    #[arg(long)]
+    pub cookies: bool,
+}
+
+fn seconds(x: f64, what: &str) -> Result<Duration> {
+    if !(x > 0.0 && x <= 3600.0) {
+        bail!("{what} must be in (0, 3600] seconds");
+    }
+    Ok(Duration::from_secs_f64(x))
+}
+
+/// The CPUs this process may use.
+fn allowed_cpus() -> Vec<usize> {
+    esparto_io::cpu::allowed_cpus()
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| vec![0])
+}
+
+/// Entry point of `esparto bench setup`.
+pub fn main(a: &Args) -> Result<ExitCode> {
+    let allowed = allowed_cpus();
+    let cpus = match a.cpus.as_slice() {
+        [] => (allowed[0], *allowed.get(1).unwrap_or(&allowed[0])),
+        [i, r] => (*i, *r),
+        _ => bail!("--cpus takes two CPUs: initiator,responder"),
+    };
+    if a.concurrency == 0 || a.concurrency > 100_000 {
+        bail!("--concurrency must be between 1 and 100000");
+    }
+    if a.tunnels > 1_000_000 {
+        bail!("--tunnels must be at most 1000000");
+    }
+    let tunnels = (a.tunnels > 0).then_some(TunnelOptions {
+        tunnels: a.tunnels,
+        concurrency: a.concurrency.min(a.tunnels),
+        topology: a.topology,
+        cpus,
+        timeout: seconds(a.timeout, "--timeout")?,
+        cookies: a.cookies,
+        workers: allowed.len(),
+    });
+    let config_sizes = match a.config_sizes.as_slice() {
+        [none] if none == "none" => vec![],
+        list => list
+            .iter()
+            .map(|s| {
+                s.trim()
+                    .parse::<usize>()
+                    .with_context(|| format!("--config-sizes: '{s}' is not a count"))
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    let bin = std::env::current_exe().context("locating the esparto binary")?;
+    let opts = Options {
+        tunnels,
+        config_sizes,
+        config_runs: a.config_runs,
+    };
+    let report = run(&bin, &opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Entry point of `esparto bench setup-peer`.
+pub fn peer_main(a: &PeerArgs) -> Result<ExitCode> {
+    let role = match a.role.as_str() {
+        "initiator" => Role::Initiator,
+        "responder" => Role::Responder,
+        r => bail!("--role {r}: initiator or responder"),
+    };
+    let o = PeerOptions {
+        role,
+        local: a.local,
+        remote: a.remote,
+        tunnels: a.tunnels,
+        concurrency: a.concurrency,
+        cpu: a.cpu,
+        timeout: seconds(a.timeout, "--timeout")?,
+        cookies: a.cookies,
+        workers: a.workers.max(1),
+    };
+    let r = peer::run(&o)?;
+    Ok(if r.completed && r.failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `12345.6` → `"12,346"`.
+fn thousands(x: f64) -> String {
+    let s = format!("{:.0}", x.abs());
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if x < 0.0 && s != "0" {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+/// The report as text.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let _ = render_into(&mut s, r);
+    s
+}
+
+fn render_into(s: &mut String, r: &Report) -> std::fmt::Result {
+    use std::fmt::Write as _;
+    writeln!(
+        s,
+        "esparto bench setup — IKE {}, PSK, ESP {}, one Child SA per IKE SA",
+        r.ike_proposal, r.esp_proposal
+    )?;
+    if let Some(t) = &r.tunnels {
+        let (i, p) = (&t.initiator, &t.responder);
+        let cpu = |c: Option<usize>| c.map_or("-".to_string(), |c| c.to_string());
+        writeln!(
+            s,
+            "{} tunnels, {} in flight, {}, initiator on CPU {}, responder on CPU {}",
+            thousands(t.tunnels as f64),
+            t.concurrency,
+            match t.topology {
+                tunnels::Topology::Veth => "veth between two namespaces",
+                tunnels::Topology::Loopback => "loopback in one namespace",
+            },
+            cpu(i.cpu),
+            cpu(p.cpu),
+        )?;
+        writeln!(s, "{}.\n", r.note)?;
+        writeln!(
+            s,
+            "tunnels up               {} of {} in {:.3} s: {} tunnels/s (wall clock){}",
+            thousands(i.tunnels as f64),
+            thousands(t.tunnels as f64),
+            t.seconds,
+            thousands(t.tunnels_per_second),
+            if t.clean {
+                ""
+            } else {
+                "  ** NOT CLEAN: see failures, retransmissions, drops **"
+            }
+        )?;
+        writeln!(s, "{:<24} {:>16} {:>16}", "", "initiator", "responder")?;
+        let row = |s: &mut String, name: &str, a: String, b: String| {
+            writeln!(s, "{name:<24} {a:>16} {b:>16}")
+        };
+        row(
+            s,
+            "Child SAs counted",
+            thousands(i.tunnels as f64),
+            thousands(p.tunnels as f64),
+        )?;
+        row(
+            s,
+            "CPU seconds",
+            format!("{:.3}", i.cpu_seconds),
+            format!("{:.3}", p.cpu_seconds),
+        )?;
+        row(
+            s,
+            "  user / system",
+            format!("{:.2} / {:.2}", i.user_seconds, i.system_seconds),
+            format!("{:.2} / {:.2}", p.user_seconds, p.system_seconds),
+        )?;
+        row(
+            s,
+            "tunnels per CPU-second",
+            thousands(i.tunnels_per_cpu_second),
+            thousands(p.tunnels_per_cpu_second),
+        )?;
+        row(
+            s,
+            "RSS per tunnel, bytes",
+            thousands(i.rss_per_tunnel),
+            thousands(p.rss_per_tunnel),
+        )?;
+        row(
+            s,
+            "RSS before → after, MiB",
+            format!("{:.1} → {:.1}", mib(i.rss_before), mib(i.rss_after)),
+            format!("{:.1} → {:.1}", mib(p.rss_before), mib(p.rss_after)),
+        )?;
+        let heap = |h: Option<f64>| h.map_or("-".to_string(), thousands);
+        row(
+            s,
+            "heap per tunnel, bytes",
+            heap(i.heap_per_tunnel),
+            heap(p.heap_per_tunnel),
+        )?;
+        row(
+            s,
+            "datagrams sent / recv",
+            format!("{} / {}", i.datagrams_sent, i.datagrams_received),
+            format!("{} / {}", p.datagrams_sent, p.datagrams_received),
+        )?;
+        row(
+            s,
+            "retransmissions",
+            i.retransmissions.to_string(),
+            p.retransmissions.to_string(),
+        )?;
+        row(
+            s,
+            "socket drops",
+            i.socket_drops.to_string(),
+            p.socket_drops.to_string(),
+        )?;
+        row(
+            s,
+            "failures",
+            i.failures.to_string(),
+            p.failures.to_string(),
+        )?;
+        for why in i.failure_reasons.iter().chain(&p.failure_reasons) {
+            writeln!(s, "  {why}")?;
+        }
+        if let Some(l) = &i.latency {
+            writeln!(
+                s,
+                "handshake latency        median {:.1} ms, p99 {:.1} ms, max {:.1} ms (initiate → Child SA, queueing included)",
+                l.median_ms, l.p99_ms, l.max_ms
+            )?;
+        }
+        if !i.deciles.is_empty() {
+            let d: Vec<String> = i.deciles.iter().map(|x| format!("{x:.2}")).collect();
+            writeln!(s, "10 %, 20 %, … 100 % up at {} s", d.join(", "))?;
+        }
+        if !r.heap_counted {
+            writeln!(
+                s,
+                "(heap per tunnel: build with `--features count-alloc` to count it)"
+            )?;
+        }
+    }
+    writeln!(
+        s,
+        "\nX25519 keygen+agree on one core: {}/CPU-s — the ceiling for tunnels per CPU-second per side",
+        thousands(r.x25519.per_second)
+    )?;
+    let c = &r.spi;
+    writeln!(
+        s,
+        "SPIs ({} live): CSPRNG 8 bytes {:.0} ns; IKE SPI {:.0} ns; ESP SPI steering ({} workers) {:.0} ns, random {:.0} ns; {:.0} ns per tunnel per side",
+        thousands(c.live as f64),
+        c.csprng_8_bytes_ns,
+        c.ike_spi_ns,
+        c.workers,
+        c.esp_spi_steering_ns,
+        c.esp_spi_random_ns,
+        c.per_tunnel_per_side_ns,
+    )?;
+    if let Some(t) = &r.tunnels {
+        let per_tunnel_ns = |p: &peer::PeerReport| {
+            if p.tunnels > 0 {
+                p.cpu_seconds * 1e9 / p.tunnels as f64
+            } else {
+                0.0
+            }
+        };
+        let (a, b) = (per_tunnel_ns(&t.initiator), per_tunnel_ns(&t.responder));
+        if a > 0.0 && b > 0.0 {
+            writeln!(
+                s,
+                "  = {:.2} % of the initiator's and {:.2} % of the responder's CPU time per tunnel ({:.1} µs, {:.1} µs)",
+                100.0 * c.per_tunnel_per_side_ns / a,
+                100.0 * c.per_tunnel_per_side_ns / b,
+                a / 1e3,
+                b / 1e3
+            )?;
+        }
+    }
+    if !r.config_load.is_empty() {
+        writeln!(
+            s,
+            "\nconfig load (config::parse_str, then every connection and PSK into an IKE endpoint)"
+        )?;
+        writeln!(
+            s,
+            "{:>12} {:>10} {:>11} {:>12} {:>16}",
+            "connections", "file KiB", "parse ms", "endpoint ms", "µs/connection"
+        )?;
+        for row in &r.config_load {
+            writeln!(
+                s,
+                "{:>12} {:>10} {:>11.1} {:>12.1} {:>16.1}",
+                thousands(row.connections as f64),
+                row.file_bytes / 1024,
+                row.parse_ms,
+                row.endpoint_ms,
+                row.us_per_connection
+            )?;
+        }
+        if let Some(g) = r.config_load_growth {
+            writeln!(
+                s,
+                "time per connection, largest over smallest size: ×{g:.2} (1.00 = linear)"
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.4), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(1234567.8), "1,234,568");
+        assert_eq!(thousands(-4096.0), "-4,096");
+    }
+}
