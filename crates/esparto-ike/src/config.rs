@@ -611,6 +611,38 @@ mod tests {
     }
 
     #[test]
+    fn lifetimes_default_like_swanctl_and_validate() {
+        let mut c = ChildConfig::new("net", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap();
+        // 1 h, hard at 110 %, jitter up to the difference.
+        assert_eq!(c.rekey_time, Some(Duration::from_secs(3600)));
+        assert_eq!(c.hard_lifetime(), Some(Duration::from_secs(3960)));
+        assert_eq!(c.jitter(), Duration::from_secs(360));
+        c.life_time = Some(Duration::from_secs(4000));
+        assert_eq!(c.jitter(), Duration::from_secs(400));
+        c.rand_time = Some(Duration::from_secs(10));
+        assert_eq!(c.jitter(), Duration::from_secs(10));
+        c.rand_time = Some(Duration::from_secs(99_999));
+        assert_eq!(c.jitter(), Duration::from_secs(3600), "never below zero");
+        c.life_time = Some(Duration::from_secs(3600));
+        assert!(c.validate().is_err(), "life_time must exceed rekey_time");
+        c.life_time = None;
+        c.rekey_time = None;
+        assert_eq!((c.hard_lifetime(), c.jitter()), (None, Duration::ZERO));
+        c.validate().unwrap();
+        c.per_cpu_sas = PerCpuSas::Eager;
+        c.per_cpu_max = 0;
+        assert!(c.validate().is_err());
+        let mut k = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+        assert_eq!(k.rekey_time, Some(Duration::from_secs(4 * 3600)));
+        assert_eq!(k.jitter(), Duration::from_secs(1440));
+        assert_eq!(k.dpd_action, DpdAction::Clear);
+        k.rekey_time = Some(Duration::ZERO);
+        k.children
+            .push(ChildConfig::new("n", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap());
+        assert!(k.validate().is_err());
+    }
+
+    #[test]
     fn connection_validation() {
         let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
         assert!(c.validate().is_err(), "no children");

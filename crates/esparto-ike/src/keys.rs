@@ -346,6 +346,52 @@ mod tests {
     }
 
     #[test]
+    fn rekeyed_ike_sa_seeds_with_the_old_prf_and_keys_with_the_new() {
+        // §2.18: SKEYSEED with the old SA's PRF and SK_d; the rest with
+        // the new suite's PRF, the new nonces and SPIs.
+        let (ni, nr, g) = ([4u8; 32], [5u8; 32], [6u8; 32]);
+        let old =
+            IkeKeys::derive(&suite(IkeEncr::ChaCha20Poly1305, None), &ni, &nr, &g, 1, 2).unwrap();
+        let mut new_suite = suite(IkeEncr::AesGcm16 { key_bits: 128 }, None);
+        new_suite.prf = Some(Prf::HmacSha512);
+        let (ni2, nr2, g2) = ([7u8; 32], [8u8; 32], [9u8; 32]);
+        let k = IkeKeys::derive_rekey(
+            Prf::HmacSha256,
+            old.sk_d.as_slice(),
+            &new_suite,
+            &ni2,
+            &nr2,
+            &g2,
+            11,
+            12,
+        )
+        .unwrap();
+        let seed = rekey_skeyseed(Prf::HmacSha256, old.sk_d.as_slice(), &g2, &ni2, &nr2);
+        assert_eq!(seed.as_slice().len(), 32, "the old (SHA-256) PRF made it");
+        let stream = ike_keymat(Prf::HmacSha512, seed.as_slice(), &ni2, &nr2, 11, 12, 64).unwrap();
+        assert_eq!(
+            k.sk_d.as_slice(),
+            stream.as_slice(),
+            "SK_d = first prf+ block of the new PRF"
+        );
+        assert_eq!(k.prf, Prf::HmacSha512);
+        assert!(k.sk_d != old.sk_d);
+        // Different SPIs, different keys.
+        let k2 = IkeKeys::derive_rekey(
+            Prf::HmacSha256,
+            old.sk_d.as_slice(),
+            &new_suite,
+            &ni2,
+            &nr2,
+            &g2,
+            11,
+            13,
+        )
+        .unwrap();
+        assert!(k2.sk_d != k.sk_d);
+    }
+
+    #[test]
     fn child_keys_split_by_direction() {
         let k = ChildKeys::derive(
             Prf::HmacSha256,

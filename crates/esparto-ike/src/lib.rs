@@ -11,24 +11,32 @@
 //! the SA.
 //!
 //! What is implemented (RFC 7296 unless noted): IKE_SA_INIT with proposal
-//! selection (§2.7), INVALID_KE_PAYLOAD retry (§1.2), COOKIEs (§2.6: the
-//! initiator follows them; the responder demands them above a half-open
-//! threshold, with per-source and global half-open limits, [`cookie`])
-//! and NAT detection (§2.23); IKE_AUTH with PSK
-//! authentication (§2.15) and the first Child SA with traffic selector
-//! narrowing (§2.9); CREATE_CHILD_SA for additional Child SAs, with
-//! optional PFS (§1.3.1); INFORMATIONAL deletes and liveness checks
-//! (§1.4); retransmission with exponential back-off and give-up (§2.1,
-//! §2.4); the responder's response cache (§2.1); payload rules per
-//! exchange (§3, [`rules`]). Not yet: rekeying and collisions (§2.8), IKE
-//! SA rekey, RFC 9611 notifies, fragmentation
-//! (RFC 7383), certificates/EAP.
+//! selection (§2.7), INVALID_KE_PAYLOAD retry (§1.2), COOKIEs both ways
+//! (§2.6) and NAT detection (§2.23); IKE_AUTH with PSK authentication
+//! (§2.15) and the first Child SA with traffic selector narrowing (§2.9);
+//! CREATE_CHILD_SA for additional Child SAs, with optional PFS (§1.3.1);
+//! rekeying of Child SAs (§1.3.3) and IKE SAs (§1.3.2, §2.18) both ways,
+//! make-before-break, on timers with jitter or on request, and their
+//! collisions (§2.8.1, §2.8.2, §2.25); INFORMATIONAL deletes and liveness
+//! checks (§1.4) with `dpd_timeout`; windows above one (SET_WINDOW_SIZE,
+//! §2.3); INITIAL_CONTACT (§2.4); RFC 9611 per-resource Child SAs
+//! (SA_RESOURCE_INFO, TS_MAX_QUEUE) eager or on demand; retransmission
+//! with exponential back-off and give-up (§2.1, §2.4); the responder's
+//! response cache (§2.1); payload rules per exchange (§3, [`rules`]). Not
+//! yet: fragmentation (RFC 7383), MOBIKE, certificates/EAP.
+//!
+//! The events ([`event`]) are the contract with the daemon; their module
+//! documentation says how to install, switch and remove SAs during a
+//! rekey so that no packet is lost, and how RFC 9611 sub-SAs map to
+//! workers. Lifetimes and limits are named in [`lifetime`].
 //!
 //! Layout: [`config`] (typed configuration), [`proposal`], [`identity`],
 //! [`ts`] (selectors, narrowing), [`keys`] (derivation), [`auth`] (PSK),
-//! [`nat`], [`rules`], [`spi`], [`event`], [`Endpoint`]; internally `sa`
-//! (one IKE SA, and the responder side of its exchanges), `task` (the
-//! exchanges we initiate), `child` (Child SA negotiation).
+//! [`nat`], [`rules`], [`spi`], [`event`], [`lifetime`], [`Endpoint`];
+//! internally `sa` (one IKE SA: the responder side of its exchanges, its
+//! timers, Child SA bookkeeping and collisions, IKE SA rekeying, RFC
+//! 9611), `task` (the exchanges we initiate), `child` (Child SA
+//! negotiation).
 #![forbid(unsafe_code)]
 
 pub mod auth;

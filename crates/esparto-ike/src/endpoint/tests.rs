@@ -19,6 +19,17 @@ const MOON: &str = "10.0.0.1";
 const SUN: &str = "10.0.0.2";
 
 fn endpoint(seed: u64, local: &str, remote: &str, me: &str, peer: &str) -> Endpoint {
+    endpoint_with(seed, local, remote, me, peer, |_| {})
+}
+
+fn endpoint_with(
+    seed: u64,
+    local: &str,
+    remote: &str,
+    me: &str,
+    peer: &str,
+    tweak: fn(&mut Connection),
+) -> Endpoint {
     let mut ep = Endpoint::new(
         EndpointConfig::default(),
         Box::new(DeterministicRng::new(seed)),
@@ -36,6 +47,7 @@ fn endpoint(seed: u64, local: &str, remote: &str, me: &str, peer: &str) -> Endpo
     };
     c.children
         .push(ChildConfig::new("net", l, r, "aes256gcm16").unwrap());
+    tweak(&mut c);
     ep.add_connection(c).unwrap();
     ep.secrets_mut().add_psk(&[], b"secret");
     ep
@@ -71,9 +83,14 @@ fn pump(p: &mut Pair) -> (Vec<Transmit>, Vec<Transmit>) {
 }
 
 fn established() -> Pair {
+    established_with(|_| {})
+}
+
+/// An IKE SA with one Child SA; `tweak_r` changes the responder's connection.
+fn established_with(tweak_r: fn(&mut Connection)) -> Pair {
     let mut p = Pair {
         i: endpoint(1, MOON, SUN, "@moon", "@sun"),
-        r: endpoint(2, SUN, MOON, "@sun", "@moon"),
+        r: endpoint_with(2, SUN, MOON, "@sun", "@moon", tweak_r),
         now: Instant::now(),
         ike: IkeSaId(0),
     };
@@ -378,3 +395,5 @@ fn start_all_initiates_children_with_start_action_start() {
     }
     assert_eq!(names, ["a", "b"]);
 }
+
+mod bad_input;

@@ -116,6 +116,7 @@ impl IkeSa {
         self.superseded = true;
         self.successor = Some(to.id.0);
         self.rekey_at = None;
+        to.superseded = false;
         to.retire_at = None;
         ctx.events.push_back(Event::IkeSaRekeyed {
             old: self.id,
@@ -230,6 +231,9 @@ impl IkeSa {
             // §2.8.2: answer as usual; the nonces decide when ours ends.
             tracing::info!(ike_sa = %self.id, "IKE_SA rekey collision: holding the peer's new SA");
             self.peer_rekey = Some((spi_r, lowest(ni, &nr).into()));
+            // Silent until it inherits: if it turns out redundant, the peer
+            // deletes it (or it retires) without the driver hearing of it.
+            new.superseded = true;
             new.retire(ctx);
         } else {
             self.hand_over(ctx, &mut new);

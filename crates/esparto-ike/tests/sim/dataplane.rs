@@ -82,7 +82,9 @@ impl Dp {
                     let kin = self.key_id(c.inbound_key.as_slice());
                     let kout = self.key_id(c.outbound_key.as_slice());
                     assert!(
-                        self.inbound.insert(c.inbound_spi, (kin, HashSet::new())).is_none(),
+                        self.inbound
+                            .insert(c.inbound_spi, (kin, HashSet::new()))
+                            .is_none(),
                         "inbound SPI {:08x} installed twice",
                         c.inbound_spi
                     );
@@ -116,7 +118,11 @@ impl Dp {
                     self.inbound.remove(inbound_spi);
                     self.deferred.remove(inbound_spi);
                     if let Some(slot) = self.slot_of.remove(inbound_spi) {
-                        if self.outbound.get(&slot).is_some_and(|o| o.spi == *outbound_spi) {
+                        if self
+                            .outbound
+                            .get(&slot)
+                            .is_some_and(|o| o.spi == *outbound_spi)
+                        {
                             self.outbound.remove(&slot);
                         }
                     }
@@ -127,7 +133,13 @@ impl Dp {
         self.seen_events = events.len();
     }
 
-    fn send(&mut self, slot: &Slot, now: Instant, to: usize, latency: Duration) -> Option<DataPacket> {
+    fn send(
+        &mut self,
+        slot: &Slot,
+        now: Instant,
+        to: usize,
+        latency: Duration,
+    ) -> Option<DataPacket> {
         let Some(o) = self.outbound.get_mut(slot) else {
             self.no_outbound += 1;
             return None;
@@ -155,7 +167,11 @@ impl Dp {
             return;
         };
         let k = key_of(p.key);
-        let mine = self.keys.iter().find(|(_, id)| **id == *kin).map(|(k, _)| k.clone());
+        let mine = self
+            .keys
+            .iter()
+            .find(|(_, id)| **id == *kin)
+            .map(|(k, _)| k.clone());
         if mine.as_deref() != Some(&k[..]) {
             self.bad_key += 1;
             return;
@@ -200,7 +216,11 @@ pub fn run_with_traffic(
         while flight.first().is_some_and(|p| p.at <= now) {
             let p = flight.remove(0);
             let (a, b) = dps.split_at_mut(1);
-            let (rx, tx) = if p.to == 0 { (&mut a[0], &b[0]) } else { (&mut b[0], &a[0]) };
+            let (rx, tx) = if p.to == 0 {
+                (&mut a[0], &b[0])
+            } else {
+                (&mut b[0], &a[0])
+            };
             let key_of = |id| tx.key_bytes(id);
             rx.receive(&p, &key_of);
         }
@@ -217,7 +237,11 @@ pub fn run_with_traffic(
     }
     for p in std::mem::take(&mut flight) {
         let (a, b) = dps.split_at_mut(1);
-        let (rx, tx) = if p.to == 0 { (&mut a[0], &b[0]) } else { (&mut b[0], &a[0]) };
+        let (rx, tx) = if p.to == 0 {
+            (&mut a[0], &b[0])
+        } else {
+            (&mut b[0], &a[0])
+        };
         let key_of = |id| tx.key_bytes(id);
         rx.receive(&p, &key_of);
     }

@@ -33,11 +33,17 @@ pub struct CountingSpis {
 impl SpiAllocator for CountingSpis {
     fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32 {
         let spi = self.inner.allocate(rng, worker);
-        assert!(self.live.lock().unwrap().insert(spi), "SPI {spi:08x} handed out twice");
+        assert!(
+            self.live.lock().unwrap().insert(spi),
+            "SPI {spi:08x} handed out twice"
+        );
         spi
     }
     fn release(&mut self, spi: u32) {
-        assert!(self.live.lock().unwrap().remove(&spi), "SPI {spi:08x} released twice or never allocated");
+        assert!(
+            self.live.lock().unwrap().remove(&spi),
+            "SPI {spi:08x} released twice or never allocated"
+        );
         self.inner.release(spi);
     }
 }
@@ -360,9 +366,17 @@ impl Net {
     /// SAs are the announced, undeleted ones.
     pub fn assert_no_leak(&self, i: usize) {
         let live = self.live_children(i).len();
-        assert_eq!(self.peers[i].ep.child_sa_count(), live, "peer {i}: Child SAs held vs announced");
+        assert_eq!(
+            self.peers[i].ep.child_sa_count(),
+            live,
+            "peer {i}: Child SAs held vs announced"
+        );
         if self.peers[i].live.is_some() {
-            assert_eq!(self.peers[i].live_spis(), live, "peer {i}: SPIs held vs Child SAs");
+            assert_eq!(
+                self.peers[i].live_spis(),
+                live,
+                "peer {i}: SPIs held vs Child SAs"
+            );
         }
         assert_eq!(
             self.peers[i].ep.ike_spi_count(),
