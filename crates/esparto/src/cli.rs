@@ -100,6 +100,8 @@ struct StatusArgs {
 enum BenchCmd {
     /// In-process ESP throughput against the raw cipher, by packet size and worker count.
     Dataplane(DataplaneArgs),
+    /// End to end through two gateways in namespaces: Esparto vs strongSwan, per-CPU SAs vs one pair.
+    Tunnel(crate::bench::tunnel::Args),
     /// IKE tunnel set-up rate, memory per tunnel, SPI cost and config load scaling (two processes in namespaces).
     Setup(crate::bench::setup::Args),
     /// One side of `bench setup` (started by it).
@@ -148,6 +150,7 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Bench(BenchCmd::Dataplane(a)) => bench_dataplane(a),
+        Cmd::Bench(BenchCmd::Tunnel(a)) => crate::bench::tunnel::main(&a),
         Cmd::Bench(BenchCmd::Setup(a)) => crate::bench::setup::main(&a),
         Cmd::Bench(BenchCmd::SetupPeer(a)) => crate::bench::setup::peer_main(&a),
         Cmd::Demo(a) => demo(a),

@@ -8,6 +8,7 @@
 pub mod dataplane;
 pub mod packet;
 pub mod setup;
+pub mod tunnel;
 
 /// The median of `xs` (0 for none).
 pub fn median(xs: &[f64]) -> f64 {

@@ -136,6 +136,46 @@ impl CpuFigure {
     }
 }
 
+/// How the gateways' workers shared one measurement: packets each worker
+/// encapsulated at gw-west (the sending side) and decapsulated at gw-east.
+/// With one SA pair every inbound packet goes to the one worker its SPI
+/// steers to; with per-CPU SAs each worker should take a share.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WorkerSplit {
+    /// Packets encapsulated by each gw-west worker.
+    pub west_encap: Vec<u64>,
+    /// Packets decapsulated by each gw-east worker.
+    pub east_decap: Vec<u64>,
+}
+
+impl WorkerSplit {
+    /// `after − before`, worker by worker (counters are cumulative; a
+    /// worker missing from `before` counts from zero).
+    pub fn since(&self, before: &WorkerSplit) -> WorkerSplit {
+        let d = |a: &[u64], b: &[u64]| -> Vec<u64> {
+            a.iter()
+                .enumerate()
+                .map(|(i, x)| x.saturating_sub(b.get(i).copied().unwrap_or(0)))
+                .collect()
+        };
+        WorkerSplit {
+            west_encap: d(&self.west_encap, &before.west_encap),
+            east_decap: d(&self.east_decap, &before.east_decap),
+        }
+    }
+
+    /// The busiest worker's share of `counts` (1.0: one worker did it
+    /// all; `1 / workers`: evenly spread); `None` when nothing was counted.
+    pub fn busiest_share(counts: &[u64]) -> Option<f64> {
+        let total: u64 = counts.iter().sum();
+        let max = counts.iter().copied().max()?;
+        (total > 0).then(|| max as f64 / total as f64)
+    }
+}
+
+/// Reads the gateways' cumulative per-worker counters (see [`WorkerSplit`]).
+pub type WorkerProbe<'a> = &'a dyn Fn() -> Result<WorkerSplit>;
+
 /// One TCP figure.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TcpFigure {
@@ -143,6 +183,9 @@ pub struct TcpFigure {
     pub result: TcpResult,
     /// CPU over the run.
     pub cpu: CpuFigure,
+    /// How the workers shared the run (Esparto only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<WorkerSplit>,
 }
 
 /// One zero-loss UDP figure.
@@ -160,6 +203,9 @@ pub struct UdpFigure {
     pub outcome: Outcome,
     /// CPU over the last (confirming) trial.
     pub cpu: Option<CpuFigure>,
+    /// How the workers shared the last (confirming) trial (Esparto only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<WorkerSplit>,
 }
 
 /// The figures of one system.
@@ -207,12 +253,35 @@ pub fn measure(
     max_pps: f64,
     max_mbps: f64,
 ) -> Result<Section> {
+    measure_probed(topo, opts, label, pids, max_pps, max_mbps, None)
+}
+
+/// [`measure`], also recording how the gateways' workers shared each TCP
+/// run and each zero-loss trial when given a `probe` (read before the CPU
+/// meter starts and after it stops, so its own cost is not charged).
+pub fn measure_probed(
+    topo: &Topology,
+    opts: &Options,
+    label: &str,
+    pids: &[(&str, u32)],
+    max_pps: f64,
+    max_mbps: f64,
+    probe: Option<WorkerProbe<'_>>,
+) -> Result<Section> {
+    let read = || probe.map(|p| p()).transpose();
+    let split = |before: Option<WorkerSplit>| -> Result<Option<WorkerSplit>> {
+        Ok(match (before, read()?) {
+            (Some(b), Some(a)) => Some(a.since(&b)),
+            _ => None,
+        })
+    };
     let dst = Topology::addr(Node::HostEast, Net::Lan, opts.family);
     let src = Topology::addr(Node::HostWest, Net::Lan, opts.family);
     let mut tcp = Vec::new();
     {
         let server = Iperf3Server::start(topo.ns(Node::HostEast), IPERF3_PORT)?;
         for &n in &opts.tcp_streams {
+            let before = read()?;
             let m = Meter::start(pids)?;
             let r = traffic::tcp(
                 topo.ns(Node::HostWest),
@@ -223,12 +292,14 @@ pub fn measure(
             )
             .with_context(|| format!("{label}: TCP with {n} streams"))?;
             let usage = m.stop()?;
+            let workers = split(before)?;
             if opts.verbose {
                 eprintln!("  {label}: TCP {n} streams: {:.1} Mbit/s", r.received_mbps);
             }
             tcp.push(TcpFigure {
                 cpu: CpuFigure::new(usage, r.bytes),
                 result: r,
+                workers,
             });
         }
     }
@@ -249,7 +320,9 @@ pub fn measure(
             ..opts.search.clone()
         };
         let mut last_cpu: Option<CpuFigure> = None;
+        let mut last_split: Option<WorkerSplit> = None;
         let outcome = zeroloss::search(&search, |rate| {
+            let before = read()?;
             let m = Meter::start(pids)?;
             let (t, _) = udpgen.trial(size, rate, search.trial)?;
             if opts.verbose {
@@ -263,10 +336,15 @@ pub fn measure(
                 );
             }
             last_cpu = Some(CpuFigure::new(m.stop()?, t.received * size as u64));
+            last_split = split(before)?;
             Ok(t)
         })
         .with_context(|| format!("{label}: zero-loss search at {size} bytes"))?;
-        let cpu = if outcome.confirmed { last_cpu } else { None };
+        let (cpu, workers) = if outcome.confirmed {
+            (last_cpu, last_split)
+        } else {
+            (None, None)
+        };
         udp.push(UdpFigure {
             ip_size: size,
             payload,
@@ -274,6 +352,7 @@ pub fn measure(
             ip_mbps: outcome.rate_pps * size as f64 * 8.0 / 1e6,
             outcome,
             cpu,
+            workers,
         });
     }
     Ok(Section {
@@ -409,7 +488,8 @@ pub fn strongswan(opts: &Options) -> Result<Results> {
     })
 }
 
-fn charon_version() -> String {
+/// strongSwan's identification as `charon --version` prints it.
+pub fn charon_version() -> String {
     // `charon --version` prints e.g. "Linux strongSwan 5.9.8" and exits.
     std::process::Command::new(super::CHARON)
         .arg("--version")
@@ -475,6 +555,26 @@ mod tests {
         // 1000 Mbit/s of 1400-byte packets is 89 286 pps; 64-byte ones hit the pps cap.
         assert!((max_pps_for(1400, 250_000.0, 1000.0) - 89_285.714).abs() < 0.01);
         assert_eq!(max_pps_for(64, 250_000.0, 1000.0), 250_000.0);
+    }
+
+    #[test]
+    fn worker_split_differences_and_shares() {
+        let before = WorkerSplit {
+            west_encap: vec![10, 20],
+            east_decap: vec![5],
+        };
+        let after = WorkerSplit {
+            west_encap: vec![110, 20],
+            east_decap: vec![105, 300],
+        };
+        let d = after.since(&before);
+        assert_eq!(d.west_encap, [100, 0]);
+        // A worker that was not there before counts from zero.
+        assert_eq!(d.east_decap, [100, 300]);
+        assert_eq!(WorkerSplit::busiest_share(&d.west_encap), Some(1.0));
+        assert_eq!(WorkerSplit::busiest_share(&d.east_decap), Some(0.75));
+        assert_eq!(WorkerSplit::busiest_share(&[0, 0]), None);
+        assert_eq!(WorkerSplit::busiest_share(&[]), None);
     }
 
     #[test]

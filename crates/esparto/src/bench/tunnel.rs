@@ -1,0 +1,769 @@
+//! `esparto bench tunnel`: end-to-end throughput through two gateways,
+//! Esparto against strongSwan, in one run on one machine.
+//!
+//! The topology is the test bed's (`host-west — gw-west ══ gw-east —
+//! host-east`, four network namespaces), built afresh for every section so
+//! no section inherits another's state. The measurements are the LANCOM
+//! paper's and RFC 2544's (§26.1 throughput: the highest offered rate with
+//! no loss, found by binary search): TCP throughput with iperf3, and the
+//! zero-loss UDP rate per inner IP packet size (64 … 1400 bytes), with the
+//! CPU time the two gateway processes spent per GB carried. Sections:
+//!
+//! 1. the plain routed path (no IPsec), for context;
+//! 2. strongSwan 5.9 `kernel-libipsec` ↔ strongSwan (userspace ESP, as
+//!    Esparto), IKE `aes256gcm16-prfsha256-x25519`, ESP `aes256gcm16`;
+//! 3. Esparto ↔ Esparto with the same proposals, IKEv2 PSK, one SA pair
+//!    (`per_cpu_sas = "no"`): the like-for-like comparison;
+//! 4. Esparto with per-CPU SAs (RFC 9611: a fallback SA plus one Child SA
+//!    per worker) against one SA pair, with 1, 2 and 8 flows: TCP with as
+//!    many streams and zero-loss UDP at 1400 and 64 bytes with as many
+//!    generator flows. Both layouts are keyed the same way and up at the
+//!    same time, and the measurements alternate between them, flow count
+//!    by flow count, so that drift in the machine's load hits both alike.
+//!
+//! **Caps per section.** The search starts with a probe at a cap. A cap
+//! tuned for strongSwan (whose queues are unbounded, so offering 10× its
+//! capacity only fills memory) would make Esparto's figure the cap itself,
+//! so each section has its own ([`Caps`]); a figure whose probe passed is
+//! reported as a lower bound.
+//!
+//! **The machine.** Everything — generators, iperf3, both gateways, the
+//! kernel's forwarding — shares the same CPUs (two here). The figures are
+//! those of this system on this machine, with its load average printed
+//! before and after; the ratios, measured side by side, are what carries
+//! over.
+
+mod pair;
+mod report;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+pub use pair::{EspartoPair, Layout, static_pairs};
+pub use report::{Bound, Figure, LEGEND, Machine, Measure, Row, figures, rows};
+
+use crate::testbed::baseline::{self, Section};
+use crate::testbed::topology::Offloads;
+use crate::testbed::zeroloss::Search;
+use crate::testbed::{Family, missing};
+
+/// How the per-CPU section keys its SAs.
+///
+/// TODO(RFC 9611 in esparto-ike): once the IKE engine negotiates per-CPU
+/// Child SAs, make this `Layout::IkePerCpu` (`per_cpu_sas = "eager"`, and
+/// the one-pair side becomes `per_cpu_sas = "no"`): that is the only
+/// change needed. Until then the per-CPU pairs are statically keyed, and
+/// so is the one pair they are compared with.
+pub const PER_CPU_LAYOUT: Layout = Layout::StaticPerCpu;
+
+/// The highest rate a section's search offers.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Caps {
+    /// Packets/s.
+    pub max_pps: f64,
+    /// Inner IP Mbit/s (caps large packets below `max_pps`).
+    pub max_mbps: f64,
+}
+
+/// Everything a run does, as the JSON records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Options {
+    /// The smoke-run settings were used.
+    pub quick: bool,
+    /// Seconds per TCP run.
+    pub tcp_seconds: u32,
+    /// TCP stream counts in the strongSwan/Esparto comparison.
+    pub tcp_streams: Vec<u32>,
+    /// Inner IP sizes in the strongSwan/Esparto comparison.
+    pub sizes: Vec<usize>,
+    /// Flow (and TCP stream) counts of the per-CPU comparison.
+    pub flows: Vec<usize>,
+    /// Inner IP sizes of the per-CPU comparison.
+    pub per_cpu_sizes: Vec<usize>,
+    /// Workers per Esparto gateway.
+    pub workers: usize,
+    /// Measure strongSwan.
+    pub strongswan: bool,
+    /// Measure the plain routed path.
+    pub routed: bool,
+    /// The zero-loss search (its `max_pps` is replaced by each section's cap).
+    pub search: Search,
+    /// strongSwan's caps.
+    pub strongswan_caps: Caps,
+    /// Esparto's caps.
+    pub esparto_caps: Caps,
+    /// The routed path's caps.
+    pub routed_caps: Caps,
+    /// IKE proposal (strongSwan syntax), both systems.
+    pub ike_proposal: String,
+    /// ESP proposal, both systems.
+    pub esp_proposal: String,
+    /// The per-CPU section's layout.
+    pub per_cpu_layout: Layout,
+    /// Print every trial to stderr.
+    pub verbose: bool,
+}
+
+impl Options {
+    /// A full run (10–20 minutes).
+    pub fn full(workers: usize) -> Self {
+        Self {
+            quick: false,
+            tcp_seconds: 10,
+            tcp_streams: vec![1, 4],
+            sizes: vec![64, 128, 256, 512, 1024, 1400],
+            flows: vec![1, 2, 8],
+            per_cpu_sizes: vec![1400, 64],
+            workers,
+            strongswan: true,
+            routed: true,
+            search: Search {
+                min_pps: 500.0,
+                max_pps: 250_000.0,
+                loss_tolerance: 0.0,
+                resolution: 0.03,
+                trial: Duration::from_secs(2),
+                settle: Duration::from_secs(1),
+                confirm_retries: 4,
+            },
+            // strongSwan: the test bed baseline's caps (it carries ≈ 250
+            // Mbit/s of TCP here; its queues grow without bound).
+            strongswan_caps: Caps {
+                max_pps: 250_000.0,
+                max_mbps: 1_000.0,
+            },
+            esparto_caps: Caps {
+                max_pps: 3_000_000.0,
+                max_mbps: 20_000.0,
+            },
+            routed_caps: Caps {
+                max_pps: 3_000_000.0,
+                max_mbps: 20_000.0,
+            },
+            ike_proposal: "aes256gcm16-prfsha256-x25519".into(),
+            esp_proposal: "aes256gcm16".into(),
+            per_cpu_layout: PER_CPU_LAYOUT,
+            verbose: false,
+        }
+    }
+
+    /// A smoke run of about a minute: short trials, 2 sizes, a coarse search.
+    pub fn quick(workers: usize) -> Self {
+        Self {
+            quick: true,
+            tcp_seconds: 1,
+            sizes: vec![64, 1400],
+            search: Search {
+                min_pps: 1_000.0,
+                max_pps: 250_000.0,
+                loss_tolerance: 0.0,
+                resolution: 0.25,
+                trial: Duration::from_millis(250),
+                settle: Duration::from_millis(50),
+                confirm_retries: 1,
+            },
+            ..Self::full(workers)
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        // 1400: strongSwan's ipsec0 MTU (larger packets would be
+        // fragmented); 44: the generator's 16-byte header over IPv4/UDP.
+        if let Some(s) = self
+            .sizes
+            .iter()
+            .chain(&self.per_cpu_sizes)
+            .find(|s| !(44..=1400).contains(*s))
+        {
+            bail!("packet size {s} is outside 44..=1400 bytes");
+        }
+        if let Some(f) = self.flows.iter().find(|f| !(1..=64).contains(*f)) {
+            bail!("{f} flows: 1 to 64");
+        }
+        if !(1..=600).contains(&self.tcp_seconds) {
+            bail!("--tcp-seconds must be between 1 and 600");
+        }
+        if !(1..=64).contains(&self.workers) {
+            bail!("--workers must be between 1 and 64");
+        }
+        Ok(())
+    }
+
+    /// The test bed's options for one section.
+    fn section(
+        &self,
+        caps: Caps,
+        tcp_streams: Vec<u32>,
+        sizes: Vec<usize>,
+        flows: usize,
+    ) -> baseline::Options {
+        baseline::Options {
+            tcp_seconds: self.tcp_seconds,
+            tcp_streams,
+            sizes,
+            family: Family::V4,
+            search: Search {
+                max_pps: caps.max_pps,
+                ..self.search.clone()
+            },
+            tunnel_max_mbps: caps.max_mbps,
+            routed_max_mbps: caps.max_mbps,
+            routed_max_pps: caps.max_pps,
+            routed: false,
+            routed_gro: false,
+            ike_proposal: self.ike_proposal.clone(),
+            esp_proposal: self.esp_proposal.clone(),
+            udp_flows: flows,
+            verbose: self.verbose,
+        }
+    }
+}
+
+/// The command line of `esparto bench tunnel`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print the full results as JSON (progress still goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// A smoke run of about a minute: 1-second TCP, 64 and 1400 bytes, 0.25-second trials, a coarse search.
+    #[arg(long)]
+    pub quick: bool,
+    /// Inner IP packet sizes for strongSwan vs Esparto (44..=1400), comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    /// Leave strongSwan out (no baseline, no ratios).
+    #[arg(long)]
+    pub skip_strongswan: bool,
+    /// Leave out the plain routed path (no IPsec).
+    #[arg(long)]
+    pub skip_routed: bool,
+    /// Flow counts for per-CPU SAs vs one pair, comma separated (empty: skip that section).
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub flows: Option<Vec<usize>>,
+    /// Seconds per TCP run (default 10; 1 with --quick).
+    #[arg(long)]
+    pub tcp_seconds: Option<u32>,
+    /// Workers per Esparto gateway (default: the CPUs this process may use).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Print every trial to stderr.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+impl Args {
+    /// The options these arguments ask for.
+    pub fn options(&self) -> Result<Options> {
+        let workers = match self.workers {
+            Some(w) => w,
+            None => esparto_io::cpu::allowed_cpus()
+                .map(|c| c.len())
+                .unwrap_or(1)
+                .max(1),
+        };
+        let mut o = if self.quick {
+            Options::quick(workers)
+        } else {
+            Options::full(workers)
+        };
+        if let Some(s) = &self.sizes {
+            o.sizes = s.clone();
+        }
+        if let Some(f) = &self.flows {
+            o.flows = f.clone();
+        }
+        if let Some(t) = self.tcp_seconds {
+            o.tcp_seconds = t;
+        }
+        o.strongswan = !self.skip_strongswan;
+        o.routed = !self.skip_routed;
+        o.verbose = self.verbose;
+        o.validate()?;
+        Ok(o)
+    }
+}
+
+/// The per-CPU comparison for one flow count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowSections {
+    /// Flows (UDP) and streams (TCP).
+    pub flows: usize,
+    /// One SA pair.
+    pub one_pair: Option<Section>,
+    /// Per-CPU SAs.
+    pub per_cpu: Option<Section>,
+}
+
+/// Per-CPU SAs against one SA pair.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerCpu {
+    /// The per-CPU layout.
+    pub layout: String,
+    /// The one-pair layout.
+    pub one_pair_layout: String,
+    /// SAs gw-west held, per-CPU layout.
+    pub per_cpu_sas: Option<String>,
+    /// SAs gw-west held, one-pair layout.
+    pub one_pair_sas: Option<String>,
+    /// The raw sections by flow count.
+    pub sections: Vec<FlowSections>,
+    /// baseline = one pair, subject = per-CPU.
+    pub rows: Vec<Row>,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The command line, as typed.
+    pub command: String,
+    /// The machine.
+    pub machine: Machine,
+    /// The options in force.
+    pub options: Options,
+    /// Unix time at the start.
+    pub started_unix: u64,
+    /// Wall-clock seconds of the run.
+    pub seconds: f64,
+    /// The plain routed path (no IPsec).
+    pub routed: Option<Section>,
+    /// strongSwan ↔ strongSwan.
+    pub strongswan: Option<Section>,
+    /// Esparto ↔ Esparto, IKEv2, one SA pair.
+    pub esparto: Option<Section>,
+    /// SAs gw-west held in that section.
+    pub esparto_sas: Option<String>,
+    /// baseline = strongSwan, subject = Esparto.
+    pub comparison: Vec<Row>,
+    /// Per-CPU SAs against one pair.
+    pub per_cpu: Option<PerCpu>,
+    /// Sections that failed (the run goes on without them).
+    pub errors: Vec<String>,
+}
+
+/// `esparto bench tunnel`: run, print the tables (or the JSON), and fail
+/// if any section failed.
+pub fn main(args: &Args) -> Result<ExitCode> {
+    let opts = args.options()?;
+    let bin = std::env::current_exe().context("locating the esparto binary")?;
+    let report = run(&bin, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Log progress to stderr.
+fn progress(t0: Instant, what: &str) {
+    eprintln!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
+}
+
+/// Run `f`; on error record it and carry on.
+fn attempt<T>(errors: &mut Vec<String>, what: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
+    match f() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let m = format!("{what}: {e:#}");
+            eprintln!("esparto bench tunnel: {m}");
+            errors.push(m);
+            None
+        }
+    }
+}
+
+/// Run the benchmark with the `esparto` binary at `bin` for the gateways.
+pub fn run(bin: &Path, opts: &Options) -> Result<Report> {
+    opts.validate()?;
+    let m = missing(opts.strongswan);
+    if !m.is_empty() {
+        bail!(
+            "esparto bench tunnel needs {} (run as root; `make test` installs the tools)",
+            m.join(", ")
+        );
+    }
+    let t0 = Instant::now();
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut machine = Machine::now();
+    let mut errors = Vec::new();
+    let main_opts = |caps| opts.section(caps, opts.tcp_streams.clone(), opts.sizes.clone(), 1);
+
+    let routed = if opts.routed {
+        progress(t0, "routed path, no IPsec");
+        attempt(&mut errors, "routed", || {
+            baseline::routed(&main_opts(opts.routed_caps), Offloads::default())
+        })
+    } else {
+        None
+    };
+
+    let strongswan = if opts.strongswan {
+        machine.strongswan = Some(baseline::charon_version());
+        progress(t0, "strongSwan ↔ strongSwan");
+        attempt(&mut errors, "strongSwan", || {
+            baseline::tunnel(&main_opts(opts.strongswan_caps))
+        })
+    } else {
+        None
+    };
+
+    progress(t0, "Esparto ↔ Esparto, IKEv2, one SA pair");
+    let esparto = attempt(&mut errors, "Esparto, one SA pair", || {
+        let p = EspartoPair::up(
+            bin,
+            Layout::IkeOnePair,
+            opts.workers,
+            &opts.ike_proposal,
+            &opts.esp_proposal,
+        )?;
+        let s = p.measure(&main_opts(opts.esparto_caps))?;
+        let sas = p.sa_summary().to_string();
+        p.down()?;
+        Ok((s, sas))
+    });
+    let (esparto, esparto_sas) = match esparto {
+        Some((s, sas)) => (Some(s), Some(sas)),
+        None => (None, None),
+    };
+    let comparison = rows(strongswan.as_ref(), esparto.as_ref(), 1);
+
+    let per_cpu = if opts.flows.is_empty() {
+        None
+    } else {
+        Some(per_cpu(bin, opts, t0, &mut errors))
+    };
+
+    machine.loadavg_end = report::loadavg();
+    Ok(Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine,
+        options: opts.clone(),
+        started_unix,
+        seconds: t0.elapsed().as_secs_f64(),
+        routed,
+        strongswan,
+        esparto,
+        esparto_sas,
+        comparison,
+        per_cpu,
+        errors,
+    })
+}
+
+/// Section 4: both layouts up side by side, measured alternately.
+fn per_cpu(bin: &Path, opts: &Options, t0: Instant, errors: &mut Vec<String>) -> PerCpu {
+    let (pcpu_layout, one_layout) = (
+        opts.per_cpu_layout.with_per_cpu(),
+        opts.per_cpu_layout.one_pair(),
+    );
+    progress(t0, "per-CPU SAs against one SA pair: bringing both up");
+    let up =
+        |l: Layout| EspartoPair::up(bin, l, opts.workers, &opts.ike_proposal, &opts.esp_proposal);
+    let pcpu = attempt(errors, "per-CPU SAs", || up(pcpu_layout));
+    let one = attempt(errors, "one SA pair (per-CPU comparison)", || {
+        up(one_layout)
+    });
+    let mut sections = Vec::new();
+    let mut rows_all = Vec::new();
+    for &n in &opts.flows {
+        let o = opts.section(
+            opts.esparto_caps,
+            vec![n as u32],
+            opts.per_cpu_sizes.clone(),
+            n,
+        );
+        let mut measure = |p: &Option<EspartoPair>, what: &str| {
+            let p = p.as_ref()?;
+            progress(t0, &format!("{what}, {n} flow(s)"));
+            attempt(errors, &format!("{what}, {n} flows"), || p.measure(&o))
+        };
+        // Alternate which goes first, so neither always follows the other.
+        let (per_cpu, one_pair) = if sections.len() % 2 == 0 {
+            let a = measure(&pcpu, "per-CPU SAs");
+            (a, measure(&one, "one SA pair"))
+        } else {
+            let b = measure(&one, "one SA pair");
+            (measure(&pcpu, "per-CPU SAs"), b)
+        };
+        rows_all.extend(rows(one_pair.as_ref(), per_cpu.as_ref(), n));
+        sections.push(FlowSections {
+            flows: n,
+            one_pair,
+            per_cpu,
+        });
+    }
+    let per_cpu_sas = pcpu.as_ref().map(|p| p.sa_summary().to_string());
+    let one_pair_sas = one.as_ref().map(|p| p.sa_summary().to_string());
+    for (p, what) in [(pcpu, "per-CPU SAs"), (one, "one SA pair")] {
+        if let Some(p) = p {
+            attempt(errors, &format!("stopping {what}"), || p.down());
+        }
+    }
+    PerCpu {
+        layout: pcpu_layout.describe(opts.workers),
+        one_pair_layout: one_layout.describe(opts.workers),
+        per_cpu_sas,
+        one_pair_sas,
+        sections,
+        rows: rows_all,
+    }
+}
+
+/// The report as text: machine, options, the tables, the targets.
+pub fn render(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let m = &r.machine;
+    let o_ = &r.options;
+    let _ = writeln!(
+        o,
+        "esparto bench tunnel: host-west → gw-west ══ ESP-in-UDP ══ gw-east → host-east"
+    );
+    let _ = writeln!(
+        o,
+        "machine: {} CPUs ({} allowed), {}, kernel {}; load average {} at start, {} at end",
+        m.cpus, m.cpus_allowed, m.cpu_model, m.kernel, m.loadavg_start, m.loadavg_end
+    );
+    let _ = writeln!(
+        o,
+        "software: esparto {}{}; {} s wall clock",
+        m.esparto,
+        m.strongswan
+            .as_ref()
+            .map(|s| format!(", {s} (kernel-libipsec)"))
+            .unwrap_or_default(),
+        r.seconds.round()
+    );
+    let _ = writeln!(o, "command: {}", r.command);
+    let s = &o_.search;
+    let _ = writeln!(
+        o,
+        "options: {}TCP {} s; sizes {:?}; zero-loss search {:.2} s trials, {:.2} s settle, resolution {:.0} %, loss tolerance {}, \
+         {} confirmation retries, from {} pps; caps: strongSwan {} pps / {} Mbit/s, Esparto {} pps / {} Mbit/s; \
+         IKE {} / ESP {}; {} workers per Esparto gateway",
+        if o_.quick { "--quick: " } else { "" },
+        o_.tcp_seconds,
+        o_.sizes,
+        s.trial.as_secs_f64(),
+        s.settle.as_secs_f64(),
+        s.resolution * 100.0,
+        s.loss_tolerance,
+        s.confirm_retries,
+        s.min_pps,
+        o_.strongswan_caps.max_pps,
+        o_.strongswan_caps.max_mbps,
+        o_.esparto_caps.max_pps,
+        o_.esparto_caps.max_mbps,
+        o_.ike_proposal,
+        o_.esp_proposal,
+        o_.workers
+    );
+    let _ = writeln!(
+        o,
+        "note: generators, iperf3, both gateways and the kernel's forwarding share these CPUs."
+    );
+    if let Some(rt) = &r.routed {
+        let _ = writeln!(o, "\n0. context: {}", baseline::render(rt).trim_end());
+    }
+    let _ = writeln!(o, "\n1. strongSwan vs Esparto (1 flow)");
+    let base = r
+        .strongswan
+        .as_ref()
+        .map_or("(not measured)".to_string(), |s| s.label.clone());
+    let subj = r.esparto.as_ref().map_or("(failed)".to_string(), |s| {
+        format!(
+            "{} [gw-west SAs: {}]",
+            s.label,
+            r.esparto_sas.as_deref().unwrap_or("?")
+        )
+    });
+    report::render_comparison(&mut o, &r.comparison, &base, &subj);
+    if let Some(p) = &r.per_cpu {
+        let _ = writeln!(
+            o,
+            "\n2. per-CPU SAs vs one SA pair (Esparto ↔ Esparto; TCP with as many streams as flows)"
+        );
+        let _ = writeln!(
+            o,
+            "  baseline: {} [gw-west SAs: {}]",
+            p.one_pair_layout,
+            p.one_pair_sas.as_deref().unwrap_or("?")
+        );
+        let _ = writeln!(
+            o,
+            "  subject:  {} [gw-west SAs: {}]",
+            p.layout,
+            p.per_cpu_sas.as_deref().unwrap_or("?")
+        );
+        report::render_per_cpu(&mut o, &p.rows);
+    }
+    let _ = writeln!(o, "\n{LEGEND}");
+    let _ = writeln!(o, "\ntargets (measured side by side in this run):");
+    for row in &r.comparison {
+        let goal = match row.measure {
+            Measure::Tcp { .. } => true,
+            Measure::Udp { ip_size } => ip_size == 64,
+        };
+        if goal {
+            let _ = writeln!(
+                o,
+                "  {:<15} Esparto/strongSwan ≥ 10: {}",
+                row.measure.name(),
+                verdict(row, 10.0)
+            );
+        }
+    }
+    if let Some(p) = &r.per_cpu {
+        for row in p.rows.iter().filter(|x| x.flows >= 2) {
+            let _ = writeln!(
+                o,
+                "  {} flows, {}: per-CPU / one pair = {}",
+                row.flows,
+                row.measure.name(),
+                row.ratio_text()
+            );
+        }
+    }
+    for e in &r.errors {
+        let _ = writeln!(o, "ERROR: {e}");
+    }
+    o
+}
+
+fn verdict(row: &Row, goal: f64) -> String {
+    let text = row.ratio_text();
+    match row.reaches(goal) {
+        Some(true) => format!("{text} — met"),
+        Some(false) => format!("{text} — not met"),
+        None if row.ratio.is_none() => "no ratio (a side is missing)".into(),
+        None => format!("{text} — undetermined (a figure is only a lower bound)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn parse(args: &[&str]) -> Result<Options> {
+        let mut v = vec!["t"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v)?.a.options()
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let o = parse(&["--workers", "2"]).unwrap();
+        assert_eq!(o, Options::full(2));
+        assert_eq!(o.sizes, [64, 128, 256, 512, 1024, 1400]);
+        assert_eq!(o.flows, [1, 2, 8]);
+        assert!(o.strongswan && o.routed && !o.quick);
+        assert_eq!(o.per_cpu_layout, PER_CPU_LAYOUT);
+        let q = parse(&[
+            "--quick",
+            "--workers",
+            "2",
+            "--skip-strongswan",
+            "--flows",
+            "1,2",
+            "--tcp-seconds",
+            "3",
+        ])
+        .unwrap();
+        assert!(q.quick && !q.strongswan && q.routed);
+        assert_eq!(q.sizes, [64, 1400]);
+        assert_eq!(q.flows, [1, 2]);
+        assert_eq!(q.tcp_seconds, 3);
+        assert_eq!(
+            parse(&["--workers", "1", "--flows"]).unwrap().flows,
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            parse(&["--workers", "1", "--sizes", "128,512"])
+                .unwrap()
+                .sizes,
+            [128, 512]
+        );
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        for bad in [
+            &["--sizes", "1500"][..],
+            &["--sizes", "40"],
+            &["--flows", "0"],
+            &["--flows", "65"],
+            &["--tcp-seconds", "0"],
+            &["--workers", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn caps_are_per_section() {
+        let o = Options::full(2);
+        let swan = o.section(o.strongswan_caps, vec![1], vec![64], 1);
+        let esp = o.section(o.esparto_caps, vec![2], vec![1400], 2);
+        assert_eq!(
+            (swan.search.max_pps, swan.tunnel_max_mbps),
+            (250_000.0, 1_000.0)
+        );
+        assert_eq!(
+            (esp.search.max_pps, esp.tunnel_max_mbps),
+            (3_000_000.0, 20_000.0)
+        );
+        assert_eq!((esp.udp_flows, esp.tcp_streams.as_slice()), (2, &[2][..]));
+        // Everything but the caps is the same search.
+        assert_eq!(
+            Search {
+                max_pps: 0.0,
+                ..swan.search
+            },
+            Search {
+                max_pps: 0.0,
+                ..esp.search
+            }
+        );
+    }
+
+    #[test]
+    fn report_round_trips_and_renders() {
+        let r = Report {
+            command: "esparto bench tunnel".into(),
+            machine: Machine::now(),
+            options: Options::quick(2),
+            started_unix: 0,
+            seconds: 1.0,
+            routed: None,
+            strongswan: None,
+            esparto: None,
+            esparto_sas: None,
+            comparison: vec![],
+            per_cpu: None,
+            errors: vec!["x: y".into()],
+        };
+        let j = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<Report>(&j).unwrap(), r);
+        let t = render(&r);
+        assert!(t.contains("ERROR: x: y") && t.contains("--quick"), "{t}");
+    }
+}
