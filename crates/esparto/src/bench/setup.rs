@@ -34,6 +34,7 @@ pub mod heap;
 pub mod micro;
 pub mod peer;
 pub mod procfs;
+pub mod report;
 pub mod tunnels;
 
 use std::net::IpAddr;
