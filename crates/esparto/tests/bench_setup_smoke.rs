@@ -1,8 +1,10 @@
 //! `esparto bench setup` end to end, small: two peer processes in network
 //! namespaces bring up a few hundred IKE tunnels, and the report must say
 //! every one came up on both sides with no failure, retransmission or drop,
-//! and give positive figures. Speed is not asserted (shared machine).
-//! Needs root and iproute2; skipped otherwise.
+//! and give positive figures; once over veth with one connection, once over
+//! loopback with a COOKIE round per tunnel and 50 spoke connections. Speed
+//! is not asserted (shared machine). Needs root and iproute2; skipped
+//! otherwise.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -98,7 +100,7 @@ fn veth_run_is_clean_and_reports_every_figure() {
 }
 
 #[test]
-fn loopback_run_with_cookies_is_clean() {
+fn loopback_run_with_cookies_and_many_connections_is_clean() {
     if !root_with_ip() {
         eprintln!("SKIP bench_setup_smoke: needs root and iproute2");
         return;
@@ -111,6 +113,8 @@ fn loopback_run_with_cookies_is_clean() {
         "--topology",
         "loopback",
         "--cookies",
+        "--connections",
+        "50",
         "--config-sizes",
         "none",
     ]);

@@ -165,6 +165,10 @@ pub struct Args {
     /// The responder demands a COOKIE (RFC 7296 §2.6) on every IKE_SA_INIT.
     #[arg(long)]
     pub cookies: bool,
+    /// Spoke connections (each its own identity, PSK and selectors) both sides load; tunnels
+    /// go round-robin over them. 1: every tunnel is an IKE SA of one connection (load-tester).
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
     /// Connection counts for the config load measurement, comma separated; "none" skips it.
     #[arg(long, value_delimiter = ',', default_value = "1000,2000,5000,10000")]
     pub config_sizes: Vec<String>,
@@ -206,6 +210,9 @@ pub struct PeerArgs {
     /// Demand cookies (responder).
     #[arg(long)]
     pub cookies: bool,
+    /// Spoke connections to load.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
 }
 
 fn seconds(x: f64, what: &str) -> Result<Duration> {
@@ -245,6 +252,7 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         timeout: seconds(a.timeout, "--timeout")?,
         cookies: a.cookies,
         workers: allowed.len(),
+        connections: a.connections,
     });
     let config_sizes = match a.config_sizes.as_slice() {
         [none] if none == "none" => vec![],
@@ -293,6 +301,7 @@ pub fn peer_main(a: &PeerArgs) -> Result<ExitCode> {
         timeout: seconds(a.timeout, "--timeout")?,
         cookies: a.cookies,
         workers: a.workers.max(1),
+        connections: a.connections,
     };
     let r = peer::run(&o)?;
     Ok(if r.completed && r.failures == 0 {
@@ -339,8 +348,10 @@ fn render_into(s: &mut String, r: &Report) -> std::fmt::Result {
         let cpu = |c: Option<usize>| c.map_or("-".to_string(), |c| c.to_string());
         writeln!(
             s,
-            "{} tunnels, {} in flight, {}, initiator on CPU {}, responder on CPU {}",
+            "{} tunnels over {} connection{}, {} in flight, {}, initiator on CPU {}, responder on CPU {}",
             thousands(t.tunnels as f64),
+            thousands(t.connections as f64),
+            if t.connections == 1 { "" } else { "s" },
             t.concurrency,
             match t.topology {
                 tunnels::Topology::Veth => "veth between two namespaces",

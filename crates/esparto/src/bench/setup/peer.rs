@@ -73,36 +73,54 @@ pub struct PeerOptions {
     pub cookies: bool,
     /// Workers the inbound ESP SPIs steer to (as the daemon's allocator).
     pub workers: usize,
+    /// Spoke connections (and PSKs) each side loads; tunnels go round-robin.
+    pub connections: usize,
 }
 
-/// The connection both peers load: one IKE SA with one Child SA, PSK.
-fn connection(o: &PeerOptions) -> Result<(Connection, Identity, Identity)> {
-    let (me, peer, lts, rts) = match o.role {
-        Role::Initiator => (
-            "@initiator.bench",
-            "@responder.bench",
-            "10.1.0.0/16",
-            "10.2.0.0/16",
-        ),
-        Role::Responder => (
-            "@responder.bench",
-            "@initiator.bench",
-            "10.2.0.0/16",
-            "10.1.0.0/16",
-        ),
-    };
-    let (me, peer) = (Identity::parse(me)?, Identity::parse(peer)?);
-    let mut c = Connection::new("bench", IKE_PROPOSAL)?;
-    c.local_addrs = vec![o.local];
-    c.remote_addrs = vec![o.remote];
-    c.remote_port = IKE_PORT;
-    c.local.id = Some(me.clone());
-    c.remote.id = Some(peer.clone());
-    // Always ESP-in-UDP, as the daemon does: IKE floats to 4500 (§2.23).
-    c.encap = true;
-    c.children
-        .push(ChildConfig::new("net", lts, rts, ESP_PROPOSAL)?);
-    Ok((c, me, peer))
+/// Most spoke connections (one /24 of 10.128.0.0/9 each).
+pub const MAX_CONNECTIONS: usize = 1 << 15;
+
+/// The connections both peers load, one IKE SA with one Child SA each, PSK:
+/// `connections` spokes `@spokeN.bench` (the initiator's side, LAN
+/// 10.128.0.0 + N·256 /24) of one hub `@responder.bench` (LAN 10.0.0.0/16).
+/// With one connection every tunnel is an IKE SA of the same
+/// configuration, as strongSwan's load-tester does; with many, the
+/// responder is a hub that must find each spoke's connection and key among
+/// all of them. Returns the connections and, for each, its identity pair.
+fn connections(o: &PeerOptions) -> Result<Vec<(Connection, [Identity; 2])>> {
+    if o.connections == 0 || o.connections > MAX_CONNECTIONS {
+        bail!("--connections must be between 1 and {MAX_CONNECTIONS}");
+    }
+    let hub = Identity::parse("@responder.bench")?;
+    let mut out = Vec::with_capacity(o.connections);
+    for i in 0..o.connections {
+        let spoke = Identity::parse(&format!("@spoke{i}.bench"))?;
+        let spoke_lan = format!(
+            "{}/24",
+            std::net::Ipv4Addr::from(0x0a80_0000u32 + ((i as u32) << 8))
+        );
+        let hub_lan = "10.0.0.0/16";
+        let (me, peer, lts, rts) = match o.role {
+            Role::Initiator => (&spoke, &hub, spoke_lan.as_str(), hub_lan),
+            Role::Responder => (&hub, &spoke, hub_lan, spoke_lan.as_str()),
+        };
+        let mut c = Connection::new(&connection_name(i), IKE_PROPOSAL)?;
+        c.local_addrs = vec![o.local];
+        c.remote_addrs = vec![o.remote];
+        c.remote_port = IKE_PORT;
+        c.local.id = Some(me.clone());
+        c.remote.id = Some(peer.clone());
+        // Always ESP-in-UDP, as the daemon does: IKE floats to 4500 (§2.23).
+        c.encap = true;
+        c.children
+            .push(ChildConfig::new("net", lts, rts, ESP_PROPOSAL)?);
+        out.push((c, [spoke, hub.clone()]));
+    }
+    Ok(out)
+}
+
+fn connection_name(i: usize) -> String {
+    format!("spoke{i}")
 }
 
 fn endpoint_config(o: &PeerOptions) -> EndpointConfig {
@@ -307,17 +325,17 @@ pub fn run(o: &PeerOptions) -> Result<PeerReport> {
         esparto_io::cpu::pin_current_thread(cpu)
             .with_context(|| format!("pinning to CPU {cpu}"))?;
     }
-    let (conn, me, peer) = connection(o)?;
     let mut ep = Endpoint::new(
         endpoint_config(o),
         Box::new(SystemRng),
         Box::new(SteeringSpis::new(o.workers)),
     );
-    ep.add_connection(conn)?;
-    ep.secrets_mut().add_psk(
-        &[me, peer],
-        b"esparto bench setup: a pre-shared key for the load test",
-    );
+    let names: Vec<String> = (0..o.connections).map(connection_name).collect();
+    for (i, (c, ids)) in connections(o)?.into_iter().enumerate() {
+        ep.add_connection(c)?;
+        let key = format!("esparto bench setup: the pre-shared key of spoke {i}");
+        ep.secrets_mut().add_psk(&ids, key.as_bytes());
+    }
     warm_up()?;
     let mut io = Io::bind(o.local)?;
     let mut poller = Poller::new();
@@ -364,7 +382,8 @@ pub fn run(o: &PeerOptions) -> Result<PeerReport> {
         }
         if o.role == Role::Initiator {
             while started < o.tunnels && pending.len() < o.concurrency {
-                let id = ep.initiate(now, "bench", None).context("initiate")?;
+                let name = &names[started % names.len()];
+                let id = ep.initiate(now, name, None).context("initiate")?;
                 pending.insert(id, now);
                 started += 1;
             }
@@ -490,7 +509,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_sides_agree_on_the_tunnel() {
+    fn both_sides_agree_on_every_tunnel() {
         let o = |role, local: &str, remote: &str| PeerOptions {
             role,
             local: local.parse().unwrap(),
@@ -501,14 +520,30 @@ mod tests {
             timeout: Duration::from_secs(5),
             cookies: false,
             workers: 2,
+            connections: 300,
         };
-        let (i, ..) = connection(&o(Role::Initiator, "198.18.0.1", "198.18.0.2")).unwrap();
-        let (r, ..) = connection(&o(Role::Responder, "198.18.0.2", "198.18.0.1")).unwrap();
-        assert_eq!(i.children[0].local_ts, r.children[0].remote_ts);
-        assert_eq!(i.local.id, r.remote.id);
-        assert!(i.encap && r.encap);
-        i.validate().unwrap();
-        r.validate().unwrap();
+        let is = connections(&o(Role::Initiator, "198.18.0.1", "198.18.0.2")).unwrap();
+        let rs = connections(&o(Role::Responder, "198.18.0.2", "198.18.0.1")).unwrap();
+        assert_eq!(is.len(), 300);
+        for ((i, iids), (r, rids)) in is.iter().zip(&rs) {
+            assert_eq!(i.name, r.name);
+            assert_eq!(i.children[0].local_ts, r.children[0].remote_ts);
+            assert_eq!(i.children[0].remote_ts, r.children[0].local_ts);
+            assert_eq!(i.local.id, r.remote.id);
+            assert_eq!(i.remote.id, r.local.id);
+            assert_eq!(iids, rids, "one PSK per spoke, the same on both sides");
+            assert!(i.encap && r.encap);
+            i.validate().unwrap();
+            r.validate().unwrap();
+        }
+        assert_eq!(
+            is[299].0.children[0].local_ts[0],
+            esparto_ike::TsConfig::parse("10.129.43.0/24").unwrap()
+        );
+        assert_ne!(is[0].0.local.id, is[1].0.local.id, "spokes differ");
+        let mut zero = o(Role::Initiator, "198.18.0.1", "198.18.0.2");
+        zero.connections = 0;
+        assert!(connections(&zero).is_err());
         let cfg = endpoint_config(&o(Role::Responder, "198.18.0.2", "198.18.0.1"));
         assert!(cfg.half_open_per_source > 5 && cfg.cookie_threshold == usize::MAX);
     }

@@ -68,6 +68,8 @@ pub struct TunnelOptions {
     pub cookies: bool,
     /// Workers the ESP SPIs steer to.
     pub workers: usize,
+    /// Spoke connections both sides load.
+    pub connections: usize,
 }
 
 /// Both peers' figures and the run's own.
@@ -79,6 +81,8 @@ pub struct TunnelReport {
     pub tunnels: usize,
     /// IKE SAs in flight at most.
     pub concurrency: usize,
+    /// Connections loaded on each side.
+    pub connections: usize,
     /// Every tunnel up on both sides, no failure, no retransmission, no drop.
     pub clean: bool,
     /// Wall-clock seconds to bring them all up (the initiator's clock).
@@ -190,6 +194,8 @@ fn peer_args(
         o.timeout.as_secs_f64().to_string(),
         "--workers".into(),
         o.workers.to_string(),
+        "--connections".into(),
+        o.connections.to_string(),
     ];
     if o.cookies {
         a.push("--cookies".into());
@@ -276,6 +282,7 @@ fn run_in_namespaces(bin: &Path, o: &TunnelOptions, stop: &AtomicBool) -> Result
         topology: o.topology,
         tunnels: o.tunnels,
         concurrency: o.concurrency,
+        connections: o.connections,
         clean,
         seconds: init.seconds,
         tunnels_per_second: if init.seconds > 0.0 {
@@ -318,6 +325,7 @@ mod tests {
             timeout: Duration::from_secs(9),
             cookies: true,
             workers: 2,
+            connections: 4,
         };
         let a = peer_args(
             &o,
@@ -329,7 +337,7 @@ mod tests {
         let s = a.join(" ");
         assert_eq!(
             s,
-            "--role responder --local 198.18.0.2 --remote 198.18.0.1 --tunnels 7 --concurrency 3 --cpu 1 --timeout 9 --workers 2 --cookies"
+            "--role responder --local 198.18.0.2 --remote 198.18.0.1 --tunnels 7 --concurrency 3 --cpu 1 --timeout 9 --workers 2 --connections 4 --cookies"
         );
     }
 }
