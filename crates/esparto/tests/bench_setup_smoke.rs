@@ -96,7 +96,8 @@ fn veth_run_is_clean_and_reports_every_figure() {
     for row in rows {
         assert!(row["us_per_connection"].as_f64().unwrap() > 0.0, "{row:#}");
     }
-    assert!(f(&r, "/config_load_growth") > 0.0);
+    assert!(f(&r, "/config_load_growth/parse") > 0.0);
+    assert!(f(&r, "/config_load_growth/endpoint") > 0.0);
 }
 
 #[test]

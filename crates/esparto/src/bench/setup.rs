@@ -68,6 +68,17 @@ pub struct Options {
     pub config_runs: usize,
 }
 
+/// How time per connection grows from the smallest size to the largest.
+#[derive(Debug, Clone, Serialize)]
+pub struct Growth {
+    /// Loader and endpoint together.
+    pub total: f64,
+    /// `config::parse_str` alone.
+    pub parse: f64,
+    /// Adding to the endpoint alone.
+    pub endpoint: f64,
+}
+
 /// Everything measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -90,8 +101,9 @@ pub struct Report {
     /// Config load timings by size.
     pub config_load: Vec<ConfigLoadRow>,
     /// Time per connection at the largest size over that at the smallest
-    /// (1.0 = linear; quadratic doubles it with every doubling of size).
-    pub config_load_growth: Option<f64>,
+    /// (1.0 = linear; quadratic doubles it with every doubling of size):
+    /// loader and endpoint together, and each alone.
+    pub config_load_growth: Option<Growth>,
 }
 
 impl Report {
@@ -120,12 +132,7 @@ pub fn run(bin: &Path, o: &Options) -> Result<Report> {
         .map_err(|_| anyhow::anyhow!("the micro-measurement thread panicked"))?
     })?;
     let config_load = config_load::measure(&o.config_sizes, o.config_runs)?;
-    let config_load_growth = match (config_load.first(), config_load.last()) {
-        (Some(a), Some(b)) if config_load.len() > 1 && a.us_per_connection > 0.0 => {
-            Some(b.us_per_connection / a.us_per_connection)
-        }
-        _ => None,
-    };
+    let config_load_growth = growth(&config_load);
     let tunnels = match &o.tunnels {
         Some(t) => Some(tunnels::run(bin, t)?),
         None => None,
@@ -141,6 +148,27 @@ pub fn run(bin: &Path, o: &Options) -> Result<Report> {
         tunnels,
         config_load,
         config_load_growth,
+    })
+}
+
+/// Growth of the time per connection from the first row to the last.
+fn growth(rows: &[ConfigLoadRow]) -> Option<Growth> {
+    let (a, b) = (rows.first()?, rows.last()?);
+    if rows.len() < 2 {
+        return None;
+    }
+    let per = |ms: f64, n: usize| ms / n as f64;
+    let ratio = |x: f64, y: f64| if x > 0.0 { y / x } else { f64::NAN };
+    Some(Growth {
+        total: ratio(a.us_per_connection, b.us_per_connection),
+        parse: ratio(
+            per(a.parse_ms, a.connections),
+            per(b.parse_ms, b.connections),
+        ),
+        endpoint: ratio(
+            per(a.endpoint_ms, a.connections),
+            per(b.endpoint_ms, b.connections),
+        ),
     })
 }
 
@@ -524,10 +552,11 @@ fn render_into(s: &mut String, r: &Report) -> std::fmt::Result {
                 row.us_per_connection
             )?;
         }
-        if let Some(g) = r.config_load_growth {
+        if let Some(g) = &r.config_load_growth {
             writeln!(
                 s,
-                "time per connection, largest over smallest size: ×{g:.2} (1.00 = linear)"
+                "time per connection, largest over smallest size: ×{:.2} (loader ×{:.2}, endpoint ×{:.2}; 1.00 = linear)",
+                g.total, g.parse, g.endpoint
             )?;
         }
     }
@@ -541,6 +570,24 @@ fn mib(b: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_is_per_connection() {
+        let row = |n: usize, parse_ms: f64, endpoint_ms: f64| ConfigLoadRow {
+            connections: n,
+            file_bytes: 0,
+            parse_ms,
+            endpoint_ms,
+            us_per_connection: (parse_ms + endpoint_ms) * 1e3 / n as f64,
+        };
+        // Linear loader, quadratic endpoint: 10× the size, 100× the time.
+        let g = growth(&[row(1000, 10.0, 1.0), row(10_000, 100.0, 100.0)]).unwrap();
+        assert!((g.parse - 1.0).abs() < 1e-9);
+        assert!((g.endpoint - 10.0).abs() < 1e-9);
+        assert!((g.total - 200.0 / 110.0).abs() < 1e-9);
+        assert!(growth(&[row(1000, 1.0, 1.0)]).is_none());
+        assert!(growth(&[]).is_none());
+    }
 
     #[test]
     fn thousands_separators() {
