@@ -72,6 +72,11 @@ pub struct Options {
     /// Print each trial to stderr as it ends.
     #[serde(default)]
     pub verbose: bool,
+    /// Before each search, blast once at the cap and, if the generator
+    /// fell short of it, search below what it did offer (see
+    /// [`calibrated_max`]). For systems far faster than the generator.
+    #[serde(default)]
+    pub calibrate: bool,
 }
 
 impl Default for Options {
@@ -99,6 +104,7 @@ impl Default for Options {
             esp_proposal: "aes256gcm16".into(),
             udp_flows: 1,
             verbose: false,
+            calibrate: false,
         }
     }
 }
@@ -199,6 +205,10 @@ pub struct UdpFigure {
     pub rate_pps: f64,
     /// The same as inner IP Mbit/s (`pps × ip_size × 8`).
     pub ip_mbps: f64,
+    /// What the generator offered when asked for the cap, packets/s (with
+    /// [`Options::calibrate`]); the search started from the lower of the two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_pps: Option<f64>,
     /// The search's record.
     pub outcome: Outcome,
     /// CPU over the last (confirming) trial.
@@ -236,6 +246,29 @@ pub struct Results {
     pub routed: Vec<Section>,
     /// strongSwan ↔ strongSwan.
     pub tunnel: Option<Section>,
+}
+
+/// A generator that offers less than this fraction of the rate asked of it
+/// is the limit, not the system under test.
+const GENERATOR_SHORTFALL: f64 = 0.95;
+
+/// The highest rate worth asking for, given a blast at `cap` that offered
+/// `offered` packets/s: the cap itself if the generator kept up (within
+/// [`GENERATOR_SHORTFALL`]), else what it managed.
+///
+/// Why: the search bisects on the *requested* rate. Above what the
+/// generator can offer, every request is the same blast, so a bisection
+/// step can pass at a rate that was never offered and its confirmation —
+/// another blast, at a different real rate on a busy machine — fail,
+/// leaving no result at all. Searching below the generator's real ceiling
+/// keeps every request a rate that is actually offered; a passing probe
+/// then says "at least the generator's ceiling".
+pub fn calibrated_max(cap: f64, offered: f64) -> f64 {
+    if offered > 0.0 && offered < cap * GENERATOR_SHORTFALL {
+        offered
+    } else {
+        cap
+    }
 }
 
 /// The IP rate cap for `size`, as packets/s.
@@ -315,10 +348,28 @@ pub fn measure_probed(
     let mut udp = Vec::new();
     for &size in &opts.sizes {
         let payload = udp_payload_len(size, opts.family)?;
-        let search = Search {
-            max_pps: max_pps_for(size, max_pps, max_mbps),
+        let cap = max_pps_for(size, max_pps, max_mbps);
+        let mut search = Search {
+            max_pps: cap,
             ..opts.search.clone()
         };
+        let mut generator_pps = None;
+        if opts.calibrate {
+            // Half a second tells the generator's rate; a longer blast
+            // would only deepen a slow system's backlog.
+            let blast = search.trial.min(Duration::from_millis(500));
+            let (t, _) = udpgen.trial(size, cap, blast)?;
+            generator_pps = Some(t.offered_pps);
+            // Stay above the search's floor, or it refuses to run.
+            search.max_pps = calibrated_max(cap, t.offered_pps).max(search.min_pps * 2.0);
+            if opts.verbose {
+                eprintln!(
+                    "  {label}: {size} B: the generator offered {:.0} pps when asked for {cap:.0}; searching up to {:.0}",
+                    t.offered_pps, search.max_pps
+                );
+            }
+            std::thread::sleep(search.settle);
+        }
         let mut last_cpu: Option<CpuFigure> = None;
         let mut last_split: Option<WorkerSplit> = None;
         let outcome = zeroloss::search(&search, |rate| {
@@ -350,6 +401,7 @@ pub fn measure_probed(
             payload,
             rate_pps: outcome.rate_pps,
             ip_mbps: outcome.rate_pps * size as f64 * 8.0 / 1e6,
+            generator_pps,
             outcome,
             cpu,
             workers,
@@ -555,6 +607,16 @@ mod tests {
         // 1000 Mbit/s of 1400-byte packets is 89 286 pps; 64-byte ones hit the pps cap.
         assert!((max_pps_for(1400, 250_000.0, 1000.0) - 89_285.714).abs() < 0.01);
         assert_eq!(max_pps_for(64, 250_000.0, 1000.0), 250_000.0);
+    }
+
+    #[test]
+    fn calibration_searches_below_a_short_generator() {
+        // The generator kept up: the cap stands.
+        assert_eq!(calibrated_max(100_000.0, 99_000.0), 100_000.0);
+        // It offered a tenth of a 3 Mpps cap: search below what it offered.
+        assert_eq!(calibrated_max(3e6, 300_000.0), 300_000.0);
+        // Nothing offered at all (a broken trial): keep the cap.
+        assert_eq!(calibrated_max(3e6, 0.0), 3e6);
     }
 
     #[test]

@@ -117,6 +117,9 @@ pub struct Figure {
     pub confirmed: bool,
     /// UDP: the probe at the cap passed, so this is a lower bound.
     pub at_max: bool,
+    /// UDP: what the generator offered when asked for the cap, packets/s
+    /// (the search's ceiling when lower than the cap).
+    pub generator_pps: Option<f64>,
     /// Share of the receiving gateway's decapsulations done by its
     /// busiest worker (Esparto only; 1.0 = all on one worker).
     pub decap_busiest_share: Option<f64>,
@@ -154,6 +157,7 @@ pub fn figures(s: &Section) -> Vec<(Measure, Figure)> {
                 gateway_s_per_gb: t.cpu.gateway_s_per_gb,
                 confirmed: true,
                 at_max: false,
+                generator_pps: None,
                 decap_busiest_share: decap,
                 encap_busiest_share: encap,
             },
@@ -169,6 +173,7 @@ pub fn figures(s: &Section) -> Vec<(Measure, Figure)> {
                 gateway_s_per_gb: u.cpu.as_ref().and_then(|c| c.gateway_s_per_gb),
                 confirmed: u.outcome.confirmed,
                 at_max: u.outcome.at_max,
+                generator_pps: u.generator_pps,
                 decap_busiest_share: decap,
                 encap_busiest_share: encap,
             },
@@ -379,7 +384,7 @@ pub(super) fn render_per_cpu(out: &mut String, rows: &[Row]) {
 pub const LEGEND: &str = "Mb/s: Mbit/s (TCP payload; inner IP bytes for UDP). pps: RFC 2544 zero-loss \
 packets/s. CPU s/GB: CPU seconds of both gateway processes per 10^9 bytes carried (time \
 accounting of the processes; kernel forwarding in softirq is not in it). ≥: the first probe, at \
-the cap, passed — a lower bound set by the generator or the cap. ?: no confirming trial passed. \
+the cap or at what the generator could offer (whichever was lower), passed — a lower bound. ?: no confirming trial passed. \
 decap: share of the receiving gateway's decapsulations done by its busiest worker (100% = one \
 worker did all). ratio: subject / baseline (≥ or ≤ when one figure is a lower bound; \"both ≥\": \
 both are, the ratio says nothing).";
@@ -441,6 +446,7 @@ mod tests {
                         loss_tolerance: 0.0,
                         steps: vec![],
                     },
+                    generator_pps: None,
                     cpu: None,
                     workers: None,
                 })
