@@ -159,6 +159,10 @@ fn next_line(p: &Running, what: &str, timeout: Duration, stop: &AtomicBool) -> R
         match p.lines.recv_timeout(left.min(Duration::from_millis(100))) {
             Ok(l) => return Ok(l),
             Err(RecvTimeoutError::Timeout) => continue,
+            // A Ctrl-C ends the peers first; say what happened, not how.
+            Err(RecvTimeoutError::Disconnected) if stop.load(Ordering::Relaxed) => {
+                bail!("interrupted")
+            }
             Err(RecvTimeoutError::Disconnected) => {
                 bail!("{what}: the peer exited early (see its message above)")
             }
