@@ -153,6 +153,8 @@ struct Io {
     rx: RxBatch,
     sent: u64,
     received: u64,
+    /// Datagrams too large for a batch slot, dropped.
+    oversize: u64,
 }
 
 impl Io {
@@ -174,6 +176,7 @@ impl Io {
             rx: RxBatch::new(BATCH, 0, MAX_DATAGRAM, BATCH),
             sent: 0,
             received: 0,
+            oversize: 0,
         })
     }
 
@@ -212,9 +215,11 @@ impl Io {
                 self.flush(i)?;
             }
             // A datagram larger than a slot cannot come from this exchange
-            // (no certificates); dropping it would show as a retransmission.
+            // (no certificates); if one did, it is dropped and counted.
             if self.tx[i].push(Some(t.remote), &t.data).is_ok() {
                 n += 1;
+            } else {
+                self.oversize += 1;
             }
         }
         self.flush(0)?;
@@ -239,13 +244,15 @@ impl Io {
     }
 
     fn drops(&self) -> u64 {
-        self.socks
-            .iter()
-            .map(|s| {
-                let st = s.stats();
-                st.tx_errors + st.tx_no_dst + st.rx_truncated + st.rx_overflow
-            })
-            .sum()
+        self.oversize
+            + self
+                .socks
+                .iter()
+                .map(|s| {
+                    let st = s.stats();
+                    st.tx_errors + st.tx_no_dst + st.rx_truncated + st.rx_overflow
+                })
+                .sum()
     }
 }
 
