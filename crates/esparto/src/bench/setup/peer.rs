@@ -252,7 +252,7 @@ impl Io {
                     let st = s.stats();
                     st.tx_errors + st.tx_no_dst + st.rx_truncated + st.rx_overflow
                 })
-                .sum()
+                .sum::<u64>()
     }
 }
 
