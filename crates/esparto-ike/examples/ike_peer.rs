@@ -13,6 +13,11 @@
 //!          --psk secret --local-ts 10.1.0.0/16 --remote-ts 10.2.0.0/16 \
 //!          --ike aes256gcm16-prfsha256-x25519 --esp aes256gcm16 --initiate
 //! ```
+//!
+//! Lifecycle options: `--rekey-child-after S` / `--rekey-ike-after S` ask
+//! the endpoint to rekey the first Child SA / the IKE SA S seconds after
+//! the start; `--child-rekey-time S` / `--ike-rekey-time S` set the
+//! lifetimes (the endpoint rekeys by itself, with jitter).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -51,16 +56,22 @@ fn main() {
     conn.remote.id = get("--remote-id").map(|s| Identity::parse(&s).unwrap());
     conn.encap = has("--encap");
     conn.dpd_delay = get("--dpd").map(|s| Duration::from_secs(s.parse().unwrap()));
+    let secs = |k: &str| get(k).map(|s| Duration::from_secs(s.parse().unwrap()));
+    if let Some(t) = secs("--ike-rekey-time") {
+        conn.rekey_time = Some(t);
+    }
     let esp = get("--esp").unwrap_or("aes256gcm16".into());
-    conn.children.push(
-        ChildConfig::new(
-            "net",
-            &get("--local-ts").unwrap_or("dynamic".into()),
-            &get("--remote-ts").unwrap_or("dynamic".into()),
-            &esp,
-        )
-        .unwrap(),
-    );
+    let mut net = ChildConfig::new(
+        "net",
+        &get("--local-ts").unwrap_or("dynamic".into()),
+        &get("--remote-ts").unwrap_or("dynamic".into()),
+        &esp,
+    )
+    .unwrap();
+    if let Some(t) = secs("--child-rekey-time") {
+        net.rekey_time = Some(t);
+    }
+    conn.children.push(net);
     if let Some(esp2) = get("--child2-esp") {
         conn.children.push(
             ChildConfig::new(
@@ -99,6 +110,10 @@ fn main() {
     let mut child2_done = false;
     let mut terminate_at =
         get("--terminate-after").map(|s| start + Duration::from_secs(s.parse().unwrap()));
+    let mut rekey_child_at = secs("--rekey-child-after").map(|d| start + d);
+    let mut rekey_ike_at = secs("--rekey-ike-after").map(|d| start + d);
+    // Our inbound SPI of the current "net" Child SA.
+    let mut net_spi: Option<u32> = None;
     let mut buf = vec![0u8; 65536];
     while start.elapsed() < Duration::from_secs(seconds) {
         let now = Instant::now();
@@ -109,6 +124,20 @@ fn main() {
             if now >= t {
                 ep.terminate(now, id).unwrap();
                 terminate_at = None;
+            }
+        }
+        if let (Some(t), Some(id), Some(spi)) = (rekey_child_at, ike, net_spi) {
+            if now >= t {
+                println!("REKEY_CHILD in={spi:08x}");
+                ep.rekey_child(now, id, spi).unwrap();
+                rekey_child_at = None;
+            }
+        }
+        if let (Some(t), Some(id)) = (rekey_ike_at, ike) {
+            if now >= t {
+                println!("REKEY_IKE spi={id}");
+                ep.rekey_ike(now, id).unwrap();
+                rekey_ike_at = None;
             }
         }
         for (sock, port) in [(&s500, 500u16), (&s4500, 4500u16)] {
@@ -132,11 +161,16 @@ fn main() {
         while let Some(e) = ep.poll_event() {
             match &e {
                 Event::ChildSaEstablished(c) => {
+                    if &*c.child == "net" {
+                        net_spi = Some(c.inbound_spi);
+                    }
                     println!(
-                        "CHILD_UP child={} in={:08x} out={:08x} suite={} esn={} encap={} local={} remote={} lts={:?} rts={:?}",
+                        "CHILD_UP child={} in={:08x} out={:08x} rekeys={} active={} suite={} esn={} encap={} local={} remote={} lts={:?} rts={:?}",
                         c.child,
                         c.inbound_spi,
                         c.outbound_spi,
+                        c.rekeys.map_or("-".to_string(), |s| format!("{s:08x}")),
+                        c.outbound_active,
                         c.suite.name(),
                         c.esn,
                         c.encap,
@@ -172,8 +206,22 @@ fn main() {
                     ..
                 } => {
                     ike = Some(*ike_sa);
-                    println!("IKE_UP remote_id={remote_id} local={local} remote={remote}");
+                    println!(
+                        "IKE_UP spi={ike_sa} remote_id={remote_id} local={local} remote={remote}"
+                    );
                 }
+                Event::IkeSaRekeyed { old, new, .. } => {
+                    ike = Some(*new);
+                    println!("IKE_REKEYED old={old} new={new}");
+                }
+                Event::ChildSaDeleted {
+                    inbound_spi,
+                    outbound_spi,
+                    reason,
+                    ..
+                } => println!(
+                    "CHILD_DOWN in={inbound_spi:08x} out={outbound_spi:08x} reason={reason:?} {e:?}"
+                ),
                 other => println!("{other:?}"),
             }
         }

@@ -681,3 +681,47 @@ fn rekeys_survive_loss_duplication_and_reordering() {
         "{survived}/{runs} survived 15 % loss"
     );
 }
+
+#[test]
+fn terminating_while_a_rekey_is_out_deletes_the_successor_too() {
+    // A Child SA.
+    let (mut net, id) = up(&Setup::default(), 300);
+    let spi = net.live_children(I)[0].inbound_spi;
+    net.peers[I].ep.rekey_child(net.now, id, spi).unwrap();
+    net.peers[I].ep.terminate_child(net.now, id, spi).unwrap();
+    net.run_for(Duration::from_secs(2));
+    assert!(net.live_children(I).is_empty() && net.live_children(R).is_empty());
+    net.assert_no_leak(I);
+    net.assert_no_leak(R);
+    // The IKE SA.
+    let (mut net, id) = up(&Setup::default(), 301);
+    net.peers[I].ep.rekey_ike(net.now, id).unwrap();
+    net.peers[I].ep.terminate(net.now, id).unwrap();
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(
+        net.peers[I].ep.ike_sa_count() + net.peers[R].ep.ike_sa_count(),
+        0
+    );
+    assert_eq!(
+        net.count(I, |e| matches!(
+            e,
+            Event::IkeSaDeleted {
+                reason: Reason::Terminated,
+                ..
+            }
+        )),
+        1
+    );
+    assert_eq!(
+        net.count(R, |e| matches!(
+            e,
+            Event::IkeSaDeleted {
+                reason: Reason::DeletedByPeer,
+                ..
+            }
+        )),
+        1
+    );
+    net.assert_no_leak(I);
+    net.assert_no_leak(R);
+}

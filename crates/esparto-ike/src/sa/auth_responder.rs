@@ -215,7 +215,6 @@ impl IkeSa {
         if self.nat.local_behind_nat {
             self.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
         }
-        self.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
         self.peer_window = peer_window(window);
         self.rekey_at = rekey_deadline(ctx, self.conn.rekey_time, self.conn.jitter());
         if initial_contact {
@@ -270,7 +269,10 @@ impl IkeSa {
         }
         self.init_request = Vec::new();
         self.init_response = Vec::new();
+        // Window one until this answer is out (§2.3), so only it is kept
+        // (the IKE_SA_INIT response is of no use any more); ours from now.
         self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
+        self.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
         if let Some(Ok(answer)) = &child {
             let name = answer.child.clone();
             self.fallback_done(ctx, &name, Some(answer.resource_info));
@@ -380,7 +382,7 @@ impl IkeSa {
         match installed {
             Ok((mut c, event)) => {
                 crate::child::announce(ctx, &mut c, event);
-                self.children.push(c);
+                self.add_child(c);
                 Ok(answer)
             }
             Err(_) => {

@@ -106,7 +106,7 @@ impl IkeSa {
             new.rekey_at = None;
             new.expire_at = None;
             let spi = new.inbound_spi;
-            self.children.push(new);
+            self.add_child(new);
             if let Some(i) = self.child_by_inbound(old) {
                 if self.children[i].state == ChildState::Rekeying {
                     self.children[i].state = ChildState::Rekeyed;
@@ -115,8 +115,22 @@ impl IkeSa {
             self.queue.push_back(Task::DeleteChild(vec![spi]));
             return;
         }
+        let terminated = self
+            .child_by_inbound(old)
+            .is_some_and(|i| self.children[i].state == ChildState::Deleting(Reason::Terminated));
         announce(ctx, &mut new, event);
-        self.children.push(new);
+        let new_spi = new.inbound_spi;
+        self.add_child(new);
+        if terminated {
+            // `terminate_child` while the rekey was out: the Child SA was
+            // meant to go, so its successor goes too.
+            if let Some(i) = self.child_by_inbound(new_spi) {
+                self.children[i].state = ChildState::Deleting(Reason::Terminated);
+                self.children[i].rekey_at = None;
+                self.children[i].expire_at = None;
+                self.queue.push_back(Task::DeleteChild(vec![new_spi]));
+            }
+        }
         if let Some(r) = rival {
             tracing::info!(ike_sa = %self.id, "CHILD_SA rekey collision won: the peer deletes its SA");
             let c = &mut self.children[r];

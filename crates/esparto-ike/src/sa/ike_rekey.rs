@@ -107,6 +107,13 @@ impl IkeSa {
         let mut keep = std::collections::VecDeque::new();
         for t in self.queue.drain(..) {
             if t.is_exclusive() {
+                // A `terminate` waiting for the rekey to end meant the IKE
+                // SA, whichever SPIs it has now: the successor goes too.
+                if matches!(t, Task::DeleteIke)
+                    && !to.queue.iter().any(|q| matches!(q, Task::DeleteIke))
+                {
+                    to.queue.push_back(Task::DeleteIke);
+                }
                 keep.push_back(t);
             } else {
                 to.queue.push_back(t);

@@ -485,6 +485,29 @@ impl IkeSa {
         }
     }
 
+    /// Free the request queues once idle: an established IKE SA spends
+    /// nearly all its life without a request in flight, and a `VecDeque`
+    /// keeps its first allocation (four tasks) for good otherwise — a
+    /// kilobyte and a half per tunnel.
+    pub(crate) fn shrink_idle(&mut self) {
+        if self.pending.is_empty() && self.pending.capacity() > 0 {
+            self.pending = VecDeque::new();
+        }
+        if self.queue.is_empty() && self.queue.capacity() > 0 {
+            self.queue = VecDeque::new();
+        }
+    }
+
+    /// Hold a new Child SA. Most IKE SAs hold one or two for life, so the
+    /// vector grows one slot at a time at first instead of Vec's four
+    /// (half a kilobyte per tunnel).
+    pub(crate) fn add_child(&mut self, child: ChildSa) {
+        if self.children.len() < 4 {
+            self.children.reserve_exact(1);
+        }
+        self.children.push(child);
+    }
+
     /// The child with our inbound SPI `spi`.
     pub(crate) fn child_by_inbound(&self, spi: u32) -> Option<usize> {
         self.children.iter().position(|c| c.inbound_spi == spi)

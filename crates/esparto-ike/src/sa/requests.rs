@@ -161,6 +161,11 @@ impl IkeSa {
                         self.responses.remove(i);
                     }
                 }
+                if self.responses.is_empty() {
+                    // One slot, not VecDeque's four: most SAs keep only the
+                    // IKE_AUTH answer for a long time.
+                    self.responses.reserve_exact(1);
+                }
                 self.responses.push_back((mid, packet));
             }
             Err(reason) => tracing::warn!(ike_sa = %self.id, ?reason, "cannot build response"),

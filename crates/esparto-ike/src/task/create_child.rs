@@ -371,7 +371,7 @@ impl CreateChild {
                     Some(r) => sa.complete_rekey(ctx, child, event, r.inbound),
                     None => {
                         crate::child::announce(ctx, &mut child, event);
-                        sa.children.push(child);
+                        sa.add_child(child);
                         if fallback {
                             sa.fallback_done(ctx, &self.name, Some(echoed));
                         }

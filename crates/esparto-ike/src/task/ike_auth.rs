@@ -362,7 +362,7 @@ impl IkeAuth {
         match installed {
             Ok((mut c, event)) => {
                 crate::child::announce(ctx, &mut c, event);
-                sa.children.push(c);
+                sa.add_child(c);
                 sa.fallback_done(ctx, &name, Some(echoed));
             }
             Err(reason) => {

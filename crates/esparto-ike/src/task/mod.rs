@@ -305,6 +305,7 @@ pub(crate) fn on_response(
     if sa.state != State::Dead {
         sa.send_next(ctx);
     }
+    sa.shrink_idle();
     Ok(())
 }
 

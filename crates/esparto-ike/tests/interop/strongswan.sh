@@ -6,7 +6,8 @@
 #   ns ikeint-s: 192.0.2.2  charon with kernel-libipsec ("sun")
 #
 # Usage (as root):  tests/interop/strongswan.sh [scenario...]
-# Scenarios: init resp algs wrongpsk child encap delete dpd rekey (default: all)
+# Scenarios: init resp algs wrongpsk child encap delete dpd rekey rekey_ours
+#            rekey_ours_resp ike_ours ike_theirs timers (default: all)
 # Needs: strongswan-charon strongswan-swanctl libcharon-extra-plugins
 #        libstrongswan-standard-plugins libstrongswan-extra-plugins,
 #        and the example built:
@@ -271,19 +272,146 @@ scenario_dpd() {
     check "charon: answered INFORMATIONAL" grep -q "generating INFORMATIONAL response" "$W/charon.log"
 }
 
+# The SPIs charon lists (`swanctl --list-sas`) against esparto's output:
+# charon's inbound SPI of its only INSTALLED "net" CHILD_SA must be our
+# outbound SPI of our last "net" CHILD_UP and vice versa (charon 5.9 keeps
+# a rekeyed SA listed as DELETED for a few seconds, for late packets); with
+# $3 = an IKE SPI (ours), the IKE SA line must carry it.
+sas_match() { # $1 = esparto output, $2 = list-sas output, [$3 = our IKE SPI]
+    python3 - "$1" "$2" "${3:-}" <<'PY'
+import re, sys
+ups = [l for l in open(sys.argv[1]) if l.startswith('CHILD_UP child=net ')]
+if not ups:
+    print('   no CHILD_UP'); sys.exit(1)
+ours_in = re.search(r' in=([0-9a-f]{8})', ups[-1]).group(1)
+ours_out = re.search(r' out=([0-9a-f]{8})', ups[-1]).group(1)
+text = open(sys.argv[2]).read()
+blocks = re.split(r'^(?=\s+net: #)', text, flags=re.M)
+live = ''.join(b for b in blocks if re.match(r'\s+net: #\d+, reqid \d+, INSTALLED', b))
+c_in = re.findall(r'^\s+in\s+([0-9a-f]{8})', live, re.M)
+c_out = re.findall(r'^\s+out\s+([0-9a-f]{8})', live, re.M)
+ok = c_in == [ours_out] and c_out == [ours_in]
+ike = sys.argv[3]
+if ike:
+    ok = ok and re.search(r'IKEv2, .*' + ike, text) is not None
+if not ok:
+    print('   esparto in/out:', ours_in, ours_out, 'IKE', ike)
+    print('   charon  in/out:', c_in, c_out)
+    print(''.join('   | ' + l + '\n' for l in text.splitlines()))
+sys.exit(0 if ok else 1)
+PY
+}
+# The number of lines matching $1 in $2 is at least $3.
+at_least() { [ "$(grep -c -- "$1" "$2")" -ge "$3" ]; }
+last_ike_spi() { grep -o 'IKE_REKEYED old=[0-9a-f]* new=[0-9a-f]*' "$1" | tail -1 | sed 's/.*new=//'; }
+
 scenario_rekey() {
-    echo "== strongSwan rekeys the Child SA (REKEY_SA), esparto responds"
-    CHILD_OPTS="rekey_time = 3s" start_charon "" aes256gcm16-prfsha256-x25519 aes256gcm16 "$PSK"
-    peer --seconds 9 > "$W/e.out" 2>&1 &
-    local p=$!; sleep 0.5
-    swan --initiate --child net --timeout 4 > /dev/null 2>&1
-    wait $p
-    check "esparto: second CHILD_UP (the rekeyed SA)" bash -c "[ \$(grep -c 'CHILD_UP child=net ' '$W/e.out') -ge 2 ]"
-    check "esparto: old child deleted by peer" grep -q "ChildSaDeleted.*DeletedByPeer" "$W/e.out"
-    check "charon: CHILD_SA rekeyed" grep -q "CHILD_SA net{2} established\|rekeyed" "$W/charon.log"
+    echo "== strongSwan rekeys the Child SA (swanctl --rekey --child, REKEY_SA), esparto responds"
+    for esp in aes256gcm16 aes128gcm16-x25519; do
+        start_charon "" aes256gcm16-prfsha256-x25519 "$esp" "$PSK"
+        peer --initiate --seconds 7 --esp "$esp" > "$W/e.out" 2>&1 &
+        local p=$!; sleep 2
+        swan --rekey --child net > "$W/rk.out" 2>&1
+        sleep 1.5
+        swan --list-sas > "$W/sas.out" 2>&1
+        wait $p
+        check "$esp: esparto announces the new SA as a rekey, outbound held back" grep -q "CHILD_UP child=net .*rekeys=[0-9a-f]\{8\} active=false" "$W/e.out"
+        check "$esp: esparto switches outbound when charon deletes the old SA" grep -q "ChildSaOutboundActive" "$W/e.out"
+        check "$esp: esparto: old SA deleted as Rekeyed" grep -q "CHILD_DOWN .*reason=Rekeyed" "$W/e.out"
+        check "$esp: charon lists the new SPIs only" sas_match "$W/e.out" "$W/sas.out"
+    done
 }
 
-SCEN=${*:-init resp algs wrongpsk child encap delete dpd rekey}
+scenario_rekey_ours() {
+    echo "== esparto rekeys the Child SA (rekey_child), strongSwan responds; ± PFS"
+    for esp in aes256gcm16 aes128gcm16-x25519 aes128-sha256-ecp256; do
+        start_charon "" aes256gcm16-prfsha256-x25519 "$esp" "$PSK"
+        peer --initiate --seconds 6 --esp "$esp" --rekey-child-after 2 > "$W/e.out" 2>&1 &
+        local p=$!; sleep 4
+        swan --list-sas > "$W/sas.out" 2>&1
+        wait $p
+        check "$esp: esparto: new SA replaces the old, sent on at once" grep -q "CHILD_UP child=net .*rekeys=[0-9a-f]\{8\} active=true" "$W/e.out"
+        check "$esp: esparto: old SA deleted as Rekeyed" grep -q "CHILD_DOWN .*reason=Rekeyed" "$W/e.out"
+        check "$esp: charon: rekey answered" grep -q "CHILD_SA net{2} established" "$W/charon.log"
+        check "$esp: charon lists the new SPIs only" sas_match "$W/e.out" "$W/sas.out"
+        case $esp in *-x25519|*-ecp256)
+            check "$esp: charon used PFS for the rekey" grep -q "ESP:.*/\(CURVE_25519\|ECP_256\)" "$W/sas.out";;
+        esac
+    done
+}
+
+scenario_rekey_ours_resp() {
+    echo "== strongSwan initiates; esparto (responder) rekeys the Child SA and the IKE SA"
+    start_charon "" aes256gcm16-prfsha256-x25519 aes256gcm16 "$PSK"
+    peer --seconds 8 --rekey-child-after 2 --rekey-ike-after 4 > "$W/e.out" 2>&1 &
+    local p=$!; sleep 0.5
+    swan --initiate --child net --timeout 4 > /dev/null 2>&1
+    sleep 5
+    swan --list-sas > "$W/sas.out" 2>&1
+    wait $p
+    check "esparto: Child SA rekeyed" grep -q "CHILD_UP child=net .*rekeys=[0-9a-f]\{8\} active=true" "$W/e.out"
+    check "esparto: IKE SA rekeyed" grep -q "IKE_REKEYED" "$W/e.out"
+    check "esparto: nothing deleted but the rekeyed Child SA" bash -c "! grep 'CHILD_DOWN\|IkeSaDeleted' '$W/e.out' | grep -vq 'reason=Rekeyed'"
+    check "charon lists our new IKE SPI and Child SPIs" sas_match "$W/e.out" "$W/sas.out" "$(last_ike_spi "$W/e.out")"
+}
+
+scenario_ike_ours() {
+    echo "== esparto rekeys the IKE SA (rekey_ike), strongSwan responds"
+    for ike in aes256gcm16-prfsha256-x25519 aes128-sha256-ecp256; do
+        start_charon "" "$ike" aes256gcm16 "$PSK"
+        peer --initiate --seconds 7 --ike "$ike" --rekey-ike-after 2 --rekey-child-after 4 > "$W/e.out" 2>&1 &
+        local p=$!; sleep 5.5
+        swan --list-sas > "$W/sas.out" 2>&1
+        wait $p
+        check "$ike: esparto: IKE SA rekeyed" grep -q "IKE_REKEYED" "$W/e.out"
+        check "$ike: esparto: Child SA survived, then rekeyed over the new IKE SA" grep -q "CHILD_UP child=net .*rekeys=[0-9a-f]\{8\}" "$W/e.out"
+        check "$ike: charon: one IKE SA, ours" sas_match "$W/e.out" "$W/sas.out" "$(last_ike_spi "$W/e.out")"
+        check "$ike: charon: the old IKE SA is gone" bash -c "[ \$(grep -c ESTABLISHED '$W/sas.out') -eq 1 ]"
+    done
+}
+
+scenario_ike_theirs() {
+    echo "== strongSwan rekeys the IKE SA (swanctl --rekey --ike), esparto responds, both roles"
+    start_charon "" aes256gcm16-prfsha256-x25519 aes256gcm16 "$PSK"
+    peer --initiate --seconds 6 > "$W/e.out" 2>&1 &
+    local p=$!; sleep 2
+    swan --rekey --ike sun > "$W/rk.out" 2>&1
+    sleep 1.5
+    swan --list-sas > "$W/sas.out" 2>&1
+    wait $p
+    check "esparto initiator: IKE_REKEYED" grep -q "IKE_REKEYED" "$W/e.out"
+    check "esparto initiator: Child SA kept" bash -c "! grep -q CHILD_DOWN '$W/e.out'"
+    check "charon lists our new IKE SPI, same Child SPIs" sas_match "$W/e.out" "$W/sas.out" "$(last_ike_spi "$W/e.out")"
+    start_charon "" aes256gcm16-prfsha256-x25519 aes256gcm16 "$PSK"
+    peer --seconds 7 > "$W/e.out" 2>&1 &
+    p=$!; sleep 0.5
+    swan --initiate --child net --timeout 4 > /dev/null 2>&1
+    sleep 1
+    swan --rekey --ike sun > "$W/rk.out" 2>&1
+    sleep 1.5
+    swan --rekey --child net > "$W/rk.out" 2>&1
+    sleep 1.5
+    swan --list-sas > "$W/sas.out" 2>&1
+    wait $p
+    check "esparto responder: IKE_REKEYED" grep -q "IKE_REKEYED" "$W/e.out"
+    check "esparto responder: Child SA rekeyed over the new IKE SA" grep -q "CHILD_UP child=net .*rekeys=" "$W/e.out"
+    check "charon lists our new IKE SPI and Child SPIs" sas_match "$W/e.out" "$W/sas.out" "$(last_ike_spi "$W/e.out")"
+}
+
+scenario_timers() {
+    echo "== lifetimes: esparto rekeys the Child SA every ~3 s and the IKE SA every ~5 s"
+    start_charon "" aes256gcm16-prfsha256-x25519 aes256gcm16-x25519 "$PSK"
+    peer --initiate --seconds 13 --esp aes256gcm16-x25519 --child-rekey-time 3 --ike-rekey-time 5 > "$W/e.out" 2>&1 &
+    local p=$!; sleep 12
+    swan --list-sas > "$W/sas.out" 2>&1
+    wait $p
+    check "esparto: at least 3 Child SA rekeys" at_least "CHILD_UP child=net .*rekeys=[0-9a-f]" "$W/e.out" 3
+    check "esparto: at least 2 IKE SA rekeys" at_least "IKE_REKEYED" "$W/e.out" 2
+    check "esparto: no failure" bash -c "! grep -q 'ChildSaFailed\|IkeSaDeleted' '$W/e.out'"
+    check "charon: one IKE SA, one CHILD_SA, the current ones" sas_match "$W/e.out" "$W/sas.out" "$(last_ike_spi "$W/e.out")"
+}
+
+SCEN=${*:-init resp algs wrongpsk child encap delete dpd rekey rekey_ours rekey_ours_resp ike_ours ike_theirs timers}
 for s in $SCEN; do "scenario_$s"; done
 echo "interop: $PASSES passed, $FAILS failed (logs in $W${KEEP:+, kept})"
 [ $FAILS -eq 0 ]
