@@ -18,8 +18,9 @@ use crate::testbed::zeroloss::Search;
 /// TODO(RFC 9611 in esparto-ike): once the IKE engine negotiates per-CPU
 /// Child SAs, make this `Layout::IkePerCpu` (`per_cpu_sas = "eager"`, and
 /// the one-pair side becomes `per_cpu_sas = "no"`): that is the only
-/// change needed. Until then the per-CPU pairs are statically keyed, and
-/// so is the one pair they are compared with.
+/// change needed (`--per-cpu-ike` does it for one run). Until then the
+/// per-CPU pairs are statically keyed, and so is the one pair they are
+/// compared with.
 pub const PER_CPU_LAYOUT: Layout = Layout::StaticPerCpu;
 
 /// The highest rate a section's search offers.
@@ -213,6 +214,9 @@ pub struct Args {
     /// Workers per Esparto gateway (default: the CPUs this process may use).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Key the per-CPU comparison with IKEv2 (`per_cpu_sas = "eager"` against `"no"`) instead of static keys.
+    #[arg(long)]
+    pub per_cpu_ike: bool,
     /// Print every trial to stderr.
     #[arg(long)]
     pub verbose: bool,
@@ -245,6 +249,9 @@ impl Args {
         o.strongswan = !self.skip_strongswan;
         o.routed = !self.skip_routed;
         o.verbose = self.verbose;
+        if self.per_cpu_ike {
+            o.per_cpu_layout = Layout::IkePerCpu;
+        }
         o.validate()?;
         Ok(o)
     }
@@ -295,6 +302,8 @@ mod tests {
             parse(&["--workers", "1", "--flows"]).unwrap().flows,
             Vec::<usize>::new()
         );
+        let ike = parse(&["--workers", "2", "--per-cpu-ike"]).unwrap();
+        assert_eq!(ike.per_cpu_layout, Layout::IkePerCpu);
         assert_eq!(
             parse(&["--workers", "1", "--sizes", "128,512"])
                 .unwrap()

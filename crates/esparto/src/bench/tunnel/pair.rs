@@ -26,6 +26,7 @@ use crate::status::Status;
 use crate::testbed::baseline::{self, Section, WorkerSplit};
 use crate::testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
 use crate::testbed::topology::{Net, Node, Topology};
+use crate::testbed::udpgen::UdpGen;
 use crate::testbed::{Family, traffic};
 
 /// The pre-shared key of the benchmark's IKE gateways (namespaces only).
@@ -180,6 +181,20 @@ impl EspartoPair {
     fn wait_ready(&mut self, workers: usize) -> Result<()> {
         let want = self.layout.pairs(workers);
         let deadline = Instant::now() + IKE_TIMEOUT;
+        // If the daemon negotiates sub-SAs on acquires (a worker without
+        // one sees traffic) rather than at once, traffic on every worker
+        // brings them up: a short burst of many flows while waiting.
+        let mut kick = if self.layout.ike() && self.layout.per_cpu() {
+            Some(UdpGen::with_flows(
+                self.topo.ns(Node::HostWest),
+                Topology::addr(Node::HostWest, Net::Lan, Family::V4),
+                self.topo.ns(Node::HostEast),
+                Topology::addr(Node::HostEast, Net::Lan, Family::V4),
+                8,
+            )?)
+        } else {
+            None
+        };
         loop {
             let (w, e) = (self.west.status()?, self.east.status()?);
             let ready = [&w, &e].iter().all(|s| {
@@ -200,8 +215,14 @@ impl EspartoPair {
                     sa_summary(&w)
                 );
             }
-            std::thread::sleep(Duration::from_millis(50));
+            match kick.as_mut() {
+                Some(g) if !w.ike_sas.is_empty() => {
+                    g.trial(64, 2_000.0, Duration::from_millis(100))?;
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
         }
+        drop(kick);
         let dst = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
         let r = traffic::ping(
             self.topo.ns(Node::HostWest),
