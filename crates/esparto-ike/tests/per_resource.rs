@@ -360,3 +360,39 @@ fn both_sides_eager_each_make_their_own() {
     net.assert_no_leak(I);
     net.assert_no_leak(R);
 }
+
+#[test]
+fn a_per_cpu_child_acquired_while_ike_auth_makes_another() {
+    // IKE_AUTH carries "net"; a worker's acquire for the per-CPU child
+    // "host" meanwhile must still get "host" its fallback and sub-SA.
+    let s = Setup {
+        extra_child: true,
+        cfg_i: workers(2),
+        tweak_i: |c| {
+            c.children[1].per_cpu_sas = PerCpuSas::OnDemand;
+            c.children[1].per_cpu_max = 4;
+        },
+        tweak_r: |c| {
+            c.children[1].per_cpu_sas = PerCpuSas::OnDemand;
+            c.children[1].per_cpu_max = 4;
+        },
+        ..Setup::default()
+    };
+    let mut net = s.build(10);
+    let id = net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
+    assert_eq!(
+        net.peers[I].ep.acquire(net.now, "gw", "host", Some(1)),
+        Ok(id)
+    );
+    net.run_for(Duration::from_secs(2));
+    let host: Vec<_> = net
+        .live_children(I)
+        .into_iter()
+        .filter(|c| &*c.child == "host")
+        .map(|c| (c.resource, c.per_resource))
+        .collect();
+    assert_eq!(host, [(None, false), (Some(1), true)]);
+    check_pairs(&net);
+    net.assert_no_leak(I);
+    net.assert_no_leak(R);
+}

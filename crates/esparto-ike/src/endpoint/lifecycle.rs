@@ -180,7 +180,7 @@ impl Endpoint {
             _ => {
                 // The successor is gone too: the Child SAs die here.
                 old.successor = None;
-                old.drop_children(&mut ctx, Reason::Rekeyed);
+                old.drop_children(&mut ctx, Reason::Local("rekeyed IKE SA vanished"));
                 for t in old.queue.drain(..) {
                     t.release(&mut ctx);
                 }

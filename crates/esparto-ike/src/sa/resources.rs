@@ -68,10 +68,7 @@ impl IkeSa {
                 .iter()
                 .map(|p| &p.task)
                 .chain(self.queue.iter())
-                .any(|t| {
-                    matches!(t, Task::CreateChild(c) if c.name == *child)
-                        || matches!(t, Task::IkeInit(_) | Task::IkeAuth(_))
-                })
+                .any(|t| t.creates_child(child))
     }
 
     fn close_group(&mut self, ctx: &mut Ctx<'_>, child: &Arc<str>, reason: Reason) {

@@ -53,7 +53,12 @@ impl IkeSa {
     }
 
     fn dpd_deadline(&self) -> Option<Instant> {
-        if self.state != State::Established || !self.pending.is_empty() || !self.queue.is_empty() {
+        // A replaced IKE SA waits for its Delete; its successor checks.
+        if self.state != State::Established
+            || self.superseded
+            || !self.pending.is_empty()
+            || !self.queue.is_empty()
+        {
             return None;
         }
         self.conn.dpd_delay.map(|d| self.last_heard + d)
@@ -75,7 +80,8 @@ impl IkeSa {
         }
         if let Some(k) = self.next_keepalive {
             if k <= now {
-                if self.nat.local_behind_nat && self.state == State::Established {
+                if self.nat.local_behind_nat && self.state == State::Established && !self.superseded
+                {
                     // RFC 3948 §2.3: a single 0xFF octet, no marker.
                     ctx.transmits.push_back(Transmit {
                         local: self.local,

@@ -56,6 +56,11 @@ impl IkeAuth {
         IkeAuth { child, offer: None }
     }
 
+    /// The child configuration this IKE_AUTH creates, if any.
+    pub(crate) fn child_name(&self) -> Option<&Arc<str>> {
+        self.child.as_ref().map(|(n, _)| n)
+    }
+
     pub(super) fn release(self, ctx: &mut Ctx<'_>) {
         if let Some(o) = self.offer {
             ctx.spis.release(o.inbound_spi);

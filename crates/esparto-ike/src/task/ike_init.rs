@@ -56,6 +56,11 @@ impl IkeInit {
         }
     }
 
+    /// The child configuration the following IKE_AUTH creates, if any.
+    pub(crate) fn child_name(&self) -> Option<&Arc<str>> {
+        self.child.as_ref().map(|(n, _)| n)
+    }
+
     pub(super) fn release(self, _ctx: &mut Ctx<'_>) {}
 
     pub(super) fn build(&mut self, sa: &mut IkeSa, ctx: &mut Ctx<'_>) -> Result<Vec<u8>, Reason> {

@@ -116,6 +116,16 @@ impl Task {
         matches!(self, Task::RekeyIke(_) | Task::DeleteIke)
     }
 
+    /// Creates (or will create) a Child SA of configuration `name`.
+    pub(crate) fn creates_child(&self, name: &str) -> bool {
+        match self {
+            Task::IkeInit(t) => t.child_name().is_some_and(|n| &**n == name),
+            Task::IkeAuth(t) => t.child_name().is_some_and(|n| &**n == name),
+            Task::CreateChild(t) => &*t.name == name,
+            _ => false,
+        }
+    }
+
     /// Creates, rekeys or deletes Child SAs (§2.25.1).
     pub(crate) fn is_child_exchange(&self) -> bool {
         matches!(self, Task::CreateChild(_) | Task::DeleteChild(_))
