@@ -16,6 +16,7 @@
 //! a gateway that set up thousands of tunnels at once rekeys them spread
 //! over a window instead of in one burst, and never later than configured.
 
+use crate::config::{ChildConfig, Connection};
 use crate::ctx::Ctx;
 use core::time::Duration;
 use std::time::Instant;
@@ -100,4 +101,72 @@ pub(crate) fn rekey_deadline(
 pub(crate) fn retry_deadline(ctx: &mut Ctx<'_>) -> Instant {
     let j = random_up_to(ctx, RETRY_JITTER);
     ctx.now + (RETRY_INTERVAL - j)
+}
+
+impl ChildConfig {
+    /// The hard lifetime: `life_time`, or `rekey_time` + 10 %.
+    pub fn hard_lifetime(&self) -> Option<Duration> {
+        self.life_time
+            .or_else(|| self.rekey_time.map(|r| r + r / 10))
+    }
+
+    /// The most the rekey time is moved forward at random.
+    pub fn jitter(&self) -> Duration {
+        let Some(rekey) = self.rekey_time else {
+            return Duration::ZERO;
+        };
+        let j = self.rand_time.unwrap_or_else(|| {
+            self.hard_lifetime()
+                .map_or(Duration::ZERO, |l| l.saturating_sub(rekey))
+        });
+        j.min(rekey)
+    }
+}
+
+impl Connection {
+    /// The most the IKE rekey time is moved forward at random.
+    pub fn jitter(&self) -> Duration {
+        let Some(rekey) = self.rekey_time else {
+            return Duration::ZERO;
+        };
+        self.rand_time.unwrap_or(rekey / 10).min(rekey)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn lifetimes_default_like_swanctl_and_validate() {
+        let mut c = ChildConfig::new("net", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap();
+        // 1 h, hard at 110 %, jitter up to the difference.
+        assert_eq!(c.rekey_time, Some(Duration::from_secs(3600)));
+        assert_eq!(c.hard_lifetime(), Some(Duration::from_secs(3960)));
+        assert_eq!(c.jitter(), Duration::from_secs(360));
+        c.life_time = Some(Duration::from_secs(4000));
+        assert_eq!(c.jitter(), Duration::from_secs(400));
+        c.rand_time = Some(Duration::from_secs(10));
+        assert_eq!(c.jitter(), Duration::from_secs(10));
+        c.rand_time = Some(Duration::from_secs(99_999));
+        assert_eq!(c.jitter(), Duration::from_secs(3600), "never below zero");
+        c.life_time = Some(Duration::from_secs(3600));
+        assert!(c.validate().is_err(), "life_time must exceed rekey_time");
+        c.life_time = None;
+        c.rekey_time = None;
+        assert_eq!((c.hard_lifetime(), c.jitter()), (None, Duration::ZERO));
+        c.validate().unwrap();
+        c.per_cpu_sas = PerCpuSas::Eager;
+        c.per_cpu_max = 0;
+        assert!(c.validate().is_err());
+        let mut k = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+        assert_eq!(k.rekey_time, Some(Duration::from_secs(4 * 3600)));
+        assert_eq!(k.jitter(), Duration::from_secs(1440));
+        assert_eq!(k.dpd_action, DpdAction::Clear);
+        k.rekey_time = Some(Duration::ZERO);
+        k.children
+            .push(ChildConfig::new("n", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap());
+        assert!(k.validate().is_err());
+    }
 }
