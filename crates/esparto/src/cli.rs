@@ -40,6 +40,20 @@ enum Cmd {
     Up(UpDownArgs),
     /// Take a connection down (delete its IKE SA and Child SAs) and wait.
     Down(UpDownArgs),
+    /// Rekey a connection's Child SAs (or, with --ike, its IKE SA), make-before-break.
+    Rekey(RekeyArgs),
+}
+
+#[derive(Debug, Args)]
+struct RekeyArgs {
+    /// The connection name (`[connections.NAME]`).
+    name: String,
+    /// Rekey the IKE SA instead of the Child SAs.
+    #[arg(long)]
+    ike: bool,
+    /// Control socket of the daemon.
+    #[arg(long, default_value = config::DEFAULT_CONTROL)]
+    control: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +174,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Sas(a) => sas(a),
         Cmd::Up(a) => up_down(a, true),
         Cmd::Down(a) => up_down(a, false),
+        Cmd::Rekey(a) => rekey(a),
     }
 }
 
@@ -292,6 +307,20 @@ fn demo(a: DemoArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     }
     Ok(if summary.ping_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn rekey(a: RekeyArgs) -> Result<ExitCode> {
+    match control::request(&a.control, &Request::Rekey { name: a.name.clone(), ike: a.ike }, Duration::from_secs(5))? {
+        Response::Done(msg) => {
+            println!("{msg}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Response::Error(e) => {
+            eprintln!("esparto: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
 }
 
 fn default_workers() -> usize {

@@ -253,6 +253,7 @@ mod tests {
             sas: vec![sa("lan", "c0000201", "out", "fallback", 0, 120), in0],
             drops: w0.drops.clone(),
             ike_sas: vec![],
+            ike: Default::default(),
         };
         let want = "\
 esparto 0.1.0 (pid 77), up 1m05s, tun esparto0, 2 workers

@@ -26,6 +26,9 @@ pub struct Status {
     /// IKE SAs and their Child SAs (empty without IKE connections).
     #[serde(default)]
     pub ike_sas: Vec<IkeSaStatus>,
+    /// The IKE engine's counters (datagrams, drops, cookies, …).
+    #[serde(default)]
+    pub ike: BTreeMap<String, u64>,
 }
 
 /// One worker.

@@ -90,6 +90,7 @@ fn config(east: bool, suite: EspSuite, workers: usize) -> Config {
             ike_port: 500,
             path_mtu: 1500,
             log: "info".into(),
+            ike: Default::default(),
         },
         connections: vec![Connection {
             name: "site".into(),

@@ -24,8 +24,12 @@
 //! **Caps per section.** The search starts with a probe at a cap. A cap
 //! tuned for strongSwan (whose queues are unbounded, so offering 10× its
 //! capacity only fills memory) would make Esparto's figure the cap itself,
-//! so each section has its own ([`Caps`]); a figure whose probe passed is
-//! reported as a lower bound.
+//! so each section has its own ([`Caps`]). Above what the generator can
+//! offer every request is the same blast, so each search first blasts at
+//! the cap and, if the generator fell short, searches below what it did
+//! offer (`baseline::Options::calibrate`). A figure whose first probe
+//! passed is reported as a lower bound (`≥`): the generator, or the cap,
+//! set it, not the gateways.
 //!
 //! **The machine.** Everything — generators, iperf3, both gateways, the
 //! kernel's forwarding — shares the same CPUs (two here). The figures are
@@ -316,7 +320,8 @@ pub fn render(r: &Report) -> String {
         o,
         "options: {}TCP {} s; sizes {:?}; zero-loss search {:.2} s trials, {:.2} s settle, resolution {:.0} %, loss tolerance {}, \
          {} confirmation retries, from {} pps; caps: strongSwan {} pps / {} Mbit/s, Esparto {} pps / {} Mbit/s; \
-         IKE {} / ESP {}; {} workers per Esparto gateway",
+         IKE {} / ESP {}; {} workers per Esparto gateway; each search capped at what the generator offers; \
+         per-CPU comparison: flows {:?}, sizes {:?}, {}",
         if o_.quick { "--quick: " } else { "" },
         o_.tcp_seconds,
         o_.sizes,
@@ -332,7 +337,14 @@ pub fn render(r: &Report) -> String {
         o_.esparto_caps.max_mbps,
         o_.ike_proposal,
         o_.esp_proposal,
-        o_.workers
+        o_.workers,
+        o_.flows,
+        o_.per_cpu_sizes,
+        if o_.per_cpu_layout.ike() {
+            "keyed by IKEv2"
+        } else {
+            "statically keyed"
+        }
     );
     let _ = writeln!(
         o,

@@ -58,20 +58,17 @@ const KEYS: &[&str] = &[
     "per_cpu_max",
     "start_action",
     "static_sas",
+    "rand_time",
+    "dpd_action",
 ];
 
 const UNSUPPORTED: &[(&str, &str)] = &[
     ("ah_proposals", "AH is not implemented (ESP only)"),
-    ("rand_time", "rekey jitter is not implemented"),
     ("rand_bytes", "rekey jitter is not implemented"),
     ("rand_packets", "rekey jitter is not implemented"),
     ("updown", "updown scripts are not implemented"),
     ("hostaccess", "updown scripts are not implemented"),
     ("ipcomp", "IPComp negotiation is not implemented"),
-    (
-        "dpd_action",
-        "set DPD on the connection (dpd_delay); actions are not implemented",
-    ),
     ("close_action", "close actions are not implemented"),
     ("inactivity", "inactivity timeouts are not implemented"),
     (
@@ -329,13 +326,34 @@ pub(crate) fn parse(
     if cx.error_count() != errors_before {
         return None;
     }
+    // The IKE engine rekeys by time (with jitter) and deletes at life_time;
+    // byte and packet limits are counted by the data plane, which asks for
+    // the rekey. See `crate::daemon::ike` for how the two split the work.
+    let rand_time = limit(cx, node, path, "rand_time", true).filter(|&s| s > 0).map(Duration::from_secs);
+    if let (Some(j), Some(r)) = (rand_time, lifetime.soft_time) {
+        if j >= r {
+            if let Some(f) = node.field(path, "rand_time") {
+                cx.err_at(&f, "rand_time must be shorter than rekey_time (it is subtracted from it)");
+            }
+        }
+    }
     let ike = (!is_static).then(|| ChildConfig {
         name: name.into(),
         local_ts: local_cfg,
         remote_ts: remote_cfg,
         esp_proposals: proposals.into_iter().map(|(_, _, p)| p).collect(),
         start_action,
-        ..ChildConfig::default()
+        rekey_time: lifetime.soft_time,
+        life_time: lifetime.hard_time,
+        rand_time,
+        rekey_bytes: lifetime.soft_bytes.unwrap_or(0),
+        rekey_packets: lifetime.soft_packets.unwrap_or(0),
+        per_cpu_sas: match per_cpu_sas {
+            PerCpuSas::No => esparto_ike::PerCpuSas::No,
+            PerCpuSas::Eager => esparto_ike::PerCpuSas::Eager,
+            PerCpuSas::OnDemand => esparto_ike::PerCpuSas::OnDemand,
+        },
+        per_cpu_max: u16::try_from(per_cpu_max).unwrap_or(u16::MAX),
     });
     if let Some(c) = &ike {
         if let Err(e) = c.validate() {

@@ -43,6 +43,9 @@ const KEYS: &[&str] = &[
     "proposals",
     "encap",
     "dpd_delay",
+    "dpd_timeout",
+    "rekey_time",
+    "rand_time",
     "local",
     "remote",
     "children",
@@ -53,24 +56,16 @@ const IKE_KEYS: &[&str] = &[
     "proposals",
     "encap",
     "dpd_delay",
+    "dpd_timeout",
+    "rekey_time",
+    "rand_time",
     "local",
     "remote",
 ];
 
 const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "rekey_time",
-        "IKE SA rekeying is not implemented yet (issue 4); children rekey with their own rekey_time",
-    ),
-    ("reauth_time", "reauthentication is not implemented"),
-    (
-        "over_time",
-        "IKE SA rekeying is not implemented yet (issue 4)",
-    ),
-    (
-        "rand_time",
-        "IKE SA rekeying is not implemented yet (issue 4)",
-    ),
+    ("reauth_time", "reauthentication is not implemented (IKE SAs are rekeyed instead)"),
+    ("over_time", "the IKE SA's hard lifetime is not configurable"),
     ("local_port", "the local IKE port is daemon.ike_port"),
     ("mobike", "MOBIKE (RFC 4555) is not implemented"),
     (
@@ -400,23 +395,43 @@ fn ike_settings(
         Some(f) => cx.bool(&f).unwrap_or(true),
         None => true,
     };
-    let dpd_delay = match node.field(path, "dpd_delay") {
-        None => None,
-        Some(f) => {
-            let d = match &f.node.kind {
-                Kind::Int(_) => cx.int::<u64>(&f, 0..=86_400).map(Duration::from_secs),
-                Kind::Str(s) => parse_duration(s).map_err(|e| cx.err_at(&f, e)).ok(),
-                _ => {
-                    cx.err_at(
-                        &f,
-                        format!("expected a duration, found {}", f.node.type_name()),
-                    );
-                    None
+    let dpd_delay = duration(cx, node, path, "dpd_delay", 86_400);
+    let dpd_timeout = duration(cx, node, path, "dpd_timeout", 86_400);
+    let rekey_time = duration(cx, node, path, "rekey_time", 365 * 86_400);
+    let rand_time = duration(cx, node, path, "rand_time", 365 * 86_400);
+    if let (Some(r), Some(j)) = (rekey_time, rand_time) {
+        if j >= r {
+            if let Some(f) = node.field(path, "rand_time") {
+                cx.err_at(&f, "rand_time must be shorter than rekey_time (it is subtracted from it)");
+            }
+        }
+    }
+    // swanctl sets dpd_action per child; the engine applies it per IKE SA,
+    // so the children of a connection must agree.
+    let mut dpd_action = None;
+    if let Some(cf) = node.field(path, "children") {
+        let table = cx.table(&cf);
+        for e in table.map(|t| t.entries()).unwrap_or_default() {
+            let cpath = cf.path.key(&e.key);
+            let Some(f) = e.value.field(&cpath, "dpd_action") else { continue };
+            let Some(v) = cx.str(&f) else { continue };
+            let a = match v {
+                "clear" => esparto_ike::DpdAction::Clear,
+                "restart" => esparto_ike::DpdAction::Restart,
+                "trap" => esparto_ike::DpdAction::Trap,
+                other => {
+                    cx.err_at(&f, format!("'{other}': expected clear, restart or trap"));
+                    continue;
                 }
             };
-            d.filter(|d| !d.is_zero())
+            match dpd_action {
+                Some(prev) if prev != a => {
+                    cx.err_at(&f, "the children of one connection must share a dpd_action (it acts on the IKE SA)")
+                }
+                _ => dpd_action = Some(a),
+            }
         }
-    };
+    }
     let local = auth(cx, node, path, "local");
     let remote = auth(cx, node, path, "remote");
     if matches!(local.id, Some(Identity::Any)) {
@@ -435,9 +450,37 @@ fn ike_settings(
         remote,
         children,
         dpd_delay,
-        ..esparto_ike::Connection::default()
+        dpd_timeout,
+        dpd_action: dpd_action.unwrap_or_default(),
+        rekey_time,
+        rand_time,
     };
     Some(conn)
+}
+
+/// A duration key (`"30s"`, `"4h"`, or seconds, at most `max_secs`); 0 or
+/// absent is `None`.
+fn duration(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str, max_secs: i64) -> Option<Duration> {
+    let f = node.field(path, key)?;
+    let d = match &f.node.kind {
+        Kind::Int(_) => cx.int::<u64>(&f, 0..=max_secs).map(Duration::from_secs),
+        Kind::Str(s) => match parse_duration(s) {
+            Ok(d) if d.as_secs() as i64 <= max_secs => Some(d),
+            Ok(d) => {
+                cx.err_at(&f, format!("{} is too long (at most {max_secs} s)", d.as_secs()));
+                None
+            }
+            Err(e) => {
+                cx.err_at(&f, e);
+                None
+            }
+        },
+        _ => {
+            cx.err_at(&f, format!("expected a duration, found {}", f.node.type_name()));
+            None
+        }
+    };
+    d.filter(|d| !d.is_zero())
 }
 
 fn auth(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, side: &str) -> AuthConfig {

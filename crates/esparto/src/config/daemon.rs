@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use super::error::KeyPath;
-use super::model::Daemon;
+use super::model::{Daemon, IkeLimits};
 use super::tree::{Cx, Node};
 
 /// Default control socket path.
@@ -33,7 +33,18 @@ const MAX_SOCKET_PATH: usize = 107;
 const MAX_IFNAME: usize = 15;
 
 const KEYS: &[&str] = &[
-    "workers", "control", "tun", "port", "ike_port", "path_mtu", "log",
+    "workers",
+    "control",
+    "tun",
+    "port",
+    "ike_port",
+    "path_mtu",
+    "log",
+    "window_size",
+    "cookie_threshold",
+    "cookie_threshold_per_source",
+    "half_open_per_source",
+    "max_half_open",
 ];
 
 /// The number of workers when the file does not say: the CPUs this process
@@ -55,6 +66,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         ike_port: DEFAULT_IKE_PORT,
         path_mtu: DEFAULT_PATH_MTU,
         log: DEFAULT_LOG.to_string(),
+        ike: IkeLimits::default(),
     };
     let root_path = KeyPath::root();
     let Some(f) = root.field(&root_path, "daemon") else {
@@ -124,6 +136,26 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     if let Some(f) = t.field(&path, "path_mtu") {
         if let Some(m) = cx.int::<u16>(&f, i64::from(MIN_PATH_MTU)..=65535) {
             d.path_mtu = m;
+        }
+    }
+    // IKE endpoint limits (strongSwan: charon.cookie_threshold,
+    // cookie_threshold_ip, block_threshold, init_limit_half_open).
+    let ike_limits: [(&str, i64, &mut usize); 4] = [
+        ("cookie_threshold", 1_000_000, &mut d.ike.cookie_threshold),
+        ("cookie_threshold_per_source", 1_000_000, &mut d.ike.cookie_threshold_per_source),
+        ("half_open_per_source", 1_000_000, &mut d.ike.half_open_per_source),
+        ("max_half_open", 10_000_000, &mut d.ike.max_half_open),
+    ];
+    for (key, max, slot) in ike_limits {
+        if let Some(f) = t.field(&path, key) {
+            if let Some(v) = cx.int::<usize>(&f, 1..=max) {
+                *slot = v;
+            }
+        }
+    }
+    if let Some(f) = t.field(&path, "window_size") {
+        if let Some(v) = cx.int::<u32>(&f, 1..=64) {
+            d.ike.window_size = v;
         }
     }
     if let Some(f) = t.field(&path, "log") {

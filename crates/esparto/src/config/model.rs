@@ -40,6 +40,37 @@ pub struct Daemon {
     pub path_mtu: u16,
     /// Log filter (default `info`), tracing's `EnvFilter` syntax.
     pub log: String,
+    /// IKE endpoint limits.
+    pub ike: IkeLimits,
+}
+
+/// IKE endpoint limits (`[daemon]`): the denial-of-service defence of RFC
+/// 7296 §2.6 and the message window of §2.3. Defaults are the engine's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IkeLimits {
+    /// Half-open IKE SAs above which IKE_SA_INIT must carry a COOKIE.
+    pub cookie_threshold: usize,
+    /// The same, counted per source address.
+    pub cookie_threshold_per_source: usize,
+    /// Half-open IKE SAs one source may hold; beyond, requests are dropped.
+    pub half_open_per_source: usize,
+    /// Half-open IKE SAs in all; beyond, requests are dropped.
+    pub max_half_open: usize,
+    /// IKE requests in flight per IKE SA (SET_WINDOW_SIZE).
+    pub window_size: u32,
+}
+
+impl Default for IkeLimits {
+    fn default() -> Self {
+        let e = esparto_ike::EndpointConfig::default();
+        Self {
+            cookie_threshold: e.cookie_threshold,
+            cookie_threshold_per_source: e.cookie_threshold_per_source,
+            half_open_per_source: e.half_open_per_source,
+            max_half_open: e.max_half_open,
+            window_size: e.window_size,
+        }
+    }
 }
 
 /// `[connections.NAME]`.

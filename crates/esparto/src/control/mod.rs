@@ -74,6 +74,14 @@ pub enum Request {
         /// Connection name.
         name: String,
     },
+    /// Rekey a connection's Child SAs, or (`ike`) its IKE SA.
+    Rekey {
+        /// Connection name.
+        name: String,
+        /// Rekey the IKE SA instead of the Child SAs.
+        #[serde(default)]
+        ike: bool,
+    },
 }
 
 /// The daemon's answer.

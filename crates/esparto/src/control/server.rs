@@ -337,6 +337,7 @@ mod tests {
             Request::Sas => Response::Sas(vec![]),
             Request::Up { name } => Response::Done(format!("{name} up")),
             Request::Down { name } => Response::Error(format!("no connection '{name}'")),
+            Request::Rekey { name, .. } => Response::Done(format!("{name} rekeyed")),
         }
     }
 

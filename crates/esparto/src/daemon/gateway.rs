@@ -278,6 +278,7 @@ impl Gateway {
             sas,
             drops: drops_map(&total),
             ike_sas: Vec::new(),
+            ike: BTreeMap::new(),
         }
     }
 

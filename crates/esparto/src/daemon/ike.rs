@@ -1,42 +1,55 @@
 //! The IKE driver: runs the sans-IO [`Endpoint`] on real sockets and turns
-//! its events into data-plane installs.
+//! its events into data-plane installs (the events themselves are handled
+//! in `ike_events.rs`).
 //!
-//! IKE arrives on UDP 500 (a plain socket of its own) and, once NAT-T
-//! floats, on UDP 4500 behind the non-ESP marker: there it shares the port
-//! with ESP, and the SPI-steering program hands it to the reuseport group's
+//! IKE arrives on UDP 500 (a socket of its own, with large buffers, since
+//! it is also where a flood of IKE_SA_INIT lands) and, once NAT-T floats,
+//! on UDP 4500 behind the non-ESP marker: there it shares the port with
+//! ESP, and the SPI-steering program hands it to the reuseport group's
 //! control socket (or, coalesced behind ESP by GRO, a worker forwards it).
 //! Outbound IKE leaves through the socket of the port the engine chose.
 //!
-//! Events are translated one to one (RFC 7296 ↔ XFRM, as Linux splits it
-//! between the IKE daemon and the kernel):
-//! - `ChildSaEstablished` → the child's group gets the pair (inbound first),
-//!   in the fallback slot, or a worker's slot for a per-resource Child SA;
-//! - `ChildSaDeleted` → the pair goes; the group and its policies stay;
-//! - a worker's `Acquire` for a trap policy → `Endpoint::acquire`.
+//! The daemon and the engine split the lifecycle the way Linux splits it
+//! between XFRM and the IKE daemon: the engine rekeys by *time* (with
+//! jitter) and deletes at the hard time; the data plane counts *bytes and
+//! packets* and raises soft-expire events, on which the driver asks the
+//! engine to rekey. A rekeyed pair takes its predecessor's slot (fallback
+//! or a worker's sub-SA); its inbound half is installed at once, its
+//! outbound half when the engine says the peer has switched; the old
+//! inbound SA lingers a moment after its delete to catch packets in flight.
+//! That is what makes rekeying lossless.
 //!
 //! Inbound ESP SPIs are chosen by [`SteeringSpis`]: random in every bit the
 //! steering rule does not fix, so each SA is processed by a chosen worker
 //! (round-robin, spreading tunnels over cores) yet stays unpredictable.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use esparto_crypto::{Rng, SystemRng};
-use esparto_ike::{ChildSaEstablished, Endpoint, EndpointConfig, Event, IkeSaId, SpiAllocator, StartAction};
+use esparto_crypto::{Rng, SecretBytes, SystemRng};
+use esparto_esp::GroupId;
+use esparto_ike::{DpdAction, Endpoint, EndpointConfig, IkeSaId, SpiAllocator, StartAction};
+use esparto_io::udp::UdpConfig;
 use tracing::{info, warn};
 
-use super::install::{ChildParams, SaPair, Slot};
 use super::Gateway;
+use super::install::{ChildParams, Slot};
 use crate::config::{Config, PerCpuSas};
 use crate::status::{ChildSaStatus, IkeSaStatus, Status};
 
 /// How long a trap acquire for one child is considered pending.
-const ACQUIRE_PENDING: Duration = Duration::from_secs(30);
+pub(super) const ACQUIRE_PENDING: Duration = Duration::from_secs(30);
+/// How long an inbound SA stays installed after its delete following a
+/// rekey: ESP the peer sent on it just before switching may still be in
+/// flight (queued in a worker, a socket, a GSO batch).
+pub(super) const LINGER: Duration = Duration::from_secs(2);
+/// The data plane's hard time limit trails the engine's `life_time` by
+/// this much: the engine deletes the SA (and says so) first.
+pub(super) const LIFETIME_GRACE: Duration = Duration::from_secs(30);
 /// Largest IKE datagram we read.
 const MAX_IKE_DATAGRAM: usize = 65_535;
 
@@ -82,48 +95,74 @@ impl SpiAllocator for SteeringSpis {
 
 /// The daemon-side settings of a negotiated child.
 #[derive(Debug, Clone)]
-struct ChildSettings {
-    replay_window: u32,
-    lifetime: esparto_esp::Lifetime,
-    per_cpu: bool,
-    start: StartAction,
+pub(super) struct ChildSettings {
+    pub(super) replay_window: u32,
+    /// The data plane's limits: bytes and packets (soft: rekey, hard:
+    /// expire), and a hard time behind the engine's.
+    pub(super) lifetime: esparto_esp::Lifetime,
+    pub(super) per_cpu: bool,
+    /// Configured selectors and peer, for trap policies.
+    pub(super) trap: ChildParams,
 }
 
 #[derive(Debug)]
-struct ChildRecord {
-    child: Arc<str>,
-    in_spi: u32,
-    out_spi: u32,
-    suite: &'static str,
-    resource: Option<u16>,
-    since: Instant,
+pub(super) struct ChildRecord {
+    pub(super) child: Arc<str>,
+    pub(super) in_spi: u32,
+    pub(super) out_spi: u32,
+    pub(super) suite: &'static str,
+    pub(super) slot: Slot,
+    pub(super) since: Instant,
 }
 
 #[derive(Debug)]
-struct IkeRecord {
-    connection: Arc<str>,
-    local: SocketAddr,
-    remote: SocketAddr,
-    local_id: String,
-    remote_id: String,
-    initiator: bool,
-    since: Instant,
-    established: bool,
-    children: Vec<ChildRecord>,
+pub(super) struct IkeRecord {
+    pub(super) connection: Arc<str>,
+    pub(super) local: SocketAddr,
+    pub(super) remote: SocketAddr,
+    pub(super) local_id: String,
+    pub(super) remote_id: String,
+    pub(super) initiator: bool,
+    pub(super) since: Instant,
+    pub(super) established: bool,
+    pub(super) children: Vec<ChildRecord>,
+}
+
+/// An outbound SA waiting for the peer to switch to it.
+#[derive(Debug)]
+pub(super) struct PendingOut {
+    pub(super) suite: esparto_crypto::EspSuite,
+    pub(super) esn: bool,
+    pub(super) out_spi: u32,
+    pub(super) out_key: SecretBytes,
+    pub(super) slot: Slot,
 }
 
 /// The IKE side of the daemon.
 pub struct Ike {
-    ep: Endpoint,
-    sock500: UdpSocket,
-    natt_port: u16,
-    settings: HashMap<(String, String), ChildSettings>,
+    pub(super) ep: Endpoint,
+    sock500: esparto_io::UdpSocket,
+    pub(super) natt_port: u16,
+    pub(super) ike_port: u16,
+    pub(super) settings: HashMap<(String, String), ChildSettings>,
+    pub(super) dpd_actions: HashMap<String, DpdAction>,
     /// Trap groups: group id → (connection, child).
-    traps: HashMap<u32, (String, String)>,
-    pending: HashMap<(String, String), Instant>,
+    pub(super) traps: HashMap<GroupId, (String, String)>,
+    /// Acquires in flight, by child and worker (`None`: the whole child).
+    pub(super) pending: HashMap<(String, String, Option<u16>), Instant>,
+    /// Children whose peer cannot give more per-resource SAs.
+    pub(super) per_cpu_off: HashSet<(String, String)>,
     /// Children to start once their connection's IKE SA is up.
-    start_after: HashMap<String, Vec<String>>,
-    sas: BTreeMap<IkeSaId, IkeRecord>,
+    pub(super) start_after: HashMap<String, Vec<String>>,
+    pub(super) sas: BTreeMap<IkeSaId, IkeRecord>,
+    /// Inbound SPI → its IKE SA; outbound SPI → inbound SPI of its pair.
+    pub(super) by_in_spi: HashMap<u32, IkeSaId>,
+    pub(super) out_to_in: HashMap<u32, u32>,
+    pub(super) pending_out: HashMap<u32, PendingOut>,
+    /// Inbound SAs to remove at a time: (when, connection, child, SPI).
+    pub(super) lingering: Vec<(Instant, String, String, u32)>,
+    /// Inbound SPIs we asked the engine to rekey.
+    pub(super) rekeying: HashSet<u32>,
     buf: Vec<u8>,
 }
 
@@ -140,52 +179,78 @@ impl Ike {
         if cfg.connections.iter().all(|c| c.ike.is_none()) {
             return Ok(None);
         }
-        let ep_cfg = EndpointConfig { ike_port: cfg.daemon.ike_port, natt_port: cfg.daemon.port, ..EndpointConfig::default() };
+        let limits = cfg.daemon.ike;
+        let ep_cfg = EndpointConfig {
+            ike_port: cfg.daemon.ike_port,
+            natt_port: cfg.daemon.port,
+            workers: u16::try_from(gw.workers()).unwrap_or(u16::MAX),
+            window_size: limits.window_size,
+            cookie_threshold: limits.cookie_threshold,
+            cookie_threshold_per_source: limits.cookie_threshold_per_source,
+            half_open_per_source: limits.half_open_per_source,
+            max_half_open: limits.max_half_open,
+            ..EndpointConfig::default()
+        };
         let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpis::new(gw.workers())));
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
-        let sock500 = UdpSocket::bind(bind).with_context(|| format!("binding IKE socket {bind} (is another IKE daemon running?)"))?;
-        sock500.set_nonblocking(true)?;
+        let sock500 = esparto_io::UdpSocket::bind(bind, &UdpConfig::default(), false)
+            .with_context(|| format!("binding IKE socket {bind} (is another IKE daemon running?)"))?;
         let mut ike = Self {
             ep,
             sock500,
             natt_port: cfg.daemon.port,
+            ike_port: cfg.daemon.ike_port,
             settings: HashMap::new(),
+            dpd_actions: HashMap::new(),
             traps: HashMap::new(),
             pending: HashMap::new(),
+            per_cpu_off: HashSet::new(),
             start_after: HashMap::new(),
             sas: BTreeMap::new(),
+            by_in_spi: HashMap::new(),
+            out_to_in: HashMap::new(),
+            pending_out: HashMap::new(),
+            lingering: Vec::new(),
+            rekeying: HashSet::new(),
             buf: vec![0u8; MAX_IKE_DATAGRAM],
         };
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
             ike.ep.add_connection(ike_conn.clone()).with_context(|| format!("connection {}", conn.name))?;
+            ike.dpd_actions.insert(conn.name.clone(), ike_conn.dpd_action);
+            let peer = conn.remote_addrs.first().map(|a| SocketAddr::new(*a, conn.remote_port));
             let mut starts = Vec::new();
             for child in &conn.children {
                 let start = ike_conn.child(&child.name).map(|c| c.start_action).unwrap_or_default();
+                let mut lifetime = child.lifetime;
+                // Time-based rekeys are the engine's (with jitter); the data
+                // plane keeps a hard time as a backstop behind it.
+                lifetime.soft_time = None;
+                lifetime.hard_time = lifetime.hard_time.map(|t| t + LIFETIME_GRACE);
+                let trap = ChildParams {
+                    local_ts: child.local_ts.clone(),
+                    remote_ts: child.remote_ts.clone(),
+                    peer: peer.unwrap_or_else(|| SocketAddr::new(gw.local_ip(), conn.remote_port)),
+                    replay_window: child.replay_window,
+                    lifetime,
+                    per_cpu: false,
+                };
                 ike.settings.insert(
                     (conn.name.clone(), child.name.clone()),
                     ChildSettings {
                         replay_window: child.replay_window,
-                        lifetime: child.lifetime,
+                        lifetime,
                         per_cpu: child.per_cpu_sas != PerCpuSas::No,
-                        start,
+                        trap,
                     },
                 );
                 match start {
                     StartAction::Trap => {
-                        let peer = conn.remote_addrs.first().copied().context("a trap needs remote_addrs")?;
-                        let params = ChildParams {
-                            local_ts: child.local_ts.clone(),
-                            remote_ts: child.remote_ts.clone(),
-                            peer: SocketAddr::new(peer, conn.remote_port),
-                            replay_window: child.replay_window,
-                            lifetime: child.lifetime,
-                            per_cpu: false,
-                        };
-                        let group = gw.ensure_child(&conn.name, &child.name, params)?;
-                        ike.traps.insert(group, (conn.name.clone(), child.name.clone()));
-                        info!(connection = %conn.name, child = %child.name, "trap policy installed");
+                        if peer.is_none() {
+                            anyhow::bail!("{}/{}: a trap needs remote_addrs", conn.name, child.name);
+                        }
+                        ike.install_trap(gw, &conn.name, &child.name)?;
                     }
                     StartAction::Start => starts.push(child.name.clone()),
                     StartAction::None => {}
@@ -200,6 +265,15 @@ impl Ike {
         Ok(Some(ike))
     }
 
+    /// Installs (or re-arms) the trap policy of a child.
+    pub(super) fn install_trap(&mut self, gw: &mut Gateway, conn: &str, child: &str) -> Result<()> {
+        let Some(s) = self.settings.get(&(conn.to_string(), child.to_string())) else { return Ok(()) };
+        let group = gw.ensure_child(conn, child, s.trap.clone())?;
+        self.traps.insert(group, (conn.to_string(), child.to_string()));
+        info!(connection = %conn, child = %child, "trap policy installed");
+        Ok(())
+    }
+
     /// File descriptors to wait on (port 500; port 4500 is the gateway's).
     pub fn fds(&self) -> [RawFd; 1] {
         [self.sock500.as_raw_fd()]
@@ -207,22 +281,18 @@ impl Ike {
 
     /// When [`tick`](Self::tick) must run next.
     pub fn next_timeout(&mut self) -> Option<Instant> {
-        self.ep.poll_timeout()
+        let linger = self.lingering.iter().map(|(t, ..)| *t).min();
+        match (self.ep.poll_timeout(), linger) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Reads every pending datagram from both IKE sockets.
     pub fn on_readable(&mut self, now: Instant, gw: &mut Gateway) {
-        let local500 = self.sock500.local_addr().ok();
-        loop {
-            match self.sock500.recv_from(&mut self.buf) {
-                Ok((n, from)) => {
-                    if let Some(local) = local500 {
-                        self.ep.handle_datagram(now, local, from, &self.buf[..n]);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
+        let local500 = self.sock500.local_addr();
+        while let Ok(Some((n, from))) = self.sock500.recv_from(&mut self.buf) {
+            self.ep.handle_datagram(now, local500, from, &self.buf[..n]);
         }
         let local4500 = gw.udp_control().local_addr();
         while let Ok(Some((n, from))) = gw.udp_control().recv_from(&mut self.buf) {
@@ -238,29 +308,16 @@ impl Ike {
         self.flush(now, gw);
     }
 
-    /// A worker has traffic for a group with no SA.
-    pub fn on_acquire(&mut self, now: Instant, gw: &mut Gateway, group: u32, worker: Option<u16>) {
-        let Some((conn, child)) = self.traps.get(&group).cloned() else { return };
-        if worker.is_some() {
-            return; // per-CPU sub-SAs: issue 5
-        }
-        let key = (conn.clone(), child.clone());
-        if self.pending.get(&key).is_some_and(|t| now.duration_since(*t) < ACQUIRE_PENDING) {
-            return;
-        }
-        match self.ep.acquire(now, &conn, &child, None) {
-            Ok(id) => {
-                info!(connection = %conn, child = %child, ike_sa = %id, "acquire: negotiating");
-                self.pending.insert(key, now);
-            }
-            Err(e) => warn!(connection = %conn, child = %child, error = ?e, "acquire failed"),
-        }
-        self.flush(now, gw);
-    }
-
-    /// Timers: retransmissions, liveness, half-open expiry.
+    /// Timers: retransmissions, liveness, rekeys, lingering inbound SAs.
     pub fn tick(&mut self, now: Instant, gw: &mut Gateway) {
         self.ep.handle_timeout(now);
+        let due: Vec<_> = self.lingering.iter().filter(|(t, ..)| *t <= now).cloned().collect();
+        self.lingering.retain(|(t, ..)| *t > now);
+        for (_, conn, child, spi) in due {
+            if let Err(e) = gw.remove_inbound(&conn, &child, spi) {
+                warn!(error = %e, "removing a lingering inbound SA");
+            }
+        }
         self.flush(now, gw);
     }
 
@@ -273,7 +330,7 @@ impl Ike {
 
     /// `esparto down NAME`.
     pub fn down(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
-        let ids: Vec<IkeSaId> = self.sas.iter().filter(|(_, r)| &*r.connection == name).map(|(id, _)| *id).collect();
+        let ids = self.ike_sas_of(name);
         if ids.is_empty() {
             return Err(format!("{name}: no IKE SA"));
         }
@@ -286,16 +343,52 @@ impl Ike {
         Ok(format!("deleting {} IKE SA(s) of {name}", ids.len()))
     }
 
+    /// `esparto rekey NAME [--ike]`: every Child SA of the connection, or
+    /// its IKE SA(s).
+    pub fn rekey(&mut self, now: Instant, gw: &mut Gateway, name: &str, ike: bool) -> Result<String, String> {
+        let ids = self.ike_sas_of(name);
+        if ids.is_empty() {
+            return Err(format!("{name}: no IKE SA"));
+        }
+        let mut n = 0;
+        let mut errors = Vec::new();
+        for id in ids {
+            if ike {
+                match self.ep.rekey_ike(now, id) {
+                    Ok(()) => n += 1,
+                    Err(e) => errors.push(format!("{id}: {e:?}")),
+                }
+            } else {
+                let spis: Vec<u32> = self.sas.get(&id).map(|r| r.children.iter().map(|c| c.in_spi).collect()).unwrap_or_default();
+                for spi in spis {
+                    match self.ep.rekey_child(now, id, spi) {
+                        Ok(()) => n += 1,
+                        Err(e) => errors.push(format!("{spi:08x}: {e:?}")),
+                    }
+                }
+            }
+        }
+        self.flush(now, gw);
+        if n == 0 {
+            return Err(format!("{name}: nothing to rekey ({})", errors.join(", ")));
+        }
+        Ok(format!("rekeying {n} {} of {name}", if ike { "IKE SA(s)" } else { "Child SA(s)" }))
+    }
+
+    fn ike_sas_of(&self, name: &str) -> Vec<IkeSaId> {
+        self.sas.iter().filter(|(_, r)| &*r.connection == name).map(|(id, _)| *id).collect()
+    }
+
     /// Sends what the engine queued and acts on its events.
-    fn flush(&mut self, now: Instant, gw: &mut Gateway) {
+    pub(super) fn flush(&mut self, now: Instant, gw: &mut Gateway) {
         loop {
             let mut progress = false;
             while let Some(t) = self.ep.poll_transmit() {
                 progress = true;
                 let r = if t.local.port() == self.natt_port {
-                    gw.udp_control().send_to(&t.data, t.remote).map(|_| ())
+                    gw.udp_control().send_to(&t.data, t.remote)
                 } else {
-                    self.sock500.send_to(&t.data, t.remote).map(|_| ())
+                    self.sock500.send_to(&t.data, t.remote)
                 };
                 if let Err(e) = r {
                     warn!(remote = %t.remote, error = %e, "IKE send failed");
@@ -311,143 +404,26 @@ impl Ike {
         }
     }
 
-    fn on_event(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
-        match ev {
-            Event::IkeSaEstablished { ike_sa, connection, local, remote, local_id, remote_id, initiator } => {
-                info!(%ike_sa, %connection, %remote, %remote_id, "IKE SA established");
-                let rec = self.sas.entry(ike_sa).or_insert_with(|| IkeRecord {
-                    connection: connection.clone(),
-                    local,
-                    remote,
-                    local_id: local_id.to_string(),
-                    remote_id: remote_id.to_string(),
-                    initiator,
-                    since: now,
-                    established: true,
-                    children: Vec::new(),
-                });
-                rec.established = true;
-                if let Some(rest) = self.start_after.remove(&*connection) {
-                    for child in rest {
-                        if let Err(e) = self.ep.acquire(now, &connection, &child, None) {
-                            warn!(%connection, %child, error = ?e, "starting child failed");
-                        }
-                    }
-                }
-            }
-            Event::ChildSaEstablished(c) => self.install(now, gw, *c),
-            Event::ChildSaDeleted { ike_sa, connection, child, inbound_spi, outbound_spi, reason } => {
-                info!(%ike_sa, %connection, %child, in_spi = %format!("{inbound_spi:08x}"), out_spi = %format!("{outbound_spi:08x}"), ?reason, "Child SA deleted");
-                if let Err(e) = gw.remove_pair(&connection, &child, inbound_spi, outbound_spi) {
-                    warn!(error = %e, "removing Child SA from the data plane");
-                }
-                if let Some(r) = self.sas.get_mut(&ike_sa) {
-                    r.children.retain(|c| c.in_spi != inbound_spi);
-                }
-            }
-            Event::IkeSaDeleted { ike_sa, connection, reason } => {
-                info!(%ike_sa, connection = ?connection, ?reason, "IKE SA deleted");
-                if let Some(rec) = self.sas.remove(&ike_sa) {
-                    // Children die with their IKE SA (RFC 7296 §1.4.1).
-                    for c in rec.children {
-                        let _ = gw.remove_pair(&rec.connection, &c.child, c.in_spi, c.out_spi);
-                    }
-                }
-            }
-            Event::ChildSaFailed { ike_sa, connection, child, reason } => {
-                warn!(%ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
-                if let Some(child) = child {
-                    self.pending.remove(&(connection.to_string(), child.to_string()));
-                }
-            }
-            Event::AuthFailed { ike_sa, peer, identity, reason } => {
-                warn!(%ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
-            }
-            Event::IkeSaRekeyed { old, new, connection } => {
-                // RFC 7296 §1.3.2: the new IKE SA inherits every Child SA.
-                info!(%old, %new, %connection, "IKE SA rekeyed");
-                if let Some(rec) = self.sas.remove(&old) {
-                    self.sas.insert(new, rec);
-                }
-            }
-            Event::ChildSaOutboundActive { ike_sa, connection, child, inbound_spi, outbound_spi } => {
-                // TODO(lead): install() switches outbound at once; defer it for
-                // `outbound_active: false` and switch here (esparto-ike event.rs).
-                info!(%ike_sa, %connection, %child, in_spi = %format!("{inbound_spi:08x}"), out_spi = %format!("{outbound_spi:08x}"), "Child SA outbound active");
-            }
-            Event::PerResourceUnavailable { ike_sa, connection, child, reason } => {
-                info!(%ike_sa, %connection, %child, ?reason, "no per-resource Child SAs");
-            }
-            Event::PeerAddressChanged { ike_sa, local, remote } => {
-                info!(%ike_sa, %local, %remote, "peer address changed");
-                if let Some(r) = self.sas.get_mut(&ike_sa) {
-                    r.local = local;
-                    r.remote = remote;
-                }
-            }
-        }
-    }
-
-    fn install(&mut self, now: Instant, gw: &mut Gateway, c: ChildSaEstablished) {
-        let key = (c.connection.to_string(), c.child.to_string());
-        self.pending.remove(&key);
-        let Some(settings) = self.settings.get(&key).cloned() else {
-            warn!(connection = %c.connection, child = %c.child, "Child SA for an unknown child: not installed");
-            return;
-        };
-        // ESP always travels in UDP (RFC 3948) to the peer's NAT-T port.
-        let peer_port = if c.remote.port() == gw_ike_port(&self.sock500) { self.natt_port } else { c.remote.port() };
-        let params = ChildParams {
-            local_ts: c.local_ts.iter().map(to_esp_ts).collect(),
-            remote_ts: c.remote_ts.iter().map(to_esp_ts).collect(),
-            peer: SocketAddr::new(c.remote.ip(), peer_port),
-            replay_window: settings.replay_window,
-            lifetime: settings.lifetime,
-            per_cpu: settings.per_cpu && settings.start != StartAction::Trap,
-        };
-        let slot = match c.resource {
-            Some(k) => Slot::Worker(k),
-            None => Slot::Fallback,
-        };
-        let pair = SaPair {
-            suite: c.suite,
-            esn: c.esn,
-            in_spi: c.inbound_spi,
-            out_spi: c.outbound_spi,
-            in_key: &c.inbound_key,
-            out_key: &c.outbound_key,
-            slot,
-        };
-        let r = gw.ensure_child(&c.connection, &c.child, params).and_then(|_| gw.add_pair(&c.connection, &c.child, &pair));
-        match r {
-            Ok(()) => {
-                info!(
-                    connection = %c.connection, child = %c.child, ike_sa = %c.ike_sa, suite = c.suite.name(),
-                    in_spi = %format!("{:08x}", c.inbound_spi), out_spi = %format!("{:08x}", c.outbound_spi),
-                    "Child SA installed"
-                );
-                let rec = self.sas.entry(c.ike_sa).or_insert_with(|| IkeRecord {
-                    connection: c.connection.clone(),
-                    local: c.local,
-                    remote: c.remote,
-                    local_id: String::new(),
-                    remote_id: String::new(),
-                    initiator: c.initiator,
-                    since: now,
-                    established: true,
-                    children: Vec::new(),
-                });
-                rec.children.push(ChildRecord {
-                    child: c.child.clone(),
-                    in_spi: c.inbound_spi,
-                    out_spi: c.outbound_spi,
-                    suite: c.suite.name(),
-                    resource: c.resource,
-                    since: now,
-                });
-            }
-            Err(e) => warn!(connection = %c.connection, child = %c.child, error = %format!("{e:#}"), "installing Child SA failed"),
-        }
+    /// The engine's counters, for `esparto status`.
+    pub fn counters(&self) -> BTreeMap<String, u64> {
+        let s = self.ep.stats();
+        [
+            ("datagrams", s.datagrams),
+            ("malformed", s.malformed),
+            ("unknown_spi", s.unknown_spi),
+            ("init_refused", s.init_refused),
+            ("integrity_failures", s.integrity_failures),
+            ("out_of_window", s.out_of_window),
+            ("cookies_sent", s.cookies_sent),
+            ("cookies_verified", s.cookies_verified),
+            ("cookies_rejected", s.cookies_rejected),
+            ("half_open_dropped_per_source", s.half_open_dropped_per_source),
+            ("half_open_dropped_global", s.half_open_dropped_global),
+            ("ike_sas", self.ep.ike_sa_count() as u64),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
     }
 
     /// The IKE SAs with their Child SAs, joined with the data plane's
@@ -492,7 +468,10 @@ impl Ike {
                             suite: c.suite.into(),
                             role: role.unwrap_or_else(|| "single".into()),
                             in_worker,
-                            out_worker: c.resource,
+                            out_worker: match c.slot {
+                                Slot::Worker(k) => Some(k),
+                                _ => None,
+                            },
                             age_s: now.duration_since(c.since).as_secs_f64(),
                             in_bytes,
                             in_packets,
@@ -504,18 +483,4 @@ impl Ike {
             })
             .collect()
     }
-}
-
-fn gw_ike_port(s: &UdpSocket) -> u16 {
-    s.local_addr().map(|a| a.port()).unwrap_or(500)
-}
-
-/// An IKE traffic selector as the data plane's.
-fn to_esp_ts(ts: &esparto_ike::TrafficSelector) -> esparto_esp::TrafficSelector {
-    let addrs = esparto_esp::IpRange::new(ts.start, ts.end).unwrap_or_else(|_| {
-        // The engine only produces ranges with both ends of one family and
-        // in order; fall back to the start host rather than panic.
-        esparto_esp::IpRange::host(ts.start)
-    });
-    esparto_esp::TrafficSelector { addrs, proto: ts.protocol, port_start: ts.start_port, port_end: ts.end_port }
 }

@@ -67,6 +67,10 @@ pub enum Slot {
     Worker(u16),
     /// Received on, never sent on.
     InboundOnly,
+    /// A sub-SA the peer negotiated for one of its resources (RFC 9611):
+    /// we send on it from the first worker that has no sub-SA of its own
+    /// in this group, else receive only.
+    AnyFreeWorker,
 }
 
 /// One SA pair to install.
@@ -177,41 +181,75 @@ impl Gateway {
         Ok(())
     }
 
-    /// Adds an SA pair to a child created with [`ensure_child`](Self::ensure_child).
-    /// A pair in an occupied slot replaces the SA there (a rekey).
-    pub fn add_pair(&mut self, connection: &str, child: &str, pair: &SaPair<'_>) -> Result<()> {
-        let idx = self
-            .children
+    /// Adds an SA pair to a child created with [`ensure_child`](Self::ensure_child):
+    /// inbound first (the peer may start using it at once), then outbound.
+    /// A pair in an occupied slot replaces the SA there (a rekey). Returns
+    /// the slot the outbound SA took.
+    pub fn add_pair(&mut self, connection: &str, child: &str, pair: &SaPair<'_>) -> Result<Slot> {
+        self.add_inbound(connection, child, pair)?;
+        self.set_outbound(connection, child, pair)
+    }
+
+    fn child_index(&self, connection: &str, child: &str) -> Result<usize> {
+        self.children
             .iter()
             .position(|c| c.connection == connection && c.child == child)
-            .with_context(|| format!("{connection}/{child} has no group"))?;
-        let (group, params) = (self.children[idx].group, self.children[idx].params.clone());
-        let now = Instant::now();
-        let sa = |spi: u32, key: &SecretBytes| SaConfig {
+            .with_context(|| format!("{connection}/{child} has no group"))
+    }
+
+    fn sa_config(&self, idx: usize, suite: EspSuite, esn: bool, spi: u32, key: &SecretBytes) -> SaConfig {
+        let params = &self.children[idx].params;
+        SaConfig {
             spi,
-            suite: pair.suite,
+            suite,
             keymat: SecretBytes::from_slice(key.as_slice()),
-            esn: pair.esn,
+            esn,
             replay_window: params.replay_window,
             lifetime: params.lifetime,
             local_ts: params.local_ts.clone(),
             remote_ts: params.remote_ts.clone(),
             peer: params.peer,
             path_mtu: self.path_mtu,
-        };
-        let label = |role| SaLabel { connection: connection.to_string(), child: child.to_string(), role };
-        let fallback_role = if params.per_cpu || matches!(pair.slot, Slot::Worker(_)) { Role::Fallback } else { Role::Single };
-        // Inbound first: the peer may start using the new SA at once.
+        }
+    }
+
+    fn fallback_role(&self, idx: usize, slot: Slot) -> Role {
+        if self.children[idx].params.per_cpu || !matches!(slot, Slot::Fallback) { Role::Fallback } else { Role::Single }
+    }
+
+    /// Installs the inbound half of `pair` on the worker its SPI steers to.
+    pub fn add_inbound(&mut self, connection: &str, child: &str, pair: &SaPair<'_>) -> Result<()> {
+        let idx = self.child_index(connection, child)?;
+        let now = Instant::now();
+        let cfg = self.sa_config(idx, pair.suite, pair.esn, pair.in_spi, pair.in_key);
         let w = spi_to_worker(pair.in_spi, self.workers());
-        self.send(w, Command::AddInbound(Box::new(InboundSa::new(&sa(pair.in_spi, pair.in_key), now).map_err(key_err)?)))?;
-        let in_role = match pair.slot {
-            Slot::Fallback => fallback_role,
-            Slot::Worker(_) | Slot::InboundOnly => Role::Sub,
+        self.send(w, Command::AddInbound(Box::new(InboundSa::new(&cfg, now).map_err(key_err)?)))?;
+        let role = match pair.slot {
+            Slot::Fallback => self.fallback_role(idx, pair.slot),
+            Slot::Worker(_) | Slot::InboundOnly | Slot::AnyFreeWorker => Role::Sub,
         };
-        self.labels.insert((pair.in_spi, Direction::Inbound), label(in_role));
-        let out = sa(pair.out_spi, pair.out_key);
-        let out_worker = match pair.slot {
-            Slot::Fallback if self.workers() == 1 && !params.per_cpu => {
+        self.children[idx].inbound.push((pair.in_spi, w));
+        self.labels.insert((pair.in_spi, Direction::Inbound), SaLabel { connection: connection.into(), child: child.into(), role });
+        Ok(())
+    }
+
+    /// Starts sending on the outbound half of `pair` in its slot (replacing
+    /// what was there). Returns the slot taken.
+    pub fn set_outbound(&mut self, connection: &str, child: &str, pair: &SaPair<'_>) -> Result<Slot> {
+        let idx = self.child_index(connection, child)?;
+        let now = Instant::now();
+        let group = self.children[idx].group;
+        let per_cpu = self.children[idx].params.per_cpu;
+        let out = self.sa_config(idx, pair.suite, pair.esn, pair.out_spi, pair.out_key);
+        let slot = match pair.slot {
+            Slot::AnyFreeWorker => (0..self.workers().min(usize::from(u16::MAX)))
+                .map(|k| k as u16)
+                .find(|k| !self.children[idx].outbound.iter().any(|(_, w)| *w == Some(*k)))
+                .map_or(Slot::InboundOnly, Slot::Worker),
+            s => s,
+        };
+        let out_worker = match slot {
+            Slot::Fallback if self.workers() == 1 && !per_cpu => {
                 self.send(0, Command::SetFallback(group, Box::new(OutboundSa::owned(&out, now).map_err(key_err)?)))?;
                 Some(None)
             }
@@ -226,10 +264,13 @@ impl Gateway {
                 self.send(usize::from(k), Command::SetSub(group, Box::new(OutboundSa::owned(&out, now).map_err(key_err)?)))?;
                 Some(Some(k))
             }
-            Slot::Worker(_) | Slot::InboundOnly => None,
+            Slot::Worker(_) | Slot::InboundOnly | Slot::AnyFreeWorker => None,
+        };
+        let role = match out_worker {
+            Some(Some(_)) => Role::Sub,
+            _ => self.fallback_role(idx, slot),
         };
         let c = &mut self.children[idx];
-        c.inbound.push((pair.in_spi, w));
         if let Some(worker) = out_worker {
             // The SA now in this slot replaces any earlier one there.
             for (spi, _) in c.outbound.iter().filter(|(_, wk)| *wk == worker) {
@@ -237,33 +278,68 @@ impl Gateway {
             }
             c.outbound.retain(|(_, wk)| *wk != worker);
             c.outbound.push((pair.out_spi, worker));
-            let role = if worker.is_some() { Role::Sub } else { fallback_role };
-            self.labels.insert((pair.out_spi, Direction::Outbound), label(role));
+            self.labels.insert(
+                (pair.out_spi, Direction::Outbound),
+                SaLabel { connection: connection.to_string(), child: child.to_string(), role },
+            );
         }
-        Ok(())
+        Ok(match out_worker {
+            Some(None) => Slot::Fallback,
+            Some(Some(k)) => Slot::Worker(k),
+            None => Slot::InboundOnly,
+        })
+    }
+
+    /// Turns per-CPU acquires of a child's workers on or off.
+    pub fn set_per_cpu(&mut self, connection: &str, child: &str, per_cpu: bool) -> Result<()> {
+        let idx = self.child_index(connection, child)?;
+        if self.children[idx].params.per_cpu == per_cpu {
+            return Ok(());
+        }
+        self.children[idx].params.per_cpu = per_cpu;
+        let group = self.children[idx].group;
+        self.send_all(|| Ok(Command::AddGroup { id: group, per_cpu }))
+    }
+
+    /// The child a group belongs to.
+    pub fn child_of_group(&self, group: GroupId) -> Option<(&str, &str)> {
+        self.children.iter().find(|c| c.group == group).map(|c| (c.connection.as_str(), c.child.as_str()))
+    }
+
+    /// Removes one inbound SA of a child (kept apart from its outbound half
+    /// after a rekey, to catch packets still in flight).
+    pub fn remove_inbound(&mut self, connection: &str, child: &str, in_spi: u32) -> Result<bool> {
+        let Ok(idx) = self.child_index(connection, child) else { return Ok(false) };
+        let c = &mut self.children[idx];
+        let gone: Vec<(u32, usize)> = c.inbound.iter().copied().filter(|(s, _)| *s == in_spi).collect();
+        c.inbound.retain(|(s, _)| *s != in_spi);
+        for (spi, w) in &gone {
+            self.send(*w, Command::RemoveInbound(*spi))?;
+            self.labels.remove(&(*spi, Direction::Inbound));
+        }
+        Ok(!gone.is_empty())
+    }
+
+    /// Stops sending on an outbound SA if it is still installed.
+    pub fn remove_outbound(&mut self, connection: &str, child: &str, out_spi: u32) -> Result<bool> {
+        let Ok(idx) = self.child_index(connection, child) else { return Ok(false) };
+        let group = self.children[idx].group;
+        let c = &mut self.children[idx];
+        let had = c.outbound.iter().any(|(s, _)| *s == out_spi);
+        c.outbound.retain(|(s, _)| *s != out_spi);
+        if had {
+            self.send_all(|| Ok(Command::RemoveOutbound(group, out_spi)))?;
+            self.labels.remove(&(out_spi, Direction::Outbound));
+        }
+        Ok(had)
     }
 
     /// Removes one SA pair (by its SPIs) from a child; the group and its
     /// policies stay (a trap or a rekey keeps using them).
     pub fn remove_pair(&mut self, connection: &str, child: &str, in_spi: u32, out_spi: u32) -> Result<bool> {
-        let Some(idx) = self.children.iter().position(|c| c.connection == connection && c.child == child) else {
-            return Ok(false);
-        };
-        let group = self.children[idx].group;
-        let c = &mut self.children[idx];
-        let inbound: Vec<(u32, usize)> = c.inbound.iter().copied().filter(|(s, _)| *s == in_spi).collect();
-        c.inbound.retain(|(s, _)| *s != in_spi);
-        let had_out = c.outbound.iter().any(|(s, _)| *s == out_spi);
-        c.outbound.retain(|(s, _)| *s != out_spi);
-        if had_out {
-            self.send_all(|| Ok(Command::RemoveOutbound(group, out_spi)))?;
-            self.labels.remove(&(out_spi, Direction::Outbound));
-        }
-        for (spi, w) in &inbound {
-            self.send(*w, Command::RemoveInbound(*spi))?;
-            self.labels.remove(&(*spi, Direction::Inbound));
-        }
-        Ok(had_out || !inbound.is_empty())
+        let out = self.remove_outbound(connection, child, out_spi)?;
+        let inb = self.remove_inbound(connection, child, in_spi)?;
+        Ok(out || inb)
     }
 
     /// Removes a child entirely: its policies first (so no packet is

@@ -5,6 +5,7 @@
 
 mod gateway;
 pub mod ike;
+mod ike_events;
 pub mod install;
 mod run;
 

@@ -89,16 +89,13 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         }
         server.poll(|req| handle(&mut gw, ike.as_mut(), req));
         for ev in gw.poll_events() {
-            match ev.event {
-                Event::Acquire { group, worker } => {
-                    if let Some(ike) = &mut ike {
-                        ike.on_acquire(now, &mut gw, group, worker);
-                    }
+            match (&mut ike, ev.event) {
+                (Some(ike), _) => ike.on_dataplane(now, &mut gw, ev),
+                (None, Event::Acquire { .. }) => {}
+                (None, Event::Expire { spi, direction, kind: Expiry::Soft }) => {
+                    info!(spi = %format!("{spi:08x}"), ?direction, "SA reached a soft lifetime limit (static keys: no rekey)")
                 }
-                Event::Expire { spi, direction, kind: Expiry::Soft } => {
-                    info!(spi = %format!("{spi:08x}"), ?direction, "SA reached a soft lifetime limit")
-                }
-                Event::Expire { spi, direction, kind: Expiry::Hard } => {
+                (None, Event::Expire { spi, direction, kind: Expiry::Hard }) => {
                     warn!(spi = %format!("{spi:08x}"), ?direction, "SA expired (hard limit); it carries no more traffic")
                 }
             }
@@ -127,6 +124,7 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, req: Request) -> Response {
         gw.status().map(|mut s| {
             if let Some(ike) = ike {
                 s.ike_sas = ike.report(now, &s);
+                s.ike = ike.counters();
             }
             s
         })
@@ -146,6 +144,10 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, req: Request) -> Response {
         },
         Request::Down { name } => match ike {
             Some(ike) => ike.down(now, gw, &name).map_or_else(Response::Error, Response::Done),
+            None => Response::Error(format!("{name}: no IKE connections are configured")),
+        },
+        Request::Rekey { name, ike: whole } => match ike {
+            Some(ike) => ike.rekey(now, gw, &name, whole).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
     }

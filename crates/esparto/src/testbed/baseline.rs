@@ -11,6 +11,12 @@
 //! carried. "Carried" counts inner IP bytes for UDP (packets received ×
 //! packet size) and TCP payload bytes for TCP.
 //!
+//! Two additions serve `esparto bench tunnel`: [`measure_probed`] also
+//! records how the gateways' workers shared each run ([`WorkerSplit`]:
+//! with one SA pair a single worker decrypts everything), and
+//! [`Options::calibrate`] caps each search at what the generator actually
+//! offers, for systems faster than the generator (see [`calibrated_max`]).
+//!
 //! The routed section runs first on its own topology with plain routes,
 //! once with the kernel's veth offloads (GRO off) and once with GRO and UDP
 //! GRO forwarding on, which is the question [`super::topology`] leaves
