@@ -256,7 +256,7 @@ pub struct Results {
 
 /// A generator that offers less than this fraction of the rate asked of it
 /// is the limit, not the system under test.
-const GENERATOR_SHORTFALL: f64 = 0.95;
+pub const GENERATOR_SHORTFALL: f64 = 0.95;
 
 /// The highest rate worth asking for, given a blast at `cap` that offered
 /// `offered` packets/s: the cap itself if the generator kept up (within
