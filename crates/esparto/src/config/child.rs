@@ -504,7 +504,8 @@ fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> L
                 }
                 (s, h)
             }
-            (Some(s), None) => (s, s.saturating_add(s / 10)),
+            // swanctl: life = rekey + 10 %, at least one unit more (5 s → 6 s).
+            (Some(s), None) => (s, s.saturating_add((s / 10).max(u64::from(s > 0)))),
             // Only the hard limit given: rekey at the default, or at 90 % of
             // the hard limit if that comes first (static: never).
             (None, Some(h)) => {
@@ -515,7 +516,7 @@ fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> L
                 };
                 (s, h)
             }
-            (None, None) => (default_soft, default_soft.saturating_add(default_soft / 10)),
+            (None, None) => (default_soft, default_soft.saturating_add((default_soft / 10).max(u64::from(default_soft > 0)))),
         };
         let nz = |v: u64| (v > 0).then_some(v);
         if time {

@@ -103,6 +103,11 @@ pub struct EspartoConfig {
     pub esp_proposal: String,
     /// `per_cpu_sas`: `no`, `eager` or `on-demand`.
     pub per_cpu_sas: String,
+    /// Extra `key = value` lines (TOML values, written as given) for the
+    /// connection section, e.g. `("dpd_delay", "\"2s\"")`.
+    pub conn_extra: Vec<(String, String)>,
+    /// Extra lines for the child section, e.g. `("rekey_time", "\"5s\"")`.
+    pub child_extra: Vec<(String, String)>,
     /// How the SAs are keyed.
     pub keying: Keying,
 }
@@ -164,6 +169,8 @@ impl EspartoConfig {
             remote_ts: rts.map(String::from).to_vec(),
             esp_proposal: "aes256gcm16".into(),
             per_cpu_sas: "no".into(),
+            conn_extra: Vec::new(),
+            child_extra: Vec::new(),
             keying,
         })
     }
@@ -193,6 +200,9 @@ impl EspartoConfig {
             q(&self.remote_addr.to_string())
         );
         let _ = writeln!(t, "remote_port = {}", self.remote_port);
+        for (k, v) in &self.conn_extra {
+            let _ = writeln!(t, "{k} = {v}");
+        }
         if let Keying::Ike {
             proposal,
             local_id,
@@ -225,6 +235,9 @@ impl EspartoConfig {
         // for negotiated children only (the validator refuses it otherwise).
         if !matches!(self.keying, Keying::Static(_)) {
             let _ = writeln!(t, "per_cpu_sas = {}", q(&self.per_cpu_sas));
+        }
+        for (k, v) in &self.child_extra {
+            let _ = writeln!(t, "{k} = {v}");
         }
         match &self.keying {
             Keying::Static(pairs) => {

@@ -78,7 +78,7 @@ fn bad_configs_name_line_column_and_key() {
             3,
             1,
             "daemon.bogus".into(),
-            "unknown key (known here: workers, control, tun, port, ike_port, path_mtu, log)",
+            "unknown key (known here: workers, control, tun, port, ike_port, path_mtu, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, max_half_open)",
         ),
         (
             "workers = 2",
@@ -517,6 +517,42 @@ start_action = "go"
             .message
             .contains("AEAD IKE proposal needs a prf keyword")
     );
+}
+
+#[test]
+fn lifecycle_errors() {
+    let text = r#"[daemon]
+window_size = 0
+[connections.gw]
+remote_addrs = "198.51.100.7"
+rekey_time = "1m"
+rand_time = "2m"
+[connections.gw.children.a]
+local_ts = "10.1.0.0/24"
+rekey_time = "10s"
+rand_time = "10s"
+dpd_action = "clear"
+[connections.gw.children.b]
+local_ts = "10.2.0.0/24"
+dpd_action = "restart"
+[secrets.s]
+secret = "x"
+"#;
+    let errs = errors_of(text);
+    let got: Vec<(usize, &str)> = errs.iter().map(|e| (e.line, e.key.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (2, "daemon.window_size"),
+            (6, "connections.gw.rand_time"),
+            (10, "connections.gw.children.a.rand_time"),
+            (14, "connections.gw.children.b.dpd_action"),
+        ],
+        "{}",
+        ConfigErrors(errs.clone())
+    );
+    assert!(errs[1].message.contains("shorter than rekey_time"));
+    assert!(errs[3].message.contains("must share a dpd_action"));
 }
 
 #[test]

@@ -202,3 +202,44 @@ fn lifetimes_follow_swanctl() {
     let lt = ike("rekey_time = 0");
     assert_eq!((lt.soft_time, lt.hard_time), (None, None));
 }
+
+/// The IKE engine gets the lifecycle settings: rekey/life/rand times (a
+/// short rekey_time still gets a longer life_time), byte and packet rekey
+/// triggers, per-CPU options, DPD, IKE SA rekeying, and the daemon limits.
+#[test]
+fn lifecycle_settings_reach_the_engine() {
+    let text = r#"
+[daemon]
+window_size = 4
+cookie_threshold = 50
+half_open_per_source = 7
+[connections.gw]
+remote_addrs = "198.51.100.7"
+dpd_delay = "10s"
+dpd_timeout = "40s"
+rekey_time = "2h"
+rand_time = "5m"
+[connections.gw.children.c]
+rekey_time = "5s"
+rand_time = "1s"
+rekey_bytes = 1000000
+per_cpu_sas = "eager"
+per_cpu_max = 4
+dpd_action = "restart"
+[secrets.s]
+secret = "x"
+"#;
+    let c = parse_str(text, "t.toml").unwrap();
+    assert_eq!((c.daemon.ike.window_size, c.daemon.ike.cookie_threshold, c.daemon.ike.half_open_per_source), (4, 50, 7));
+    let ike = c.connections[0].ike.as_ref().unwrap();
+    assert_eq!(ike.dpd_timeout, Some(Duration::from_secs(40)));
+    assert_eq!(ike.dpd_action, esparto_ike::DpdAction::Restart);
+    assert_eq!((ike.rekey_time, ike.rand_time), (Some(Duration::from_secs(7200)), Some(Duration::from_secs(300))));
+    let ch = &ike.children[0];
+    assert_eq!(ch.rekey_time, Some(Duration::from_secs(5)));
+    assert_eq!(ch.life_time, Some(Duration::from_secs(6)), "5 s + 10 % rounds up to a whole second");
+    assert_eq!(ch.rand_time, Some(Duration::from_secs(1)));
+    assert_eq!(ch.rekey_bytes, 1_000_000);
+    assert_eq!((ch.per_cpu_sas, ch.per_cpu_max), (esparto_ike::PerCpuSas::Eager, 4));
+    ike.validate().unwrap();
+}
