@@ -89,7 +89,7 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Summary> {
     if !m.is_empty() {
         bail!("the demo needs {} (run `make demo`, which installs them, as root)", m.join(", "));
     }
-    say.line("esparto demo: host-west ── gw-west ══ IPsec (ESP-in-UDP, IKEv2) ══ gw-east ── host-east");
+    say.line("esparto demo: host-west ── gw-west ══ IPsec (ESP-in-UDP, IKEv2, a Child SA per worker) ══ gw-east ── host-east");
     say.line("  west LAN 10.1.0.0/24 + fd00:1::/64, transit 192.0.2.0/24, east LAN 10.2.0.0/24 + fd00:2::/64");
     let topo = Topology::new().context("building the namespaces")?;
     let keying = |west: bool| Keying::Ike {
@@ -103,6 +103,9 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Summary> {
     let mut ecfg = EspartoConfig::site(Node::GwEast, keying(false))?;
     wcfg.workers = opts.workers;
     ecfg.workers = opts.workers;
+    // RFC 9611: a Child SA per worker, negotiated right after IKE_AUTH.
+    wcfg.per_cpu_sas = "eager".into();
+    ecfg.per_cpu_sas = "eager".into();
     let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).context("starting the east gateway")?;
     let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &wcfg).context("starting the west gateway")?;
     say.line(format!(
@@ -113,8 +116,13 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Summary> {
     ));
 
     let t0 = Instant::now();
-    let established = wait_tunnel(&west, Duration::from_secs(10))?;
-    say.line(format!("IKEv2: tunnel established in {:.0} ms", t0.elapsed().as_secs_f64() * 1000.0));
+    let workers = west.status()?.workers.len();
+    let established = wait_tunnel(&west, workers + 1, Duration::from_secs(10))?;
+    say.line(format!(
+        "IKEv2: tunnel established in {:.0} ms, with {} Child SAs (a fallback and one per worker)",
+        t0.elapsed().as_secs_f64() * 1000.0,
+        established.ike_sas.iter().map(|i| i.children.len()).sum::<usize>()
+    ));
     say.line(render::ike_sas_text(&established.ike_sas).trim_end());
 
     let mut ping_ok = true;
@@ -182,12 +190,14 @@ fn gateway_summary(s: &Status) -> GatewaySummary {
     }
 }
 
-/// Waits for an IKE SA with a Child SA on `gw`; returns its status.
-fn wait_tunnel(gw: &EspartoGateway, timeout: Duration) -> Result<Status> {
+/// Waits for an IKE SA with `children` Child SAs on `gw` (or at least one
+/// when the timeout comes); returns its status.
+fn wait_tunnel(gw: &EspartoGateway, children: usize, timeout: Duration) -> Result<Status> {
     let deadline = Instant::now() + timeout;
     loop {
         let s = gw.status()?;
-        if s.ike_sas.iter().any(|i| i.state == "established" && !i.children.is_empty()) {
+        let n: usize = s.ike_sas.iter().filter(|i| i.state == "established").map(|i| i.children.len()).sum();
+        if n >= children || (n > 0 && Instant::now() >= deadline) {
             return Ok(s);
         }
         if Instant::now() >= deadline {

@@ -13,15 +13,10 @@ use crate::testbed::Family;
 use crate::testbed::baseline;
 use crate::testbed::zeroloss::Search;
 
-/// How the per-CPU section keys its SAs.
-///
-/// TODO(RFC 9611 in esparto-ike): once the IKE engine negotiates per-CPU
-/// Child SAs, make this `Layout::IkePerCpu` (`per_cpu_sas = "eager"`, and
-/// the one-pair side becomes `per_cpu_sas = "no"`): that is the only
-/// change needed (`--per-cpu-ike` does it for one run). Until then the
-/// per-CPU pairs are statically keyed, and so is the one pair they are
-/// compared with.
-pub const PER_CPU_LAYOUT: Layout = Layout::StaticPerCpu;
+/// The per-CPU layout measured against one SA pair: negotiated by IKEv2
+/// (RFC 9611, `per_cpu_sas = "eager"`), against one IKE-negotiated pair.
+/// `Layout::StaticPerCpu` measures the same data path with static keys.
+pub const PER_CPU_LAYOUT: Layout = Layout::IkePerCpu;
 
 /// The highest rate a section's search offers.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -214,9 +209,9 @@ pub struct Args {
     /// Workers per Esparto gateway (default: the CPUs this process may use).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Key the per-CPU comparison with IKEv2 (`per_cpu_sas = "eager"` against `"no"`) instead of static keys.
+    /// Key the per-CPU comparison with static keys instead of IKEv2 (same data path, no negotiation).
     #[arg(long)]
-    pub per_cpu_ike: bool,
+    pub per_cpu_static: bool,
     /// Print every trial to stderr.
     #[arg(long)]
     pub verbose: bool,
@@ -249,8 +244,8 @@ impl Args {
         o.strongswan = !self.skip_strongswan;
         o.routed = !self.skip_routed;
         o.verbose = self.verbose;
-        if self.per_cpu_ike {
-            o.per_cpu_layout = Layout::IkePerCpu;
+        if self.per_cpu_static {
+            o.per_cpu_layout = Layout::StaticPerCpu;
         }
         o.validate()?;
         Ok(o)
@@ -302,8 +297,8 @@ mod tests {
             parse(&["--workers", "1", "--flows"]).unwrap().flows,
             Vec::<usize>::new()
         );
-        let ike = parse(&["--workers", "2", "--per-cpu-ike"]).unwrap();
-        assert_eq!(ike.per_cpu_layout, Layout::IkePerCpu);
+        let st = parse(&["--workers", "2", "--per-cpu-static"]).unwrap();
+        assert_eq!(st.per_cpu_layout, Layout::StaticPerCpu);
         assert_eq!(
             parse(&["--workers", "1", "--sizes", "128,512"])
                 .unwrap()
