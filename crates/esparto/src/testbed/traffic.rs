@@ -220,6 +220,19 @@ pub fn udp(
     pps: f64,
     seconds: u32,
 ) -> Result<UdpResult> {
+    udp_streams(client, server, port, ip_size, pps, seconds, 1)
+}
+
+/// [`udp`] with `streams` parallel flows (iperf3 `-P`), `pps` in total.
+pub fn udp_streams(
+    client: &Netns,
+    server: IpAddr,
+    port: u16,
+    ip_size: usize,
+    pps: f64,
+    seconds: u32,
+    streams: u32,
+) -> Result<UdpResult> {
     let payload = udp_payload_len(ip_size, Family::of(server))?;
     // iperf3 needs room for its own 16-byte header (12 without 64-bit counters).
     if payload < 16 {
@@ -227,7 +240,8 @@ pub fn udp(
             "iperf3 needs a UDP payload of at least 16 bytes ({ip_size}-byte packets give {payload})"
         );
     }
-    let bps = (pps * payload as f64 * 8.0).round() as u64;
+    // iperf3's -b is per stream.
+    let bps = (pps / f64::from(streams.max(1)) * payload as f64 * 8.0).round() as u64;
     let args = [
         "-u",
         "--udp-counters-64bit",
@@ -237,6 +251,8 @@ pub fn udp(
         &bps.to_string(),
         "-t",
         &seconds.to_string(),
+        "-P",
+        &streams.max(1).to_string(),
     ]
     .map(String::from);
     let (sent, recv) = run_client(client, server, port, &args)?;
