@@ -9,13 +9,14 @@
 //! SA asks for as an [`Action`], which the endpoint carries out after the
 //! step.
 
-use crate::config::{Connection, EndpointConfig, Secrets};
+use crate::config::EndpointConfig;
+use crate::connections::Connections;
 use crate::event::{Event, Transmit};
+use crate::psk::Psks;
 use crate::sa::IkeSa;
 use crate::spi::SpiAllocator;
 use esparto_crypto::Rng;
 use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Borrowed endpoint state for one step of one SA.
@@ -24,10 +25,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now: Instant,
     /// Endpoint settings.
     pub(crate) config: &'a EndpointConfig,
-    /// All connections (responders search them).
-    pub(crate) connections: &'a [Arc<Connection>],
-    /// PSKs.
-    pub(crate) secrets: &'a Secrets,
+    /// All connections, indexed (responders search them).
+    pub(crate) connections: &'a Connections,
+    /// PSKs, indexed by identity.
+    pub(crate) psks: &'a Psks,
     /// Injected randomness.
     pub(crate) rng: &'a mut dyn Rng,
     /// Inbound ESP SPI allocation.

@@ -146,6 +146,17 @@ impl Identity {
     pub fn is_any(&self) -> bool {
         matches!(self, Identity::Any)
     }
+
+    /// The identity with ASCII case folded where [`Identity::matches`]
+    /// ignores it (FQDN, e-mail), for hash lookups: for any `a` other than
+    /// `%any`, `a.matches(b)` exactly when `a.folded() == b.folded()`.
+    pub fn folded(&self) -> Identity {
+        match self {
+            Identity::Fqdn(s) => Identity::Fqdn(s.to_ascii_lowercase()),
+            Identity::UserFqdn(s) => Identity::UserFqdn(s.to_ascii_lowercase()),
+            other => other.clone(),
+        }
+    }
 }
 
 impl From<IpAddr> for Identity {
@@ -239,5 +250,26 @@ mod tests {
         assert!(!moon.matches(&Identity::UserFqdn("moon.example".into())));
         assert!(Identity::Any.matches(&moon));
         assert!(!moon.matches(&Identity::Any));
+    }
+
+    fn arb_identity() -> impl proptest::strategy::Strategy<Value = Identity> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[a-cA-C.]{1,4}".prop_map(Identity::Fqdn),
+            "[a-cA-C@]{1,4}".prop_map(Identity::UserFqdn),
+            any::<[u8; 4]>().prop_map(|a| Identity::Ipv4(a.into())),
+            proptest::collection::vec(0u8..3, 0..3).prop_map(Identity::KeyId),
+            Just(Identity::Any),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Folding is what lets identities be hash keys: it agrees with
+        /// `matches` for every configured identity but `%any`.
+        #[test]
+        fn folded_equality_is_matching(a in arb_identity(), b in arb_identity()) {
+            proptest::prop_assume!(!a.is_any());
+            proptest::prop_assert_eq!(a.matches(&b), a.folded() == b.folded());
+        }
     }
 }

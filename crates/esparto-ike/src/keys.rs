@@ -10,9 +10,10 @@
 //!
 //! The free functions are the bare formulas, checked against the NIST
 //! SP 800-135 IKEv2 vectors in `tests/vectors/ikev2_kdf.txt`. [`IkeKeys`]
-//! cuts the prf+ stream into the SA's keys, in the order §2.14 gives, and
-//! builds the two SK payload ciphers: SK_ei/SK_ai protect what the
-//! original initiator sends, SK_er/SK_ar what the responder sends. For
+//! keeps the prf+ stream, cut into the SA's keys in the order §2.14 gives,
+//! and builds the two SK payload ciphers from it when a message is sealed
+//! or opened: SK_ei/SK_ai protect what the original initiator sends,
+//! SK_er/SK_ar what the responder sends. For
 //! AEADs the integrity keys are empty and SK_e carries the 4-octet salt
 //! (RFC 5282 §7.1, RFC 7634 §3). [`ChildKeys`] cuts Child SA KEYMAT per
 //! §2.17: "All keys for SAs carrying data from the initiator to the
@@ -117,26 +118,36 @@ pub fn rekey_skeyseed(
     prf.prf_parts(sk_d_old, &[g_ir_new, ni, nr])
 }
 
-/// The keys of one IKE SA.
+/// The keys of one IKE SA, as the prf+ stream cut them (§2.14), in one
+/// wiped buffer:
+///
+/// ```text
+/// SK_d | SK_ai | SK_ar | SK_ei | SK_er | SK_pi | SK_pr
+///                                        └ dropped by forget_auth_keys ┘
+/// ```
+///
+/// The SK payload ciphers are built from their keys for each message
+/// ([`IkeKeys::cipher_i`], [`IkeKeys::cipher_r`]) instead of living with
+/// the SA: a cipher context (aws-lc's expanded AES key and GHASH table)
+/// is about 600 bytes, twice per IKE SA, for an SA that sends a message
+/// every few minutes at most once it is up, while building one costs a
+/// fraction of a microsecond. SK_pi and SK_pr serve only the AUTH payloads
+/// of IKE_AUTH (§2.15; an IKE SA made by a rekey never authenticates), so
+/// the SA drops them once authenticated.
 pub struct IkeKeys {
     /// The negotiated PRF.
     pub prf: Prf,
-    /// SK_d, for Child SA KEYMAT and rekeying.
-    pub sk_d: SecretBytes,
-    /// SK_pi, for the initiator's AUTH (§2.15).
-    pub sk_pi: SecretBytes,
-    /// SK_pr, for the responder's AUTH.
-    pub sk_pr: SecretBytes,
-    /// Protects messages the original initiator sends (SK_ei, SK_ai).
-    pub cipher_i: IkeCipher,
-    /// Protects messages the original responder sends (SK_er, SK_ar).
-    pub cipher_r: IkeCipher,
+    encr: IkeEncr,
+    integ: Option<Integ>,
+    stream: SecretBytes,
 }
 
 impl core::fmt::Debug for IkeKeys {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("IkeKeys")
             .field("prf", &self.prf)
+            .field("encr", &self.encr)
+            .field("integ", &self.integ)
             .finish_non_exhaustive()
     }
 }
@@ -196,7 +207,7 @@ impl IkeKeys {
         )
     }
 
-    /// Cut prf+(SKEYSEED, …) into the seven keys (§2.14 order).
+    /// prf+(SKEYSEED, …), long enough for the seven keys (§2.14 order).
     #[allow(clippy::too_many_arguments)]
     pub fn from_skeyseed(
         prf: Prf,
@@ -208,40 +219,90 @@ impl IkeKeys {
         spi_i: u64,
         spi_r: u64,
     ) -> Result<Self, KeyError> {
-        let d = prf.key_len();
-        let a = integ.map_or(0, Integ::key_len);
-        let e = encr.key_len();
-        let p = prf.key_len();
-        let stream = ike_keymat(
+        // What `IkeCipher::new` would refuse for any keys, checked once
+        // here rather than on the first message.
+        if encr.is_aead() == integ.is_some() {
+            return Err(KeyError::Cipher(IkeCipherError::IntegMismatch));
+        }
+        let mut k = IkeKeys {
             prf,
-            skeyseed,
-            ni,
-            nr,
-            spi_i,
-            spi_r,
-            d + 2 * a + 2 * e + 2 * p,
-        )?;
-        let mut rest = stream.as_slice();
-        let mut take = |n: usize| {
-            let (head, tail) = rest.split_at(n);
-            rest = tail;
-            head
+            encr,
+            integ,
+            stream: SecretBytes::zeroed(0),
         };
-        let sk_d = SecretBytes::from_slice(take(d));
-        let sk_ai = take(a);
-        let sk_ar = take(a);
-        let sk_ei = take(e);
-        let sk_er = take(e);
-        let sk_pi = SecretBytes::from_slice(take(p));
-        let sk_pr = SecretBytes::from_slice(take(p));
-        Ok(IkeKeys {
-            prf,
-            sk_d,
-            sk_pi,
-            sk_pr,
-            cipher_i: IkeCipher::new(encr, integ, sk_ei, sk_ai)?,
-            cipher_r: IkeCipher::new(encr, integ, sk_er, sk_ar)?,
-        })
+        k.stream = ike_keymat(prf, skeyseed, ni, nr, spi_i, spi_r, k.len_with_auth())?;
+        Ok(k)
+    }
+
+    fn len_a(&self) -> usize {
+        self.integ.map_or(0, Integ::key_len)
+    }
+
+    /// Octets of SK_d ‖ SK_ai ‖ SK_ar ‖ SK_ei ‖ SK_er.
+    fn len_without_auth(&self) -> usize {
+        self.prf.key_len() + 2 * self.len_a() + 2 * self.encr.key_len()
+    }
+
+    fn len_with_auth(&self) -> usize {
+        self.len_without_auth() + 2 * self.prf.key_len()
+    }
+
+    /// `n` octets of the stream from `at` (empty if the stream is shorter,
+    /// which only SK_pi/SK_pr can be, after `forget_auth_keys`).
+    fn part(&self, at: usize, n: usize) -> &[u8] {
+        self.stream.as_slice().get(at..at + n).unwrap_or_default()
+    }
+
+    /// SK_d, for Child SA KEYMAT and rekeying (§2.17, §2.18).
+    pub fn sk_d(&self) -> &[u8] {
+        self.part(0, self.prf.key_len())
+    }
+
+    /// SK_pi, for the initiator's AUTH (§2.15); `None` once forgotten.
+    pub fn sk_pi(&self) -> Option<&[u8]> {
+        let p = self.prf.key_len();
+        let k = self.part(self.len_without_auth(), p);
+        (k.len() == p).then_some(k)
+    }
+
+    /// SK_pr, for the responder's AUTH; `None` once forgotten.
+    pub fn sk_pr(&self) -> Option<&[u8]> {
+        let p = self.prf.key_len();
+        let k = self.part(self.len_without_auth() + p, p);
+        (k.len() == p).then_some(k)
+    }
+
+    /// Drop SK_pi and SK_pr (wiped): IKE_AUTH is over.
+    pub fn forget_auth_keys(&mut self) {
+        let n = self.len_without_auth();
+        if self.stream.len() > n {
+            // A new buffer rather than a truncation: the old one is wiped
+            // whole when dropped, and the new one is exactly as long.
+            self.stream = SecretBytes::from_slice(self.part(0, n));
+        }
+    }
+
+    /// The cipher protecting what the original initiator sends (SK_ei,
+    /// SK_ai), built now.
+    pub fn cipher_i(&self) -> Result<IkeCipher, IkeCipherError> {
+        let (d, a, e) = (self.prf.key_len(), self.len_a(), self.encr.key_len());
+        let sk_ai = self.part(d, a);
+        let sk_ei = self.part(d + 2 * a, e);
+        IkeCipher::new(self.encr, self.integ, sk_ei, sk_ai)
+    }
+
+    /// The cipher protecting what the original responder sends (SK_er,
+    /// SK_ar), built now.
+    pub fn cipher_r(&self) -> Result<IkeCipher, IkeCipherError> {
+        let (d, a, e) = (self.prf.key_len(), self.len_a(), self.encr.key_len());
+        let sk_ar = self.part(d + a, a);
+        let sk_er = self.part(d + 2 * a + e, e);
+        IkeCipher::new(self.encr, self.integ, sk_er, sk_ar)
+    }
+
+    /// Heap octets these keys hold (the memory table in the crate essay).
+    pub fn heap_len(&self) -> usize {
+        self.stream.len()
     }
 }
 
@@ -316,15 +377,34 @@ mod tests {
             ),
         ] {
             let a = IkeKeys::derive(&suite(e, i), &ni, &nr, &g, 7, 9).unwrap();
-            let b = IkeKeys::derive(&suite(e, i), &ni, &nr, &g, 7, 9).unwrap();
-            assert!(a.sk_d == b.sk_d && a.sk_pi == b.sk_pi && a.sk_pr == b.sk_pr);
-            assert!(a.sk_pi != a.sk_pr);
-            assert_eq!(a.sk_d.len(), 32);
+            let mut b = IkeKeys::derive(&suite(e, i), &ni, &nr, &g, 7, 9).unwrap();
+            assert!(a.sk_d() == b.sk_d() && a.sk_pi() == b.sk_pi() && a.sk_pr() == b.sk_pr());
+            assert!(a.sk_pi() != a.sk_pr());
+            assert_eq!(a.sk_d().len(), 32);
+            assert_eq!(a.sk_pi().unwrap().len(), 32);
+            // §2.14: the stream is SK_d | SK_ai | SK_ar | SK_ei | SK_er | SK_pi | SK_pr.
+            let (ai, ei) = (i.map_or(0, Integ::key_len), e.key_len());
+            let len = 32 + 2 * ai + 2 * ei + 64;
+            let seed = skeyseed(Prf::HmacSha256, &ni, &nr, &g);
+            let stream = ike_keymat(Prf::HmacSha256, seed.as_slice(), &ni, &nr, 7, 9, len).unwrap();
+            let stream = stream.as_slice();
+            assert_eq!(a.sk_d(), &stream[..32]);
+            assert_eq!(a.sk_pi().unwrap(), &stream[len - 64..len - 32]);
+            assert_eq!(a.sk_pr().unwrap(), &stream[len - 32..]);
+            // Forgetting the AUTH keys keeps the others.
+            b.forget_auth_keys();
+            assert_eq!((b.sk_pi(), b.sk_pr()), (None, None));
+            assert_eq!(b.sk_d(), a.sk_d());
+            assert_eq!(b.heap_len(), len - 64);
+            b.forget_auth_keys();
+            assert_eq!(b.heap_len(), len - 64);
+            let (ci, cr) = (a.cipher_i().unwrap(), b.cipher_r().unwrap());
+            let bi = b.cipher_i().unwrap();
             // A message sealed with the initiator's cipher opens only with it.
             let layout = esparto_wire::ike::SkLayout {
-                iv_len: a.cipher_i.iv_len(),
-                icv_len: a.cipher_i.icv_len(),
-                block_size: a.cipher_i.block_size(),
+                iv_len: ci.iv_len(),
+                icv_len: ci.icv_len(),
+                block_size: ci.block_size(),
             };
             let h = esparto_wire::ike::HeaderRepr {
                 spi_i: 7,
@@ -338,10 +418,10 @@ mod tests {
             };
             let mut msg = Vec::new();
             let off = esparto_wire::ike::emit_encrypted(&h, &[], &layout, &mut msg).unwrap();
-            a.cipher_i.seal_sk(&mut msg, off, 1).unwrap();
+            ci.seal_sk(&mut msg, off, 1).unwrap();
             let mut copy = msg.clone();
-            assert!(b.cipher_r.open_sk(&mut copy, off).is_err());
-            assert!(b.cipher_i.open_sk(&mut msg, off).is_ok());
+            assert!(cr.open_sk(&mut copy, off).is_err());
+            assert!(bi.open_sk(&mut msg, off).is_ok());
         }
     }
 
@@ -357,7 +437,7 @@ mod tests {
         let (ni2, nr2, g2) = ([7u8; 32], [8u8; 32], [9u8; 32]);
         let k = IkeKeys::derive_rekey(
             Prf::HmacSha256,
-            old.sk_d.as_slice(),
+            old.sk_d(),
             &new_suite,
             &ni2,
             &nr2,
@@ -366,20 +446,20 @@ mod tests {
             12,
         )
         .unwrap();
-        let seed = rekey_skeyseed(Prf::HmacSha256, old.sk_d.as_slice(), &g2, &ni2, &nr2);
+        let seed = rekey_skeyseed(Prf::HmacSha256, old.sk_d(), &g2, &ni2, &nr2);
         assert_eq!(seed.as_slice().len(), 32, "the old (SHA-256) PRF made it");
         let stream = ike_keymat(Prf::HmacSha512, seed.as_slice(), &ni2, &nr2, 11, 12, 64).unwrap();
         assert_eq!(
-            k.sk_d.as_slice(),
+            k.sk_d(),
             stream.as_slice(),
             "SK_d = first prf+ block of the new PRF"
         );
         assert_eq!(k.prf, Prf::HmacSha512);
-        assert!(k.sk_d != old.sk_d);
+        assert!(k.sk_d() != old.sk_d());
         // Different SPIs, different keys.
         let k2 = IkeKeys::derive_rekey(
             Prf::HmacSha256,
-            old.sk_d.as_slice(),
+            old.sk_d(),
             &new_suite,
             &ni2,
             &nr2,
@@ -388,7 +468,7 @@ mod tests {
             13,
         )
         .unwrap();
-        assert!(k2.sk_d != k.sk_d);
+        assert!(k2.sk_d() != k.sk_d());
     }
 
     #[test]

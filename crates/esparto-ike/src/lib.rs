@@ -42,6 +42,7 @@
 pub mod auth;
 mod child;
 pub mod config;
+mod connections;
 pub mod cookie;
 mod ctx;
 mod endpoint;
@@ -51,6 +52,7 @@ pub mod keys;
 pub mod lifetime;
 pub mod nat;
 pub mod proposal;
+mod psk;
 pub mod rules;
 mod sa;
 pub mod spi;

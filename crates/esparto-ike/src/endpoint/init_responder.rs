@@ -46,7 +46,7 @@ use crate::event::{IkeSaId, Transmit};
 use crate::nat::{NatState, fake_nat_hash, nat_hash};
 use crate::proposal::{Proposal, Protocol};
 use crate::rules;
-use crate::sa::{IkeSa, Role, State};
+use crate::sa::{Handshake, IkeSa, Role, State};
 use crate::spi::ike_spi;
 use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::Rng;
@@ -329,8 +329,7 @@ impl Endpoint {
         let ke_group = KeGroup::from_iana(ke.group);
         let chosen = self
             .connections
-            .iter()
-            .filter(|c| c.matches_addrs(local.ip(), remote.ip()))
+            .for_addrs(local.ip(), remote.ip())
             .find_map(|c| {
                 Proposal::select(&c.proposals, &offered.proposals, false, ke_group)
                     .map(|s| (c.clone(), s))
@@ -369,7 +368,7 @@ impl Endpoint {
         };
         let nat = NatState::detect(spi_i, 0, &src, dst, remote, local);
         let id = IkeSaId(spi_r);
-        let mut sa = IkeSa::new(
+        let mut sa = Box::new(IkeSa::new(
             id,
             Role::Responder,
             spi_i,
@@ -378,22 +377,16 @@ impl Endpoint {
             local,
             remote,
             now,
-        );
+        ));
         sa.state = State::Auth;
         sa.suite = Some(selected);
         sa.keys = Some(keys);
-        sa.ni = ni.to_vec();
-        sa.nr = nr;
         sa.nat = nat;
-        sa.init_request = data.to_vec();
         sa.expected_mid = 1;
-        sa.half_open_deadline = Some(now + self.config.half_open_timeout);
-        sa.half_open_key = Some((remote, spi_i));
 
         let answer = SaRepr {
             proposals: vec![selected.to_wire(Protocol::Ike, Spi::None)],
         };
-        let nr_copy = sa.nr.clone();
         let src_hash = if conn.encap {
             fake_nat_hash(&mut *self.rng)
         } else {
@@ -406,7 +399,7 @@ impl Endpoint {
                 group: group.iana_id(),
                 data: &public,
             }),
-            PayloadRepr::Nonce(NonceRepr { data: &nr_copy }),
+            PayloadRepr::Nonce(NonceRepr { data: &nr }),
         ];
         // §2.23: NAT detection only if the initiator started it.
         if nat.supported {
@@ -422,9 +415,18 @@ impl Endpoint {
         let Ok(packet) = sa.encode(ExchangeType::IKE_SA_INIT, true, 0, &payloads) else {
             return;
         };
-        sa.init_response = packet.clone();
+        sa.handshake = Some(Box::new(Handshake {
+            ni: ni.to_vec(),
+            nr,
+            init_request: data.to_vec(),
+            init_response: packet.clone(),
+            half_open_deadline: Some(now + self.config.half_open_timeout),
+            half_open_key: Some((remote, spi_i)),
+        }));
         let mut ctx = ctx!(self, now);
         sa.transmit(&mut ctx, &packet);
+        // One slot: the IKE_AUTH response replaces it (window one, §2.3).
+        sa.responses.reserve_exact(1);
         sa.responses.push_back((0, packet));
         self.stats.responder_sas += 1;
         tracing::debug!(ike_sa = %id, peer = %remote, nat = ?nat, "IKE_SA_INIT answered");

@@ -142,7 +142,7 @@ impl Endpoint {
                             sa.die(&mut ctx, Reason::Local("IKE SPI collision"));
                             continue;
                         }
-                        self.sas.insert(id, *sa);
+                        self.sas.insert(id, sa);
                         let mut ctx = ctx!(self, now);
                         if let Some(sa) = self.sas.get_mut(&id) {
                             sa.send_next(&mut ctx);
@@ -202,16 +202,20 @@ impl Endpoint {
         let (Some(lid), Some(rid)) = (k.local_id.clone(), k.remote_id.clone()) else {
             return Vec::new();
         };
+        // The index gives the SAs filed under this pair's hash; the
+        // identities themselves are compared here.
+        let sas = &self.sas;
         let stale: Vec<u64> = self
-            .sas
-            .iter()
-            .filter(|(id, sa)| {
-                **id != keep
-                    && sa.state == State::Established
-                    && sa.local_id.as_ref() == Some(&lid)
-                    && sa.remote_id.as_ref() == Some(&rid)
+            .sa_index
+            .of_ids(&lid, &rid)
+            .filter(|id| {
+                *id != keep
+                    && sas.get(id).is_some_and(|sa| {
+                        sa.state == State::Established
+                            && sa.local_id.as_ref() == Some(&lid)
+                            && sa.remote_id.as_ref() == Some(&rid)
+                    })
             })
-            .map(|(id, _)| *id)
             .collect();
         for id in &stale {
             let mut ctx = ctx!(self, now);

@@ -30,8 +30,10 @@
 //! matters at the 10k SAs/s the brief targets.
 
 use crate::config::{ConfigError, Connection, EndpointConfig, PerCpuSas, Secrets, StartAction};
+use crate::connections::Connections;
 use crate::ctx::{Action, Ctx};
 use crate::event::{Event, IkeSaId, Transmit};
+use crate::psk::Psks;
 use crate::sa::{Dropped, IkeSa, Role, State};
 use crate::spi::{SpiAllocator, ike_spi};
 use crate::task::Task;
@@ -126,11 +128,15 @@ impl std::error::Error for InitiateError {}
 /// All IKE SAs of one gateway.
 pub struct Endpoint {
     config: EndpointConfig,
-    connections: Vec<Arc<Connection>>,
-    secrets: Secrets,
+    connections: Connections,
+    psks: Psks,
     rng: Box<dyn Rng + Send>,
     spis: Box<dyn SpiAllocator + Send>,
-    sas: HashMap<u64, IkeSa>,
+    /// Boxed: a table of SAs inline would hold up to twice their size in
+    /// empty slots as it grows, and move them on every growth.
+    sas: HashMap<u64, Box<IkeSa>>,
+    /// The SAs of each connection and of each identity pair.
+    sa_index: sa_index::SaIndex,
     half_open: init_responder::HalfOpen,
     /// COOKIE secrets (§2.6), drawn when first needed.
     cookies: Option<crate::cookie::CookieJar>,
@@ -150,7 +156,7 @@ macro_rules! ctx {
             now: $now,
             config: &$self.config,
             connections: &$self.connections,
-            secrets: &$self.secrets,
+            psks: &$self.psks,
             rng: &mut *$self.rng,
             spis: &mut *$self.spis,
             transmits: &mut $self.transmits,
@@ -163,6 +169,7 @@ macro_rules! ctx {
 
 mod init_responder;
 mod lifecycle;
+pub(crate) mod sa_index;
 
 impl Endpoint {
     /// An endpoint without connections.
@@ -173,11 +180,12 @@ impl Endpoint {
     ) -> Self {
         Endpoint {
             config,
-            connections: Vec::new(),
-            secrets: Secrets::default(),
+            connections: Connections::default(),
+            psks: Psks::default(),
             rng,
             spis,
             sas: HashMap::new(),
+            sa_index: sa_index::SaIndex::default(),
             half_open: init_responder::HalfOpen::default(),
             cookies: None,
             timers: BinaryHeap::new(),
@@ -189,19 +197,17 @@ impl Endpoint {
         }
     }
 
-    /// Add a connection (validated).
+    /// Add a connection (validated; its name must be new). O(1): the
+    /// connection is indexed by name, peer address and peer identity.
     pub fn add_connection(&mut self, conn: Connection) -> Result<(), ConfigError> {
         conn.validate()?;
-        if self.connections.iter().any(|c| c.name == conn.name) {
-            return Err(ConfigError::Invalid("duplicate connection name"));
-        }
-        self.connections.push(Arc::new(conn));
-        Ok(())
+        self.connections.add(conn)
     }
 
-    /// The PSK store.
+    /// The PSK store. The endpoint indexes it by identity and rebuilds the
+    /// index on the next lookup after this borrow.
     pub fn secrets_mut(&mut self) -> &mut Secrets {
-        &mut self.secrets
+        self.psks.secrets_mut()
     }
 
     /// Drop counters.
@@ -249,44 +255,76 @@ impl Endpoint {
                 continue;
             }
             sa.scheduled = None;
-            let mut ctx = ctx!(self, now);
-            sa.on_timeout(&mut ctx);
+            // The entry may be older than the SA's deadline, which moved
+            // later since (see `after`): then there is only re-arming to do.
+            if sa.next_deadline().is_some_and(|d| d <= now) {
+                let mut ctx = ctx!(self, now);
+                sa.on_timeout(&mut ctx);
+            }
             self.finish(now, id);
         }
     }
 
-    /// Remove a dead SA or re-arm its timer.
+    /// After a step of SA `id`: remove it if dead; free its handshake
+    /// state once established; refile it in the index; re-arm its timer.
     fn after(&mut self, id: u64) {
         let Some(sa) = self.sas.get_mut(&id) else {
             return;
         };
         if sa.state == State::Dead {
-            if let Some(k) = sa.half_open_key {
+            if let Some(k) = sa.half_open_key() {
                 self.half_open.remove(&k);
             }
+            self.sa_index.unfile(id, sa);
             self.sas.remove(&id);
             self.ike_spis.remove(&id);
             return;
         }
         self.ike_spis.insert(id);
         if sa.state == State::Established {
-            if let Some(k) = sa.half_open_key.take() {
-                self.half_open.remove(&k);
+            // IKE_AUTH is over: the nonces and messages of IKE_SA_INIT and
+            // the AUTH keys have no further use (see `sa::Handshake`).
+            if let Some(hs) = sa.handshake.take() {
+                if let Some(k) = hs.half_open_key {
+                    self.half_open.remove(&k);
+                }
+            }
+            if let Some(k) = sa.keys.as_mut() {
+                k.forget_auth_keys();
             }
         }
-        let d = sa.next_deadline();
-        if d != sa.scheduled {
-            sa.scheduled = d;
-            if let Some(t) = d {
-                self.timers.push(Reverse((t, id)));
+        self.sa_index.file(id, sa);
+        // One live heap entry per SA, at or before its deadline: a new one
+        // only when the deadline moves earlier (a request sent); when it
+        // moves later (an answer, the SA established) the old entry fires
+        // early and `handle_timeout` re-arms. Most SAs thus hold a single
+        // entry for their life instead of one per change.
+        match (sa.next_deadline(), sa.scheduled) {
+            (None, _) => sa.scheduled = None,
+            (Some(d), Some(s)) if s <= d => {}
+            (Some(d), _) => {
+                sa.scheduled = Some(d);
+                self.timers.push(Reverse((d, id)));
+                self.compact_timers();
             }
         }
     }
 
+    /// Drop stale heap entries once they outnumber the SAs, so the heap
+    /// stays within a small multiple of the SA count (amortised O(1): each
+    /// pass removes at least half of what it looks at).
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.sas.len() + 64 {
+            return;
+        }
+        let sas = &self.sas;
+        self.timers
+            .retain(|Reverse((t, id))| sas.get(id).is_some_and(|sa| sa.scheduled == Some(*t)));
+    }
+
     fn find_conn(&self, name: &str) -> Result<Arc<Connection>, InitiateError> {
         self.connections
-            .iter()
-            .find(|c| &*c.name == name)
+            .get(name)
             .cloned()
             .ok_or_else(|| InitiateError::UnknownConnection(name.to_string()))
     }
@@ -346,17 +384,27 @@ impl Endpoint {
         let id = IkeSaId(spi_i);
         tracing::info!(ike_sa = %id, connection = %conn.name, %remote, "initiating IKE_SA");
         // §2.4: INITIAL_CONTACT only when this is the one IKE SA with the peer.
-        let initial_contact = !self
-            .sas
-            .values()
-            .any(|s| Arc::ptr_eq(&s.conn, &conn) && s.state != State::Dead && !s.superseded);
+        let sas = &self.sas;
+        let initial_contact = !self.sa_index.of_conn(&conn).any(|id| {
+            sas.get(&id)
+                .is_some_and(|s| s.state != State::Dead && !s.superseded)
+        });
         // RFC 9611: a per-CPU child's first SA is its fallback; the worker's
         // sub-SA follows once the peer's support is known.
         let per_cpu = conn
             .child(&child_name)
             .is_some_and(|c| c.per_cpu_sas != PerCpuSas::No);
         let first_resource = if per_cpu { None } else { resource };
-        let mut sa = IkeSa::new(id, Role::Initiator, spi_i, 0, conn, local, remote, now);
+        let mut sa = Box::new(IkeSa::new(
+            id,
+            Role::Initiator,
+            spi_i,
+            0,
+            conn,
+            local,
+            remote,
+            now,
+        ));
         sa.initial_contact = initial_contact;
         if let (true, Some(k)) = (per_cpu, resource) {
             sa.resource_group(&child_name).wanted.push(k);
@@ -376,7 +424,7 @@ impl Endpoint {
     /// IKE_AUTH, the others follow with CREATE_CHILD_SA on the same IKE SA.
     pub fn start_all(&mut self, now: Instant) -> Vec<Result<IkeSaId, InitiateError>> {
         let mut out = Vec::new();
-        for conn in self.connections.clone() {
+        for conn in self.connections.all().to_vec() {
             for child in conn
                 .children
                 .iter()
@@ -409,17 +457,12 @@ impl Endpoint {
         let cfg = conn
             .child(child)
             .ok_or_else(|| InitiateError::UnknownChild(child.to_string()))?;
-        let existing = self
-            .sas
-            .values()
-            .filter(|sa| {
-                Arc::ptr_eq(&sa.conn, &conn)
-                    && sa.state != State::Dead
-                    && sa.state != State::Failed
-                    && !sa.superseded
+        let sas = &self.sas;
+        let existing = self.sa_index.of_conn(&conn).find(|id| {
+            sas.get(id).is_some_and(|sa| {
+                sa.state != State::Dead && sa.state != State::Failed && !sa.superseded
             })
-            .map(|sa| sa.id.0)
-            .next();
+        });
         let Some(id) = existing else {
             return self.initiate_for(now, connection, Some(child), resource);
         };

@@ -118,7 +118,7 @@ fn request(
     let mid = (i64::from(sa.next_mid) + mid_delta) as u32;
     let h = sa.header(ex, false, mid);
     let keys = sa.keys.as_ref().unwrap();
-    let c = &keys.cipher_i;
+    let c = &keys.cipher_i().unwrap();
     let layout = SkLayout {
         iv_len: c.iv_len(),
         icv_len: c.icv_len(),
@@ -397,3 +397,4 @@ fn start_all_initiates_children_with_start_action_start() {
 }
 
 mod bad_input;
+mod hub;

@@ -61,7 +61,12 @@ impl IkeSa {
         if fits(&self.conn) {
             return Some(self.conn.clone());
         }
-        ctx.connections.iter().find(|c| fits(c)).cloned()
+        // Only connections accepting this IDi can fit: the index hands
+        // those, in configuration order.
+        ctx.connections
+            .for_remote_id(peer)
+            .find(|c| fits(c))
+            .cloned()
     }
 
     fn fail_auth(
@@ -159,19 +164,23 @@ impl IkeSa {
                 AuthFailure::UnsupportedMethod,
             );
         }
-        let Some(psk) = ctx.secrets.find_psk(&local_id, &peer_id) else {
+        let Some(psk) = ctx.psks.find(&local_id, &peer_id) else {
             tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no PSK for '{}' - '{}'", local_id, peer_id);
             return self.fail_auth(ctx, mid, from, to, Some(peer_id), AuthFailure::NoSecret);
         };
-        let Some(keys) = self.keys.as_ref() else {
+        let (Some(keys), Some(hs)) = (self.keys.as_ref(), self.handshake.as_deref()) else {
             return;
         };
+        let (Some(sk_pi), Some(sk_pr)) = (keys.sk_pi(), keys.sk_pr()) else {
+            return;
+        };
+        // §2.15: the initiator signed RealMessage1 | Nr | prf(SK_pi, IDi').
         if !verify_psk_auth(
             keys.prf,
             psk.as_slice(),
-            &self.init_request,
-            &self.nr,
-            keys.sk_pi.as_slice(),
+            &hs.init_request,
+            &hs.nr,
+            sk_pi,
             &idi,
             auth.data,
         ) {
@@ -189,17 +198,20 @@ impl IkeSa {
         let our_auth = psk_auth(
             keys.prf,
             psk.as_slice(),
-            &self.init_response,
-            &self.ni,
-            keys.sk_pr.as_slice(),
+            &hs.init_response,
+            &hs.ni,
+            sk_pr,
             &idr_out,
         );
+        // Kept for the first Child SA's KEYMAT (§2.17) past the borrow.
+        let (ni, nr) = (hs.ni.clone(), hs.nr.clone());
 
         // Authenticated.
         self.conn = conn;
+        // The IKE_SA_INIT state (half-open deadline included) goes when
+        // this step ends (`Endpoint::after`).
         self.state = State::Established;
         self.announced = true;
-        self.half_open_deadline = None;
         tracing::info!(ike_sa = %self.id, peer = %from, identity = %peer_id, connection = %self.conn.name, "IKE_SA established");
         ctx.events.push_back(Event::IkeSaEstablished {
             ike_sa: self.id,
@@ -223,7 +235,6 @@ impl IkeSa {
 
         let child = match (sa_p, tsi, tsr) {
             (Some(sa_p), Some(tsi), Some(tsr)) => {
-                let (ni, nr) = (self.ni.clone(), self.nr.clone());
                 let q = ChildQuery {
                     offered: &sa_p.proposals,
                     tsi: &tsi,
@@ -267,8 +278,6 @@ impl IkeSa {
             Some(Err(kind)) => out.push(notify(*kind, &[])),
             None => {}
         }
-        self.init_request = Vec::new();
-        self.init_response = Vec::new();
         // Window one until this answer is out (§2.3), so only it is kept
         // (the IKE_SA_INIT response is of no use any more); ours from now.
         self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
@@ -359,7 +368,7 @@ impl IkeSa {
                 suite: choice.suite,
                 esn: choice.selected.esn,
                 prf: keys.prf,
-                sk_d: keys.sk_d.as_slice(),
+                sk_d: keys.sk_d(),
                 g_ir,
                 ni,
                 nr,

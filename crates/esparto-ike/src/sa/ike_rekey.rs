@@ -215,7 +215,7 @@ impl IkeSa {
         let spi_r = ctx.new_ike_spi();
         let keys = match IkeKeys::derive_rekey(
             old.prf,
-            old.sk_d.as_slice(),
+            old.sk_d(),
             &selected,
             ni,
             &nr,

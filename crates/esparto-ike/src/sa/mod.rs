@@ -125,11 +125,8 @@ pub(crate) struct IkeSa {
     pub(crate) state: State,
     pub(crate) suite: Option<Selected>,
     pub(crate) keys: Option<IkeKeys>,
-    pub(crate) ni: Vec<u8>,
-    pub(crate) nr: Vec<u8>,
-    /// RealMessage1 and RealMessage2 for AUTH (§2.15), dropped after IKE_AUTH.
-    pub(crate) init_request: Vec<u8>,
-    pub(crate) init_response: Vec<u8>,
+    /// What only the initial exchanges need; `None` once established.
+    pub(crate) handshake: Option<Box<Handshake>>,
     pub(crate) nat: NatState,
     pub(crate) local_id: Option<Identity>,
     pub(crate) remote_id: Option<Identity>,
@@ -171,10 +168,31 @@ pub(crate) struct IkeSa {
     pub(crate) iv_seed: u64,
     pub(crate) children: Vec<ChildSa>,
     pub(crate) last_heard: Instant,
-    pub(crate) half_open_deadline: Option<Instant>,
     pub(crate) next_keepalive: Option<Instant>,
-    /// The deadline last pushed onto the endpoint's timer heap.
+    /// When this SA's live entry on the endpoint's timer heap fires: at or
+    /// before [`IkeSa::next_deadline`] (the endpoint pushes a new entry
+    /// only when the deadline moves earlier).
     pub(crate) scheduled: Option<Instant>,
+    /// Where the endpoint's SA index has it filed.
+    pub(crate) filed: crate::endpoint::sa_index::Filed,
+}
+
+/// The part of an IKE SA that only IKE_SA_INIT and IKE_AUTH need (RFC
+/// 7296 §1.2, §2.15), boxed apart and freed by the endpoint once the SA is
+/// established: after IKE_AUTH, nothing reads the nonces of IKE_SA_INIT
+/// (Child SAs and rekeys bring their own, §2.17, §2.18) or its messages
+/// (they are signed only by the AUTH payloads), and the responder no
+/// longer answers retransmitted IKE_SA_INIT requests.
+#[derive(Default)]
+pub(crate) struct Handshake {
+    /// Ni and Nr: AUTH (§2.15) and the first Child SA's KEYMAT (§2.17).
+    pub(crate) ni: Vec<u8>,
+    pub(crate) nr: Vec<u8>,
+    /// RealMessage1 and RealMessage2, signed by the AUTH payloads (§2.15).
+    pub(crate) init_request: Vec<u8>,
+    pub(crate) init_response: Vec<u8>,
+    /// Responder: drop the SA if IKE_AUTH has not completed by then.
+    pub(crate) half_open_deadline: Option<Instant>,
     /// Responder: the `(peer, SPIi)` key under which retransmitted
     /// IKE_SA_INIT requests find this SA until it is established.
     pub(crate) half_open_key: Option<(SocketAddr, u64)>,
@@ -236,10 +254,7 @@ impl IkeSa {
             state: State::Init,
             suite: None,
             keys: None,
-            ni: Vec::new(),
-            nr: Vec::new(),
-            init_request: Vec::new(),
-            init_response: Vec::new(),
+            handshake: None,
             nat: NatState::default(),
             local_id: None,
             remote_id: None,
@@ -262,11 +277,25 @@ impl IkeSa {
             iv_seed: 1,
             children: Vec::new(),
             last_heard: now,
-            half_open_deadline: None,
             next_keepalive: None,
             scheduled: None,
-            half_open_key: None,
+            filed: Default::default(),
         }
+    }
+
+    /// The handshake state, created empty if there is none yet.
+    pub(crate) fn handshake_mut(&mut self) -> &mut Handshake {
+        self.handshake.get_or_insert_with(Box::default)
+    }
+
+    /// The responder's half-open deadline, if any.
+    pub(crate) fn half_open_deadline(&self) -> Option<Instant> {
+        self.handshake.as_ref()?.half_open_deadline
+    }
+
+    /// The responder's half-open key, if any.
+    pub(crate) fn half_open_key(&self) -> Option<(SocketAddr, u64)> {
+        self.handshake.as_ref()?.half_open_key
     }
 
     /// Are we the original initiator?
@@ -288,22 +317,27 @@ impl IkeSa {
         }
     }
 
-    fn out_cipher(&self) -> Option<&IkeCipher> {
+    /// The cipher for what we send, built for this message (see
+    /// [`IkeKeys`] on why ciphers are not kept).
+    fn out_cipher(&self) -> Option<IkeCipher> {
         let k = self.keys.as_ref()?;
-        Some(if self.is_initiator() {
-            &k.cipher_i
+        let c = if self.is_initiator() {
+            k.cipher_i()
         } else {
-            &k.cipher_r
-        })
+            k.cipher_r()
+        };
+        c.ok()
     }
 
-    fn in_cipher(&self) -> Option<&IkeCipher> {
+    /// The cipher for what the peer sends, built for this message.
+    fn in_cipher(&self) -> Option<IkeCipher> {
         let k = self.keys.as_ref()?;
-        Some(if self.is_initiator() {
-            &k.cipher_r
+        let c = if self.is_initiator() {
+            k.cipher_r()
         } else {
-            &k.cipher_i
-        })
+            k.cipher_i()
+        };
+        c.ok()
     }
 
     /// Build a message: cleartext for IKE_SA_INIT, SK-protected otherwise.
@@ -324,7 +358,7 @@ impl IkeSa {
         let cipher = self
             .out_cipher()
             .ok_or(Reason::Local("no keys to protect a message"))?;
-        let off = emit_encrypted(&h, payloads, &layout(cipher), &mut out)
+        let off = emit_encrypted(&h, payloads, &layout(&cipher), &mut out)
             .map_err(|_| Reason::Local("message too large"))?;
         cipher
             .seal_sk(&mut out, off, seed)
@@ -337,7 +371,7 @@ impl IkeSa {
     pub(crate) fn open(&self, data: &[u8], msg: &Message<'_>) -> Result<Opened, Drop> {
         let sk = msg.sk.ok_or(Drop::NotProtected)?;
         let cipher = self.in_cipher().ok_or(Drop::NotProtected)?;
-        sk.check(&layout(cipher)).map_err(|_| Drop::Integrity)?;
+        sk.check(&layout(&cipher)).map_err(|_| Drop::Integrity)?;
         let mut buf = data.to_vec();
         let plain = cipher
             .open_sk(&mut buf, sk.offset)

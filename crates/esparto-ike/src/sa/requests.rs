@@ -181,7 +181,10 @@ impl IkeSa {
         from: SocketAddr,
         to: SocketAddr,
     ) {
-        if data == self.init_request.as_slice() {
+        let Some(hs) = self.handshake.as_deref() else {
+            return;
+        };
+        if data == hs.init_request.as_slice() {
             if let Some((0, p)) = self.responses.front() {
                 self.transmit_to(ctx, to, from, p);
             }

@@ -36,7 +36,7 @@ impl IkeSa {
             }
         }
         for d in [
-            self.half_open_deadline,
+            self.half_open_deadline(),
             self.next_keepalive,
             self.dpd_deadline(),
             self.retire_at,
@@ -67,8 +67,10 @@ impl IkeSa {
     /// Run whatever is due at `ctx.now`.
     pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        if self.half_open_deadline.is_some_and(|d| d <= now) {
-            self.half_open_deadline = None;
+        if self.half_open_deadline().is_some_and(|d| d <= now) {
+            if let Some(hs) = self.handshake.as_mut() {
+                hs.half_open_deadline = None;
+            }
             if self.state != State::Established {
                 tracing::debug!(ike_sa = %self.id, peer = %self.remote, "half-open IKE_SA expired");
                 self.die(ctx, Reason::HalfOpenExpired);

@@ -347,7 +347,7 @@ impl CreateChild {
                 suite,
                 esn: selected.esn,
                 prf: keys.prf,
-                sk_d: keys.sk_d.as_slice(),
+                sk_d: keys.sk_d(),
                 g_ir: g_ir.as_ref().map(|g| g.as_slice()),
                 ni: &self.nonce,
                 nr: nonce,

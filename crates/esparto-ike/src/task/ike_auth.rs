@@ -79,7 +79,7 @@ impl IkeAuth {
             .to_wire()
             .ok_or(Reason::Local("local identity %any"))?;
         let remote_hint = conn.remote.id.clone().unwrap_or(Identity::Any);
-        let Some(psk) = ctx.secrets.find_psk(&local_id, &remote_hint) else {
+        let Some(psk) = ctx.psks.find(&local_id, &remote_hint) else {
             tracing::warn!(ike_sa = %sa.id, local_id = %local_id, remote_id = %remote_hint,
                 "no PSK found for these identities");
             ctx.events.push_back(Event::AuthFailed {
@@ -91,16 +91,22 @@ impl IkeAuth {
             return Err(Reason::AuthenticationFailed);
         };
         let keys = sa.keys.as_ref().ok_or(Reason::Local("no keys"))?;
+        let hs = sa
+            .handshake
+            .as_deref()
+            .ok_or(Reason::Local("IKE_SA_INIT state gone"))?;
+        let sk_pi = keys.sk_pi().ok_or(Reason::Local("SK_pi gone"))?;
         let idi = IdRepr {
             id_type,
             data: &id_data,
         };
+        // §2.15: InitiatorSignedOctets = RealMessage1 | NonceRData | MACedIDForI.
         let auth = psk_auth(
             keys.prf,
             psk.as_slice(),
-            &sa.init_request,
-            &sa.nr,
-            keys.sk_pi.as_slice(),
+            &hs.init_request,
+            &hs.nr,
+            sk_pi,
             &idi,
         );
         let idr_wire = conn.remote.id.as_ref().and_then(Identity::to_wire);
@@ -237,19 +243,23 @@ impl IkeAuth {
             .local_id
             .clone()
             .unwrap_or_else(|| sa.conn.local_id(sa.local.ip()));
-        let Some(psk) = ctx.secrets.find_psk(&local_id, &peer_id) else {
+        let Some(psk) = ctx.psks.find(&local_id, &peer_id) else {
             self.release(ctx);
             return Self::auth_failed(sa, ctx, Some(peer_id), AuthFailure::NoSecret);
         };
-        let Some(keys) = sa.keys.as_ref() else {
+        let (Some(keys), Some(hs)) = (sa.keys.as_ref(), sa.handshake.as_deref()) else {
             return Outcome::Fail(Reason::Local("no keys"));
         };
+        let Some(sk_pr) = keys.sk_pr() else {
+            return Outcome::Fail(Reason::Local("SK_pr gone"));
+        };
+        // §2.15: ResponderSignedOctets = RealMessage2 | NonceIData | MACedIDForR.
         if !verify_psk_auth(
             keys.prf,
             psk.as_slice(),
-            &sa.init_response,
-            &sa.ni,
-            keys.sk_pr.as_slice(),
+            &hs.init_response,
+            &hs.ni,
+            sk_pr,
             &idr,
             auth.data,
         ) {
@@ -261,10 +271,9 @@ impl IkeAuth {
             return Self::auth_failed(sa, ctx, Some(peer_id), AuthFailure::BadAuth);
         }
         // Authenticated.
+        // The IKE_SA_INIT state goes when this step ends (`Endpoint::after`).
         sa.state = State::Established;
         sa.announced = true;
-        sa.init_request = Vec::new();
-        sa.init_response = Vec::new();
         tracing::info!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id, connection = %sa.conn.name, "IKE_SA established");
         ctx.events.push_back(Event::IkeSaEstablished {
             ike_sa: sa.id,
@@ -332,7 +341,8 @@ impl IkeAuth {
         let esparto_wire::ike::Spi::U32(outbound_spi) = selected.spi else {
             return Outcome::Done;
         };
-        let Some(keys) = sa.keys.as_ref() else {
+        let (Some(keys), Some(hs)) = (sa.keys.as_ref(), sa.handshake.as_deref()) else {
+            fail(sa, ctx, Reason::Local("IKE_SA_INIT state gone"));
             return Outcome::Done;
         };
         let installed = install(
@@ -347,10 +357,10 @@ impl IkeAuth {
                 suite,
                 esn: selected.esn,
                 prf: keys.prf,
-                sk_d: keys.sk_d.as_slice(),
+                sk_d: keys.sk_d(),
                 g_ir: None,
-                ni: &sa.ni,
-                nr: &sa.nr,
+                ni: &hs.ni,
+                nr: &hs.nr,
                 local_ts: tsi,
                 remote_ts: tsr,
                 local: sa.local,

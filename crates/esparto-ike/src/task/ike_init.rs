@@ -113,8 +113,9 @@ impl IkeInit {
             &dst,
         )));
         let packet = sa.encode(ExchangeType::IKE_SA_INIT, false, 0, &payloads)?;
-        sa.ni = self.nonce.clone();
-        sa.init_request = packet.clone();
+        let hs = sa.handshake_mut();
+        hs.ni.clone_from(&self.nonce);
+        hs.init_request.clone_from(&packet);
         Ok(packet)
     }
 
@@ -218,8 +219,9 @@ impl IkeInit {
         };
         sa.keys = Some(keys);
         sa.suite = Some(selected);
-        sa.nr = nonce.to_vec();
-        sa.init_response = rx.raw.to_vec();
+        let hs = sa.handshake_mut();
+        hs.nr = nonce.to_vec();
+        hs.init_response = rx.raw.to_vec();
         sa.nat = NatState::detect(
             rx.header.spi_i,
             rx.header.spi_r,

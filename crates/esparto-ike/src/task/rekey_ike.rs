@@ -222,7 +222,7 @@ impl RekeyIke {
         };
         let keys = match IkeKeys::derive_rekey(
             old.prf,
-            old.sk_d.as_slice(),
+            old.sk_d(),
             &selected,
             &self.nonce,
             nr,

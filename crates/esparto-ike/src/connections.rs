@@ -1,0 +1,235 @@
+//! The endpoint's connections, indexed for the three questions asked of
+//! them per tunnel.
+//!
+//! | question | asked by | index |
+//! | --- | --- | --- |
+//! | the connection named *n* | `initiate`, `acquire` | name → position |
+//! | which accept IKE_SA_INIT from *r* to *l* (RFC 7296 §1.2) | the responder | peer address → positions, plus those accepting any |
+//! | which accept the peer's IDi (§2.15) | the responder in IKE_AUTH | folded identity → positions, plus `%any` |
+//!
+//! Every answer keeps configuration order (the first fitting connection
+//! wins, as it did when they were scanned): an index list is ascending, and
+//! the specific and the wildcard lists are merged. So a hub with 10,000
+//! spokes finds a spoke's connection in a hash probe instead of a scan on
+//! every set-up, and adding a connection is O(1) instead of a scan for a
+//! duplicate name (loading was quadratic). Property tests check each
+//! answer against the plain filter.
+
+use crate::config::{ConfigError, Connection};
+use crate::identity::Identity;
+use core::net::IpAddr;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Every connection, in the order added, and the indexes over them.
+#[derive(Debug, Default)]
+pub(crate) struct Connections {
+    list: Vec<Arc<Connection>>,
+    by_name: HashMap<Arc<str>, u32>,
+    /// Connections listing a remote address, by that address.
+    by_remote_addr: HashMap<IpAddr, Vec<u32>>,
+    /// Connections with no remote addresses (accept any).
+    any_remote_addr: Vec<u32>,
+    /// Connections with a remote identity, by its folded form.
+    by_remote_id: HashMap<Identity, Vec<u32>>,
+    /// Connections with no remote identity or `%any`.
+    any_remote_id: Vec<u32>,
+}
+
+/// Push `pos` unless it is already last (a list naming an address twice).
+fn push(list: &mut Vec<u32>, pos: u32) {
+    if list.last() != Some(&pos) {
+        list.push(pos);
+    }
+}
+
+impl Connections {
+    /// Add a validated connection; its name must be new.
+    pub(crate) fn add(&mut self, conn: Connection) -> Result<(), ConfigError> {
+        if self.by_name.contains_key(&conn.name) {
+            return Err(ConfigError::Invalid("duplicate connection name"));
+        }
+        let pos = u32::try_from(self.list.len())
+            .map_err(|_| ConfigError::Invalid("too many connections"))?;
+        if conn.remote_addrs.is_empty() {
+            self.any_remote_addr.push(pos);
+        }
+        for a in &conn.remote_addrs {
+            push(self.by_remote_addr.entry(*a).or_default(), pos);
+        }
+        match &conn.remote.id {
+            None | Some(Identity::Any) => self.any_remote_id.push(pos),
+            Some(id) => push(self.by_remote_id.entry(id.folded()).or_default(), pos),
+        }
+        self.by_name.insert(conn.name.clone(), pos);
+        self.list.push(Arc::new(conn));
+        Ok(())
+    }
+
+    /// The connection named `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Connection>> {
+        let pos = *self.by_name.get(name)?;
+        self.list.get(pos as usize)
+    }
+
+    /// All connections, in the order added.
+    pub(crate) fn all(&self) -> &[Arc<Connection>] {
+        &self.list
+    }
+
+    /// Connections whose addresses accept an IKE_SA_INIT from `remote` to
+    /// `local` ([`Connection::matches_addrs`]), in configuration order.
+    pub(crate) fn for_addrs(
+        &self,
+        local: IpAddr,
+        remote: IpAddr,
+    ) -> impl Iterator<Item = &Arc<Connection>> {
+        let specific = self
+            .by_remote_addr
+            .get(&remote)
+            .map_or(&[][..], Vec::as_slice);
+        self.merged(specific, &self.any_remote_addr)
+            .filter(move |c| c.local_addrs.is_empty() || c.local_addrs.contains(&local))
+    }
+
+    /// Connections whose remote identity accepts `peer`
+    /// ([`Connection::accepts_remote_id`]), in configuration order.
+    pub(crate) fn for_remote_id(&self, peer: &Identity) -> impl Iterator<Item = &Arc<Connection>> {
+        // `%any` from the wire cannot happen; as a query it matches only
+        // the wildcards, as `matches` does.
+        let specific = if peer.is_any() {
+            &[][..]
+        } else {
+            self.by_remote_id
+                .get(&peer.folded())
+                .map_or(&[][..], Vec::as_slice)
+        };
+        self.merged(specific, &self.any_remote_id)
+    }
+
+    /// The connections at the positions of two ascending lists, in order.
+    fn merged<'a>(
+        &'a self,
+        a: &'a [u32],
+        b: &'a [u32],
+    ) -> impl Iterator<Item = &'a Arc<Connection>> {
+        Merge { a, b }.filter_map(|pos| self.list.get(pos as usize))
+    }
+}
+
+/// The ascending union of two ascending lists.
+struct Merge<'a> {
+    a: &'a [u32],
+    b: &'a [u32],
+}
+
+impl Iterator for Merge<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        let next = match (self.a.first(), self.b.first()) {
+            (Some(&x), Some(&y)) => x.min(y),
+            (Some(&x), None) => x,
+            (None, Some(&y)) => y,
+            (None, None) => return None,
+        };
+        for list in [&mut self.a, &mut self.b] {
+            if list.first() == Some(&next) {
+                *list = &list[1..];
+            }
+        }
+        Some(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    const ADDRS: [&str; 3] = ["192.0.2.1", "192.0.2.2", "2001:db8::1"];
+    const IDS: [&str; 5] = [
+        "@a.example",
+        "@A.EXAMPLE",
+        "@b.example",
+        "a@example",
+        "%any",
+    ];
+
+    /// A connection from indexes into `ADDRS`/`IDS` (None: no remote id).
+    fn conn(n: usize, local: &[usize], remote: &[usize], id: Option<usize>) -> Connection {
+        let ip = |i: &usize| ADDRS[*i].parse::<IpAddr>().unwrap();
+        let mut c = Connection::new(&format!("c{n}"), "aes256gcm16-prfsha256-x25519").unwrap();
+        c.local_addrs = local.iter().map(ip).collect();
+        c.remote_addrs = remote.iter().map(ip).collect();
+        c.remote.id = id.map(|i| Identity::parse(IDS[i]).unwrap());
+        c
+    }
+
+    fn arb_conn() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Option<usize>)> {
+        (
+            proptest::collection::vec(0..ADDRS.len(), 0..3),
+            proptest::collection::vec(0..ADDRS.len(), 0..3),
+            proptest::option::of(0..IDS.len()),
+        )
+    }
+
+    fn names<'a>(it: impl Iterator<Item = &'a Arc<Connection>>) -> Vec<Arc<str>> {
+        it.map(|c| c.name.clone()).collect()
+    }
+
+    proptest! {
+        /// Each index gives exactly what filtering the list gives, in the
+        /// same order.
+        #[test]
+        fn indexes_agree_with_filters(
+            specs in proptest::collection::vec(arb_conn(), 0..10),
+            l in 0..ADDRS.len(),
+            r in 0..ADDRS.len(),
+            peer in 0..IDS.len() - 1,
+        ) {
+            let mut cs = Connections::default();
+            for (n, (la, ra, id)) in specs.iter().enumerate() {
+                cs.add(conn(n, la, ra, *id)).unwrap();
+            }
+            let (l, r) = (ADDRS[l].parse().unwrap(), ADDRS[r].parse().unwrap());
+            prop_assert_eq!(
+                names(cs.for_addrs(l, r)),
+                names(cs.all().iter().filter(|c| c.matches_addrs(l, r)))
+            );
+            let peer = Identity::parse(IDS[peer]).unwrap();
+            prop_assert_eq!(
+                names(cs.for_remote_id(&peer)),
+                names(cs.all().iter().filter(|c| c.accepts_remote_id(&peer)))
+            );
+            for n in 0..specs.len() {
+                prop_assert_eq!(&*cs.get(&format!("c{n}")).unwrap().name, format!("c{n}"));
+            }
+            prop_assert!(cs.get("nope").is_none());
+        }
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let mut cs = Connections::default();
+        cs.add(conn(0, &[], &[], None)).unwrap();
+        assert_eq!(
+            cs.add(conn(0, &[1], &[], None)),
+            Err(ConfigError::Invalid("duplicate connection name"))
+        );
+        assert_eq!(cs.all().len(), 1);
+        assert!(
+            cs.get("c0").unwrap().local_addrs.is_empty(),
+            "the first stays"
+        );
+    }
+
+    #[test]
+    fn merge_is_an_ascending_union() {
+        let m = |a: &[u32], b: &[u32]| Merge { a, b }.collect::<Vec<_>>();
+        assert_eq!(m(&[1, 4, 9], &[0, 4, 5]), [0, 1, 4, 5, 9]);
+        assert_eq!(m(&[], &[2]), [2]);
+        assert_eq!(m(&[], &[]), Vec::<u32>::new());
+    }
+}
