@@ -246,6 +246,15 @@ pub(crate) fn parse(
     let mut per_cpu_sas = PerCpuSas::default();
     let mut per_cpu_max = conn.workers;
     let mut start_action = StartAction::None;
+    if is_static {
+        // Nothing negotiates a static child: no jitter to apply, no peer to
+        // declare dead.
+        for key in ["rand_time", "dpd_action"] {
+            if let Some(f) = node.field(path, key) {
+                cx.err_at(&f, "has no effect on a statically keyed child (nothing negotiates it)");
+            }
+        }
+    }
     for key in ["per_cpu_sas", "per_cpu_max", "start_action"] {
         let Some(f) = node.field(path, key) else {
             continue;

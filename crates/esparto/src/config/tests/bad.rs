@@ -579,3 +579,12 @@ fn no_follow_on_errors_and_secrets_required_for_ike() {
     assert_eq!((errs[0].line, errs[0].key.as_str()), (1, "connections.any"));
     assert!(errs[0].message.contains("no [secrets] section"));
 }
+
+#[test]
+fn static_children_refuse_negotiation_keys() {
+    let text = base().replacen("esp_proposals = [\"aes256gcm16\"]", "esp_proposals = [\"aes256gcm16\"]\nrand_time = \"1s\"\ndpd_action = \"restart\"", 1);
+    let errs = errors_of(&text);
+    let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+    assert!(keys.iter().any(|k| k.ends_with(".rand_time")) && keys.iter().any(|k| k.ends_with(".dpd_action")), "{}", ConfigErrors(errs.clone()));
+    assert!(errs.iter().all(|e| e.message.contains("statically keyed")), "{}", ConfigErrors(errs.clone()));
+}
