@@ -26,7 +26,9 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 /// Live heap bytes allocated since `region` started.
 fn live(region: &Region<'_, System>) -> isize {
     let s = region.change();
-    s.bytes_allocated as isize - s.bytes_deallocated as isize + s.bytes_reallocated
+    // Reallocations are in `bytes_allocated`/`bytes_deallocated` already
+    // (`bytes_reallocated` is their net again, not to be added).
+    s.bytes_allocated as isize - s.bytes_deallocated as isize
 }
 
 fn endpoint(

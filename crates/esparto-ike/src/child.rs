@@ -51,10 +51,11 @@ pub(crate) struct ChildSa {
     pub(crate) inbound_spi: u32,
     /// Our outbound SPI.
     pub(crate) outbound_spi: u32,
-    /// Our selectors.
-    pub(crate) local_ts: Vec<TrafficSelector>,
-    /// The peer's selectors.
-    pub(crate) remote_ts: Vec<TrafficSelector>,
+    /// Our selectors, then the peer's, in one exact allocation (a Child SA
+    /// lives for hours and most have one selector each way).
+    ts: Box<[TrafficSelector]>,
+    /// How many of `ts` are ours.
+    n_local: usize,
     /// RFC 9611 resource (worker) we negotiated it for.
     pub(crate) resource: Option<u16>,
     /// RFC 9611: a per-resource SA (ours with `resource`, or the peer's).
@@ -84,6 +85,16 @@ pub(crate) struct ChildSa {
 }
 
 impl ChildSa {
+    /// Our selectors.
+    pub(crate) fn local_ts(&self) -> &[TrafficSelector] {
+        self.ts.get(..self.n_local).unwrap_or_default()
+    }
+
+    /// The peer's selectors.
+    pub(crate) fn remote_ts(&self) -> &[TrafficSelector] {
+        self.ts.get(self.n_local..).unwrap_or_default()
+    }
+
     /// Its next timer.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         match (self.rekey_at, self.expire_at) {
@@ -281,8 +292,8 @@ pub(crate) fn install(
         name: i.child.clone(),
         inbound_spi: i.inbound_spi,
         outbound_spi: i.outbound_spi,
-        local_ts: i.local_ts.clone(),
-        remote_ts: i.remote_ts.clone(),
+        ts: i.local_ts.iter().chain(&i.remote_ts).copied().collect(),
+        n_local: i.local_ts.len(),
         resource: i.resource,
         per_resource: i.per_resource,
         initiated: i.initiator,

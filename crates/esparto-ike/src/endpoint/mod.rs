@@ -27,7 +27,16 @@
 //! Timers: each SA knows its next deadline; the endpoint keeps a min-heap
 //! of `(deadline, SA)` with lazy invalidation, so `poll_timeout` and
 //! `handle_timeout` cost O(log n) per SA touched, not O(n) per call — this
-//! matters at the 10k SAs/s the brief targets.
+//! matters at the 10k SAs/s the brief targets. An SA has one live entry,
+//! at or before its deadline: a deadline that moves later (a response
+//! came, the SA is up) leaves the entry to fire early and re-arm, so an
+//! SA does not leave an entry behind for every change.
+//!
+//! Everything else found per tunnel is found by index, never by walking
+//! every SA or connection: connections by name, address and identity
+//! (`crate::connections`), PSKs by identity (`crate::psk`), SAs by
+//! connection and identity pair (`sa_index.rs`). SAs are boxed in the
+//! table (see the memory table in the crate documentation).
 
 use crate::config::{ConfigError, Connection, EndpointConfig, PerCpuSas, Secrets, StartAction};
 use crate::connections::Connections;
@@ -230,7 +239,9 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// When `handle_timeout` should be called next.
+    /// When `handle_timeout` should be called next. It may find nothing
+    /// due then (an SA's deadline moved later after its timer was set) and
+    /// only re-arm; it is never later than the first work due.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         while let Some(&Reverse((t, id))) = self.timers.peek() {
             if self.sas.get(&id).is_some_and(|sa| sa.scheduled == Some(t)) {

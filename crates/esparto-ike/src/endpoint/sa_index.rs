@@ -178,7 +178,38 @@ impl SaIndex {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The multimap holds exactly what a map of sets would, through
+        /// any sequence of inserts and removes (repeats and strays included).
+        #[test]
+        fn multi_is_a_map_of_sets(ops in proptest::collection::vec((any::<bool>(), 0u8..3, 0u64..5), 0..60)) {
+            let mut m = Multi::<u8>::default();
+            let mut model: HashMap<u8, HashSet<u64>> = HashMap::new();
+            for (insert, k, id) in ops {
+                if insert {
+                    m.insert(k, id);
+                    model.entry(k).or_default().insert(id);
+                } else {
+                    m.remove(&k, id);
+                    if let Some(s) = model.get_mut(&k) {
+                        s.remove(&id);
+                    }
+                }
+                model.retain(|_, s| !s.is_empty());
+                let none = HashSet::new();
+                for k in 0u8..3 {
+                    let got: HashSet<u64> = m.get(&k).collect();
+                    prop_assert_eq!(m.get(&k).count(), got.len(), "no duplicates");
+                    prop_assert_eq!(&got, model.get(&k).unwrap_or(&none));
+                }
+                prop_assert_eq!(m.0.len(), model.len(), "no empty keys left");
+            }
+        }
+    }
 
     #[test]
     fn buckets_grow_and_shrink() {

@@ -3,8 +3,9 @@
 //! `dpd_timeout`, and the lifetimes of the IKE SA and its Child SAs
 //! (§2.8): soft (rekey, jittered) and hard (delete).
 //!
-//! The endpoint keeps one heap entry per SA at [`IkeSa::next_deadline`];
-//! [`IkeSa::on_timeout`] runs whatever is due and the endpoint re-arms.
+//! The endpoint keeps one heap entry per SA, at or before
+//! [`IkeSa::next_deadline`]; [`IkeSa::on_timeout`] runs whatever is due
+//! and the endpoint re-arms.
 //! Every request in flight has its own retransmission deadline, since with
 //! a window above one several may be outstanding (§2.3).
 

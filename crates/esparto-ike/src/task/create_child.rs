@@ -90,8 +90,8 @@ impl CreateChild {
         t.group = old.ke;
         t.rekey = Some(RekeyOf {
             inbound: old.inbound_spi,
-            local_ts: old.local_ts.clone(),
-            remote_ts: old.remote_ts.clone(),
+            local_ts: old.local_ts().to_vec(),
+            remote_ts: old.remote_ts().to_vec(),
         });
         t
     }
