@@ -21,8 +21,11 @@ pub fn live_bytes() -> Option<i64> {
     #[cfg(feature = "count-alloc")]
     {
         let s = GLOBAL.stats();
-        let live =
-            s.bytes_allocated as i128 - s.bytes_deallocated as i128 + s.bytes_reallocated as i128;
+        // `bytes_allocated`/`bytes_deallocated` already include what
+        // reallocations grew or shrank by; `bytes_reallocated` is the same
+        // change again (its net), so adding it would count every growth
+        // by `realloc` twice, transient ones included.
+        let live = s.bytes_allocated as i128 - s.bytes_deallocated as i128;
         Some(i64::try_from(live).unwrap_or(i64::MAX))
     }
     #[cfg(not(feature = "count-alloc"))]
