@@ -3,11 +3,11 @@
 #   1. clippy with warnings as errors;
 #   2. unit, property and known-answer tests of every crate, and the netns
 #      tests (they need root; as another user they report SKIP);
-#   3. each fuzz target for a short time (FUZZ_SECONDS, default 10).
+#   3. each fuzz target for a short time (FUZZ_SECONDS, default 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+FUZZ_SECONDS=${FUZZ_SECONDS:-5}
 step() { printf '\n=== %s\n' "$*"; }
 t0=$SECONDS
 

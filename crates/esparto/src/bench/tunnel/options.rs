@@ -115,6 +115,8 @@ impl Options {
             quick: true,
             tcp_seconds: 1,
             sizes: vec![64, 1400],
+            flows: vec![1, 8],
+            per_cpu_sizes: vec![1400],
             search: Search {
                 min_pps: 1_000.0,
                 max_pps: 250_000.0,
