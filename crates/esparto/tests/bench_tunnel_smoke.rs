@@ -79,9 +79,10 @@ fn quick_json_run() {
 
     section_positive("routed", r.routed.as_ref().unwrap());
     section_positive("Esparto", r.esparto.as_ref().unwrap());
+    // Esparto as configured by default: a Child SA per worker.
     assert_eq!(
         r.esparto_sas.as_deref(),
-        Some("in: 1 single; out: 1 single")
+        Some("in: 1 fallback, 4 sub; out: 1 fallback, 2 sub")
     );
     // TCP 1 and 4 streams, UDP 64 and 1400 bytes.
     assert_eq!(r.comparison.len(), 4, "{:?}", r.comparison);

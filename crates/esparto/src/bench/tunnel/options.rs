@@ -18,6 +18,10 @@ use crate::testbed::zeroloss::Search;
 /// `Layout::StaticPerCpu` measures the same data path with static keys.
 pub const PER_CPU_LAYOUT: Layout = Layout::IkePerCpu;
 
+fn default_comparison_flows() -> usize {
+    4
+}
+
 /// The highest rate a section's search offers.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Caps {
@@ -40,6 +44,11 @@ pub struct Options {
     pub sizes: Vec<usize>,
     /// Flow (and TCP stream) counts of the per-CPU comparison.
     pub flows: Vec<usize>,
+    /// UDP generator flows in the main comparison (routed, strongSwan,
+    /// Esparto): one flow is capped by the generator itself (one sending
+    /// thread) near the routed path's ceiling, whatever the gateways do.
+    #[serde(default = "default_comparison_flows")]
+    pub comparison_flows: usize,
     /// Inner IP sizes of the per-CPU comparison.
     pub per_cpu_sizes: Vec<usize>,
     /// Workers per Esparto gateway.
@@ -75,6 +84,7 @@ impl Options {
             tcp_streams: vec![1, 4],
             sizes: vec![64, 128, 256, 512, 1024, 1400],
             flows: vec![1, 2, 8],
+            comparison_flows: default_comparison_flows(),
             per_cpu_sizes: vec![1400, 64],
             workers,
             strongswan: true,
@@ -141,6 +151,9 @@ impl Options {
         {
             bail!("packet size {s} is outside 44..=1400 bytes");
         }
+        if !(1..=64).contains(&self.comparison_flows) {
+            bail!("--comparison-flows must be between 1 and 64");
+        }
         if let Some(f) = self.flows.iter().find(|f| !(1..=64).contains(*f)) {
             bail!("{f} flows: 1 to 64");
         }
@@ -205,6 +218,9 @@ pub struct Args {
     /// Flow counts for per-CPU SAs vs one pair, comma separated (empty: skip that section).
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub flows: Option<Vec<usize>>,
+    /// UDP generator flows in the main comparison (default 4).
+    #[arg(long)]
+    pub comparison_flows: Option<usize>,
     /// Seconds per TCP run (default 10; 1 with --quick).
     #[arg(long)]
     pub tcp_seconds: Option<u32>,
@@ -239,6 +255,9 @@ impl Args {
         }
         if let Some(f) = &self.flows {
             o.flows = f.clone();
+        }
+        if let Some(n) = self.comparison_flows {
+            o.comparison_flows = n;
         }
         if let Some(t) = self.tcp_seconds {
             o.tcp_seconds = t;
