@@ -390,7 +390,12 @@ impl Secrets {
     /// The best key for the pair of identities, strongSwan-style: a key
     /// listing both identities beats one listing only the peer's, which
     /// beats one listing only ours, which beats a key with no identities.
-    /// A key whose identities match neither is not a candidate.
+    /// A key whose identities match neither is not a candidate; among
+    /// equals the first added wins.
+    ///
+    /// This scans every key: it is the rule's statement. An [`crate::Endpoint`]
+    /// answers the same question from an index by identity (`psk.rs`,
+    /// checked against this function by a property test).
     pub fn find_psk(&self, local: &Identity, remote: &Identity) -> Option<&SecretBytes> {
         let score = |p: &Psk| -> Option<u8> {
             if p.ids.is_empty() {

@@ -5,7 +5,9 @@
 //!
 //! Order matters after each step of an SA: actions run *before* a dead SA
 //! is removed, so an IKE SA deleted right after its rekey can still hand
-//! its Child SAs to its successor.
+//! its Child SAs to its successor. Then [`Endpoint::after`] removes the SA
+//! if dead, frees its IKE_SA_INIT state once established, refiles it in
+//! the SA index and re-arms its timer.
 
 use super::{Endpoint, InitiateError};
 use crate::child::ChildState;
@@ -14,6 +16,7 @@ use crate::event::{IkeSaId, Reason};
 use crate::sa::{IkeSa, State};
 use crate::task::Task;
 use crate::task::rekey_ike::RekeyIke;
+use std::cmp::Reverse;
 use std::time::Instant;
 
 impl Endpoint {
@@ -21,6 +24,63 @@ impl Endpoint {
     pub(super) fn finish(&mut self, now: Instant, id: u64) {
         self.run_actions(now);
         self.after(id);
+    }
+
+    /// After a step of SA `id`: remove it if dead; free its handshake
+    /// state once established; refile it in the index; re-arm its timer.
+    pub(super) fn after(&mut self, id: u64) {
+        let Some(sa) = self.sas.get_mut(&id) else {
+            return;
+        };
+        if sa.state == State::Dead {
+            if let Some(k) = sa.half_open_key() {
+                self.half_open.remove(&k);
+            }
+            self.sa_index.unfile(id, sa);
+            self.sas.remove(&id);
+            self.ike_spis.remove(&id);
+            return;
+        }
+        self.ike_spis.insert(id);
+        if sa.state == State::Established {
+            // IKE_AUTH is over: the nonces and messages of IKE_SA_INIT and
+            // the AUTH keys have no further use (see `sa::Handshake`).
+            if let Some(hs) = sa.handshake.take() {
+                if let Some(k) = hs.half_open_key {
+                    self.half_open.remove(&k);
+                }
+            }
+            if let Some(k) = sa.keys.as_mut() {
+                k.forget_auth_keys();
+            }
+        }
+        self.sa_index.file(id, sa);
+        // One live heap entry per SA, at or before its deadline: a new one
+        // only when the deadline moves earlier (a request sent); when it
+        // moves later (an answer, the SA established) the old entry fires
+        // early and `handle_timeout` re-arms. Most SAs thus hold a single
+        // entry for their life instead of one per change.
+        match (sa.next_deadline(), sa.scheduled) {
+            (None, _) => sa.scheduled = None,
+            (Some(d), Some(s)) if s <= d => {}
+            (Some(d), _) => {
+                sa.scheduled = Some(d);
+                self.timers.push(Reverse((d, id)));
+                self.compact_timers();
+            }
+        }
+    }
+
+    /// Drop stale heap entries once they outnumber the SAs, so the heap
+    /// stays within a small multiple of the SA count (amortised O(1): each
+    /// pass removes at least half of what it looks at).
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.sas.len() + 64 {
+            return;
+        }
+        let sas = &self.sas;
+        self.timers
+            .retain(|Reverse((t, id))| sas.get(id).is_some_and(|sa| sa.scheduled == Some(*t)));
     }
 
     /// The SA an id names now: an IKE SA replaced by a rekey forwards to

@@ -276,63 +276,6 @@ impl Endpoint {
         }
     }
 
-    /// After a step of SA `id`: remove it if dead; free its handshake
-    /// state once established; refile it in the index; re-arm its timer.
-    fn after(&mut self, id: u64) {
-        let Some(sa) = self.sas.get_mut(&id) else {
-            return;
-        };
-        if sa.state == State::Dead {
-            if let Some(k) = sa.half_open_key() {
-                self.half_open.remove(&k);
-            }
-            self.sa_index.unfile(id, sa);
-            self.sas.remove(&id);
-            self.ike_spis.remove(&id);
-            return;
-        }
-        self.ike_spis.insert(id);
-        if sa.state == State::Established {
-            // IKE_AUTH is over: the nonces and messages of IKE_SA_INIT and
-            // the AUTH keys have no further use (see `sa::Handshake`).
-            if let Some(hs) = sa.handshake.take() {
-                if let Some(k) = hs.half_open_key {
-                    self.half_open.remove(&k);
-                }
-            }
-            if let Some(k) = sa.keys.as_mut() {
-                k.forget_auth_keys();
-            }
-        }
-        self.sa_index.file(id, sa);
-        // One live heap entry per SA, at or before its deadline: a new one
-        // only when the deadline moves earlier (a request sent); when it
-        // moves later (an answer, the SA established) the old entry fires
-        // early and `handle_timeout` re-arms. Most SAs thus hold a single
-        // entry for their life instead of one per change.
-        match (sa.next_deadline(), sa.scheduled) {
-            (None, _) => sa.scheduled = None,
-            (Some(d), Some(s)) if s <= d => {}
-            (Some(d), _) => {
-                sa.scheduled = Some(d);
-                self.timers.push(Reverse((d, id)));
-                self.compact_timers();
-            }
-        }
-    }
-
-    /// Drop stale heap entries once they outnumber the SAs, so the heap
-    /// stays within a small multiple of the SA count (amortised O(1): each
-    /// pass removes at least half of what it looks at).
-    fn compact_timers(&mut self) {
-        if self.timers.len() <= 2 * self.sas.len() + 64 {
-            return;
-        }
-        let sas = &self.sas;
-        self.timers
-            .retain(|Reverse((t, id))| sas.get(id).is_some_and(|sa| sa.scheduled == Some(*t)));
-    }
-
     fn find_conn(&self, name: &str) -> Result<Arc<Connection>, InitiateError> {
         self.connections
             .get(name)
