@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use esparto::status::IkeSaStatus;
@@ -27,29 +26,10 @@ fn keying(initiator: bool, west: bool, psk: &str) -> Keying {
     }
 }
 
-fn cli(bin: &Path, ns: &str, gw: &EspartoGateway, args: &[&str]) -> (bool, String) {
-    let control = gw.control_path();
-    let o = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(bin)
-        .args(args)
-        .arg("--control")
-        .arg(control)
-        .output()
-        .unwrap();
-    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-}
-
-fn sas(bin: &Path, ns: &str, gw: &EspartoGateway) -> Vec<IkeSaStatus> {
-    let (ok, out) = cli(bin, ns, gw, &["sas", "--json"]);
-    assert!(ok, "{out}");
-    serde_json::from_str(&out).unwrap()
-}
-
-fn wait_established(bin: &Path, ns: &str, gw: &EspartoGateway) -> Vec<IkeSaStatus> {
+fn wait_established(gw: &EspartoGateway) -> Vec<IkeSaStatus> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let s = sas(bin, ns, gw);
+        let s = gw.sas().unwrap();
         if s.iter().any(|s| s.state == "established" && !s.children.is_empty()) {
             return s;
         }
@@ -67,7 +47,6 @@ fn esparto_to_esparto_with_ikev2_psk() {
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
-    let (wns, ens) = (topo.ns(Node::GwWest).name().to_string(), topo.ns(Node::GwEast).name().to_string());
     let mut wcfg = EspartoConfig::site(Node::GwWest, keying(true, true, "correct horse battery staple")).unwrap();
     wcfg.workers = Some(2);
     let mut ecfg = EspartoConfig::site(Node::GwEast, keying(false, false, "correct horse battery staple")).unwrap();
@@ -76,8 +55,8 @@ fn esparto_to_esparto_with_ikev2_psk() {
     let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).unwrap();
     let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &wcfg).unwrap();
 
-    let w = wait_established(bin, &wns, &west);
-    let e = wait_established(bin, &ens, &east);
+    let w = wait_established(&west);
+    let e = wait_established(&east);
     assert_eq!(w[0].children[0].in_spi, e[0].children[0].out_spi);
     assert_eq!(w[0].children[0].out_spi, e[0].children[0].in_spi);
     assert_eq!(w[0].children[0].suite, "aes256gcm16");
@@ -91,14 +70,14 @@ fn esparto_to_esparto_with_ikev2_psk() {
     }
     let back = Topology::addr(Node::HostWest, Net::Lan, Family::V4);
     assert!(traffic::ping(topo.ns(Node::HostEast), back, 3, Duration::from_millis(100)).unwrap().all_answered());
-    let w = sas(bin, &wns, &west);
+    let w = west.sas().unwrap();
     assert!(w[0].children[0].out_packets >= 6 && w[0].children[0].in_packets >= 6, "{w:?}");
 
     // Down on one side deletes on both (INFORMATIONAL Delete).
-    let (ok, out) = cli(bin, &wns, &west, &["down", "site"]);
+    let (ok, out) = west.cli(&["down", "site"]).unwrap();
     assert!(ok, "{out}");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !sas(bin, &ens, &east).is_empty() {
+    while !east.sas().unwrap().is_empty() {
         assert!(Instant::now() < deadline, "the responder kept its SAs after the delete");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -106,7 +85,7 @@ fn esparto_to_esparto_with_ikev2_psk() {
     assert_eq!(r.received, 0, "no tunnel, no traffic");
 
     // And up again.
-    let (ok, out) = cli(bin, &wns, &west, &["up", "site"]);
+    let (ok, out) = west.cli(&["up", "site"]).unwrap();
     assert!(ok, "{out}");
     assert!(out.contains("INSTALLED"), "{out}");
     let r = traffic::ping(host, Topology::addr(Node::HostEast, Net::Lan, Family::V4), 3, Duration::from_millis(100)).unwrap();
@@ -125,12 +104,11 @@ fn wrong_psk_installs_nothing() {
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
-    let (wns, ens) = (topo.ns(Node::GwWest).name().to_string(), topo.ns(Node::GwEast).name().to_string());
     let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &EspartoConfig::site(Node::GwEast, keying(false, false, "the right secret")).unwrap()).unwrap();
     let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &EspartoConfig::site(Node::GwWest, keying(true, true, "a wrong secret!!")).unwrap()).unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    assert!(sas(bin, &ens, &east).iter().all(|s| s.children.is_empty()), "responder installed a Child SA");
-    assert!(sas(bin, &wns, &west).iter().all(|s| s.children.is_empty()), "initiator installed a Child SA");
+    assert!(east.sas().unwrap().iter().all(|s| s.children.is_empty()), "responder installed a Child SA");
+    assert!(west.sas().unwrap().iter().all(|s| s.children.is_empty()), "initiator installed a Child SA");
     let st = east.status().unwrap();
     assert!(st.sas.is_empty(), "no SA in the responder's data plane: {:?}", st.sas);
     let log = std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();

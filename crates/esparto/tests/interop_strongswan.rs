@@ -17,10 +17,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use esparto::status::IkeSaStatus;
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
 use esparto::testbed::strongswan::{Charon, SwanConfig};
 use esparto::testbed::topology::{Net, Node, Topology};
@@ -29,24 +27,6 @@ use esparto::testbed::{Family, missing, traffic};
 const PSK: &str = "interop test key, namespaces only";
 const IKE: [&str; 3] = ["aes256gcm16-prfsha256-x25519", "aes128-sha256-ecp256", "aes256-sha256-modp2048"];
 const ESP: [&str; 4] = ["aes256gcm16", "aes128gcm16", "aes128-sha256", "chacha20poly1305"];
-
-fn cli(bin: &Path, ns: &str, gw: &EspartoGateway, args: &[&str]) -> (bool, String) {
-    let o = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(bin)
-        .args(args)
-        .arg("--control")
-        .arg(gw.control_path())
-        .output()
-        .unwrap();
-    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-}
-
-fn sas(bin: &Path, ns: &str, gw: &EspartoGateway) -> Vec<IkeSaStatus> {
-    let (ok, out) = cli(bin, ns, gw, &["sas", "--json"]);
-    assert!(ok, "{out}");
-    serde_json::from_str(&out).unwrap()
-}
 
 fn wait<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
@@ -68,25 +48,25 @@ fn pings(topo: &Topology, fam: Family) -> bool {
 }
 
 /// The (IKE SA id, Child SA inbound SPI) Esparto shows for the connection.
-fn ids(bin: &Path, ns: &str, gw: &EspartoGateway) -> Option<(String, String)> {
-    let s = sas(bin, ns, gw);
+fn ids(gw: &EspartoGateway) -> Option<(String, String)> {
+    let s = gw.sas().unwrap();
     let ike = s.iter().find(|s| s.state == "established")?;
     Some((ike.id.clone(), ike.children.first()?.in_spi.clone()))
 }
 
 /// Rekeys the Child SA and the IKE SA from each side in turn, checking that
 /// the SA really changed and that traffic crosses after each.
-fn rekeys(case: &str, bin: &Path, ns: &str, gw: &EspartoGateway, charon: &Charon, topo: &Topology) -> Vec<String> {
+fn rekeys(case: &str, gw: &EspartoGateway, charon: &Charon, topo: &Topology) -> Vec<String> {
     let mut failures = Vec::new();
     let steps: [(&str, bool); 4] = [("esparto child", false), ("strongswan child", false), ("esparto ike", true), ("strongswan ike", true)];
     for (who, ike) in steps {
-        let Some(before) = ids(bin, ns, gw) else {
+        let Some(before) = ids(gw) else {
             failures.push(format!("{case}: no SA before the {who} rekey"));
             return failures;
         };
         let r = match who {
-            "esparto child" => cli(bin, ns, gw, &["rekey", "site"]).0.then_some(()).ok_or("esparto rekey failed".to_string()),
-            "esparto ike" => cli(bin, ns, gw, &["rekey", "site", "--ike"]).0.then_some(()).ok_or("esparto rekey --ike failed".to_string()),
+            "esparto child" => gw.cli(&["rekey", "site"]).unwrap().0.then_some(()).ok_or("esparto rekey failed".to_string()),
+            "esparto ike" => gw.cli(&["rekey", "site", "--ike"]).unwrap().0.then_some(()).ok_or("esparto rekey --ike failed".to_string()),
             "strongswan child" => charon.swanctl(&["--rekey", "--child", "lan"]).map(|_| ()).map_err(|e| format!("{e:#}")),
             _ => charon.swanctl(&["--rekey", "--ike", "site"]).map(|_| ()).map_err(|e| format!("{e:#}")),
         };
@@ -96,7 +76,7 @@ fn rekeys(case: &str, bin: &Path, ns: &str, gw: &EspartoGateway, charon: &Charon
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         let changed = loop {
-            match ids(bin, ns, gw) {
+            match ids(gw) {
                 Some((id, spi)) if (ike && id != before.0) || (!ike && spi != before.1) => break true,
                 _ if Instant::now() > deadline => break false,
                 _ => std::thread::sleep(Duration::from_millis(50)),
@@ -120,7 +100,6 @@ fn strongswan_matrix_both_roles() {
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
-    let wns = topo.ns(Node::GwWest).name().to_string();
     let swan_cfg = |ike: &str, esp: &str, initiator: bool| {
         let mut c = SwanConfig::site(Node::GwEast, PSK, ike, esp).unwrap();
         c.initiator = initiator;
@@ -159,7 +138,7 @@ fn strongswan_matrix_both_roles() {
                     }
                 }
                 let established = wait(&case, Duration::from_secs(10), || {
-                    let s = sas(bin, &wns, &gw);
+                    let s = gw.sas().unwrap();
                     s.into_iter().find(|s| s.state == "established" && !s.children.is_empty())
                 });
                 assert_eq!(established.children[0].suite, esp, "{case}: negotiated suite");
@@ -173,7 +152,7 @@ fn strongswan_matrix_both_roles() {
                     charon.dir().keep();
                 }
                 if ike == IKE[0] || esp == ESP[0] {
-                    let f = rekeys(&case, bin, &wns, &gw, &charon, &topo);
+                    let f = rekeys(&case, &gw, &charon, &topo);
                     if !f.is_empty() {
                         gw.dir().keep();
                         charon.dir().keep();
@@ -181,7 +160,7 @@ fn strongswan_matrix_both_roles() {
                     failures.extend(f);
                 }
                 // `esparto down` deletes the SAs on both sides.
-                let (ok, out) = cli(bin, &wns, &gw, &["down", "site"]);
+                let (ok, out) = gw.cli(&["down", "site"]).unwrap();
                 if !ok {
                     failures.push(format!("{case}: esparto down failed: {out}"));
                 }
@@ -207,7 +186,6 @@ fn per_cpu_falls_back_to_one_pair_with_strongswan() {
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
-    let wns = topo.ns(Node::GwWest).name().to_string();
     let mut swan = SwanConfig::site(Node::GwEast, PSK, IKE[0], ESP[0]).unwrap();
     swan.initiator = false;
     let charon = Charon::start(topo.ns(Node::GwEast), swan).unwrap();
@@ -219,7 +197,7 @@ fn per_cpu_falls_back_to_one_pair_with_strongswan() {
     cfg.workers = Some(2);
     cfg.per_cpu_sas = "eager".into();
     let gw = EspartoGateway::start(topo.ns(Node::GwWest), bin, &cfg).unwrap();
-    wait("the tunnel", Duration::from_secs(10), || ids(bin, &wns, &gw));
+    wait("the tunnel", Duration::from_secs(10), || ids(&gw));
     // Many flows: the TUN's flow hash puts some on each worker.
     let src = Topology::addr(Node::HostWest, Net::Lan, Family::V4);
     let dst = std::net::SocketAddr::new(Topology::addr(Node::HostEast, Net::Lan, Family::V4), 9);
@@ -235,7 +213,7 @@ fn per_cpu_falls_back_to_one_pair_with_strongswan() {
         })
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let s = sas(bin, &wns, &gw);
+    let s = gw.sas().unwrap();
     assert_eq!(s.iter().map(|i| i.children.len()).sum::<usize>(), 1, "one SA pair with strongSwan: {s:#?}");
     let st = gw.status().unwrap();
     for w in &st.workers {

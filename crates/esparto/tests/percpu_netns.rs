@@ -14,7 +14,6 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use esparto::status::{IkeSaStatus, Status};
@@ -49,27 +48,14 @@ fn gateway(topo: &Topology, side: Node, workers: usize, per_cpu: &str, extra: &[
     EspartoGateway::start(topo.ns(side), bin, &cfg).unwrap()
 }
 
-fn sas(topo: &Topology, side: Node, gw: &EspartoGateway) -> Vec<IkeSaStatus> {
-    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
-    let o = Command::new("ip")
-        .args(["netns", "exec", topo.ns(side).name()])
-        .arg(bin)
-        .args(["sas", "--json", "--control"])
-        .arg(gw.control_path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 fn children(s: &[IkeSaStatus]) -> usize {
     s.iter().map(|i| i.children.len()).sum()
 }
 
-fn wait_children(topo: &Topology, side: Node, gw: &EspartoGateway, n: usize) -> Vec<IkeSaStatus> {
+fn wait_children(side: Node, gw: &EspartoGateway, n: usize) -> Vec<IkeSaStatus> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let s = sas(topo, side, gw);
+        let s = gw.sas().unwrap();
         if children(&s) >= n {
             return s;
         }
@@ -117,8 +103,8 @@ fn asymmetric_workers_each_send_on_their_own_sub_sa() {
     let west = gateway(&topo, Node::GwWest, 2, "on-demand", &[]);
     let east = gateway(&topo, Node::GwEast, 4, "eager", &[]);
     // The fallback plus one sub-SA per east worker.
-    let e = wait_children(&topo, Node::GwEast, &east, 5);
-    let w = wait_children(&topo, Node::GwWest, &west, 5);
+    let e = wait_children(Node::GwEast, &east, 5);
+    let w = wait_children(Node::GwWest, &west, 5);
     let east_out: Vec<Option<u16>> = e[0].children.iter().map(|c| c.out_worker).collect();
     for k in 0..4 {
         assert!(east_out.contains(&Some(k)), "east worker {k} has no sub-SA: {e:#?}");
@@ -160,7 +146,7 @@ fn on_demand_sub_sas_follow_traffic() {
     let topo = Topology::new().unwrap();
     let west = gateway(&topo, Node::GwWest, 2, "on-demand", &[]);
     let east = gateway(&topo, Node::GwEast, 2, "on-demand", &[]);
-    wait_children(&topo, Node::GwEast, &east, 1);
+    wait_children(Node::GwEast, &east, 1);
     // Traffic makes every east worker acquire its own sub-SA.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -189,7 +175,7 @@ fn a_minute_of_udp_through_rekeys_loses_nothing() {
     let extra = [("rekey_time", "\"5s\""), ("rand_time", "\"1s\""), ("conn.rekey_time", "\"20s\"")];
     let west = gateway(&topo, Node::GwWest, 2, "eager", &extra);
     let east = gateway(&topo, Node::GwEast, 2, "eager", &extra);
-    let before = wait_children(&topo, Node::GwEast, &east, 3);
+    let before = wait_children(Node::GwEast, &east, 3);
     let spis_before: Vec<String> = before[0].children.iter().map(|c| c.in_spi.clone()).collect();
 
     let src = Topology::addr(Node::HostWest, Net::Lan, Family::V4);
@@ -200,7 +186,7 @@ fn a_minute_of_udp_through_rekeys_loses_nothing() {
     assert!(trial.sent > 200_000, "the generator fell behind: {trial:?}");
     assert_eq!(trial.sent - trial.received.min(trial.sent), 0, "packets lost across rekeys: {trial:?}");
 
-    let after = sas(&topo, Node::GwEast, &east);
+    let after = east.sas().unwrap();
     assert!(after[0].children.iter().all(|c| !spis_before.contains(&c.in_spi)), "every Child SA was replaced: {after:#?}");
     for gw in [&west, &east] {
         let st = gw.status().unwrap();

@@ -25,7 +25,7 @@ use esparto_io::netns::Netns;
 
 use super::topology::{Net, Node, Topology};
 use super::{Family, WorkDir, sigterm, wait_child, wait_for};
-use crate::status::Status;
+use crate::status::{IkeSaStatus, Status};
 
 /// One statically keyed SA pair, as the config file lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,6 +377,25 @@ impl EspartoGateway {
             );
         }
         serde_json::from_slice(&out.stdout).context("parsing esparto status --json")
+    }
+
+    /// Runs `esparto ARGS --control SOCKET` against this daemon (`up`,
+    /// `down`, `rekey`, …); returns whether it succeeded and its output.
+    pub fn cli(&self, args: &[&str]) -> Result<(bool, String)> {
+        let out = Command::new(&self.bin).args(args).arg("--control").arg(&self.control).output().context("running esparto")?;
+        Ok((
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        ))
+    }
+
+    /// `esparto sas --json`: the IKE SAs and their Child SAs.
+    pub fn sas(&self) -> Result<Vec<IkeSaStatus>> {
+        let (ok, out) = self.cli(&["sas", "--json"])?;
+        if !ok {
+            bail!("esparto sas: {}", out.trim());
+        }
+        serde_json::from_str(&out).context("parsing esparto sas --json")
     }
 
     /// SIGTERM, wait up to 10 s; the daemon must exit 0 and remove its
