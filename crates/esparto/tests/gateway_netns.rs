@@ -16,44 +16,8 @@ use esparto::config::{Child, Config, Connection, Daemon, PerCpuSas, StaticPair, 
 use esparto::daemon::Gateway;
 use esparto_crypto::{EspSuite, SecretBytes};
 use esparto_esp::Lifetime;
+use esparto::testbed::topology::{Node, Topology};
 use esparto_io::netns::{self, Netns};
-
-struct Net {
-    hw: Netns,
-    gw: Netns,
-    ge: Netns,
-    he: Netns,
-}
-
-fn topology() -> Net {
-    let hw = Netns::new("hw").unwrap();
-    let gw = Netns::new("gw").unwrap();
-    let ge = Netns::new("ge").unwrap();
-    let he = Netns::new("he").unwrap();
-    hw.veth("eth0", &gw, "lan0").unwrap();
-    gw.veth("wan0", &ge, "wan0").unwrap();
-    ge.veth("lan0", &he, "eth0").unwrap();
-    for (ns, dev, v4, v6) in [
-        (&hw, "eth0", "10.1.0.10/24", "fd00:1::10/64"),
-        (&gw, "lan0", "10.1.0.1/24", "fd00:1::1/64"),
-        (&gw, "wan0", "192.0.2.1/24", "fd00:ff::1/64"),
-        (&ge, "wan0", "192.0.2.2/24", "fd00:ff::2/64"),
-        (&ge, "lan0", "10.2.0.1/24", "fd00:2::1/64"),
-        (&he, "eth0", "10.2.0.10/24", "fd00:2::10/64"),
-    ] {
-        ns.addr(dev, v4).unwrap();
-        ns.ip(&["-6", "addr", "add", v6, "dev", dev, "nodad"]).unwrap();
-    }
-    hw.route("default", Some("10.1.0.1"), None).unwrap();
-    hw.ip(&["-6", "route", "add", "default", "via", "fd00:1::1"]).unwrap();
-    he.route("default", Some("10.2.0.1"), None).unwrap();
-    he.ip(&["-6", "route", "add", "default", "via", "fd00:2::1"]).unwrap();
-    for g in [&gw, &ge] {
-        g.sysctl("net.ipv4.ip_forward", "1").unwrap();
-        g.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
-    }
-    Net { hw, gw, ge, he }
-}
 
 fn key(tag: u8, suite: EspSuite) -> SecretBytes {
     SecretBytes::from_slice(&(0..suite.keymat_len()).map(|i| (i as u8) ^ tag).collect::<Vec<_>>())
@@ -125,18 +89,20 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
         eprintln!("SKIP: needs root and iproute2");
         return;
     }
-    let net = topology();
+    let topo = Topology::new().unwrap();
+    let (hw, gw, ge, he) =
+        (topo.ns(Node::HostWest), topo.ns(Node::GwWest), topo.ns(Node::GwEast), topo.ns(Node::HostEast));
     let suite = EspSuite::Aes256Gcm16;
-    let west = net.gw.run(|| Gateway::start(&config(false, suite, 2))).unwrap().unwrap();
-    let east = net.ge.run(|| Gateway::start(&config(true, suite, 2))).unwrap().unwrap();
+    let west = gw.run(|| Gateway::start(&config(false, suite, 2))).unwrap().unwrap();
+    let east = ge.run(|| Gateway::start(&config(true, suite, 2))).unwrap().unwrap();
 
-    assert!(ping(&net.hw, "10.2.0.10"), "IPv4 ping west→east");
-    assert!(ping(&net.he, "10.1.0.10"), "IPv4 ping east→west");
-    assert!(ping(&net.hw, "fd00:2::10"), "IPv6 ping west→east");
-    assert!(ping(&net.he, "fd00:1::10"), "IPv6 ping east→west");
+    assert!(ping(hw, "10.2.0.10"), "IPv4 ping west→east");
+    assert!(ping(he, "10.1.0.10"), "IPv4 ping east→west");
+    assert!(ping(hw, "fd00:2::10"), "IPv6 ping west→east");
+    assert!(ping(he, "fd00:1::10"), "IPv6 ping east→west");
 
     // TCP: 4 MiB through the tunnel.
-    let listener = net.he.run(|| TcpListener::bind("10.2.0.10:5001")).unwrap().unwrap();
+    let listener = he.run(|| TcpListener::bind("10.2.0.10:5001")).unwrap().unwrap();
     let server = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let mut total = 0usize;
@@ -148,8 +114,7 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
             }
         }
     });
-    let sent = net
-        .hw
+    let sent = hw
         .run(|| {
             let mut c = TcpStream::connect_timeout(&"10.2.0.10:5001".parse().unwrap(), Duration::from_secs(5)).unwrap();
             let chunk = vec![0x5au8; 65536];
@@ -164,7 +129,7 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
     // UDP: 16 flows of 64- and 1400-byte packets; the kernel spreads flows
     // over the TUN queues, so both workers must carry traffic on their own
     // sub-SA. P(all 16 flows on one of 2 queues) = 2^-15.
-    let rx = net.he.run(|| UdpSocket::bind("10.2.0.10:6000")).unwrap().unwrap();
+    let rx = he.run(|| UdpSocket::bind("10.2.0.10:6000")).unwrap().unwrap();
     rx.set_read_timeout(Some(Duration::from_millis(1000))).unwrap();
     // Receive concurrently: the test host's socket buffer, not the tunnel,
     // would otherwise be the bottleneck of a burst.
@@ -176,7 +141,7 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
         }
         got
     });
-    net.hw
+    hw
         .run(|| {
             for port in 0..16u16 {
                 let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4("10.1.0.10".parse().unwrap()), 7000 + port)).unwrap();
@@ -195,7 +160,7 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
     let nstat = |ns: &Netns| {
         ns.exec("nstat", &["-az", "UdpRcvbufErrors"]).map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default()
     };
-    assert_eq!(got, 320, "UDP datagrams received\nwest: {:?}\neast: {:?}\nhost-east: {}", st.workers, east_st.workers, nstat(&net.he));
+    assert_eq!(got, 320, "UDP datagrams received\nwest: {:?}\neast: {:?}\nhost-east: {}", st.workers, east_st.workers, nstat(he));
 
     for w in &st.workers {
         let own = st.sas.iter().find(|s| s.direction == "out" && s.role == "sub" && s.worker == w.worker).unwrap();
