@@ -374,10 +374,7 @@ impl<D: Datapath> Worker<D> {
             let now = Instant::now();
             if fds[2].revents != 0 {
                 self.shared.wake.drain();
-                while let Ok(cmd) = self.commands.try_recv() {
-                    self.dp.on_command(now, cmd);
-                    self.report.commands += 1;
-                }
+                self.apply_commands(now);
                 if self.shared.stop.load(Ordering::Acquire) {
                     break;
                 }
@@ -428,6 +425,14 @@ impl<D: Datapath> Worker<D> {
         }
     }
 
+    /// Applies every queued command (an empty queue costs one atomic load).
+    fn apply_commands(&mut self, now: Instant) {
+        while let Ok(cmd) = self.commands.try_recv() {
+            self.dp.on_command(now, cmd);
+            self.report.commands += 1;
+        }
+    }
+
     fn inbound(&mut self, now: Instant) {
         match self.udp.recv_batch(&mut self.udp_rx) {
             Ok(0) => return,
@@ -437,6 +442,12 @@ impl<D: Datapath> Worker<D> {
                 return;
             }
         }
+        // A command queued before these datagrams arrived is applied before
+        // they are processed, even if `poll` returned before the command was
+        // queued: the control plane installs a new inbound SA before it lets
+        // the peer send on it, so the SA is here by the time its first packet
+        // is (no "unknown SPI" drop on the first packets after a rekey).
+        self.apply_commands(now);
         let mut from = 0;
         while from < self.udp_rx.len() {
             self.tun_tx.clear();

@@ -184,7 +184,25 @@ fn a_minute_of_udp_through_rekeys_loses_nothing() {
     // A modest rate: any loss must come from rekeying, not from a busy machine.
     let (trial, _) = udp.trial(512, 4000.0, Duration::from_secs(60)).unwrap();
     assert!(trial.sent > 200_000, "the generator fell behind: {trial:?}");
-    assert_eq!(trial.sent - trial.received.min(trial.sent), 0, "packets lost across rekeys: {trial:?}");
+    // Where a lost packet went: each gateway's drops by reason, per worker.
+    let drops: Vec<String> = [&west, &east]
+        .iter()
+        .map(|gw| match gw.status() {
+            Ok(st) => format!(
+                "{:?}, per worker (tx, rx, drops) {:?}",
+                st.drops,
+                st.workers.iter().map(|w| (w.tx_packets, w.rx_packets, &w.drops)).collect::<Vec<_>>()
+            ),
+            Err(e) => format!("status failed: {e:#}"),
+        })
+        .collect();
+    assert_eq!(
+        trial.sent - trial.received.min(trial.sent),
+        0,
+        "packets lost across rekeys: {trial:?}; drops west {}; east {}",
+        drops[0],
+        drops[1]
+    );
 
     let after = east.sas().unwrap();
     assert!(after[0].children.iter().all(|c| !spis_before.contains(&c.in_spi)), "every Child SA was replaced: {after:#?}");

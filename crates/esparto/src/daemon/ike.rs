@@ -383,6 +383,14 @@ impl Ike {
     pub(super) fn flush(&mut self, now: Instant, gw: &mut Gateway) {
         loop {
             let mut progress = false;
+            // Events first: a responder's new inbound SA must be on its way
+            // to the workers before the response that lets the peer send on
+            // it leaves (make-before-break; the worker applies commands
+            // before the ESP that follows them, see esparto_io::worker).
+            while let Some(ev) = self.ep.poll_event() {
+                progress = true;
+                self.on_event(now, gw, ev);
+            }
             while let Some(t) = self.ep.poll_transmit() {
                 progress = true;
                 let r = if t.local.port() == self.natt_port {
@@ -393,10 +401,6 @@ impl Ike {
                 if let Err(e) = r {
                     warn!(remote = %t.remote, error = %e, "IKE send failed");
                 }
-            }
-            while let Some(ev) = self.ep.poll_event() {
-                progress = true;
-                self.on_event(now, gw, ev);
             }
             if !progress {
                 break;
