@@ -124,6 +124,8 @@ pub fn main(args: &Args) -> Result<ExitCode> {
     let bin = std::env::current_exe().context("locating the esparto binary")?;
     let report = run(&bin, &opts)?;
     if args.json {
+        // The tables too, on stderr with the progress: one run, both forms.
+        eprint!("{}", render(&report));
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report));
