@@ -276,6 +276,10 @@ impl Worker {
         let group_id = match self.flows.lookup(&self.spd, &key) {
             Some(Action::Protect(g)) => g,
             Some(Action::Discard) => return Err(DropReason::Discarded.into()),
+            // The kernel's own link-scope IPv6 (MLD reports, router
+            // solicitations) never belongs in a tunnel (RFC 4291 §2.5.6,
+            // §2.7): discarded, not a policy miss an operator must chase.
+            None if key.v6 && link_scope_v6(key.dst) => return Err(DropReason::Discarded.into()),
             None => return Err(DropReason::PolicyMismatch.into()),
         };
         // The control plane installs a group with its policy (a trap policy
@@ -413,3 +417,9 @@ fn push_event(events: &mut VecDeque<Event>, ev: Event) {
 #[cfg(test)]
 #[path = "worker_tests.rs"]
 mod tests;
+
+/// Whether an IPv6 destination (as bits) is link-local unicast (fe80::/10)
+/// or interface- or link-local multicast (ff01::/16, ff02::/16).
+fn link_scope_v6(dst: u128) -> bool {
+    (dst >> 118) == 0x3fa || matches!(dst >> 112, 0xff01 | 0xff02)
+}

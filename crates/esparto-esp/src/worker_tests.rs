@@ -125,6 +125,28 @@ fn policy_decides_discard_and_mismatch() {
 }
 
 #[test]
+fn link_scope_ipv6_without_a_policy_is_discarded_not_a_policy_miss() {
+    let now = Instant::now();
+    let (mut tx, _, _) = setup(false, &[0x100], now);
+    // No IPv6 policy: a routed IPv6 packet is a policy miss...
+    let mut p = udp6(10);
+    assert_eq!(send(&mut tx, now, &p).unwrap_err().reason, DropReason::PolicyMismatch);
+    // ...but the kernel's MLD report (to ff02::16), a router solicitation
+    // (ff02::2) or link-local unicast never belonged in a tunnel.
+    for dst in [[0xff, 0x02], [0xff, 0x01], [0xfe, 0x80], [0xfe, 0xbf]] {
+        p[24..26].copy_from_slice(&dst);
+        assert_eq!(send(&mut tx, now, &p).unwrap_err().reason, DropReason::Discarded, "{dst:x?}");
+    }
+    // Site-local scope and wider multicast are the SPD's business.
+    for dst in [[0xff, 0x05], [0xfe, 0xc0]] {
+        p[24..26].copy_from_slice(&dst);
+        assert_eq!(send(&mut tx, now, &p).unwrap_err().reason, DropReason::PolicyMismatch, "{dst:x?}");
+    }
+    let d = tx.drops();
+    assert_eq!((d.get(DropReason::Discarded), d.get(DropReason::PolicyMismatch)), (4, 3));
+}
+
+#[test]
 fn a_new_spd_takes_effect_at_once_despite_the_flow_cache() {
     let now = Instant::now();
     let (mut tx, _, cfgs) = setup(false, &[0x100], now);

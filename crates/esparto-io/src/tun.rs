@@ -127,7 +127,7 @@ impl TunDevice {
             .mtu(cfg.mtu)
             .multi_queue(true)
             .offload(cfg.offload)
-            .enable(true);
+            .enable(false);
         if let Some((a, p)) = cfg.ipv4 {
             b = b.ipv4(a, p, None);
         }
@@ -139,6 +139,8 @@ impl TunDevice {
         }
         let first = b.build_sync()?;
         let name = first.name()?;
+        no_link_local(&name);
+        first.enabled(true)?;
         let mut devs = Vec::with_capacity(queues);
         for _ in 1..queues {
             devs.push(first.try_clone()?);
@@ -176,6 +178,19 @@ impl TunDevice {
     /// Hand the queues out (to workers). The device lives while any does.
     pub fn into_queues(self) -> Vec<TunQueue> {
         self.queues
+    }
+}
+
+/// Keeps the kernel from giving the device an IPv6 link-local address
+/// (`addr_gen_mode` 1, "none") before it goes up. A link-local address
+/// would make the kernel itself send router solicitations and MLD reports
+/// into the tunnel, which no policy covers: counted drops on an idle
+/// gateway. Inner IPv6 still flows: forwarding and delivery need no
+/// address on the device. Best effort (IPv6 may be disabled entirely).
+fn no_link_local(name: &str) {
+    let path = format!("/proc/sys/net/ipv6/conf/{name}/addr_gen_mode");
+    if std::path::Path::new(&path).exists() {
+        let _ = std::fs::write(&path, "1");
     }
 }
 
