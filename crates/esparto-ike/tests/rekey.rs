@@ -184,12 +184,7 @@ fn children_rekey_on_their_own_timer_with_jitter() {
     };
     let (mut net, _) = up(&s, 7);
     net.run_for(Duration::from_secs(100));
-    let times: Vec<f64> = net.peers[I]
-        .sent
-        .iter()
-        .filter(|p| p.is(ExchangeType::CREATE_CHILD_SA, false))
-        .map(|p| (p.at - net.base).as_secs_f64())
-        .collect();
+    let times = net.request_times(I, ExchangeType::CREATE_CHILD_SA);
     assert_eq!(times.len(), 5, "every 18-20 s for 100 s: {times:?}");
     let mut prev = 0.0;
     for t in &times {

@@ -22,23 +22,32 @@ fn up(s: &Setup, seed: u64) -> (sim::Net, IkeSaId) {
     (net, id)
 }
 
+/// Both peers up with an IKE SA and two Child SAs (the IKE_AUTH child and
+/// the `host` child the initiator acquires).
+fn up_with_two_children(seed: u64) -> sim::Net {
+    let s = Setup {
+        extra_child: true,
+        ..Setup::default()
+    };
+    let mut net = s.build(seed);
+    net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
+    net.peers[I].ep.acquire(net.now, "gw", "host", None).unwrap();
+    net.run_for(Duration::from_secs(2));
+    net
+}
+
+/// Each peer's live inbound Child SA SPIs.
+fn inbound_spis(net: &sim::Net) -> Vec<Vec<u32>> {
+    (0..2)
+        .map(|p| net.live_children(p).iter().map(|c| c.inbound_spi).collect())
+        .collect()
+}
+
 #[test]
 fn ike_sa_rekey_both_directions_keeps_the_children() {
     for (who, seed) in [(I, 20), (R, 21)] {
-        let s = Setup {
-            extra_child: true,
-            ..Setup::default()
-        };
-        let mut net = s.build(seed);
-        net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
-        net.peers[I]
-            .ep
-            .acquire(net.now, "gw", "host", None)
-            .unwrap();
-        net.run_for(Duration::from_secs(2));
-        let before: Vec<Vec<u32>> = (0..2)
-            .map(|p| net.live_children(p).iter().map(|c| c.inbound_spi).collect())
-            .collect();
+        let mut net = up_with_two_children(seed);
+        let before = inbound_spis(&net);
         assert_eq!(before[0].len(), 2);
         let old = [net.current_ike(I).unwrap(), net.current_ike(R).unwrap()];
         net.peers[who].ep.rekey_ike(net.now, old[who]).unwrap();
@@ -59,8 +68,7 @@ fn ike_sa_rekey_both_directions_keeps_the_children() {
                 0,
                 "the old SA goes silently"
             );
-            let now: Vec<u32> = net.live_children(p).iter().map(|c| c.inbound_spi).collect();
-            assert_eq!(now, before[p], "peer {p}: the Child SAs survive");
+            assert_eq!(inbound_spis(&net)[p], before[p], "peer {p}: the Child SAs survive");
             assert_eq!(
                 net.peers[p].ep.ike_sa_count(),
                 1,
@@ -115,20 +123,8 @@ fn ike_sa_rekeys_on_its_own_timer() {
 fn simultaneous_ike_rekeys_leave_one_ike_sa_holding_the_children() {
     let offsets = [0u64, 0, 0, 2, 6, 9, 10, 12, 20, 30];
     for (seed, offset_ms) in (50..90).zip(offsets.iter().cycle().copied()) {
-        let s = Setup {
-            extra_child: true,
-            ..Setup::default()
-        };
-        let mut net = s.build(seed);
-        net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
-        net.peers[I]
-            .ep
-            .acquire(net.now, "gw", "host", None)
-            .unwrap();
-        net.run_for(Duration::from_secs(2));
-        let before: Vec<Vec<u32>> = (0..2)
-            .map(|p| net.live_children(p).iter().map(|c| c.inbound_spi).collect())
-            .collect();
+        let mut net = up_with_two_children(seed);
+        let before = inbound_spis(&net);
         let old = [net.current_ike(I).unwrap(), net.current_ike(R).unwrap()];
         net.peers[I].ep.rekey_ike(net.now, old[I]).unwrap();
         net.run_for(Duration::from_millis(offset_ms));
@@ -153,8 +149,7 @@ fn simultaneous_ike_rekeys_leave_one_ike_sa_holding_the_children() {
                 0,
                 "seed {seed} peer {p}: nothing deleted"
             );
-            let now: Vec<u32> = net.live_children(p).iter().map(|c| c.inbound_spi).collect();
-            assert_eq!(now, before[p], "seed {seed} peer {p}: children inherited");
+            assert_eq!(inbound_spis(&net)[p], before[p], "seed {seed} peer {p}: children inherited");
             net.assert_no_leak(p);
         }
         // Both ends agree on the surviving IKE SA: a Child SA rekey and a
@@ -186,17 +181,7 @@ fn rekeys_survive_loss_duplication_and_reordering() {
     let seeds = 80u64..160;
     let runs = (seeds.end - seeds.start) as usize;
     for seed in seeds {
-        let s = Setup {
-            extra_child: true,
-            ..Setup::default()
-        };
-        let mut net = s.build(seed);
-        net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
-        net.peers[I]
-            .ep
-            .acquire(net.now, "gw", "host", None)
-            .unwrap();
-        net.run_for(Duration::from_secs(2));
+        let mut net = up_with_two_children(seed);
         net.loss = 0.15;
         net.dup = 0.2;
         net.reorder = 0.3;

@@ -74,12 +74,7 @@ fn lost_messages_are_retransmitted_with_exponential_backoff() {
     }));
     net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
     net.run_for(Duration::from_secs(60));
-    let times: Vec<f64> = net.peers[I]
-        .sent
-        .iter()
-        .filter(|p| p.is(ExchangeType::IKE_SA_INIT, false))
-        .map(|p| (p.at - net.base).as_secs_f64())
-        .collect();
+    let times = net.request_times(I, ExchangeType::IKE_SA_INIT);
     // Sent at 0, after 4 s, then after 4 × 1.8 = 7.2 s more.
     assert_eq!(times.len(), 3);
     assert!(

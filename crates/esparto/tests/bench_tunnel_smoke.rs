@@ -14,7 +14,7 @@ use std::process::Command;
 
 use esparto::bench::tunnel::{Figure, Measure, Report, Row};
 use esparto::testbed::baseline::Section;
-use esparto::testbed::missing;
+use esparto::testbed::{missing, skip};
 
 fn positive(what: &str, f: &Figure) {
     assert!(f.mbps > 0.0, "{what}: {f:?}");
@@ -54,9 +54,7 @@ fn rows_positive(what: &str, rows: &[Row], with_baseline: bool) {
 
 #[test]
 fn quick_json_run() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP bench_tunnel_smoke: missing {}", m.join(", "));
+    if skip("bench_tunnel_smoke", false) {
         return;
     }
     let swan = missing(true).is_empty();

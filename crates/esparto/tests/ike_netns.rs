@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use esparto::status::IkeSaStatus;
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
 use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, missing, traffic};
+use esparto::testbed::{Family, skip, traffic};
 
 fn keying(initiator: bool, west: bool, psk: &str) -> Keying {
     let (l, r) = if west { ("@west", "@east") } else { ("@east", "@west") };
@@ -40,9 +40,7 @@ fn wait_established(gw: &EspartoGateway) -> Vec<IkeSaStatus> {
 
 #[test]
 fn esparto_to_esparto_with_ikev2_psk() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP ike_netns: missing {}", m.join(", "));
+    if skip("ike_netns", false) {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
@@ -97,9 +95,7 @@ fn esparto_to_esparto_with_ikev2_psk() {
 
 #[test]
 fn wrong_psk_installs_nothing() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP ike_netns: missing {}", m.join(", "));
+    if skip("ike_netns", false) {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
 use esparto::testbed::strongswan::{Charon, SwanConfig};
 use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, missing, traffic};
+use esparto::testbed::{Family, skip, traffic};
 
 const PSK: &str = "interop test key, namespaces only";
 const IKE: [&str; 3] = ["aes256gcm16-prfsha256-x25519", "aes128-sha256-ecp256", "aes256-sha256-modp2048"];
@@ -93,9 +93,7 @@ fn rekeys(case: &str, gw: &EspartoGateway, charon: &Charon, topo: &Topology) -> 
 
 #[test]
 fn strongswan_matrix_both_roles() {
-    let m = missing(true);
-    if !m.is_empty() {
-        eprintln!("SKIP interop_strongswan: missing {}", m.join(", "));
+    if skip("interop_strongswan", true) {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
@@ -179,9 +177,7 @@ fn strongswan_matrix_both_roles() {
 /// pair, stops asking for sub-SAs, and still sends on every worker.
 #[test]
 fn per_cpu_falls_back_to_one_pair_with_strongswan() {
-    let m = missing(true);
-    if !m.is_empty() {
-        eprintln!("SKIP interop_strongswan: missing {}", m.join(", "));
+    if skip("interop_strongswan", true) {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));

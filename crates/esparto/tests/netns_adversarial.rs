@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
 use esparto::testbed::topology::{Net, Node, Topology};
 use esparto::testbed::traffic;
-use esparto::testbed::{Family, missing};
+use esparto::testbed::{Family, skip};
 use esparto_crypto::{EspSuite, SecretBytes};
 use esparto_esp::{HEADROOM, Lifetime, OutboundSa, SaConfig, TAILROOM};
 
@@ -86,9 +86,7 @@ fn drop_count(st: &esparto::status::Status, reason: &str) -> u64 {
 
 #[test]
 fn forged_replayed_unknown_garbage_and_too_big() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP netns_adversarial: missing {}", m.join(", "));
+    if skip("netns_adversarial", false) {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));

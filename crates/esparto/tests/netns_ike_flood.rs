@@ -71,7 +71,7 @@ use std::time::{Duration, Instant};
 use esparto::status::IkeSaStatus;
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
 use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, WorkDir, cpu, loadavg, missing, traffic, wait_for};
+use esparto::testbed::{Family, WorkDir, cpu, loadavg, skip, traffic, wait_for};
 use esparto_io::netns::Netns;
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr, Message, NotifyType, PayloadRepr};
 
@@ -484,25 +484,23 @@ fn ping_east(topo: &Topology, n: u32) -> traffic::PingResult {
     traffic::ping(topo.ns(Node::HostWest), dst, n, Duration::from_millis(200)).unwrap()
 }
 
+/// Offered requests per second and seconds of flood: `ESPARTO_FLOOD_PPS`
+/// (default 20 000; 5 000 in a debug build) and `ESPARTO_FLOOD_SECS`
+/// (default 10, at least 4).
+fn flood_rate() -> (u64, u64) {
+    let pps = env_or("ESPARTO_FLOOD_PPS", if cfg!(debug_assertions) { 5_000 } else { 20_000 });
+    (pps, env_or("ESPARTO_FLOOD_SECS", 10).max(4))
+}
+
 // ---------------------------------------------------------------------------
 
 #[test]
 fn flood_from_many_sources_while_a_tunnel_comes_up() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP netns_ike_flood: missing {}", m.join(", "));
+    if skip("netns_ike_flood", false) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pps = env_or(
-        "ESPARTO_FLOOD_PPS",
-        if cfg!(debug_assertions) {
-            5_000
-        } else {
-            20_000
-        },
-    );
-    let secs = env_or("ESPARTO_FLOOD_SECS", 10).max(4);
+    let (pps, secs) = flood_rate();
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
     let flood_ns = flooder(&topo, "198.51.100.0/24", true);
@@ -643,21 +641,11 @@ fn flood_from_many_sources_while_a_tunnel_comes_up() {
 
 #[test]
 fn blind_flood_forging_the_peer_address() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP netns_ike_flood: missing {}", m.join(", "));
+    if skip("netns_ike_flood", false) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pps = env_or(
-        "ESPARTO_FLOOD_PPS",
-        if cfg!(debug_assertions) {
-            5_000
-        } else {
-            20_000
-        },
-    );
-    let secs = env_or("ESPARTO_FLOOD_SECS", 10).max(4);
+    let (pps, secs) = flood_rate();
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
     let west_addr = Topology::addr(Node::GwWest, Net::Transit, Family::V4);

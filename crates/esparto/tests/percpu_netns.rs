@@ -20,7 +20,7 @@ use esparto::status::{IkeSaStatus, Status};
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
 use esparto::testbed::topology::{Net, Node, Topology};
 use esparto::testbed::udpgen::UdpGen;
-use esparto::testbed::{Family, missing};
+use esparto::testbed::{Family, skip};
 
 fn keying(west: bool) -> Keying {
     Keying::Ike {
@@ -93,9 +93,7 @@ fn own_sub_packets(st: &Status) -> Vec<u64> {
 
 #[test]
 fn asymmetric_workers_each_send_on_their_own_sub_sa() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP percpu_netns: missing {}", m.join(", "));
+    if skip("percpu_netns", false) {
         return;
     }
     let topo = Topology::new().unwrap();
@@ -138,9 +136,7 @@ fn asymmetric_workers_each_send_on_their_own_sub_sa() {
 
 #[test]
 fn on_demand_sub_sas_follow_traffic() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP percpu_netns: missing {}", m.join(", "));
+    if skip("percpu_netns", false) {
         return;
     }
     let topo = Topology::new().unwrap();
@@ -164,9 +160,7 @@ fn on_demand_sub_sas_follow_traffic() {
 
 #[test]
 fn a_minute_of_udp_through_rekeys_loses_nothing() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP percpu_netns: missing {}", m.join(", "));
+    if skip("percpu_netns", false) {
         return;
     }
     let topo = Topology::new().unwrap();

@@ -18,14 +18,12 @@
 use std::time::Duration;
 
 use esparto::testbed::baseline::{self, Options};
-use esparto::testbed::missing;
+use esparto::testbed::skip;
 use esparto::testbed::zeroloss::Search;
 
 #[test]
 fn baseline_smoke() {
-    let m = missing(true);
-    if !m.is_empty() {
-        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+    if skip("testbed_baseline", true) {
         return;
     }
     let opts = smoke_options();
@@ -49,9 +47,7 @@ fn baseline_smoke() {
 fn esparto_smoke() {
     use esparto::testbed::esparto::{EspartoConfig, Keying, StaticPair};
     use esparto::testbed::topology::Node;
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+    if skip("testbed_baseline", false) {
         return;
     }
     let pair = StaticPair {
@@ -95,9 +91,7 @@ fn smoke_options() -> Options {
 #[test]
 #[ignore = "the measurement itself (~15 min); see the module doc for the command"]
 fn baseline_full() {
-    let m = missing(true);
-    if !m.is_empty() {
-        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+    if skip("testbed_baseline", true) {
         return;
     }
     let r = baseline::strongswan(&Options {
@@ -133,9 +127,7 @@ fn baseline_full() {
 #[ignore = "a measurement (~5 min)"]
 fn routed_gro_comparison() {
     use esparto::testbed::topology::Offloads;
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP testbed_baseline: missing {}", m.join(", "));
+    if skip("testbed_baseline", false) {
         return;
     }
     let base = Options {

@@ -11,13 +11,11 @@ use std::time::Duration;
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
 use esparto::testbed::topology::{Net, Node, Topology};
 use esparto::testbed::traffic::{self, Iperf3Server};
-use esparto::testbed::{Family, missing};
+use esparto::testbed::{Family, skip};
 
 #[test]
 fn esparto_static_keys_both_gateways() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP testbed_esparto: missing {}", m.join(", "));
+    if skip("testbed_esparto", false) {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));

@@ -13,13 +13,11 @@ use esparto::testbed::cpu::Meter;
 use esparto::testbed::strongswan::{self, SwanPair};
 use esparto::testbed::topology::{Net, Node, Topology};
 use esparto::testbed::traffic::{self, Iperf3Server};
-use esparto::testbed::{Family, missing};
+use esparto::testbed::{Family, skip};
 
 #[test]
 fn strongswan_to_strongswan() {
-    let m = missing(true);
-    if !m.is_empty() {
-        eprintln!("SKIP testbed_strongswan: missing {}", m.join(", "));
+    if skip("testbed_strongswan", true) {
         return;
     }
     let topo = Topology::new().unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use esparto::testbed::topology::{Net, Node, Offloads, Topology};
 use esparto::testbed::traffic::{self, Iperf3Server};
 use esparto::testbed::udpgen::UdpGen;
-use esparto::testbed::{Family, missing};
+use esparto::testbed::{Family, skip};
 
 fn our_namespaces() -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
@@ -25,9 +25,7 @@ fn our_namespaces() -> Vec<String> {
 
 #[test]
 fn topology_routes_plain_and_tears_down() {
-    let m = missing(false);
-    if !m.is_empty() {
-        eprintln!("SKIP testbed_topology: missing {}", m.join(", "));
+    if skip("testbed_topology", false) {
         return;
     }
     let names;

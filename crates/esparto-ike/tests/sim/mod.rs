@@ -332,6 +332,17 @@ impl Net {
         self.peers[i].events.iter().filter(|e| f(e)).count()
     }
 
+    /// Seconds since the start at which peer `i` sent requests of `ex`
+    /// (retransmissions included).
+    pub fn request_times(&self, i: usize, ex: ExchangeType) -> Vec<f64> {
+        self.peers[i]
+            .sent
+            .iter()
+            .filter(|p| p.is(ex, false))
+            .map(|p| (p.at - self.base).as_secs_f64())
+            .collect()
+    }
+
     /// Child SAs of peer `i` announced and not deleted, by inbound SPI.
     pub fn live_children(&self, i: usize) -> Vec<&ChildSaEstablished> {
         let mut live: Vec<&ChildSaEstablished> = Vec::new();

@@ -97,6 +97,17 @@ pub fn udp_payload_len(ip_size: usize, family: Family) -> Result<usize> {
     Ok(ip_size - over)
 }
 
+/// For a test that needs the test bed: when something is [`missing`], print
+/// `SKIP <test>: missing …` and return `true` (the test returns early and
+/// passes, as namespace tests do without root).
+pub fn skip(test: &str, strongswan: bool) -> bool {
+    let m = missing(strongswan);
+    if !m.is_empty() {
+        eprintln!("SKIP {test}: missing {}", m.join(", "));
+    }
+    !m.is_empty()
+}
+
 /// What the test bed needs and does not find: empty when everything is
 /// there. `strongswan` adds charon and swanctl to the list.
 pub fn missing(strongswan: bool) -> Vec<String> {
