@@ -32,7 +32,7 @@ use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::icmp as too_big;
 
 use crate::batch::{RxBatch, TxBatch};
-use crate::worker::Datapath;
+use crate::worker::{Datapath, WorkerReport};
 
 /// ICMP errors a worker sends per second at most.
 pub const ICMP_ERRORS_PER_SEC: u32 = 100;
@@ -43,7 +43,16 @@ pub enum EspCommand {
     /// A data-plane change (SAs, policies).
     Esp(Command),
     /// Send a statistics snapshot back.
-    Snapshot(mpsc::Sender<WorkerStats>),
+    Snapshot(mpsc::Sender<Snapshot>),
+}
+
+/// One worker's statistics: the ESP engine's and the I/O loop's.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// SAs, packets, drops.
+    pub esp: WorkerStats,
+    /// TUN and UDP system calls and batching.
+    pub io: WorkerReport,
 }
 
 /// A message from a worker to the control thread.
@@ -166,11 +175,14 @@ fn dst_v6(p: &[u8]) -> Option<Ipv6Addr> {
 impl Datapath for EspDatapath {
     type Command = EspCommand;
 
-    fn on_command(&mut self, _now: Instant, cmd: EspCommand) {
+    fn on_command(&mut self, _now: Instant, cmd: EspCommand, io: &WorkerReport) {
         match cmd {
             EspCommand::Esp(c) => self.esp.apply(c),
             EspCommand::Snapshot(reply) => {
-                let _ = reply.send(self.esp.stats());
+                let _ = reply.send(Snapshot {
+                    esp: self.esp.stats(),
+                    io: io.clone(),
+                });
             }
         }
     }

@@ -31,9 +31,9 @@ pub mod tun_steer;
 pub mod udp;
 pub mod worker;
 
-pub use esp::{EspCommand, EspDatapath, IcmpSources, WorkerEvent};
+pub use esp::{EspCommand, EspDatapath, IcmpSources, Snapshot, WorkerEvent};
 pub use batch::{BatchFull, PacketBuf, RxBatch, RxEntry, TxBatch};
 pub use steer::{spi_for_worker, spi_to_worker, steer_index};
 pub use tun::{TunConfig, TunDevice, TunQueue};
 pub use udp::{UdpConfig, UdpGroup, UdpSocket};
-pub use worker::{Datapath, WorkerConfig, Workers};
+pub use worker::{Datapath, WorkerConfig, WorkerReport, Workers};

@@ -45,8 +45,9 @@ pub trait Datapath: Send + 'static {
     /// Control-plane messages (install SA, delete SA, ...).
     type Command: Send + 'static;
 
-    /// A command from the control plane, applied between batches.
-    fn on_command(&mut self, now: Instant, cmd: Self::Command);
+    /// A command from the control plane, applied between batches. `io` is
+    /// the worker's I/O counters as of now (for statistics snapshots).
+    fn on_command(&mut self, now: Instant, cmd: Self::Command, io: &WorkerReport);
 
     /// Plain IP packets read from this worker's TUN queue; push ESP-in-UDP
     /// datagrams (with their destination) into `out`, and packets for the
@@ -136,7 +137,8 @@ pub struct ControlDatagram {
     pub bytes: Vec<u8>,
 }
 
-/// What a worker reports when it stops.
+/// A worker's I/O counters: what it reports when it stops, and what a
+/// [`Datapath`] sees with every command (for statistics snapshots).
 #[derive(Debug, Clone, Default)]
 pub struct WorkerReport {
     /// Worker index.
@@ -428,7 +430,9 @@ impl<D: Datapath> Worker<D> {
     /// Applies every queued command (an empty queue costs one atomic load).
     fn apply_commands(&mut self, now: Instant) {
         while let Ok(cmd) = self.commands.try_recv() {
-            self.dp.on_command(now, cmd);
+            self.report.tun = self.tun.stats();
+            self.report.udp = self.udp.stats();
+            self.dp.on_command(now, cmd, &self.report);
             self.report.commands += 1;
         }
     }

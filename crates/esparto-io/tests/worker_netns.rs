@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use esparto_io::netns::{Netns, Pair};
 use esparto_io::tun::{TunConfig, TunDevice};
 use esparto_io::udp::{UdpConfig, UdpGroup};
-use esparto_io::worker::{ControlDatagram, WorkerConfig};
+use esparto_io::worker::{ControlDatagram, WorkerConfig, WorkerReport};
 use esparto_io::{Datapath, RxBatch, TxBatch, Workers, spi_for_worker, steer_index};
 
 const WORKERS: usize = 2;
@@ -47,7 +47,7 @@ struct PlainTunnel {
 impl Datapath for PlainTunnel {
     type Command = Cmd;
 
-    fn on_command(&mut self, _now: Instant, cmd: Cmd) {
+    fn on_command(&mut self, _now: Instant, cmd: Cmd, _io: &WorkerReport) {
         match cmd {
             Cmd::SetPeer(p) => self.peer = Some(p),
             Cmd::Ping(reply) => {

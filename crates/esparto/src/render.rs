@@ -12,7 +12,31 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::status::{IkeSaStatus, SaStatus, Status};
+use crate::status::{IkeSaStatus, IoStatus, SaStatus, Status};
+
+/// A worker's system calls and what each carried on average: the sending
+/// side's TUN reads (one packet each unless the kernel hands over GSO
+/// super-packets) and the UDP socket's batches.
+fn io(w: &IoStatus) -> String {
+    let per = |n: u64, calls: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
+    let mut s = format!(
+        "tun {} reads ({} GSO), {:.1} packets/read; udp {} recvmmsg, {:.1} datagrams/call; {} sendmmsg, {:.1} datagrams/call",
+        w.tun_reads,
+        w.tun_gso_reads,
+        per(w.tun_rx_packets, w.tun_reads),
+        w.udp_recv_calls,
+        per(w.udp_rx_datagrams, w.udp_recv_calls),
+        w.udp_send_calls,
+        per(w.udp_tx_datagrams, w.udp_send_calls),
+    );
+    if w.udp_tx_dropped > 0 {
+        s += &format!("; {} datagrams dropped (send buffer full)", w.udp_tx_dropped);
+    }
+    if w.io_errors > 0 {
+        s += &format!("; {} i/o errors", w.io_errors);
+    }
+    s
+}
 
 /// The whole status as text, ending with a newline.
 pub fn status_text(s: &Status) -> String {
@@ -39,6 +63,9 @@ pub fn status_text(s: &Status) -> String {
             w.rx_packets,
             drops(&w.drops, "drops: ")
         );
+        if w.io != IoStatus::default() {
+            let _ = writeln!(out, "  i/o: {}", io(&w.io));
+        }
     }
     let _ = writeln!(out, "all workers: {}", drops(&s.drops, "drops: "));
     out.push('\n');
@@ -232,6 +259,18 @@ mod tests {
             tx_packets: 120,
             rx_packets: 7,
             drops: BTreeMap::new(),
+            io: IoStatus {
+                tun_reads: 40,
+                tun_gso_reads: 2,
+                tun_rx_packets: 120,
+                tun_tx_packets: 7,
+                udp_recv_calls: 4,
+                udp_rx_datagrams: 7,
+                udp_send_calls: 8,
+                udp_tx_datagrams: 120,
+                udp_tx_dropped: 3,
+                io_errors: 0,
+            },
         };
         w0.drops.insert("replay".into(), 3);
         w0.drops.insert("icv_failure".into(), 0);
@@ -241,6 +280,7 @@ mod tests {
             tx_packets: 0,
             rx_packets: 0,
             drops: BTreeMap::new(),
+            io: IoStatus::default(),
         };
         let mut in0 = sa("lan", "c0000101", "in", "fallback", 1, 7);
         in0.drops.insert("replay".into(), 3);
@@ -258,6 +298,7 @@ mod tests {
         let want = "\
 esparto 0.1.0 (pid 77), up 1m05s, tun esparto0, 2 workers
 worker 0 (cpu 0): tx 120 packets, rx 7 packets, drops: replay 3
+  i/o: tun 40 reads (2 GSO), 3.0 packets/read; udp 4 recvmmsg, 1.8 datagrams/call; 8 sendmmsg, 15.0 datagrams/call; 3 datagrams dropped (send buffer full)
 worker 1 (unpinned): tx 0 packets, rx 0 packets, no drops
 all workers: drops: replay 3
 

@@ -44,6 +44,52 @@ pub struct WorkerStatus {
     pub rx_packets: u64,
     /// Drops by reason (non-zero only).
     pub drops: BTreeMap<String, u64>,
+    /// System calls and batching of its TUN queue and UDP socket.
+    #[serde(default)]
+    pub io: IoStatus,
+}
+
+/// One worker's I/O: how many packets each system call carried.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IoStatus {
+    /// TUN reads that returned a packet.
+    pub tun_reads: u64,
+    /// Of those, reads of a GSO super-packet (split into several packets).
+    pub tun_gso_reads: u64,
+    /// Packets read from the TUN (after splitting).
+    pub tun_rx_packets: u64,
+    /// Packets written to the TUN (before coalescing).
+    pub tun_tx_packets: u64,
+    /// `recvmmsg` calls on the UDP socket that returned datagrams.
+    pub udp_recv_calls: u64,
+    /// Datagrams received (after splitting GRO buffers).
+    pub udp_rx_datagrams: u64,
+    /// `sendmmsg` calls.
+    pub udp_send_calls: u64,
+    /// Datagrams handed to the kernel.
+    pub udp_tx_datagrams: u64,
+    /// Datagrams dropped because the socket's send buffer was full.
+    pub udp_tx_dropped: u64,
+    /// Other receive/send errors.
+    pub io_errors: u64,
+}
+
+impl IoStatus {
+    /// From a worker's I/O counters.
+    pub fn from_report(r: &esparto_io::WorkerReport) -> Self {
+        Self {
+            tun_reads: r.tun.rx_reads,
+            tun_gso_reads: r.tun.rx_gso_reads,
+            tun_rx_packets: r.tun.rx_packets,
+            tun_tx_packets: r.tun.tx_packets,
+            udp_recv_calls: r.udp.rx_calls,
+            udp_rx_datagrams: r.udp.rx_datagrams,
+            udp_send_calls: r.udp.tx_calls,
+            udp_tx_datagrams: r.udp.tx_datagrams,
+            udp_tx_dropped: r.udp_tx_dropped,
+            io_errors: r.io_errors,
+        }
+    }
 }
 
 /// One SA as one worker sees it.

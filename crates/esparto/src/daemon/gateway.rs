@@ -17,20 +17,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use esparto_esp::{
-    Command, Direction, GroupId, TAILROOM, WorkerStats,
-    max_inner_len,
+    Command, Direction, GroupId, TAILROOM, max_inner_len,
 };
 use esparto_io::udp::UdpConfig;
 use esparto_io::worker::{ControlDatagram, WorkerReport};
 use esparto_io::{
-    EspCommand, EspDatapath, IcmpSources, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, WorkerEvent,
+    EspCommand, EspDatapath, IcmpSources, Snapshot, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, WorkerEvent,
     Workers,
 };
 use tracing::{info, warn};
 
 use super::install::{ChildState, SaLabel};
 use crate::config::Config;
-use crate::status::{SaStatus, Status, WorkerStatus};
+use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
 
 /// TUN MTU when no SA suite is known yet (IKE children before negotiation).
 const DEFAULT_TUN_MTU: u16 = 1400;
@@ -219,7 +218,7 @@ impl Gateway {
 
     /// Gathers every worker's snapshot and labels it.
     pub fn status(&self) -> Result<Status> {
-        let mut snaps: Vec<WorkerStats> = Vec::with_capacity(self.nworkers);
+        let mut snaps: Vec<Snapshot> = Vec::with_capacity(self.nworkers);
         for k in 0..self.nworkers {
             let (tx, rx) = mpsc::channel();
             self.workers
@@ -233,12 +232,12 @@ impl Gateway {
         Ok(self.label(snaps))
     }
 
-    fn label(&self, snaps: Vec<WorkerStats>) -> Status {
+    fn label(&self, snaps: Vec<Snapshot>) -> Status {
         let now = Instant::now();
         let mut total = esparto_esp::Drops::default();
         let mut workers = Vec::new();
         let mut sas = Vec::new();
-        for s in snaps {
+        for Snapshot { esp: s, io } in snaps {
             total.add(&s.drops);
             workers.push(WorkerStatus {
                 worker: s.worker,
@@ -246,6 +245,7 @@ impl Gateway {
                 tx_packets: s.tx_packets,
                 rx_packets: s.rx_packets,
                 drops: drops_map(&s.drops),
+                io: IoStatus::from_report(&io),
             });
             for sa in s.sas {
                 let label = self.labels.get(&(sa.spi, sa.direction));
