@@ -170,20 +170,74 @@ impl Drop for Netns {
     }
 }
 
-/// Delete namespaces left behind by *this* process (names starting with
-/// [`own_prefix`]), e.g. after an abort skipped `Drop`. Returns how many.
-pub fn sweep_own() -> io::Result<usize> {
+/// This process's namespaces (names starting with [`own_prefix`]).
+fn own_names() -> io::Result<Vec<String>> {
     let out = run(Command::new("ip").args(["netns", "list"]))?;
     let prefix = own_prefix();
-    let mut n = 0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let name = line.split_whitespace().next().unwrap_or("");
-        if name.starts_with(&prefix) {
-            run(Command::new("ip").args(["netns", "del", name]))?;
-            n += 1;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&prefix))
+        .map(str::to_string)
+        .collect())
+}
+
+/// Processes whose network namespace is one of this process's namespaces
+/// (`ip netns pids`), this process itself excepted.
+fn pids_in_own() -> io::Result<Vec<i32>> {
+    let me = std::process::id();
+    let mut pids = Vec::new();
+    for name in own_names()? {
+        let out = run(Command::new("ip").args(["netns", "pids", &name]))?;
+        pids.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .filter(|&p| p != me)
+                .filter_map(|p| i32::try_from(p).ok()),
+        );
+    }
+    Ok(pids)
+}
+
+/// Delete namespaces left behind by *this* process (names starting with
+/// [`own_prefix`]), e.g. after an abort or a signal skipped `Drop`. The
+/// processes running in them (gateways, iperf3, charon, started by this
+/// process) get SIGTERM, and SIGKILL if they are still there after
+/// `grace`. Returns how many namespaces were deleted.
+pub fn sweep_own(grace: std::time::Duration) -> io::Result<usize> {
+    let pids = pids_in_own()?;
+    for &p in &pids {
+        // SAFETY: kill has no memory-safety preconditions; the pid is one
+        // `ip netns pids` listed in a namespace only this process creates.
+        unsafe { libc::kill(p, libc::SIGTERM) };
+    }
+    let deadline = std::time::Instant::now() + grace;
+    // Gone, or a zombie (our own children are reaped only when their
+    // `Child` handles are waited on, which a signal may never let happen).
+    let alive = |p: &i32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+            .unwrap_or(false)
+    };
+    while pids.iter().any(alive) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for p in pids.iter().filter(|p| alive(p)) {
+        // SAFETY: as above.
+        unsafe { libc::kill(*p, libc::SIGKILL) };
+    }
+    // The owner may be deleting them too (its `Drop` runs when the
+    // processes above end): count what is gone, whoever removed it.
+    let names = own_names()?;
+    for name in &names {
+        let r = run(Command::new("ip").args(["netns", "del", name]));
+        if r.is_err() && own_names()?.contains(name) {
+            r?;
         }
     }
-    Ok(n)
+    Ok(names.len())
 }
 
 /// Two namespaces joined by a veth pair: `veth0` (a) ↔ `veth1` (b), with the

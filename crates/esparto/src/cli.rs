@@ -152,7 +152,11 @@ struct DataplaneArgs {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match dispatch(cli) {
+    let r = dispatch(cli);
+    // A signal is being handled: its cleanup ends the process (the failure
+    // this thread saw is the cleanup stopping the gateways).
+    crate::testbed::wait_if_interrupted();
+    match r {
         Ok(code) => code,
         Err(e) => {
             eprintln!("esparto: {e:#}");
@@ -302,6 +306,7 @@ fn demo(a: DemoArgs) -> Result<ExitCode> {
         anyhow::bail!("--seconds must be between 1 and 3600");
     }
     let bin = std::env::current_exe().context("locating the esparto binary")?;
+    crate::testbed::clean_up_on_signal("esparto demo")?;
     let summary = crate::demo::run(&bin, &crate::demo::Options { seconds: a.seconds, workers: a.workers, json: a.json })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -122,6 +122,7 @@ pub struct Report {
 pub fn main(args: &Args) -> Result<ExitCode> {
     let opts = args.options()?;
     let bin = std::env::current_exe().context("locating the esparto binary")?;
+    crate::testbed::clean_up_on_signal("esparto bench tunnel")?;
     let report = run(&bin, &opts)?;
     if args.json {
         // The tables too, on stderr with the progress: one run, both forms.

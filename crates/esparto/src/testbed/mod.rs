@@ -97,6 +97,45 @@ pub fn udp_payload_len(ip_size: usize, family: Family) -> Result<usize> {
     Ok(ip_size - over)
 }
 
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// If [`clean_up_on_signal`]'s thread is cleaning up after a signal, wait
+/// for it to end the process (with its exit status) instead of returning.
+pub fn wait_if_interrupted() {
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// On SIGINT, SIGTERM or SIGHUP, stop what this process started in its
+/// network namespaces, delete the namespaces and its scratch directories,
+/// and exit with 128 + the signal number. For the long-running commands
+/// that build a test bed (`esparto demo`, `esparto bench tunnel`): an
+/// operator's Ctrl-C must not leave namespaces, veths and gateways behind.
+/// Only this process's own (pid-named) namespaces and directories are
+/// touched.
+pub fn clean_up_on_signal(command: &'static str) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("testbed-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+                eprintln!("{command}: signal {sig}: stopping this run's processes and removing its namespaces");
+                match esparto_io::netns::sweep_own(Duration::from_secs(2)) {
+                    Ok(n) => eprintln!("{command}: removed {n} namespaces"),
+                    Err(e) => eprintln!("{command}: cleaning up namespaces: {e}"),
+                }
+                workdir::sweep_own();
+                std::process::exit(128 + sig);
+            }
+        })?;
+    Ok(())
+}
+
 /// For a test that needs the test bed: when something is [`missing`], print
 /// `SKIP <test>: missing …` and return `true` (the test returns early and
 /// passes, as namespace tests do without root).

@@ -55,6 +55,27 @@ impl WorkDir {
     }
 }
 
+/// Remove this process's scratch directories (`esparto-tb-<pid>-*`), for
+/// when a signal ends the process before `Drop` runs. Kept if
+/// `ESPARTO_TESTBED_KEEP` is set. Returns how many were removed.
+pub(super) fn sweep_own() -> usize {
+    if std::env::var_os("ESPARTO_TESTBED_KEEP").is_some() {
+        return 0;
+    }
+    let base = std::env::var_os("ESPARTO_TESTBED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let prefix = format!("esparto-tb-{}-", std::process::id());
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| std::fs::remove_dir_all(e.path()).is_ok())
+        .count()
+}
+
 impl Drop for WorkDir {
     fn drop(&mut self) {
         if !self.kept() && std::env::var_os("ESPARTO_TESTBED_KEEP").is_none() {
