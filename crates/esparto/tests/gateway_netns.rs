@@ -53,6 +53,7 @@ fn config(east: bool, suite: EspSuite, workers: usize) -> Config {
             port: 4500,
             ike_port: 500,
             path_mtu: 1500,
+            tun_queue_len: esparto::config::DEFAULT_TUN_QUEUE_LEN,
             log: "info".into(),
             ike: Default::default(),
         },

@@ -21,6 +21,13 @@ pub const DEFAULT_PORT: u16 = 4500;
 pub const DEFAULT_IKE_PORT: u16 = 500;
 /// Default path MTU towards peers.
 pub const DEFAULT_PATH_MTU: u16 = 1500;
+/// Default packets each TUN queue holds before the kernel drops (the
+/// device's `txqueuelen`, per queue). Deeper than the kernel's 500 and the
+/// usual 1,000: a worker that loses its CPU for a few milliseconds on a
+/// busy machine would otherwise lose small packets (docs/BENCHMARKS.md).
+pub const DEFAULT_TUN_QUEUE_LEN: u32 = 4096;
+/// Largest `tun_queue_len` accepted.
+pub const MAX_TUN_QUEUE_LEN: u32 = 65_536;
 /// Default log filter.
 pub const DEFAULT_LOG: &str = "info";
 /// Most worker threads accepted; more is a typo, not a machine.
@@ -39,6 +46,7 @@ const KEYS: &[&str] = &[
     "port",
     "ike_port",
     "path_mtu",
+    "tun_queue_len",
     "log",
     "window_size",
     "cookie_threshold",
@@ -65,6 +73,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         port: DEFAULT_PORT,
         ike_port: DEFAULT_IKE_PORT,
         path_mtu: DEFAULT_PATH_MTU,
+        tun_queue_len: DEFAULT_TUN_QUEUE_LEN,
         log: DEFAULT_LOG.to_string(),
         ike: IkeLimits::default(),
     };
@@ -136,6 +145,11 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     if let Some(f) = t.field(&path, "path_mtu") {
         if let Some(m) = cx.int::<u16>(&f, i64::from(MIN_PATH_MTU)..=65535) {
             d.path_mtu = m;
+        }
+    }
+    if let Some(f) = t.field(&path, "tun_queue_len") {
+        if let Some(q) = cx.int::<u32>(&f, 16..=i64::from(MAX_TUN_QUEUE_LEN)) {
+            d.tun_queue_len = q;
         }
     }
     // IKE endpoint limits (strongSwan: charon.cookie_threshold,

@@ -40,7 +40,7 @@ pub use child::{DEFAULT_ESP_PROPOSALS, DEFAULT_REKEY_TIME, MIN_REPLAY_WINDOW};
 pub use connection::{DEFAULT_IKE_PROPOSALS, DEFAULT_REMOTE_PORT};
 pub use daemon::{
     DEFAULT_CONTROL, DEFAULT_IKE_PORT, DEFAULT_LOG, DEFAULT_PATH_MTU, DEFAULT_PORT, DEFAULT_TUN,
-    MAX_WORKERS, MIN_PATH_MTU, default_workers,
+    DEFAULT_TUN_QUEUE_LEN, MAX_TUN_QUEUE_LEN, MAX_WORKERS, MIN_PATH_MTU, default_workers,
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use model::*;

@@ -38,6 +38,8 @@ pub struct Daemon {
     pub ike_port: u16,
     /// Path MTU towards peers (default 1500); the TUN MTU follows from it.
     pub path_mtu: u16,
+    /// Packets each TUN queue holds before the kernel drops (default 4096).
+    pub tun_queue_len: u32,
     /// Log filter (default `info`), tracing's `EnvFilter` syntax.
     pub log: String,
     /// IKE endpoint limits.

@@ -112,7 +112,7 @@ impl Gateway {
             ipv4: None,
             ipv6: None,
             offload: true,
-            tx_queue_len: Some(1000),
+            tx_queue_len: Some(cfg.daemon.tun_queue_len),
             steer_by_hash: true,
         })
         .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;

@@ -66,6 +66,14 @@ fn bad_configs_name_line_column_and_key() {
         ),
         (
             "workers = 2",
+            "workers = 2\ntun_queue_len = 8".into(),
+            3,
+            17,
+            "daemon.tun_queue_len".into(),
+            "8 is out of range",
+        ),
+        (
+            "workers = 2",
             "workers = 2\nlog = \"[\"".into(),
             3,
             7,
@@ -78,7 +86,7 @@ fn bad_configs_name_line_column_and_key() {
             3,
             1,
             "daemon.bogus".into(),
-            "unknown key (known here: workers, control, tun, port, ike_port, path_mtu, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, max_half_open)",
+            "unknown key (known here: workers, control, tun, port, ike_port, path_mtu, tun_queue_len, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, max_half_open)",
         ),
         (
             "workers = 2",

@@ -105,6 +105,7 @@ secret = "0x00112233445566778899"
         (4500, 500, 1500, "esparto0")
     );
     assert_eq!(d.control, Path::new(DEFAULT_CONTROL));
+    assert_eq!(d.tun_queue_len, DEFAULT_TUN_QUEUE_LEN);
     let conn = &c.connections[0];
     let ike = conn.ike.as_ref().unwrap();
     assert_eq!(ike.proposals.len(), DEFAULT_IKE_PROPOSALS.len());
