@@ -469,6 +469,15 @@ impl SwanPair {
         pair.west.initiate(Duration::from_secs(15))?;
         pair.west.wait_child_installed(Duration::from_secs(10))?;
         pair.east.wait_child_installed(Duration::from_secs(10))?;
+        // libipsec's TUN gets the kernel's 500-packet ring; give it the
+        // depth Esparto's has by default, so a comparison measures the
+        // gateways and not their queue lengths.
+        let len = crate::config::DEFAULT_TUN_QUEUE_LEN.to_string();
+        for node in [Node::GwWest, Node::GwEast] {
+            topo.ns(node)
+                .ip(&["link", "set", "ipsec0", "txqueuelen", &len])
+                .context("setting ipsec0's txqueuelen")?;
+        }
         Ok(pair)
     }
 
