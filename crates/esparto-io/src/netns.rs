@@ -200,6 +200,15 @@ fn pids_in_own() -> io::Result<Vec<i32>> {
     Ok(pids)
 }
 
+/// Whether process `pid` exists and is not a zombie (a child is a zombie
+/// until its parent waits for it, which a signal may never let happen).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
 /// Delete namespaces left behind by *this* process (names starting with
 /// [`own_prefix`]), e.g. after an abort or a signal skipped `Drop`. The
 /// processes running in them (gateways, iperf3, charon, started by this
@@ -213,14 +222,7 @@ pub fn sweep_own(grace: std::time::Duration) -> io::Result<usize> {
         unsafe { libc::kill(p, libc::SIGTERM) };
     }
     let deadline = std::time::Instant::now() + grace;
-    // Gone, or a zombie (our own children are reaped only when their
-    // `Child` handles are waited on, which a signal may never let happen).
-    let alive = |p: &i32| {
-        std::fs::read_to_string(format!("/proc/{p}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-            .unwrap_or(false)
-    };
+    let alive = |p: &i32| u32::try_from(*p).is_ok_and(running);
     while pids.iter().any(alive) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use esparto::testbed::skip;
+use esparto_io::netns::running as alive;
 
 fn esparto() -> Command {
     Command::new(env!("CARGO_BIN_EXE_esparto"))
@@ -35,14 +36,6 @@ fn pids_in(ns: &str) -> Vec<u32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
-}
-
-/// Running (not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-        .unwrap_or(false)
 }
 
 #[test]
