@@ -185,6 +185,11 @@ impl Gateway {
         &self.udp_control
     }
 
+    /// The same, for batched I/O (`recvmmsg`/`sendmmsg` keep scratch space).
+    pub fn udp_control_mut(&mut self) -> &mut UdpSocket {
+        &mut self.udp_control
+    }
+
     pub(super) fn send(&self, worker: usize, cmd: Command) -> Result<()> {
         self.workers
             .send(worker, EspCommand::Esp(cmd))

@@ -52,6 +52,10 @@ pub(super) const LINGER: Duration = Duration::from_secs(2);
 pub(super) const LIFETIME_GRACE: Duration = Duration::from_secs(30);
 /// Largest IKE datagram we read.
 const MAX_IKE_DATAGRAM: usize = 65_535;
+/// IKE datagrams read per `recvmmsg` and sent per `sendmmsg`: under a flood
+/// of IKE_SA_INIT (each answered with a COOKIE, RFC 7296 §2.6) the system
+/// calls, not the IKE work, are most of the cost.
+const IKE_BATCH: usize = 16;
 
 /// Inbound SPIs that steer to a chosen worker (see the module docs).
 #[derive(Debug)]
@@ -163,7 +167,10 @@ pub struct Ike {
     pub(super) lingering: Vec<(Instant, String, String, u32)>,
     /// Inbound SPIs we asked the engine to rekey.
     pub(super) rekeying: HashSet<u32>,
-    buf: Vec<u8>,
+    rx: esparto_io::RxBatch,
+    /// Datagrams to send from the IKE port and from the NAT-T port.
+    tx500: esparto_io::TxBatch,
+    tx4500: esparto_io::TxBatch,
 }
 
 impl std::fmt::Debug for Ike {
@@ -213,7 +220,9 @@ impl Ike {
             pending_out: HashMap::new(),
             lingering: Vec::new(),
             rekeying: HashSet::new(),
-            buf: vec![0u8; MAX_IKE_DATAGRAM],
+            rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * 64),
+            tx500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
+            tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
         };
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
@@ -291,14 +300,32 @@ impl Ike {
     /// Reads every pending datagram from both IKE sockets.
     pub fn on_readable(&mut self, now: Instant, gw: &mut Gateway) {
         let local500 = self.sock500.local_addr();
-        while let Ok(Some((n, from))) = self.sock500.recv_from(&mut self.buf) {
-            self.ep.handle_datagram(now, local500, from, &self.buf[..n]);
+        while let Ok(n) = self.sock500.recv_batch(&mut self.rx) {
+            if n == 0 {
+                break;
+            }
+            self.handle_batch(now, local500);
+            // Answer as we go: a flood must not queue up every reply first.
+            self.flush(now, gw);
         }
         let local4500 = gw.udp_control().local_addr();
-        while let Ok(Some((n, from))) = gw.udp_control().recv_from(&mut self.buf) {
-            self.ep.handle_datagram(now, local4500, from, &self.buf[..n]);
+        while let Ok(n) = gw.udp_control_mut().recv_batch(&mut self.rx) {
+            if n == 0 {
+                break;
+            }
+            self.handle_batch(now, local4500);
+            self.flush(now, gw);
         }
         self.flush(now, gw);
+    }
+
+    fn handle_batch(&mut self, now: Instant, local: SocketAddr) {
+        for (data, from) in self.rx.iter() {
+            // recvmmsg gives every datagram its source.
+            if let Some(from) = from {
+                self.ep.handle_datagram(now, local, from, data);
+            }
+        }
     }
 
     /// IKE datagrams a worker caught on the data sockets.
@@ -393,18 +420,38 @@ impl Ike {
             }
             while let Some(t) = self.ep.poll_transmit() {
                 progress = true;
-                let r = if t.local.port() == self.natt_port {
-                    gw.udp_control().send_to(&t.data, t.remote)
-                } else {
-                    self.sock500.send_to(&t.data, t.remote)
-                };
-                if let Err(e) = r {
-                    warn!(remote = %t.remote, error = %e, "IKE send failed");
+                let natt = t.local.port() == self.natt_port;
+                let batch = if natt { &mut self.tx4500 } else { &mut self.tx500 };
+                if batch.is_full() {
+                    self.send_queued(gw);
+                }
+                let batch = if natt { &mut self.tx4500 } else { &mut self.tx500 };
+                if batch.push(Some(t.remote), &t.data).is_err() {
+                    // Longer than any UDP payload: the engine never builds one.
+                    warn!(remote = %t.remote, len = t.data.len(), "IKE datagram too long to send");
                 }
             }
             if !progress {
                 break;
             }
+        }
+        self.send_queued(gw);
+    }
+
+    /// Sends the queued datagrams of both ports, one `sendmmsg` each.
+    fn send_queued(&mut self, gw: &mut Gateway) {
+        for (batch, sock) in [(&mut self.tx500, &mut self.sock500), (&mut self.tx4500, gw.udp_control_mut())] {
+            if batch.is_empty() {
+                continue;
+            }
+            match sock.send_batch(batch) {
+                Ok(sent) if sent < batch.len() => {
+                    warn!(dropped = batch.len() - sent, "IKE socket send buffer full; datagrams dropped (peers retransmit)");
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "IKE send failed"),
+            }
+            batch.clear();
         }
     }
 
