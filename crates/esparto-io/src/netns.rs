@@ -170,34 +170,29 @@ impl Drop for Netns {
     }
 }
 
-/// This process's namespaces (names starting with [`own_prefix`]).
-fn own_names() -> io::Result<Vec<String>> {
+/// Namespaces whose names start with `prefix` (`ip netns list`).
+pub fn names_with_prefix(prefix: &str) -> io::Result<Vec<String>> {
     let out = run(Command::new("ip").args(["netns", "list"]))?;
-    let prefix = own_prefix();
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&prefix))
+        .filter(|n| n.starts_with(prefix))
         .map(str::to_string)
         .collect())
 }
 
-/// Processes whose network namespace is one of this process's namespaces
-/// (`ip netns pids`), this process itself excepted.
-fn pids_in_own() -> io::Result<Vec<i32>> {
-    let me = std::process::id();
-    let mut pids = Vec::new();
-    for name in own_names()? {
-        let out = run(Command::new("ip").args(["netns", "pids", &name]))?;
-        pids.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok())
-                .filter(|&p| p != me)
-                .filter_map(|p| i32::try_from(p).ok()),
-        );
-    }
-    Ok(pids)
+/// Processes whose network namespace is `name` (`ip netns pids`).
+pub fn pids_in(name: &str) -> io::Result<Vec<u32>> {
+    let out = run(Command::new("ip").args(["netns", "pids", name]))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect())
+}
+
+/// This process's namespaces (names starting with [`own_prefix`]).
+fn own_names() -> io::Result<Vec<String>> {
+    names_with_prefix(&own_prefix())
 }
 
 /// Whether process `pid` exists and is not a zombie (a child is a zombie
@@ -215,20 +210,24 @@ pub fn running(pid: u32) -> bool {
 /// process) get SIGTERM, and SIGKILL if they are still there after
 /// `grace`. Returns how many namespaces were deleted.
 pub fn sweep_own(grace: std::time::Duration) -> io::Result<usize> {
-    let pids = pids_in_own()?;
+    let me = std::process::id();
+    let mut pids = Vec::new();
+    for name in own_names()? {
+        pids.extend(pids_in(&name)?.into_iter().filter(|&p| p != me));
+    }
+    // SAFETY: kill has no memory-safety preconditions; each
+    // pid is one `ip netns pids` listed in a namespace only this process
+    // creates.
+    let kill = |p: u32, sig| i32::try_from(p).map(|p| unsafe { libc::kill(p, sig) });
     for &p in &pids {
-        // SAFETY: kill has no memory-safety preconditions; the pid is one
-        // `ip netns pids` listed in a namespace only this process creates.
-        unsafe { libc::kill(p, libc::SIGTERM) };
+        let _ = kill(p, libc::SIGTERM);
     }
     let deadline = std::time::Instant::now() + grace;
-    let alive = |p: &i32| u32::try_from(*p).is_ok_and(running);
-    while pids.iter().any(alive) && std::time::Instant::now() < deadline {
+    while pids.iter().any(|&p| running(p)) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    for p in pids.iter().filter(|p| alive(p)) {
-        // SAFETY: as above.
-        unsafe { libc::kill(*p, libc::SIGKILL) };
+    for &p in pids.iter().filter(|&&p| running(p)) {
+        let _ = kill(p, libc::SIGKILL);
     }
     // The owner may be deleting them too (its `Drop` runs when the
     // processes above end): count what is gone, whoever removed it.

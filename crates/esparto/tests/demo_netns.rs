@@ -7,35 +7,19 @@
 //! Needs root, iproute2, iperf3, ping and ethtool (SKIP otherwise).
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use esparto::testbed::skip;
-use esparto_io::netns::running as alive;
+use esparto::testbed::workdir;
+use esparto_io::netns::{self, running as alive};
 
 fn esparto() -> Command {
     Command::new(env!("CARGO_BIN_EXE_esparto"))
 }
 
-/// Namespaces whose names start with `prefix`.
 fn namespaces(prefix: &str) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(prefix))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Processes in namespace `ns`.
-fn pids_in(ns: &str) -> Vec<u32> {
-    let out = Command::new("ip").args(["netns", "pids", ns]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
+    netns::names_with_prefix(prefix).unwrap()
 }
 
 #[test]
@@ -81,7 +65,7 @@ fn interrupted_demo_leaves_nothing_behind() {
     let t0 = Instant::now();
     let (names, pids) = loop {
         let names = namespaces(&prefix);
-        let gws: Vec<Vec<u32>> = names.iter().filter(|n| n.contains("-gw-")).map(|n| pids_in(n)).collect();
+        let gws: Vec<Vec<u32>> = names.iter().filter(|n| n.contains("-gw-")).map(|n| netns::pids_in(n).unwrap()).collect();
         if names.len() == 4 && gws.len() == 2 && gws.iter().all(|p| !p.is_empty()) {
             break (names, gws.concat());
         }
@@ -103,16 +87,9 @@ fn interrupted_demo_leaves_nothing_behind() {
     }
     let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
     assert!(left.is_empty(), "gateway processes still running: {left:?}");
-    let dir = std::env::var_os("ESPARTO_TESTBED_DIR").map_or_else(std::env::temp_dir, Into::into);
-    let scratch = format!("esparto-tb-{}-", child.id());
-    let kept: Vec<_> = std::fs::read_dir(Path::new(&dir))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&scratch))
-        .map(|e| e.path())
-        .collect();
+    let kept = workdir::of(child.id());
     assert!(
-        std::env::var_os("ESPARTO_TESTBED_KEEP").is_some() || kept.is_empty(),
+        workdir::keep_all() || kept.is_empty(),
         "scratch directories left behind: {kept:?}"
     );
 }

@@ -421,12 +421,10 @@ impl Ike {
             while let Some(t) = self.ep.poll_transmit() {
                 progress = true;
                 let natt = t.local.port() == self.natt_port;
-                let batch = if natt { &mut self.tx4500 } else { &mut self.tx500 };
-                if batch.is_full() {
+                if self.tx(natt).is_full() {
                     self.send_queued(gw);
                 }
-                let batch = if natt { &mut self.tx4500 } else { &mut self.tx500 };
-                if batch.push(Some(t.remote), &t.data).is_err() {
+                if self.tx(natt).push(Some(t.remote), &t.data).is_err() {
                     // Longer than any UDP payload: the engine never builds one.
                     warn!(remote = %t.remote, len = t.data.len(), "IKE datagram too long to send");
                 }
@@ -436,6 +434,11 @@ impl Ike {
             }
         }
         self.send_queued(gw);
+    }
+
+    /// The send queue of the NAT-T port or of the IKE port.
+    fn tx(&mut self, natt: bool) -> &mut esparto_io::TxBatch {
+        if natt { &mut self.tx4500 } else { &mut self.tx500 }
     }
 
     /// Sends the queued datagrams of both ports, one `sendmmsg` each.

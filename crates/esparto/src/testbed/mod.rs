@@ -37,7 +37,7 @@ pub mod strongswan;
 pub mod topology;
 pub mod traffic;
 pub mod udpgen;
-mod workdir;
+pub mod workdir;
 pub mod zeroloss;
 
 use std::net::IpAddr;

@@ -18,14 +18,29 @@ pub struct WorkDir {
     keep: AtomicBool,
 }
 
+/// Where scratch directories go: `$ESPARTO_TESTBED_DIR`, else the system's
+/// temporary directory.
+pub fn base_dir() -> PathBuf {
+    std::env::var_os("ESPARTO_TESTBED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// The name prefix of process `pid`'s scratch directories.
+pub fn prefix(pid: u32) -> String {
+    format!("esparto-tb-{pid}-")
+}
+
+/// `ESPARTO_TESTBED_KEEP` is set: no scratch directory is ever removed.
+pub fn keep_all() -> bool {
+    std::env::var_os("ESPARTO_TESTBED_KEEP").is_some()
+}
+
 impl WorkDir {
     /// Create `/tmp/esparto-tb-<pid>-<n>-<role>` (or under `$ESPARTO_TESTBED_DIR`).
     pub fn new(role: &str) -> Result<Self> {
-        let base = std::env::var_os("ESPARTO_TESTBED_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = base.join(format!("esparto-tb-{}-{n}-{role}", std::process::id()));
+        let path = base_dir().join(format!("{}{n}-{role}", prefix(std::process::id())));
         std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
         Ok(Self {
@@ -59,26 +74,31 @@ impl WorkDir {
 /// when a signal ends the process before `Drop` runs. Kept if
 /// `ESPARTO_TESTBED_KEEP` is set. Returns how many were removed.
 pub(super) fn sweep_own() -> usize {
-    if std::env::var_os("ESPARTO_TESTBED_KEEP").is_some() {
+    if keep_all() {
         return 0;
     }
-    let base = std::env::var_os("ESPARTO_TESTBED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let prefix = format!("esparto-tb-{}-", std::process::id());
-    let Ok(entries) = std::fs::read_dir(&base) else {
-        return 0;
+    of(std::process::id())
+        .iter()
+        .filter(|p| std::fs::remove_dir_all(p).is_ok())
+        .count()
+}
+
+/// Process `pid`'s scratch directories.
+pub fn of(pid: u32) -> Vec<PathBuf> {
+    let prefix = prefix(pid);
+    let Ok(entries) = std::fs::read_dir(base_dir()) else {
+        return Vec::new();
     };
     entries
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .filter(|e| std::fs::remove_dir_all(e.path()).is_ok())
-        .count()
+        .map(|e| e.path())
+        .collect()
 }
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
-        if !self.kept() && std::env::var_os("ESPARTO_TESTBED_KEEP").is_none() {
+        if !self.kept() && !keep_all() {
             let _ = std::fs::remove_dir_all(&self.path);
         }
     }
