@@ -34,6 +34,6 @@ pub mod worker;
 pub use esp::{EspCommand, EspDatapath, IcmpSources, Snapshot, WorkerEvent};
 pub use batch::{BatchFull, PacketBuf, RxBatch, RxEntry, TxBatch};
 pub use steer::{spi_for_worker, spi_to_worker, steer_index};
-pub use tun::{TunConfig, TunDevice, TunQueue};
+pub use tun::{Steering, TunConfig, TunDevice, TunQueue};
 pub use udp::{UdpConfig, UdpGroup, UdpSocket};
 pub use worker::{Datapath, WorkerConfig, WorkerReport, Workers};

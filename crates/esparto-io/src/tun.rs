@@ -23,8 +23,10 @@
 //! patching tun-rs upstream or carrying our own GRO over its public
 //! `VirtioNetHdr`.
 //!
-//! **Queue selection** (found by test, `tests/tun_netns.rs`, and in
-//! `drivers/net/tun.c`, `tun_automq_select_queue`): without a steering eBPF
+//! **Queue selection.** Esparto attaches a steering program with a flow
+//! table ([`crate::tun_steer`]). For reference (found by test,
+//! `tests/tun_netns.rs`, and in `drivers/net/tun.c`,
+//! `tun_automq_select_queue`): without a steering eBPF
 //! program the kernel computes the symmetric flow hash of each packet it sends
 //! into the TUN; if a packet of that flow was recently *written* by userspace
 //! on queue q (`tun_flow_update`, entries age out after 3 s), it picks q, else
@@ -39,6 +41,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::batch::{RxBatch, RxEntry, TxBatch};
+pub use crate::tun_steer::Steering;
 
 /// Length of the `virtio_net_hdr` in front of every TUN read and write.
 pub const VNET_HDR_LEN: usize = tun_rs::VIRTIO_NET_HDR_LEN;
@@ -68,9 +71,9 @@ pub struct TunConfig {
     pub offload: bool,
     /// `txqueuelen` (packets the kernel queues per queue before dropping).
     pub tx_queue_len: Option<u32>,
-    /// Pick the queue by a flow hash ([`crate::tun_steer`]) instead of the
-    /// kernel's flow learning (multi-queue devices only).
-    pub steer_by_hash: bool,
+    /// How outbound packets pick a queue ([`crate::tun_steer`];
+    /// multi-queue devices only).
+    pub steering: Steering,
 }
 
 impl Default for TunConfig {
@@ -83,7 +86,7 @@ impl Default for TunConfig {
             ipv6: None,
             offload: true,
             tx_queue_len: Some(1000),
-            steer_by_hash: true,
+            steering: Steering::FlowTable,
         }
     }
 }
@@ -114,7 +117,8 @@ pub struct TunStats {
 pub struct TunDevice {
     name: String,
     queues: Vec<TunQueue>,
-    steering: Result<(), String>,
+    steering: Steering,
+    steering_note: Option<String>,
 }
 
 impl TunDevice {
@@ -151,12 +155,11 @@ impl TunDevice {
             .enumerate()
             .map(|(i, d)| TunQueue::new(d, i))
             .collect::<io::Result<Vec<_>>>()?;
-        let steering = match (&queues[..], cfg.steer_by_hash) {
-            ([q, _, ..], true) => crate::tun_steer::attach(q.as_raw_fd()).map_err(|e| e.to_string()),
-            ([_, _, ..], false) => Err("disabled by configuration".into()),
-            _ => Ok(()),
+        let (steering, steering_note) = match &queues[..] {
+            [q, _, ..] => crate::tun_steer::attach(q.as_raw_fd(), cfg.steering),
+            _ => (cfg.steering, None), // one queue: nothing to steer
         };
-        Ok(Self { name, queues, steering })
+        Ok(Self { name, queues, steering, steering_note })
     }
 
     /// Interface name.
@@ -164,10 +167,11 @@ impl TunDevice {
         &self.name
     }
 
-    /// Whether outbound packets are spread over the queues by flow hash
-    /// (`Ok`), or by the kernel's flow learning (`Err` with the reason).
-    pub fn steering(&self) -> Result<(), &str> {
-        self.steering.as_ref().map(|_| ()).map_err(|e| e.as_str())
+    /// How outbound packets pick their queue, and, when that is less than
+    /// the configuration asked for, why (the kernel refused a map or the
+    /// program).
+    pub fn steering(&self) -> (Steering, Option<&str>) {
+        (self.steering, self.steering_note.as_deref())
     }
 
     /// The queues, index = queue number.

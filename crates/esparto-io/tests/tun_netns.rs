@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use esparto_io::netns::Netns;
-use esparto_io::tun::{TunConfig, TunDevice, TunQueue, VNET_HDR_LEN};
+use esparto_io::tun::{Steering, TunConfig, TunDevice, TunQueue, VNET_HDR_LEN};
 use esparto_io::udp::{UdpConfig, UdpSocket};
 use esparto_io::{RxBatch, TxBatch};
 
@@ -37,16 +37,16 @@ struct RelayLog {
 }
 
 fn tun_in(ns: &Netns, name: &str, addr: Ipv4Addr, queues: usize) -> TunDevice {
-    tun_steered(ns, name, addr, queues, true)
+    tun_steered(ns, name, addr, queues, Steering::FlowTable)
 }
 
-fn tun_steered(ns: &Netns, name: &str, addr: Ipv4Addr, queues: usize, steer_by_hash: bool) -> TunDevice {
+fn tun_steered(ns: &Netns, name: &str, addr: Ipv4Addr, queues: usize, steering: Steering) -> TunDevice {
     let cfg = TunConfig {
         name: name.into(),
         queues,
         mtu: MTU,
         ipv4: Some((addr, 24)),
-        steer_by_hash,
+        steering,
         ..TunConfig::default()
     };
     ns.run(|| TunDevice::create(&cfg)).unwrap().unwrap()
@@ -257,7 +257,7 @@ fn collect(queues: &mut [TunQueue], want: usize, per_flow: &mut BTreeMap<u16, BT
 fn multiqueue_spreads_flows_and_learns_from_writes() {
     require_netns!("multiqueue_spreads_flows_and_learns_from_writes");
     let ns = Netns::new("mq").unwrap();
-    let mut queues = tun_steered(&ns, "tunMQ", Ipv4Addr::new(10, 98, 0, 1), 2, false).into_queues();
+    let mut queues = tun_steered(&ns, "tunMQ", Ipv4Addr::new(10, 98, 0, 1), 2, Steering::Kernel).into_queues();
     assert_eq!(queues.len(), 2);
     let socks: Vec<std::net::UdpSocket> = ns
         .run(|| {
@@ -315,15 +315,15 @@ fn multiqueue_spreads_flows_and_learns_from_writes() {
     );
 }
 
-/// With the steering program every flow lands on the queue our hash names
-/// (`tun_steer::flow_queue`), and stays there when its reverse traffic is
-/// written on another queue.
+/// With the hash-only steering program every flow lands on the queue our
+/// hash names (`tun_steer::flow_queue`), and stays there when its reverse
+/// traffic is written on another queue.
 #[test]
 fn steering_program_picks_the_queue_by_flow_hash() {
     require_netns!("steering_program_picks_the_queue_by_flow_hash");
     let ns = Netns::new("mqs").unwrap();
-    let dev = tun_in(&ns, "tunMQS", Ipv4Addr::new(10, 97, 0, 1), 2);
-    assert_eq!(dev.steering(), Ok(()), "the steering program must load as root");
+    let dev = tun_steered(&ns, "tunMQS", Ipv4Addr::new(10, 97, 0, 1), 2, Steering::FlowHash);
+    assert_eq!(dev.steering(), (Steering::FlowHash, None), "the steering program must load as root");
     let mut queues = dev.into_queues();
     let socks: Vec<std::net::UdpSocket> =
         ns.run(|| (0..16).map(|_| std::net::UdpSocket::bind("10.97.0.1:0").unwrap()).collect()).unwrap();
@@ -352,4 +352,55 @@ fn steering_program_picks_the_queue_by_flow_hash() {
     }
     let used: BTreeSet<usize> = per_flow.values().flatten().copied().collect();
     assert_eq!(used.len(), 2, "16 flows all on one queue");
+}
+
+/// With the flow table (the default) new flows take the queues in turn —
+/// 12 flows over 3 queues land 4–4–4, whatever their hashes — each flow
+/// stays on its queue, and reverse traffic written on another queue does
+/// not move it.
+#[test]
+fn flow_table_deals_new_flows_out_in_turn() {
+    require_netns!("flow_table_deals_new_flows_out_in_turn");
+    let ns = Netns::new("mqt").unwrap();
+    let dev = tun_in(&ns, "tunMQT", Ipv4Addr::new(10, 96, 0, 1), 3);
+    assert_eq!(dev.steering(), (Steering::FlowTable, None), "the flow table must load as root");
+    let mut queues = dev.into_queues();
+    let socks: Vec<std::net::UdpSocket> =
+        ns.run(|| (0..12).map(|_| std::net::UdpSocket::bind("10.96.0.1:0").unwrap()).collect()).unwrap();
+    let dst: SocketAddr = "10.96.0.2:7000".parse().unwrap();
+    // First packets one flow after another: `send_to` runs the steering
+    // program before it returns, so this is the order tickets are taken in.
+    let order: Vec<u16> = socks.iter().map(|s| s.local_addr().unwrap().port()).collect();
+    for s in &socks {
+        s.send_to(b"first", dst).unwrap();
+    }
+    let mut per_flow = BTreeMap::new();
+    collect(&mut queues, 12, &mut per_flow);
+    assert_eq!(per_flow.len(), 12, "every flow seen");
+    let first_queue = |per_flow: &BTreeMap<u16, BTreeSet<usize>>, port: u16| -> usize {
+        let qs = &per_flow[&port];
+        assert_eq!(qs.len(), 1, "flow from port {port} hit queues {qs:?}: must stay on one");
+        *qs.iter().next().unwrap()
+    };
+    let q0 = first_queue(&per_flow, order[0]);
+    for (i, port) in order.iter().enumerate() {
+        assert_eq!(first_queue(&per_flow, *port), (q0 + i) % 3, "flow {i} (port {port}) out of turn");
+    }
+    // Reverse traffic of every flow written on queue 0, then more packets
+    // of each flow: nobody moves.
+    let mut tx = TxBatch::new(32, VNET_HDR_LEN.next_multiple_of(8), 2048);
+    for port in &order {
+        let reply = common::udp4((Ipv4Addr::new(10, 96, 0, 2), 7000), (Ipv4Addr::new(10, 96, 0, 1), *port), b"r");
+        tx.push(None, &reply).unwrap();
+    }
+    queues[0].send_batch(&mut tx).unwrap();
+    for _ in 0..3 {
+        for s in &socks {
+            s.send_to(b"again", dst).unwrap();
+        }
+    }
+    collect(&mut queues, 36, &mut per_flow);
+    for (i, port) in order.iter().enumerate() {
+        assert_eq!(first_queue(&per_flow, *port), (q0 + i) % 3, "flow {i} (port {port}) moved");
+    }
 }

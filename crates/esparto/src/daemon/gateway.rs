@@ -22,7 +22,8 @@ use esparto_esp::{
 use esparto_io::udp::UdpConfig;
 use esparto_io::worker::{ControlDatagram, WorkerReport};
 use esparto_io::{
-    EspCommand, EspDatapath, IcmpSources, Snapshot, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, WorkerEvent,
+    EspCommand, EspDatapath, IcmpSources, Snapshot, Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig,
+    WorkerEvent,
     Workers,
 };
 use tracing::{info, warn};
@@ -113,12 +114,18 @@ impl Gateway {
             ipv6: None,
             offload: true,
             tx_queue_len: Some(cfg.daemon.tun_queue_len),
-            steer_by_hash: true,
+            steering: Steering::FlowTable,
         })
         .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
         let tun_name = tun.name().to_string();
-        if let Err(why) = tun.steering() {
-            warn!(tun = %tun_name, reason = why, "outbound flows follow the kernel's flow learning, not a hash: with one SA pair one worker may carry everything");
+        match tun.steering() {
+            (Steering::FlowTable, _) => {}
+            (Steering::FlowHash, why) => {
+                warn!(tun = %tun_name, reason = why.unwrap_or(""), "outbound flows spread over workers by hash alone: a few flows may share one worker");
+            }
+            (Steering::Kernel, why) => {
+                warn!(tun = %tun_name, reason = why.unwrap_or(""), "outbound flows follow the kernel's flow learning: with one SA pair one worker may carry everything");
+            }
         }
         let bind = bind_addr(cfg)?;
         let group = UdpGroup::bind(bind, n, &UdpConfig::default())
