@@ -23,6 +23,13 @@ fn our_namespaces() -> Vec<String> {
         .collect()
 }
 
+/// Packets a veth end has received (`ip -s`), in its namespace.
+fn rx_packets(topo: &Topology, node: Node, dev: &str) -> u64 {
+    let out = topo.ns(node).exec("ip", &["-s", "-j", "link", "show", "dev", dev]).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["stats64"]["rx"]["packets"].as_u64().unwrap()
+}
+
 #[test]
 fn topology_routes_plain_and_tears_down() {
     if skip("testbed_topology", false) {
@@ -77,9 +84,20 @@ fn topology_routes_plain_and_tears_down() {
         // Our generator, over IPv6 this time: a gentle rate arrives whole.
         let west6 = Topology::addr(Node::HostWest, Net::Lan, Family::V6);
         let mut g = UdpGen::new(west, west6, topo.ns(Node::HostEast), east6).unwrap();
+        let rx_before = rx_packets(&topo, Node::GwWest, "lan0");
         let (trial, _) = g.trial(128, 10_000.0, Duration::from_millis(500)).unwrap();
         assert_eq!(trial.sent, 5_000);
         assert_eq!(trial.received, trial.sent, "{trial:?}");
+        // The generator sent its bursts as GSO messages, and the gateway
+        // still received one packet per datagram (the host segments).
+        let (msgs, datagrams) = g.sender_messages();
+        assert_eq!(datagrams, 5_000);
+        assert!(msgs * 2 < datagrams, "bursts not sent as GSO messages: {msgs} for {datagrams}");
+        let arrived = rx_packets(&topo, Node::GwWest, "lan0") - rx_before;
+        assert!(
+            (5_000..5_050).contains(&arrived),
+            "gw-west's lan0 received {arrived} packets for 5000 datagrams (a GSO super-packet counts once)"
+        );
 
         // GRO can be switched on the veths, and off again.
         topo.set_offloads(Offloads {

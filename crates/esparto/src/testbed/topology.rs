@@ -161,6 +161,12 @@ impl Topology {
             gw.sysctl("net.ipv4.ip_forward", "1")?;
             gw.sysctl("net.ipv6.conf.all.forwarding", "1")?;
         }
+        // The hosts segment UDP GSO sends themselves, before their veth: the
+        // gateways receive one packet per datagram, as from a real host on
+        // a wire (the UDP generator sends its bursts as GSO messages).
+        for host in [&self.host_west, &self.host_east] {
+            host.exec("ethtool", &["-K", LAN_IF, "tx-udp-segmentation", "off"])?;
+        }
         Ok(())
     }
 

@@ -6,11 +6,22 @@
 //! 170 kpps here, and its end-of-test accounting counts packets still in
 //! a gateway's queue as lost. This generator:
 //!
-//! - sends with `sendmmsg` (`esparto_io::UdpSocket::send_batch`, GSO off:
-//!   the device under test must see individual packets of the stated size,
-//!   as from a real host) in bursts of at most 64, paced against the clock:
-//!   burst *k* leaves at `start + k·burst/rate`, so a late wake-up is made
-//!   up by the next bursts instead of lowering the rate;
+//! - sends each burst of at most 64 datagrams as one UDP GSO message
+//!   (`UDP_SEGMENT`, through `esparto_io::UdpSocket::send_batch`), paced
+//!   against the clock: burst *k* leaves at `start + k·burst/rate`, so a
+//!   late wake-up is made up by the next bursts instead of lowering the
+//!   rate. The device under test must see individual packets of the stated
+//!   size, as from a real host, so the hosts' veth ends have UDP
+//!   segmentation offload switched off ([`super::topology`]): the kernel
+//!   cuts the burst into datagrams *in the sending host*, before its veth —
+//!   one skb per datagram on the "wire", each with its own IP ID and
+//!   checksum, exactly what one `sendmmsg` entry per datagram produced
+//!   (tested: `tests/testbed_topology.rs` counts the packets arriving on
+//!   gw-west). What changes is the generator's own CPU per packet: one
+//!   socket send and one route lookup per burst instead of per datagram.
+//!   On these 2 CPUs every cycle the test equipment spends is taken from
+//!   the gateways, so a cheaper generator measures the gateways better
+//!   (`docs/BENCHMARKS.md` has the figures before and after);
 //! - receives with `recvmmsg` (GRO on, so the counter stays cheap should
 //!   the path coalesce) on a thread of its own;
 //! - tags every datagram with a 16-byte header — magic, trial number,
@@ -219,7 +230,9 @@ impl Source {
         let cfg = UdpConfig {
             send_buffer: 4 << 20,
             gro: false,
-            gso: false,
+            gso: true,
+            // Our payloads start with the magic, not an SPI.
+            gso_split_on_spi: false,
             ..UdpConfig::default()
         };
         let sock = ns.run(|| UdpSocket::bind(SocketAddr::new(bind, 0), &cfg, false))??;
@@ -343,6 +356,15 @@ impl UdpGen {
     /// The number of flows.
     pub fn flows(&self) -> usize {
         self.sources.len()
+    }
+
+    /// What the senders' sockets did so far: (`sendmsg` entries, datagrams).
+    /// Fewer entries than datagrams: bursts went out as GSO messages.
+    pub fn sender_messages(&self) -> (u64, u64) {
+        self.sources.iter().fold((0, 0), |(m, d), s| {
+            let st = s.sock.stats();
+            (m + st.tx_msgs, d + st.tx_datagrams)
+        })
     }
 
     /// The sink (for its counters).
