@@ -104,8 +104,11 @@ pub struct WorkerConfig {
     pub control_slots: usize,
     /// Interval of [`Datapath::on_tick`].
     pub tick: Duration,
-    /// Pin worker k to the k-th allowed CPU (round-robin).
+    /// Pin worker k to the k-th CPU of `cpus` (round-robin).
     pub pin: bool,
+    /// CPUs to pin to, in order (empty: the CPUs this process may use, in
+    /// ascending order).
+    pub cpus: Vec<usize>,
 }
 
 impl Default for WorkerConfig {
@@ -122,6 +125,7 @@ impl Default for WorkerConfig {
             control_slots: 16,
             tick: Duration::from_millis(100),
             pin: true,
+            cpus: Vec::new(),
         }
     }
 }
@@ -202,7 +206,7 @@ impl<C: Send + 'static> Workers<C> {
         if cfg.tun_rx_slots == 0 || cfg.udp_rx_slots == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty batches"));
         }
-        let cpus = sys::allowed_cpus().unwrap_or_default();
+        let cpus = if cfg.cpus.is_empty() { sys::allowed_cpus().unwrap_or_default() } else { cfg.cpus.clone() };
         let mut w = Self {
             senders: Vec::new(),
             shared: Vec::new(),

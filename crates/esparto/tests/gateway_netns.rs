@@ -48,6 +48,7 @@ fn config(east: bool, suite: EspSuite, workers: usize) -> Config {
         path: PathBuf::from("test.toml"),
         daemon: Daemon {
             workers,
+            cpus: Vec::new(),
             control: PathBuf::from("/nonexistent"),
             tun: "esparto0".into(),
             port: 4500,
@@ -95,7 +96,16 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
         (topo.ns(Node::HostWest), topo.ns(Node::GwWest), topo.ns(Node::GwEast), topo.ns(Node::HostEast));
     let suite = EspSuite::Aes256Gcm16;
     let west = gw.run(|| Gateway::start(&config(false, suite, 2))).unwrap().unwrap();
-    let east = ge.run(|| Gateway::start(&config(true, suite, 2))).unwrap().unwrap();
+    // gw-east pins its workers by `[daemon] cpus`, in descending order; a
+    // CPU the process may not use is refused before anything is set up.
+    let allowed = esparto_io::cpu::allowed_cpus().unwrap();
+    let mut bad = config(true, suite, 2);
+    bad.daemon.cpus = vec![allowed[0], allowed.iter().max().unwrap() + 1];
+    let err = ge.run(|| Gateway::start(&bad)).unwrap().unwrap_err();
+    assert!(format!("{err:#}").contains("[daemon] cpus: CPU"), "{err:#}");
+    let mut east_cfg = config(true, suite, 2);
+    east_cfg.daemon.cpus = allowed.iter().rev().copied().collect();
+    let east = ge.run(|| Gateway::start(&east_cfg)).unwrap().unwrap();
 
     assert!(ping(hw, "10.2.0.10"), "IPv4 ping west→east");
     assert!(ping(he, "10.1.0.10"), "IPv4 ping east→west");
@@ -175,6 +185,10 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
         assert_eq!(usize::from(sa.worker), esparto_io::spi_to_worker(spi, 2));
     }
     assert_eq!(east_st.drops.get("unknown_spi"), None, "{:?}", east_st.drops);
+    for w in &east_st.workers {
+        let want = east_cfg.daemon.cpus[usize::from(w.worker) % east_cfg.daemon.cpus.len()];
+        assert_eq!(w.cpu, Some(want), "east worker {} not on the CPU `cpus` names", w.worker);
+    }
     // The I/O counters add up: every packet encapsulated was read from the
     // TUN (ping, TCP and UDP — a few more reads carry packets dropped before
     // encryption, e.g. the kernel's own), and left in a `sendmmsg`; every

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use super::error::KeyPath;
 use super::model::{Daemon, IkeLimits};
-use super::tree::{Cx, Node};
+use super::tree::{Cx, Field, Kind, Node};
 
 /// Default control socket path.
 pub const DEFAULT_CONTROL: &str = "/run/esparto/esparto.sock";
@@ -32,6 +32,9 @@ pub const MAX_TUN_QUEUE_LEN: u32 = 65_536;
 pub const DEFAULT_LOG: &str = "info";
 /// Most worker threads accepted; more is a typo, not a machine.
 pub const MAX_WORKERS: usize = 1024;
+/// Highest CPU number accepted in `cpus` (the kernel's default NR_CPUS
+/// limit is 8192).
+pub const MAX_CPU: usize = 8191;
 /// Smallest path MTU accepted (RFC 791: every IPv4 host accepts 576 bytes).
 pub const MIN_PATH_MTU: u16 = 576;
 /// Longest Unix socket path: `sun_path` is 108 bytes with the NUL (unix(7)).
@@ -41,6 +44,7 @@ const MAX_IFNAME: usize = 15;
 
 const KEYS: &[&str] = &[
     "workers",
+    "cpus",
     "control",
     "tun",
     "port",
@@ -64,10 +68,35 @@ pub fn default_workers() -> usize {
         .clamp(1, MAX_WORKERS)
 }
 
+/// `cpus = [0, 1, ...]`: distinct CPU numbers, at least one.
+fn cpu_list(cx: &mut Cx<'_>, f: &Field<'_>) -> Vec<usize> {
+    let Kind::Array(items) = &f.node.kind else {
+        cx.err_at(f, format!("expected an array of CPU numbers, found {}", f.node.type_name()));
+        return Vec::new();
+    };
+    if items.is_empty() {
+        cx.err_at(f, "empty list: leave `cpus` out to use every CPU the process may run on");
+        return Vec::new();
+    }
+    let mut cpus = Vec::with_capacity(items.len());
+    for (i, n) in items.iter().enumerate() {
+        let fld = Field { node: n, path: f.path.index(i) };
+        if let Some(c) = cx.int::<usize>(&fld, 0..=MAX_CPU as i64) {
+            if cpus.contains(&c) {
+                cx.err_at(&fld, format!("CPU {c} is listed twice"));
+            } else {
+                cpus.push(c);
+            }
+        }
+    }
+    cpus
+}
+
 /// Parse `[daemon]` (absent: all defaults).
 pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     let mut d = Daemon {
         workers: default_workers(),
+        cpus: Vec::new(),
         control: PathBuf::from(DEFAULT_CONTROL),
         tun: DEFAULT_TUN.to_string(),
         port: DEFAULT_PORT,
@@ -87,6 +116,12 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     let path = f.path.clone();
     cx.check_keys(t, &path, KEYS, &[]);
 
+    if let Some(f) = t.field(&path, "cpus") {
+        d.cpus = cpu_list(cx, &f);
+        if !d.cpus.is_empty() {
+            d.workers = d.cpus.len().min(MAX_WORKERS);
+        }
+    }
     if let Some(f) = t.field(&path, "workers") {
         if let Some(w) = cx.int::<usize>(&f, 1..=MAX_WORKERS as i64) {
             d.workers = w;

@@ -26,8 +26,13 @@ pub struct Config {
 /// `[daemon]`.
 #[derive(Debug, Clone)]
 pub struct Daemon {
-    /// Worker threads (default: the CPUs the process may use).
+    /// Worker threads (default: the CPUs listed in `cpus`, else the CPUs
+    /// the process may use).
     pub workers: usize,
+    /// CPUs the workers are pinned to, in order: worker k runs on
+    /// `cpus[k % cpus.len()]` (empty: the CPUs the process may use, in
+    /// ascending order).
+    pub cpus: Vec<usize>,
     /// Control socket path (default `/run/esparto/esparto.sock`).
     pub control: PathBuf,
     /// TUN device name (default `esparto0`).

@@ -103,8 +103,20 @@ impl Gateway {
     /// namespace, with CAP_NET_ADMIN.
     pub fn start(cfg: &Config) -> Result<Self> {
         let n = cfg.daemon.workers.max(1);
-        // Workers are pinned round-robin over the CPUs we may use.
-        let cpus = esparto_io::cpu::allowed_cpus().unwrap_or_default();
+        // Workers are pinned round-robin over `[daemon] cpus`, else over
+        // the CPUs we may use.
+        let allowed = esparto_io::cpu::allowed_cpus().unwrap_or_default();
+        let cpus = if cfg.daemon.cpus.is_empty() {
+            allowed
+        } else {
+            if let Some(c) = cfg.daemon.cpus.iter().find(|c| !allowed.is_empty() && !allowed.contains(c)) {
+                bail!(
+                    "{}: [daemon] cpus: CPU {c} is not one this process may run on (allowed: {allowed:?})",
+                    cfg.path.display()
+                );
+            }
+            cfg.daemon.cpus.clone()
+        };
         let mtu = tun_mtu(cfg);
         let tun = TunDevice::create(&TunConfig {
             name: cfg.daemon.tun.clone(),
@@ -140,6 +152,7 @@ impl Gateway {
         let wcfg = WorkerConfig {
             tun_rx_slot_len: usize::from(mtu) + TAILROOM + 16,
             udp_tx_slot_len: path_mtu.max(1500),
+            cpus: cpus.clone(),
             ..WorkerConfig::default()
         };
         let UdpGroup { workers: socks, control } = group;

@@ -77,6 +77,8 @@ pub enum Keying {
 pub struct EspartoConfig {
     /// Worker threads (`None`: the daemon's default).
     pub workers: Option<usize>,
+    /// `[daemon] cpus` (`None`: the daemon's default, ascending order).
+    pub cpus: Option<Vec<usize>>,
     /// TUN device name.
     pub tun: String,
     /// ESP-in-UDP / NAT-T port.
@@ -156,6 +158,7 @@ impl EspartoConfig {
         };
         Ok(Self {
             workers: None,
+            cpus: None,
             tun: "esparto0".into(),
             port: 4500,
             ike_port: 500,
@@ -181,6 +184,10 @@ impl EspartoConfig {
         let _ = writeln!(t, "[daemon]");
         if let Some(w) = self.workers {
             let _ = writeln!(t, "workers = {w}");
+        }
+        if let Some(c) = &self.cpus {
+            let l: Vec<String> = c.iter().map(usize::to_string).collect();
+            let _ = writeln!(t, "cpus = [{}]", l.join(", "));
         }
         let _ = writeln!(t, "control = {}", q(&control.display().to_string()));
         let _ = writeln!(

@@ -106,6 +106,7 @@ secret = "0x00112233445566778899"
     );
     assert_eq!(d.control, Path::new(DEFAULT_CONTROL));
     assert_eq!(d.tun_queue_len, DEFAULT_TUN_QUEUE_LEN);
+    assert!(d.cpus.is_empty());
     let conn = &c.connections[0];
     let ike = conn.ike.as_ref().unwrap();
     assert_eq!(ike.proposals.len(), DEFAULT_IKE_PROPOSALS.len());
@@ -243,4 +244,16 @@ secret = "x"
     assert_eq!(ch.rekey_bytes, 1_000_000);
     assert_eq!((ch.per_cpu_sas, ch.per_cpu_max), (esparto_ike::PerCpuSas::Eager, 4));
     ike.validate().unwrap();
+}
+
+#[test]
+fn cpus_pin_in_the_order_given_and_set_the_worker_count() {
+    let c = parse_str(&base().replace("workers = 2", "cpus = [3, 1, 2]"), "west.toml").unwrap();
+    assert_eq!(c.daemon.cpus, vec![3, 1, 2]);
+    assert_eq!(c.daemon.workers, 3, "workers default to the CPUs listed");
+    // An explicit worker count wins, before or after the list.
+    for text in ["workers = 4\ncpus = [1, 0]", "cpus = [1, 0]\nworkers = 4"] {
+        let c = parse_str(&base().replace("workers = 2", text), "west.toml").unwrap();
+        assert_eq!((c.daemon.workers, c.daemon.cpus.as_slice()), (4, &[1, 0][..]));
+    }
 }
