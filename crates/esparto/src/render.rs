@@ -43,11 +43,12 @@ pub fn status_text(s: &Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "esparto {} (pid {}), up {}, tun {}, {} worker{}",
+        "esparto {} (pid {}), up {}, tun {}{}, {} worker{}",
         s.version,
         s.pid,
         age(s.uptime_s),
         s.tun,
+        if s.steering.is_empty() { String::new() } else { format!(" ({})", s.steering) },
         s.workers.len(),
         if s.workers.len() == 1 { "" } else { "s" }
     );
@@ -289,6 +290,7 @@ mod tests {
             pid: 77,
             uptime_s: 65.0,
             tun: "esparto0".into(),
+            steering: "flow table".into(),
             workers: vec![w0.clone(), w1],
             sas: vec![sa("lan", "c0000201", "out", "fallback", 0, 120), in0],
             drops: w0.drops.clone(),
@@ -296,7 +298,7 @@ mod tests {
             ike: Default::default(),
         };
         let want = "\
-esparto 0.1.0 (pid 77), up 1m05s, tun esparto0, 2 workers
+esparto 0.1.0 (pid 77), up 1m05s, tun esparto0 (flow table), 2 workers
 worker 0 (cpu 0): tx 120 packets, rx 7 packets, drops: replay 3
   i/o: tun 40 reads (2 GSO), 3.0 packets/read; udp 4 recvmmsg, 1.8 datagrams/call; 8 sendmmsg, 15.0 datagrams/call; 3 datagrams dropped (send buffer full)
 worker 1 (unpinned): tx 0 packets, rx 0 packets, no drops

@@ -17,6 +17,10 @@ pub struct Status {
     pub uptime_s: f64,
     /// The TUN device.
     pub tun: String,
+    /// How outbound flows are spread over the TUN's queues ("flow table",
+    /// "flow hash", "kernel flow learning"; empty from older daemons).
+    #[serde(default)]
+    pub steering: String,
     /// Per-worker figures.
     pub workers: Vec<WorkerStatus>,
     /// Per-SA figures (an outbound fallback SA appears once per worker that used it).

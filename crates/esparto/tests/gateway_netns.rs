@@ -185,6 +185,7 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
         assert_eq!(usize::from(sa.worker), esparto_io::spi_to_worker(spi, 2));
     }
     assert_eq!(east_st.drops.get("unknown_spi"), None, "{:?}", east_st.drops);
+    assert_eq!(st.steering, "flow table", "outbound flows are dealt out by the steering program's flow table");
     for w in &east_st.workers {
         let want = east_cfg.daemon.cpus[usize::from(w.worker) % east_cfg.daemon.cpus.len()];
         assert_eq!(w.cpu, Some(want), "east worker {} not on the CPU `cpus` names", w.worker);

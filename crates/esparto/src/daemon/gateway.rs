@@ -41,6 +41,7 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Gateway {
     started: Instant,
     tun: String,
+    steering: Steering,
     nworkers: usize,
     workers: Workers<EspCommand>,
     events: mpsc::Receiver<WorkerEvent>,
@@ -130,6 +131,7 @@ impl Gateway {
         })
         .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
         let tun_name = tun.name().to_string();
+        let steering = tun.steering().0;
         match tun.steering() {
             (Steering::FlowTable, _) => {}
             (Steering::FlowHash, why) => {
@@ -162,6 +164,7 @@ impl Gateway {
         let mut gw = Self {
             started: Instant::now(),
             tun: tun_name,
+            steering,
             nworkers: n,
             workers,
             events,
@@ -299,6 +302,7 @@ impl Gateway {
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             tun: self.tun.clone(),
+            steering: self.steering.to_string(),
             workers,
             sas,
             drops: drops_map(&total),
