@@ -147,7 +147,7 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Summary> {
     let tcp = live(&say, &west, &east, || traffic::tcp(topo.ns(Node::HostWest), dst, server.port(), 4, opts.seconds))?;
     say.line(format!("TCP: {:.0} Mbit/s received ({} retransmits)", tcp.received_mbps, tcp.retransmits));
 
-    // Four UDP flows (spread over the workers by the flow hash) at a third
+    // Four UDP flows (dealt out to the workers by the steering flow table) at a third
     // of the TCP rate: iperf3's per-datagram sends, not the tunnel, limit
     // UDP beyond that on a small machine.
     let pps = (tcp.received_mbps * 1e6 / 3.0 / (1400.0 * 8.0)).clamp(1000.0, 400_000.0);

@@ -194,7 +194,7 @@ fn per_cpu_falls_back_to_one_pair_with_strongswan() {
     cfg.per_cpu_sas = "eager".into();
     let gw = EspartoGateway::start(topo.ns(Node::GwWest), bin, &cfg).unwrap();
     wait("the tunnel", Duration::from_secs(10), || ids(&gw));
-    // Many flows: the TUN's flow hash puts some on each worker.
+    // Many flows: the TUN steering puts some on each worker.
     let src = Topology::addr(Node::HostWest, Net::Lan, Family::V4);
     let dst = std::net::SocketAddr::new(Topology::addr(Node::HostEast, Net::Lan, Family::V4), 9);
     topo.ns(Node::HostWest)

@@ -65,7 +65,7 @@ fn wait_children(side: Node, gw: &EspartoGateway, n: usize) -> Vec<IkeSaStatus> 
 }
 
 /// Many UDP flows from `from` to the other host, a few datagrams each, so
-/// the flow hash puts traffic on every TUN queue.
+/// the TUN steering puts traffic on every queue.
 fn flows(topo: &Topology, from: Node, n: u16) {
     let (src, dst) = if from == Node::HostWest { (Node::HostWest, Node::HostEast) } else { (Node::HostEast, Node::HostWest) };
     let src_ip = Topology::addr(src, Net::Lan, Family::V4);

@@ -302,7 +302,7 @@ impl Source {
 /// Sources in one namespace and a sink in another, run trial by trial.
 ///
 /// With several *flows*, each flow is a source socket of its own (its own
-/// UDP source port, so its own 5-tuple: the kernel's flow hash spreads the
+/// UDP source port, so its own 5-tuple: the gateway's TUN steering spreads the
 /// flows over TUN queues and CPUs, which is what lets per-CPU SAs work) sent
 /// from its own thread at `rate / flows`.
 #[derive(Debug)]
