@@ -15,15 +15,6 @@ use std::time::Duration;
 const I: usize = 0;
 const R: usize = 1;
 
-fn request_times(net: &sim::Net, p: usize, ex: ExchangeType) -> Vec<f64> {
-    net.peers[p]
-        .sent
-        .iter()
-        .filter(|x| x.is(ex, false))
-        .map(|x| (x.at - net.base).as_secs_f64())
-        .collect()
-}
-
 /// Eight extra Child SAs asked for at once.
 fn eight_children(s: &Setup, seed: u64) -> sim::Net {
     let mut net = s.build(seed);
@@ -46,7 +37,7 @@ fn window_eight_sends_eight_create_child_sa_in_parallel() {
     };
     let mut net = eight_children(&s, 1);
     net.run_for(Duration::from_secs(2));
-    let t = request_times(&net, I, ExchangeType::CREATE_CHILD_SA);
+    let t = net.request_times(I, ExchangeType::CREATE_CHILD_SA);
     assert_eq!(t.len(), 8);
     assert!(
         t.iter().all(|x| *x == t[0]),
@@ -76,7 +67,7 @@ fn window_eight_sends_eight_create_child_sa_in_parallel() {
     };
     let mut net = eight_children(&s, 2);
     net.run_for(Duration::from_secs(2));
-    let t = request_times(&net, I, ExchangeType::CREATE_CHILD_SA);
+    let t = net.request_times(I, ExchangeType::CREATE_CHILD_SA);
     assert_eq!(t.len(), 8);
     assert!(
         t.windows(2).all(|w| w[1] - w[0] >= 0.019),
@@ -95,7 +86,7 @@ fn window_eight_sends_eight_create_child_sa_in_parallel() {
     };
     let mut net = eight_children(&s, 3);
     net.run_for(Duration::from_secs(2));
-    let t = request_times(&net, I, ExchangeType::CREATE_CHILD_SA);
+    let t = net.request_times(I, ExchangeType::CREATE_CHILD_SA);
     assert_eq!(t.iter().filter(|x| **x == t[0]).count(), 3, "{t:?}");
     assert_eq!(net.live_children(I).len(), 9);
 }
@@ -115,7 +106,7 @@ fn requests_passing_one_another_are_all_answered() {
         assert_eq!(net.live_children(R).len(), 9, "seed {seed}");
         // Retransmissions only where a response was lost: none here.
         assert_eq!(
-            request_times(&net, I, ExchangeType::CREATE_CHILD_SA).len(),
+            net.request_times(I, ExchangeType::CREATE_CHILD_SA).len(),
             8,
             "seed {seed}"
         );

@@ -48,7 +48,6 @@ pub struct Gateway {
     control_dgrams: mpsc::Receiver<ControlDatagram>,
     /// The reuseport group's control socket (IKE on the NAT-T port).
     udp_control: UdpSocket,
-    cpus: Vec<Option<usize>>,
     pub(super) next_group: GroupId,
     pub(super) children: Vec<ChildState>,
     pub(super) labels: BTreeMap<(u32, Direction), SaLabel>,
@@ -131,13 +130,13 @@ impl Gateway {
         })
         .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
         let tun_name = tun.name().to_string();
-        let steering = tun.steering().0;
-        match tun.steering() {
-            (Steering::FlowTable, _) => {}
-            (Steering::FlowHash, why) => {
+        let (steering, why) = tun.steering();
+        match steering {
+            Steering::FlowTable => {}
+            Steering::FlowHash => {
                 warn!(tun = %tun_name, reason = why.unwrap_or(""), "outbound flows spread over workers by hash alone: a few flows may share one worker");
             }
-            (Steering::Kernel, why) => {
+            Steering::Kernel => {
                 warn!(tun = %tun_name, reason = why.unwrap_or(""), "outbound flows follow the kernel's flow learning: with one SA pair one worker may carry everything");
             }
         }
@@ -154,7 +153,7 @@ impl Gateway {
         let wcfg = WorkerConfig {
             tun_rx_slot_len: usize::from(mtu) + TAILROOM + 16,
             udp_tx_slot_len: path_mtu.max(1500),
-            cpus: cpus.clone(),
+            cpus,
             ..WorkerConfig::default()
         };
         let UdpGroup { workers: socks, control } = group;
@@ -170,7 +169,6 @@ impl Gateway {
             events,
             control_dgrams,
             udp_control: control,
-            cpus: (0..n).map(|k| cpus.get(k % cpus.len().max(1)).copied()).collect(),
             next_group: 1,
             children: Vec::new(),
             labels: BTreeMap::new(),
@@ -269,7 +267,7 @@ impl Gateway {
             total.add(&s.drops);
             workers.push(WorkerStatus {
                 worker: s.worker,
-                cpu: self.cpus.get(usize::from(s.worker)).copied().flatten(),
+                cpu: io.cpu,
                 tx_packets: s.tx_packets,
                 rx_packets: s.rx_packets,
                 drops: drops_map(&s.drops),
