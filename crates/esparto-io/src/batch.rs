@@ -23,10 +23,6 @@ use std::net::SocketAddr;
 
 /// One fixed-capacity packet buffer whose visible length can change without
 /// reallocating.
-///
-/// `tun-rs` coalesces TCP/UDP segments (GRO before a TUN write) by growing the
-/// first buffer of a flow through its [`tun_rs::ExpandBuffer`] trait; it checks
-/// the capacity before it grows, so with this type coalescing never allocates.
 #[derive(Debug)]
 pub struct PacketBuf {
     data: Box<[u8]>,
@@ -77,30 +73,6 @@ impl AsRef<[u8]> for PacketBuf {
 impl AsMut<[u8]> for PacketBuf {
     fn as_mut(&mut self) -> &mut [u8] {
         &mut self.data[..self.len]
-    }
-}
-
-impl tun_rs::ExpandBuffer for PacketBuf {
-    fn buf_capacity(&self) -> usize {
-        self.data.len()
-    }
-
-    fn buf_resize(&mut self, new_len: usize, value: u8) {
-        let new_len = new_len.min(self.data.len());
-        if new_len > self.len {
-            self.data[self.len..new_len].fill(value);
-        }
-        self.len = new_len;
-    }
-
-    fn buf_extend_from_slice(&mut self, src: &[u8]) {
-        // tun-rs checks `buf_capacity` before extending; clamp anyway so a
-        // violated assumption truncates (and the packet fails its checksum
-        // at the receiver) rather than panicking on the data path.
-        let end = (self.len + src.len()).min(self.data.len());
-        let n = end - self.len;
-        self.data[self.len..end].copy_from_slice(&src[..n]);
-        self.len = end;
     }
 }
 
@@ -349,7 +321,6 @@ impl TxBatch {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use tun_rs::ExpandBuffer;
 
     #[test]
     fn tx_push_and_read_back() {
@@ -380,19 +351,6 @@ mod tests {
         // A fill that claims more than the slot is clamped.
         b.push_with(None, |_| 1000).unwrap();
         assert_eq!(b.packet(0).unwrap().len(), 8);
-    }
-
-    #[test]
-    fn packetbuf_never_grows_past_capacity() {
-        let mut p = PacketBuf::new(8);
-        p.set_len(2);
-        p.buf_extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
-        assert_eq!(p.len(), 8);
-        p.buf_resize(100, 0);
-        assert_eq!(p.len(), 8);
-        p.buf_resize(4, 0);
-        p.buf_resize(6, 0xaa);
-        assert_eq!(&p.as_ref()[4..], &[0xaa, 0xaa]);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod batch;
 pub mod cpu;
 pub mod esp;
+pub mod gro;
 pub mod netns;
 pub mod poll;
 pub mod route;

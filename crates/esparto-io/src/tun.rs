@@ -11,17 +11,16 @@
 //! which is wireguard-go's `tun_linux.go` ported to Rust:
 //! `recv_multiple` reads one super-packet and splits it into MTU-sized IP
 //! packets, fixing IP/TCP/UDP lengths, IDs, sequence numbers and checksums
-//! (tests in `tests/tun_netns.rs` verify each checksum); `send_multiple`
-//! coalesces consecutive TCP segments (and UDP datagrams when USO is on) of
-//! the same flow back into super-packets before writing (GRO), so the stack
-//! sees fewer, bigger packets. `tun-rs` checks the buffer capacity before it
-//! coalesces, and [`crate::batch::PacketBuf`] never reallocates, so the read
-//! path makes no allocation (tested, `tests/no_alloc.rs`). **Known gap:** on
-//! the write path, tun-rs 2.8's `tcp_gro`/`udp_gro` copy every packet into a
-//! fresh `Vec` before trying to coalesce it — one allocation and one copy per
-//! packet written (an ignored, failing test keeps the count). Fixing it means
-//! patching tun-rs upstream or carrying our own GRO over its public
-//! `VirtioNetHdr`.
+//! (tests in `tests/tun_netns.rs` verify each checksum). `tun-rs` checks the
+//! buffer capacity before it splits, so the read path makes no allocation
+//! (tested, `tests/no_alloc.rs`).
+//!
+//! The write path is our own ([`crate::gro`]): consecutive TCP segments
+//! (and UDP datagrams when USO is on) of one flow are coalesced into a
+//! super-packet (GRO), so the stack sees fewer, bigger packets, and each is
+//! written with one `writev` gathering the payloads from their slots — no
+//! copy and no allocation (tun-rs 2.8's `send_multiple` copies every packet
+//! into a fresh `Vec` and again into the head's buffer).
 //!
 //! **Queue selection.** Esparto attaches a steering program with a flow
 //! table ([`crate::tun_steer`]). For reference (found by test,
@@ -110,6 +109,11 @@ pub struct TunStats {
     pub tx_bytes: u64,
     /// `send_batch` calls that reported a write error.
     pub tx_errors: u64,
+    /// Writes to the fd (a coalesced super-packet is one write).
+    pub tx_writes: u64,
+    /// Packets that failed their TCP/UDP checksum check and so were not
+    /// coalesced (written alone, as they came, for the receiver to drop).
+    pub tx_bad_csum: u64,
 }
 
 /// A multi-queue TUN device: its queues until they are handed to workers.
@@ -203,7 +207,7 @@ pub struct TunQueue {
     dev: tun_rs::SyncDevice,
     index: usize,
     read_buf: Box<[u8]>,
-    gro: tun_rs::GROTable,
+    gro: crate::gro::Gro,
     split_reserve: usize,
     stats: TunStats,
 }
@@ -231,7 +235,7 @@ impl TunQueue {
             dev,
             index,
             read_buf: vec![0u8; READ_BUF_LEN].into_boxed_slice(),
-            gro: tun_rs::GROTable::new(),
+            gro: crate::gro::Gro::default(),
             split_reserve: DEFAULT_SPLIT_RESERVE,
             stats: TunStats::default(),
         })
@@ -342,9 +346,15 @@ impl TunQueue {
         if n == 0 {
             return Ok(0);
         }
-        let r = self
-            .dev
-            .send_multiple(&mut self.gro, &mut batch.slots[..n], batch.headroom);
+        let r = if self.dev.tcp_gso() {
+            let plan = self.gro.plan(batch, self.dev.udp_gso());
+            self.stats.tx_writes += plan.writes as u64;
+            self.stats.tx_bad_csum += plan.bad_csum as u64;
+            self.gro.write(batch, &self.dev)
+        } else {
+            self.stats.tx_writes += n as u64;
+            self.write_plain(batch)
+        };
         batch.clear();
         self.stats.tx_packets += n as u64;
         match r {
@@ -357,5 +367,18 @@ impl TunQueue {
                 Err(e)
             }
         }
+    }
+
+    /// Without virtio-net headers: each packet as it is.
+    fn write_plain(&self, batch: &TxBatch) -> io::Result<usize> {
+        let mut total = 0;
+        let mut err = None;
+        for i in 0..batch.len {
+            match self.dev.send(&batch.slots[i].as_ref()[batch.headroom..]) {
+                Ok(b) => total += b,
+                Err(e) => err = Some(e),
+            }
+        }
+        err.map_or(Ok(total), Err)
     }
 }

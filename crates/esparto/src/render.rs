@@ -16,14 +16,17 @@ use crate::status::{IkeSaStatus, IoStatus, SaStatus, Status};
 
 /// A worker's system calls and what each carried on average: the sending
 /// side's TUN reads (one packet each unless the kernel hands over GSO
-/// super-packets) and the UDP socket's batches.
+/// super-packets), the receiving side's TUN writes (coalesced by our GRO)
+/// and the UDP socket's batches.
 fn io(w: &IoStatus) -> String {
     let per = |n: u64, calls: u64| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
     let mut s = format!(
-        "tun {} reads ({} GSO), {:.1} packets/read; udp {} recvmmsg, {:.1} datagrams/call; {} sendmmsg, {:.1} datagrams/call",
+        "tun {} reads ({} GSO), {:.1} packets/read, {} writes, {:.1} packets/write; udp {} recvmmsg, {:.1} datagrams/call; {} sendmmsg, {:.1} datagrams/call",
         w.tun_reads,
         w.tun_gso_reads,
         per(w.tun_rx_packets, w.tun_reads),
+        w.tun_writes,
+        per(w.tun_tx_packets, w.tun_writes),
         w.udp_recv_calls,
         per(w.udp_rx_datagrams, w.udp_recv_calls),
         w.udp_send_calls,
@@ -265,6 +268,7 @@ mod tests {
                 tun_gso_reads: 2,
                 tun_rx_packets: 120,
                 tun_tx_packets: 7,
+                tun_writes: 2,
                 udp_recv_calls: 4,
                 udp_rx_datagrams: 7,
                 udp_send_calls: 8,
@@ -300,7 +304,7 @@ mod tests {
         let want = "\
 esparto 0.1.0 (pid 77), up 1m05s, tun esparto0 (flow table), 2 workers
 worker 0 (cpu 0): tx 120 packets, rx 7 packets, drops: replay 3
-  i/o: tun 40 reads (2 GSO), 3.0 packets/read; udp 4 recvmmsg, 1.8 datagrams/call; 8 sendmmsg, 15.0 datagrams/call; 3 datagrams dropped (send buffer full)
+  i/o: tun 40 reads (2 GSO), 3.0 packets/read, 2 writes, 3.5 packets/write; udp 4 recvmmsg, 1.8 datagrams/call; 8 sendmmsg, 15.0 datagrams/call; 3 datagrams dropped (send buffer full)
 worker 1 (unpinned): tx 0 packets, rx 0 packets, no drops
 all workers: drops: replay 3
 

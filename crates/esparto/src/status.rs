@@ -64,6 +64,9 @@ pub struct IoStatus {
     pub tun_rx_packets: u64,
     /// Packets written to the TUN (before coalescing).
     pub tun_tx_packets: u64,
+    /// Writes to the TUN (a coalesced super-packet is one).
+    #[serde(default)]
+    pub tun_writes: u64,
     /// `recvmmsg` calls on the UDP socket that returned datagrams.
     pub udp_recv_calls: u64,
     /// Datagrams received (after splitting GRO buffers).
@@ -86,6 +89,7 @@ impl IoStatus {
             tun_gso_reads: r.tun.rx_gso_reads,
             tun_rx_packets: r.tun.rx_packets,
             tun_tx_packets: r.tun.tx_packets,
+            tun_writes: r.tun.tx_writes,
             udp_recv_calls: r.udp.rx_calls,
             udp_rx_datagrams: r.udp.rx_datagrams,
             udp_send_calls: r.udp.tx_calls,
