@@ -117,6 +117,26 @@ fn topology_routes_plain_and_tears_down() {
         let rep = topo.offload_report(Node::GwWest, "lan0").unwrap();
         assert!(rep.contains("generic-receive-offload: off"), "{rep}");
 
+        // LAN GRO (`esparto bench tunnel --lan-gro`): GRO, UDP GRO
+        // forwarding and one queue per CPU on the LAN links; and back.
+        let cpus = esparto_io::cpu::allowed_cpus().unwrap().len();
+        let channels = |node| {
+            let out = topo.ns(node).exec("ethtool", &["-l", "lan0"]).unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let current = text.split("Current hardware settings:").nth(1).unwrap_or_default().to_string();
+            current.lines().find(|l| l.starts_with("RX:")).map(|l| l.split_whitespace().nth(1).unwrap_or_default().to_string()).unwrap_or_default()
+        };
+        topo.set_lan_gro(true).unwrap();
+        let rep = topo.offload_report(Node::GwEast, "lan0").unwrap();
+        assert!(rep.contains("generic-receive-offload: on") && rep.contains("rx-udp-gro-forwarding: on"), "{rep}");
+        assert_eq!(channels(Node::HostWest), cpus.to_string());
+        assert_eq!(channels(Node::GwWest), cpus.to_string());
+        assert!(traffic::ping(west, east4, 1, Duration::from_millis(100)).unwrap().all_answered());
+        topo.set_lan_gro(false).unwrap();
+        let rep = topo.offload_report(Node::GwEast, "lan0").unwrap();
+        assert!(rep.contains("generic-receive-offload: off"), "{rep}");
+        assert_eq!(channels(Node::GwWest), "1");
+
         topo.unroute_lans().unwrap();
         assert_eq!(
             traffic::ping(west, east4, 1, Duration::from_millis(100))

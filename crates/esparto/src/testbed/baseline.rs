@@ -83,6 +83,10 @@ pub struct Options {
     /// [`calibrated_max`]). For systems far faster than the generator.
     #[serde(default)]
     pub calibrate: bool,
+    /// GRO and UDP GRO forwarding on the gateways' LAN interfaces
+    /// ([`Topology::set_lan_gro`]) before measuring.
+    #[serde(default)]
+    pub lan_gro: bool,
 }
 
 impl Default for Options {
@@ -111,6 +115,7 @@ impl Default for Options {
             udp_flows: 1,
             verbose: false,
             calibrate: false,
+            lan_gro: false,
         }
     }
 }
@@ -307,6 +312,9 @@ pub fn measure_probed(
     max_mbps: f64,
     probe: Option<WorkerProbe<'_>>,
 ) -> Result<Section> {
+    if opts.lan_gro {
+        topo.set_lan_gro(true)?;
+    }
     let read = || probe.map(|p| p()).transpose();
     let split = |before: Option<WorkerSplit>| -> Result<Option<WorkerSplit>> {
         Ok(match (before, read()?) {

@@ -73,6 +73,10 @@ pub struct Options {
     pub per_cpu_layout: Layout,
     /// Print every trial to stderr.
     pub verbose: bool,
+    /// GRO, UDP GRO forwarding and one queue per CPU on the gateways' LAN
+    /// interfaces, in every section (routed, strongSwan, Esparto alike).
+    #[serde(default)]
+    pub lan_gro: bool,
 }
 
 impl Options {
@@ -116,6 +120,7 @@ impl Options {
             esp_proposal: "aes256gcm16".into(),
             per_cpu_layout: PER_CPU_LAYOUT,
             verbose: false,
+            lan_gro: false,
         }
     }
 
@@ -193,6 +198,7 @@ impl Options {
             udp_flows: flows,
             verbose: self.verbose,
             calibrate: true,
+            lan_gro: self.lan_gro,
         }
     }
 }
@@ -233,6 +239,9 @@ pub struct Args {
     /// Print every trial to stderr.
     #[arg(long)]
     pub verbose: bool,
+    /// GRO, rx-udp-gro-forwarding and one queue per CPU on both gateways' LAN interfaces (every section alike).
+    #[arg(long)]
+    pub lan_gro: bool,
 }
 
 impl Args {
@@ -265,6 +274,7 @@ impl Args {
         o.strongswan = !self.skip_strongswan;
         o.routed = !self.skip_routed;
         o.verbose = self.verbose;
+        o.lan_gro = self.lan_gro;
         if self.per_cpu_static {
             o.per_cpu_layout = Layout::StaticPerCpu;
         }
@@ -295,6 +305,8 @@ mod tests {
     fn defaults_and_overrides() {
         let o = parse(&["--workers", "2"]).unwrap();
         assert_eq!(o, Options::full(2));
+        assert!(!o.lan_gro);
+        assert!(parse(&["--workers", "2", "--lan-gro"]).unwrap().lan_gro);
         assert_eq!(o.sizes, [64, 128, 256, 512, 1024, 1400]);
         assert_eq!(o.flows, [1, 2, 8]);
         assert!(o.strongswan && o.routed && !o.quick);
