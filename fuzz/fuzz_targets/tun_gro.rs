@@ -17,20 +17,6 @@ use esparto_io::tun::VNET_HDR_LEN;
 use esparto_io::TxBatch;
 use libfuzzer_sys::fuzz_target;
 
-fn sum(data: &[u8], mut acc: u32) -> u32 {
-    for w in data.chunks(2) {
-        acc += u32::from(if w.len() == 2 { u16::from_be_bytes([w[0], w[1]]) } else { u16::from(w[0]) << 8 });
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
-}
-
 /// Make lengths and checksums right where the packet is IPv4/IPv6 with
 /// TCP or UDP, so that the fuzzer reaches the merging code.
 fn fix(p: &mut [u8]) {
@@ -40,13 +26,13 @@ fn fix(p: &mut [u8]) {
             p[0] = 0x45;
             p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
             p[10..12].fill(0);
-            let c = !fold(sum(&p[..20], 0));
+            let c = !tun_rs::checksum(&p[..20], 0);
             p[10..12].copy_from_slice(&c.to_be_bytes());
-            (20, p[9], sum(&p[12..20], u32::from(p[9]) + (len - 20) as u32))
+            (20, p[9], tun_rs::checksum_no_fold(&p[12..20], u64::from(p[9]) + (len - 20) as u64))
         }
         Some(6) if len >= 40 => {
             p[4..6].copy_from_slice(&((len - 40) as u16).to_be_bytes());
-            (40, p[6], sum(&p[8..40], u32::from(p[6]) + (len - 40) as u32))
+            (40, p[6], tun_rs::checksum_no_fold(&p[8..40], u64::from(p[6]) + (len - 40) as u64))
         }
         _ => return,
     };
@@ -59,7 +45,7 @@ fn fix(p: &mut [u8]) {
         _ => return,
     };
     p[at..at + 2].fill(0);
-    let c = !fold(sum(&p[l4_at..], pseudo));
+    let c = !tun_rs::checksum(&p[l4_at..], pseudo);
     p[at..at + 2].copy_from_slice(&c.to_be_bytes());
 }
 

@@ -30,20 +30,6 @@ const ROUNDS: usize = 2_000;
 const TRIALS: usize = 7;
 const HEADROOM: usize = VNET_HDR_LEN.next_multiple_of(8);
 
-fn sum(data: &[u8], mut acc: u32) -> u32 {
-    for w in data.chunks(2) {
-        acc += u32::from(if w.len() == 2 { u16::from_be_bytes([w[0], w[1]]) } else { u16::from(w[0]) << 8 });
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
-}
-
 /// An IPv4 packet of `len` bytes from `src` to 10.50.0.2, TCP (seq given)
 /// or UDP, with valid checksums.
 fn packet(src: [u8; 4], tcp: bool, len: usize, seq: u32) -> Vec<u8> {
@@ -55,7 +41,7 @@ fn packet(src: [u8; 4], tcp: bool, len: usize, seq: u32) -> Vec<u8> {
     p[9] = if tcp { 6 } else { 17 };
     p[12..16].copy_from_slice(&src);
     p[16..20].copy_from_slice(&[10, 50, 0, 2]);
-    let c = !fold(sum(&p[..20], 0));
+    let c = !tun_rs::checksum(&p[..20], 0);
     p[10..12].copy_from_slice(&c.to_be_bytes());
     p[20..22].copy_from_slice(&40000u16.to_be_bytes());
     p[22..24].copy_from_slice(&5201u16.to_be_bytes());
@@ -74,7 +60,8 @@ fn packet(src: [u8; 4], tcp: bool, len: usize, seq: u32) -> Vec<u8> {
         p[24..26].copy_from_slice(&((len - 20) as u16).to_be_bytes());
         26
     };
-    let c = !fold(sum(&p[20..], sum(&p[12..20], u32::from(p[9]) + (len - 20) as u32)));
+    let pseudo = tun_rs::checksum_no_fold(&p[12..20], u64::from(p[9]) + (len - 20) as u64);
+    let c = !tun_rs::checksum(&p[20..], pseudo);
     p[at..at + 2].copy_from_slice(&c.to_be_bytes());
     p
 }

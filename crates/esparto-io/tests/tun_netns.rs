@@ -101,6 +101,76 @@ fn relay(
     (log, qa, qb)
 }
 
+/// Start relaying between two TUN queues; stop with the flag, join for
+/// the log and the queues.
+fn start_relay(
+    qa: TunQueue,
+    qb: TunQueue,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<(RelayLog, TunQueue, TunQueue)>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    (stop, std::thread::spawn(move || relay(qa, qb, s)))
+}
+
+/// Send `data` over TCP from namespace `from` to `dst`, where `listener`
+/// accepts; return what arrived (short if the stream stalled for 10 s).
+fn tcp_through(from: &Netns, listener: TcpListener, dst: &str, data: &Arc<Vec<u8>>) -> Vec<u8> {
+    let len = data.len();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::with_capacity(len);
+        let _ = s.read_to_end(&mut got);
+        got
+    });
+    let client = {
+        let data = data.clone();
+        let ns_path = format!("/var/run/netns/{}", from.name());
+        let dst: SocketAddr = dst.parse().unwrap();
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(ns_path).unwrap();
+            // Join the namespace on this thread only.
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on a namespace fd we opened, for this thread.
+            assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+            let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
+            s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+            // A stalled stream shows as a short read in the server.
+            let _ = s.write_all(&data);
+        })
+    };
+    client.join().unwrap();
+    server.join().unwrap()
+}
+
+/// Send 40 datagrams of 1,000 bytes from `src` in namespace `from` to
+/// `dst` in one UDP GSO batch (a USO super-packet into the TUN when USO
+/// is on); return them and what `rx` received within 5 s.
+fn udp_through(from: &Netns, src: &str, dst: &str, rx: &std::net::UdpSocket, seed: u32) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let src: SocketAddr = src.parse().unwrap();
+    let dst: SocketAddr = dst.parse().unwrap();
+    let mut us = from.run(|| UdpSocket::bind(src, &UdpConfig::default(), false)).unwrap().unwrap();
+    let mut batch = TxBatch::new(64, 0, 1500);
+    let mut sent = Vec::new();
+    for i in 0..40u32 {
+        let mut d = common::pattern(1000, seed + i);
+        d[..4].copy_from_slice(&[9, 9, 9, 9]);
+        batch.push(Some(dst), &d).unwrap();
+        sent.push(d);
+    }
+    assert_eq!(us.send_batch(&batch).unwrap(), 40);
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 2000];
+    let mut got = Vec::new();
+    while got.len() < sent.len() {
+        match rx.recv(&mut buf) {
+            Ok(n) => got.push(buf[..n].to_vec()),
+            Err(_) => break,
+        }
+    }
+    (sent, got)
+}
+
 fn sysfs_counter(ns: &Netns, dev: &str, name: &str) -> u64 {
     let out = ns
         .exec("cat", &[&format!("/sys/class/net/{dev}/statistics/{name}")])
@@ -128,71 +198,16 @@ fn tso_uso_split_and_gro_write_through_two_tuns() {
         .run(|| std::net::UdpSocket::bind("10.99.0.2:6000"))
         .unwrap()
         .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let relay_t = {
-        let stop = stop.clone();
-        std::thread::spawn(move || relay(qa, qb, stop))
-    };
+    let (stop, relay_t) = start_relay(qa, qb);
 
     // TCP: 8 MiB from A to B's TUN address.
     const LEN: usize = 8 << 20;
     let data = Arc::new(common::pattern(LEN, 99));
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut got = Vec::with_capacity(LEN);
-        s.read_to_end(&mut got).unwrap();
-        got
-    });
-    let client = {
-        let data = data.clone();
-        let a_path = format!("/var/run/netns/{}", a.name());
-        std::thread::spawn(move || {
-            let f = std::fs::File::open(a_path).unwrap();
-            // Join namespace A on this thread only.
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on a namespace fd we opened, for this thread.
-            assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-            let mut s = TcpStream::connect_timeout(
-                &"10.99.0.2:5000".parse().unwrap(),
-                Duration::from_secs(5),
-            )
-            .unwrap();
-            s.write_all(&data).unwrap();
-        })
-    };
-    client.join().unwrap();
-    let got = server.join().unwrap();
-    assert!(
-        got == *data,
-        "TCP stream corrupted ({} of {LEN} bytes)",
-        got.len()
-    );
+    let got = tcp_through(&a, listener, "10.99.0.2:5000", &data);
+    assert!(got == *data, "TCP stream corrupted or cut ({} of {LEN} bytes)", got.len());
 
     // UDP with GSO from A's stack: a USO super-packet into tunA when USO is on.
-    let cfg = UdpConfig::default();
-    let mut us = a
-        .run(|| UdpSocket::bind("10.99.0.1:0".parse().unwrap(), &cfg, false))
-        .unwrap()
-        .unwrap();
-    let dst: SocketAddr = "10.99.0.2:6000".parse().unwrap();
-    let mut batch = TxBatch::new(64, 0, 1500);
-    let mut sent = Vec::new();
-    for i in 0..40u32 {
-        let mut d = common::pattern(1000, i);
-        d[..4].copy_from_slice(&[9, 9, 9, 9]);
-        batch.push(Some(dst), &d).unwrap();
-        sent.push(d);
-    }
-    assert_eq!(us.send_batch(&batch).unwrap(), 40);
-    udp_rx
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut buf = [0u8; 2000];
-    let mut udp_got = Vec::new();
-    while udp_got.len() < 40 {
-        let n = udp_rx.recv(&mut buf).unwrap();
-        udp_got.push(buf[..n].to_vec());
-    }
+    let (sent, udp_got) = udp_through(&a, "10.99.0.1:0", "10.99.0.2:6000", &udp_rx, 0);
     assert_eq!(udp_got, sent);
 
     stop.store(true, Ordering::Relaxed);
@@ -446,60 +461,12 @@ fn coalesced_writes_are_segmented_and_checksummed_right_by_the_kernel() {
 
     let listener = c.run(|| TcpListener::bind("10.98.0.2:5000")).unwrap().unwrap();
     let udp_rx = c.run(|| std::net::UdpSocket::bind("10.98.0.2:6000")).unwrap().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let relay_t = {
-        let stop = stop.clone();
-        std::thread::spawn(move || relay(qa, qb, stop))
-    };
+    let (stop, relay_t) = start_relay(qa, qb);
 
     const LEN: usize = 4 << 20;
     let data = Arc::new(common::pattern(LEN, 7));
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut got = Vec::with_capacity(LEN);
-        let _ = s.read_to_end(&mut got);
-        got
-    });
-    let client = {
-        let data = data.clone();
-        let a = a.name().to_string();
-        std::thread::spawn(move || {
-            let f = std::fs::File::open(format!("/var/run/netns/{a}")).unwrap();
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on a namespace fd we opened, for this thread.
-            assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-            let mut s = TcpStream::connect_timeout(&"10.98.0.2:5000".parse().unwrap(), Duration::from_secs(5)).unwrap();
-            s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-            // A stalled stream shows as a short read in the server, below.
-            let _ = s.write_all(&data);
-        })
-    };
-    client.join().unwrap();
-    let got = server.join().unwrap();
-
-    let mut us = a
-        .run(|| UdpSocket::bind("10.99.0.1:0".parse().unwrap(), &UdpConfig::default(), false))
-        .unwrap()
-        .unwrap();
-    let dst: SocketAddr = "10.98.0.2:6000".parse().unwrap();
-    let mut batch = TxBatch::new(64, 0, 1500);
-    let mut sent = Vec::new();
-    for i in 0..40u32 {
-        let d = common::pattern(1000, 1000 + i);
-        batch.push(Some(dst), &d).unwrap();
-        sent.push(d);
-    }
-    assert_eq!(us.send_batch(&batch).unwrap(), 40);
-    udp_rx.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    let mut buf = [0u8; 2000];
-    let mut udp_got = Vec::new();
-    while udp_got.len() < 40 {
-        match udp_rx.recv(&mut buf) {
-            Ok(n) => udp_got.push(buf[..n].to_vec()),
-            Err(_) => break,
-        }
-    }
+    let got = tcp_through(&a, listener, "10.98.0.2:5000", &data);
+    let (sent, udp_got) = udp_through(&a, "10.99.0.1:0", "10.98.0.2:6000", &udp_rx, 1000);
 
     stop.store(true, Ordering::Relaxed);
     let (log, _qa, qb) = relay_t.join().unwrap();
