@@ -170,32 +170,22 @@ fn parse(p: &[u8]) -> Option<Parsed> {
     }
 }
 
-/// One's-complement sum of `data` as big-endian 16-bit words (RFC 1071),
-/// unfolded, added to `acc`: tun-rs's (AVX2 where the CPU has it; the
-/// read path's splitting uses the same).
-fn csum_add(data: &[u8], acc: u64) -> u64 {
-    tun_rs::checksum_no_fold(data, acc)
-}
-
-/// Fold an unfolded sum to 16 bits (not complemented).
-fn csum_fold(acc: u64) -> u16 {
-    let mut s = acc;
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
+// Checksums are tun-rs's (AVX2 where the CPU has it; the read path's
+// splitting uses the same): `checksum_no_fold` sums big-endian 16-bit
+// words (RFC 1071) without folding, `checksum` folds to 16 bits (not
+// complemented).
+use tun_rs::{checksum, checksum_no_fold};
 
 /// The pseudo-header sum (addresses, protocol, transport length), unfolded.
 fn pseudo(key: &FlowKey, l4_len: usize) -> u64 {
     let addrs = if key.v6 { &key.addrs[..] } else { &key.addrs[..8] };
-    csum_add(addrs, u64::from(key.proto) + l4_len as u64)
+    checksum_no_fold(addrs, u64::from(key.proto) + l4_len as u64)
 }
 
 /// Whether the packet's TCP or UDP checksum is right.
 fn l4_csum_ok(p: &[u8], h: &Parsed) -> bool {
     let l4 = &p[h.ip_hlen..];
-    csum_fold(csum_add(l4, pseudo(&h.key, l4.len()))) == 0xffff
+    checksum(l4, pseudo(&h.key, l4.len())) == 0xffff
 }
 
 /// Whether `p` may follow the head `hp` as far as IP and transport headers
@@ -380,8 +370,7 @@ impl Gro {
     /// written; on errors, the others are still written and the last error
     /// is returned.
     pub fn write(&self, batch: &TxBatch, dev: &tun_rs::SyncDevice) -> io::Result<usize> {
-        let headroom = batch.headroom;
-        if headroom < VNET_HDR_LEN || self.merged.len() < batch.len {
+        if batch.headroom < VNET_HDR_LEN || self.merged.len() < batch.len {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "batch not planned for a virtio-net TUN"));
         }
         let mut total = 0;
@@ -391,14 +380,10 @@ impl Gro {
             if self.merged[i] {
                 continue;
             }
-            iov[0] = IoSlice::new(&batch.slots[i].as_ref()[headroom - VNET_HDR_LEN..]);
-            let mut k = 1;
-            let mut j = self.next[i];
-            while j != NONE && k < MAX_SEGMENTS {
-                let j_ = j as usize;
-                iov[k] = IoSlice::new(&batch.slots[j_].as_ref()[self.payload_at[j_] as usize..]);
+            let mut k = 0;
+            for (slot, piece) in iov.iter_mut().zip(self.pieces(batch, i)) {
+                *slot = IoSlice::new(piece);
                 k += 1;
-                j = self.next[j_];
             }
             match dev.send_vectored(&iov[..k]) {
                 Ok(b) => total += b,
@@ -420,18 +405,20 @@ impl Gro {
     /// `None` when packet `i` was merged into an earlier one. Allocates: for
     /// tests and fuzzing.
     pub fn gathered(&self, batch: &TxBatch, i: usize) -> Option<Vec<u8>> {
-        let headroom = batch.headroom;
-        if i >= batch.len || headroom < VNET_HDR_LEN || *self.merged.get(i)? {
+        if i >= batch.len || batch.headroom < VNET_HDR_LEN || *self.merged.get(i)? {
             return None;
         }
-        let mut v = batch.slots[i].as_ref()[headroom - VNET_HDR_LEN..].to_vec();
-        let mut j = self.next[i];
-        while j != NONE {
-            let j_ = j as usize;
-            v.extend_from_slice(&batch.slots[j_].as_ref()[self.payload_at[j_] as usize..]);
-            j = self.next[j_];
-        }
-        Some(v)
+        Some(self.pieces(batch, i).collect::<Vec<_>>().concat())
+    }
+
+    /// What write `i` is made of, in order: the virtio-net header and
+    /// packet `i`, then the payload of each packet merged into it.
+    fn pieces<'a>(&'a self, batch: &'a TxBatch, i: usize) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let head = &batch.slots[i].as_ref()[batch.headroom - VNET_HDR_LEN..];
+        let link = |j: u32| (j != NONE).then_some(j);
+        let chain = std::iter::successors(link(self.next[i]), move |&j| link(self.next[j as usize]))
+            .map(|j| &batch.slots[j as usize].as_ref()[self.payload_at[j as usize] as usize..]);
+        std::iter::once(head).chain(chain)
     }
 }
 
@@ -459,7 +446,7 @@ fn finish(batch: &mut TxBatch, h: &Head) {
     } else {
         p[2..4].copy_from_slice(&((ip_hlen + l4_len) as u16).to_be_bytes());
         p[10..12].fill(0);
-        let c = !csum_fold(csum_add(&p[..20], 0));
+        let c = !checksum(&p[..20], 0);
         p[10..12].copy_from_slice(&c.to_be_bytes());
     }
     let (gso_type, csum_offset) = if h.hdr.key.proto == TCP {
@@ -475,7 +462,7 @@ fn finish(batch: &mut TxBatch, h: &Head) {
     // CHECKSUM_PARTIAL: the field holds the pseudo-header sum; the kernel
     // (or the NIC) adds the rest and complements.
     let at = ip_hlen + csum_offset;
-    p[at..at + 2].copy_from_slice(&csum_fold(pseudo(&h.hdr.key, l4_len)).to_be_bytes());
+    p[at..at + 2].copy_from_slice(&checksum(&[], pseudo(&h.hdr.key, l4_len)).to_be_bytes());
     let hdr = VirtioNetHdr {
         flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
         gso_type,
@@ -661,9 +648,9 @@ mod tests {
     fn fast_sum_matches_rfc1071() {
         let data: Vec<u8> = (0..1503u32).map(|k| (k * 7 + k / 3) as u8).collect();
         for len in [0, 1, 2, 7, 8, 9, 63, 64, 65, 1500, 1503] {
-            assert_eq!(csum_fold(csum_add(&data[..len], 0)), ref_sum(&[&data[..len]]), "len {len}");
+            assert_eq!(checksum(&data[..len], 0), ref_sum(&[&data[..len]]), "len {len}");
         }
-        assert_eq!(csum_fold(csum_add(&[0xff; 4096], 0)), 0xffff);
+        assert_eq!(checksum(&[0xff; 4096], 0), 0xffff);
     }
 
     #[test]

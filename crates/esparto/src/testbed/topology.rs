@@ -104,6 +104,14 @@ pub struct Offloads {
     pub udp_gro_forwarding: bool,
 }
 
+/// `ethtool -K DEV gro … rx-udp-gro-forwarding …` in one namespace.
+fn gro(ns: &Netns, dev: &str, o: Offloads) -> Result<()> {
+    let onoff = |b: bool| if b { "on" } else { "off" };
+    ns.exec("ethtool", &["-K", dev, "gro", onoff(o.gro)])?;
+    ns.exec("ethtool", &["-K", dev, "rx-udp-gro-forwarding", onoff(o.udp_gro_forwarding)])?;
+    Ok(())
+}
+
 /// The four namespaces and their links.
 #[derive(Debug)]
 pub struct Topology {
@@ -253,7 +261,6 @@ impl Topology {
 
     /// Apply offload settings to all six veth ends.
     pub fn set_offloads(&self, o: Offloads) -> Result<()> {
-        let onoff = |b: bool| if b { "on" } else { "off" };
         let ends: [(&Netns, &str); 6] = [
             (&self.host_west, LAN_IF),
             (&self.gw_west, LAN_IF),
@@ -263,16 +270,7 @@ impl Topology {
             (&self.host_east, LAN_IF),
         ];
         for (ns, dev) in ends {
-            ns.exec("ethtool", &["-K", dev, "gro", onoff(o.gro)])?;
-            ns.exec(
-                "ethtool",
-                &[
-                    "-K",
-                    dev,
-                    "rx-udp-gro-forwarding",
-                    onoff(o.udp_gro_forwarding),
-                ],
-            )?;
+            gro(ns, dev, o)?;
         }
         Ok(())
     }
@@ -285,7 +283,6 @@ impl Topology {
     /// hands over in one read. On a veth, GRO on switches the receiving end
     /// to NAPI, whose ring is 256 packets per queue and cannot be resized.
     pub fn set_lan_gro(&self, on: bool) -> Result<()> {
-        let onoff = if on { "on" } else { "off" };
         let queues = if on {
             esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1)
         } else {
@@ -296,8 +293,7 @@ impl Topology {
             ns.exec("ethtool", &["-L", LAN_IF, "rx", &queues, "tx", &queues])?;
         }
         for gw in [&self.gw_west, &self.gw_east] {
-            gw.exec("ethtool", &["-K", LAN_IF, "gro", onoff])?;
-            gw.exec("ethtool", &["-K", LAN_IF, "rx-udp-gro-forwarding", onoff])?;
+            gro(gw, LAN_IF, Offloads { gro: on, udp_gro_forwarding: on })?;
         }
         Ok(())
     }
