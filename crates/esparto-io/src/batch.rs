@@ -96,6 +96,11 @@ pub struct RxBatch {
     pub(crate) sizes: Vec<usize>,
     pub(crate) entries: Vec<RxEntry>,
     pub(crate) headroom: usize,
+    /// Every entry has a slot of its own (TUN reads), so a slot may be
+    /// handed to a [`TxBatch`] once its entry is processed
+    /// ([`TxBatch::push_from_rx`]). False for UDP reads, where one GRO
+    /// buffer holds many datagrams.
+    pub(crate) exclusive: bool,
 }
 
 impl RxBatch {
@@ -110,6 +115,7 @@ impl RxBatch {
             sizes: vec![0; slots],
             entries: Vec::with_capacity(max_entries.max(slots)),
             headroom,
+            exclusive: false,
         }
     }
 
@@ -208,8 +214,13 @@ impl std::error::Error for BatchFull {}
 pub struct TxBatch {
     pub(crate) slots: Vec<PacketBuf>,
     pub(crate) dsts: Vec<Option<SocketAddr>>,
+    /// Where packet *i* starts in its slot: `headroom`, except for a slot
+    /// taken over from an [`RxBatch`], where the packet was built in place.
+    starts: Vec<usize>,
     pub(crate) len: usize,
     pub(crate) headroom: usize,
+    /// Some packet does not start at `headroom` (see [`TxBatch::uniform`]).
+    offsets: bool,
 }
 
 impl TxBatch {
@@ -224,8 +235,10 @@ impl TxBatch {
                 .map(|_| PacketBuf::new(headroom + slot_len))
                 .collect(),
             dsts: vec![None; slots],
+            starts: vec![headroom; slots],
             len: 0,
             headroom,
+            offsets: false,
         }
     }
 
@@ -257,6 +270,14 @@ impl TxBatch {
     /// Drop all queued packets.
     pub fn clear(&mut self) {
         self.len = 0;
+        self.offsets = false;
+    }
+
+    /// Whether every packet starts right after the headroom (what the TUN
+    /// writer needs: it puts the virtio-net header in the headroom). Only
+    /// [`TxBatch::push_from_rx`] makes a batch non-uniform.
+    pub fn uniform(&self) -> bool {
+        !self.offsets
     }
 
     /// Append a packet: `fill` gets the slot after the headroom and returns
@@ -279,6 +300,43 @@ impl TxBatch {
         }
         slot.set_len(headroom + n);
         self.dsts[self.len] = dst;
+        self.starts[self.len] = headroom;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Append bytes `range` of the slot holding `rx`'s entry `i`, built in
+    /// place there (ESP encapsulation in the TUN read slot): when `rx`'s
+    /// slots are exclusive and as large as ours, the two buffers are
+    /// swapped — no copy — and the entry must not be read from `rx` again;
+    /// otherwise the bytes are copied as by [`TxBatch::push`].
+    pub fn push_from_rx(
+        &mut self,
+        dst: Option<SocketAddr>,
+        rx: &mut RxBatch,
+        i: usize,
+        range: core::ops::Range<usize>,
+    ) -> Result<(), BatchFull> {
+        let Some(e) = rx.entries.get(i).copied() else {
+            return Ok(());
+        };
+        let Some(src) = rx.slots.get_mut(e.slot as usize) else {
+            return Ok(());
+        };
+        if range.is_empty() || range.end > src.capacity() {
+            return Ok(());
+        }
+        let Some(dst_slot) = self.slots.get_mut(self.len) else {
+            return Err(BatchFull);
+        };
+        if !rx.exclusive || src.capacity() != dst_slot.capacity() {
+            return self.push(dst, &src.storage_mut()[range]);
+        }
+        std::mem::swap(src, dst_slot);
+        dst_slot.set_len(range.end);
+        self.dsts[self.len] = dst;
+        self.starts[self.len] = range.start;
+        self.offsets |= range.start != self.headroom;
         self.len += 1;
         Ok(())
     }
@@ -308,7 +366,12 @@ impl TxBatch {
         if i >= self.len {
             return None;
         }
-        self.slots[i].as_ref().get(self.headroom..)
+        self.slots[i].as_ref().get(self.starts[i]..)
+    }
+
+    /// Length of queued packet `i` (0 past the end).
+    pub(crate) fn packet_len(&self, i: usize) -> usize {
+        self.packet(i).map_or(0, <[u8]>::len)
     }
 
     /// Destination of queued packet `i`.
@@ -351,6 +414,47 @@ mod tests {
         // A fill that claims more than the slot is clamped.
         b.push_with(None, |_| 1000).unwrap();
         assert_eq!(b.packet(0).unwrap().len(), 8);
+    }
+
+    #[test]
+    fn push_from_rx_moves_exclusive_slots_and_copies_shared_ones() {
+        let a: SocketAddr = "192.0.2.1:4500".parse().unwrap();
+        let mut rx = RxBatch::new(2, 8, 24, 2);
+        rx.slots[1].storage_mut()[..32].copy_from_slice(&[7u8; 32]);
+        rx.slots[1].storage_mut()[4..12].copy_from_slice(b"espbytes");
+        rx.entries.push(RxEntry { slot: 1, start: 8, len: 4, peer: None });
+        let mut tx = TxBatch::new(2, 0, 32);
+        let rx_ptr = rx.slots[1].as_ref().as_ptr();
+
+        // Shared slots (a UDP GRO buffer): copied, the batch stays uniform.
+        tx.push_from_rx(Some(a), &mut rx, 0, 4..12).unwrap();
+        assert_eq!(tx.packet(0).unwrap(), b"espbytes");
+        assert!(tx.uniform());
+        assert_eq!(rx.slots[1].as_ref().as_ptr(), rx_ptr, "not moved");
+
+        // Exclusive slots of equal size (TUN reads): moved, not copied.
+        rx.exclusive = true;
+        tx.push_from_rx(Some(a), &mut rx, 0, 4..12).unwrap();
+        assert_eq!(tx.packet(1).unwrap(), b"espbytes");
+        assert_eq!(tx.packet_len(1), 8);
+        assert_eq!(tx.dst(1), Some(a));
+        assert_eq!(tx.packet(1).unwrap().as_ptr(), rx_ptr.wrapping_add(4), "the read slot itself");
+        assert!(!tx.uniform(), "packet 1 starts at 4, not at the headroom");
+        assert_eq!(rx.slots[1].capacity(), 32, "rx got a slot as large back");
+        assert_eq!(tx.push_from_rx(Some(a), &mut rx, 0, 4..12), Err(BatchFull));
+        tx.clear();
+        assert!(tx.uniform());
+
+        // Out-of-range requests add nothing and do not panic.
+        tx.push_from_rx(Some(a), &mut rx, 5, 0..4).unwrap();
+        tx.push_from_rx(Some(a), &mut rx, 0, 30..40).unwrap();
+        assert!(tx.is_empty());
+
+        // Different sizes: copied.
+        let mut small = TxBatch::new(1, 0, 16);
+        small.push_from_rx(None, &mut rx, 0, 0..4).unwrap();
+        assert_eq!(small.packet(0).unwrap().len(), 4);
+        assert!(small.uniform());
     }
 
     #[test]

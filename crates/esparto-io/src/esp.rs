@@ -2,8 +2,9 @@
 //!
 //! Outbound, every packet read from the worker's TUN queue is encapsulated
 //! in place in its read slot (the slot has headroom for the ESP header and
-//! IV and tailroom for padding and ICV) and copied once into the UDP send
-//! batch, which leaves as `UDP_SEGMENT` super-packets. Inbound, every
+//! IV and tailroom for padding and ICV), and the slot itself is swapped
+//! into the UDP send batch ([`TxBatch::push_from_rx`], no copy), which
+//! leaves as `UDP_SEGMENT` super-packets. Inbound, every
 //! datagram of a GRO batch is classified (RFC 3948: NAT keepalive, IKE
 //! behind the non-ESP marker, or ESP), ESP is decrypted in place in the
 //! receive slot and the inner packet copied once into the TUN write batch.
@@ -203,7 +204,9 @@ impl Datapath for EspDatapath {
             let Some((slot, inner)) = pkts.slot_mut(i) else { continue };
             match self.esp.encapsulate(now, slot, inner.clone()) {
                 Ok(e) => {
-                    if out.push(Some(e.peer), &slot[e.esp]).is_err() {
+                    // Built in place in the read slot: the slot itself moves
+                    // to the send batch (no copy).
+                    if out.push_from_rx(Some(e.peer), pkts, i, e.esp).is_err() {
                         // The send batch is sized for a full read batch, so
                         // this is a configuration bug; count it all the same.
                         self.esp.count_drop(DropReason::Malformed);

@@ -258,7 +258,8 @@ impl Gro {
     /// length and checksum, transport length and pseudo-header checksum,
     /// the virtio-net header in front). Every other packet gets an empty
     /// virtio-net header. `udp`: the device accepts USO. A batch whose
-    /// headroom cannot hold the virtio-net header is left alone (and
+    /// headroom cannot hold the virtio-net header, or whose packets do not
+    /// all start right after it ([`TxBatch::uniform`]), is left alone (and
     /// [`Gro::write`] refuses it).
     pub fn plan(&mut self, batch: &mut TxBatch, udp: bool) -> Plan {
         let n = batch.len;
@@ -271,7 +272,7 @@ impl Gro {
         self.payload_at.clear();
         self.payload_at.resize(n, 0);
         let mut plan = Plan::default();
-        if headroom < VNET_HDR_LEN {
+        if headroom < VNET_HDR_LEN || !batch.uniform() {
             plan.writes = n;
             return plan;
         }
@@ -370,7 +371,7 @@ impl Gro {
     /// written; on errors, the others are still written and the last error
     /// is returned.
     pub fn write(&self, batch: &TxBatch, dev: &tun_rs::SyncDevice) -> io::Result<usize> {
-        if batch.headroom < VNET_HDR_LEN || self.merged.len() < batch.len {
+        if batch.headroom < VNET_HDR_LEN || !batch.uniform() || self.merged.len() < batch.len {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "batch not planned for a virtio-net TUN"));
         }
         let mut total = 0;
@@ -405,7 +406,7 @@ impl Gro {
     /// `None` when packet `i` was merged into an earlier one. Allocates: for
     /// tests and fuzzing.
     pub fn gathered(&self, batch: &TxBatch, i: usize) -> Option<Vec<u8>> {
-        if i >= batch.len || batch.headroom < VNET_HDR_LEN || *self.merged.get(i)? {
+        if i >= batch.len || batch.headroom < VNET_HDR_LEN || !batch.uniform() || *self.merged.get(i)? {
             return None;
         }
         Some(self.pieces(batch, i).collect::<Vec<_>>().concat())

@@ -274,6 +274,7 @@ impl TunQueue {
     pub fn recv_batch(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
         batch.clear();
         batch.reset_slots();
+        batch.exclusive = true; // one packet per slot
         let headroom = batch.headroom;
         let total = batch.slots.len();
         let mut used = 0;
@@ -336,10 +337,11 @@ impl TunQueue {
     /// where the device has offloads. The batch is consumed (cleared) even on
     /// error, since coalescing rewrote its buffers. Returns the packet count.
     pub fn send_batch(&mut self, batch: &mut TxBatch) -> io::Result<usize> {
-        if batch.headroom < VNET_HDR_LEN {
+        if batch.headroom < VNET_HDR_LEN || !batch.uniform() {
+            batch.clear();
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "TUN batch headroom must hold the virtio-net header",
+                "TUN batch packets must start after a headroom that holds the virtio-net header",
             ));
         }
         let n = batch.len;

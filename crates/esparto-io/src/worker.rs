@@ -309,6 +309,10 @@ impl<D: Datapath> Worker<D> {
         shared: Arc<Shared>,
         control: Option<mpsc::Sender<ControlDatagram>>,
     ) -> Self {
+        // TUN read slots and UDP send slots have one size, so an encrypted
+        // packet's slot can move to the send batch instead of being copied
+        // (`TxBatch::push_from_rx`).
+        let slot = (cfg.tun_rx_headroom + cfg.tun_rx_slot_len).max(cfg.udp_tx_slot_len);
         Self {
             index,
             tick: cfg.tick.max(Duration::from_millis(1)),
@@ -318,14 +322,9 @@ impl<D: Datapath> Worker<D> {
             commands,
             shared,
             control,
-            tun_rx: RxBatch::new(
-                cfg.tun_rx_slots,
-                cfg.tun_rx_headroom,
-                cfg.tun_rx_slot_len,
-                cfg.tun_rx_slots,
-            ),
+            tun_rx: RxBatch::new(cfg.tun_rx_slots, cfg.tun_rx_headroom, slot - cfg.tun_rx_headroom, cfg.tun_rx_slots),
             udp_rx: RxBatch::new(cfg.udp_rx_slots, 0, GRO_SLOT_LEN, cfg.udp_rx_slots * 64),
-            udp_tx: TxBatch::new(cfg.udp_tx_slots, 0, cfg.udp_tx_slot_len),
+            udp_tx: TxBatch::new(cfg.udp_tx_slots, 0, slot),
             tun_tx: TxBatch::new(
                 cfg.tun_tx_slots,
                 VNET_HDR_LEN.next_multiple_of(8),

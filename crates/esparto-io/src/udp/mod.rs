@@ -252,6 +252,7 @@ impl UdpSocket {
     pub fn recv_batch(&mut self, batch: &mut RxBatch) -> io::Result<usize> {
         batch.clear();
         batch.reset_slots();
+        batch.exclusive = false; // a GRO buffer holds many datagrams
         let n = batch.slots.len();
         let headroom = batch.headroom;
         self.scratch.ensure(n);
@@ -399,7 +400,6 @@ impl UdpSocket {
     /// of entries and whether any carries `UDP_SEGMENT`.
     fn build_send(&mut self, batch: &TxBatch, mut i: usize) -> (usize, bool) {
         let n = batch.len();
-        let headroom = batch.headroom;
         let s = &mut self.scratch;
         s.groups.clear();
         let mut iov_at = 0;
@@ -411,7 +411,7 @@ impl UdpSocket {
                 continue;
             };
             let first = i;
-            let seg_len = batch.slots[i].len() - headroom;
+            let seg_len = batch.packet_len(i);
             let spi = spi_of(batch, i);
             let mut bytes = seg_len;
             i += 1;
@@ -419,9 +419,9 @@ impl UdpSocket {
                 while i < n
                     && i - first < MAX_GSO_SEGMENTS
                     && batch.dsts[i] == Some(dst)
-                    && bytes + (batch.slots[i].len() - headroom) <= MAX_GSO_BYTES
+                    && bytes + batch.packet_len(i) <= MAX_GSO_BYTES
                 {
-                    let len = batch.slots[i].len() - headroom;
+                    let len = batch.packet_len(i);
                     if len > seg_len || (self.split_on_spi && spi_of(batch, i) != spi) {
                         break;
                     }
@@ -436,7 +436,7 @@ impl UdpSocket {
             let g = s.groups.len();
             s.groups.push((first, count));
             for k in first..i {
-                let pkt = &batch.slots[k].as_ref()[headroom..];
+                let pkt = batch.packet(k).unwrap_or_default();
                 s.iovs[iov_at + k - first] = libc::iovec {
                     // The kernel only reads through this pointer (sendmmsg).
                     iov_base: pkt.as_ptr() as *mut libc::c_void,
