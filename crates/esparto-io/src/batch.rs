@@ -17,7 +17,12 @@
 //!
 //! Out-of-place processing (read an [`RxBatch`], write a [`TxBatch`]) is the
 //! intended shape: AES-GCM encrypts or decrypts out of place at the same cost
-//! as in place, and it leaves the kernel-facing layouts independent.
+//! as in place, and it leaves the kernel-facing layouts independent. One
+//! exception saves a copy per packet: a TUN read batch has one packet per
+//! slot, so a packet encapsulated in place in its read slot moves to the
+//! UDP send batch with its slot ([`TxBatch::push_from_rx`], a buffer
+//! swap; the send batch's packet then starts where ESP begins in that
+//! slot, not at the headroom).
 
 use std::net::SocketAddr;
 
