@@ -224,8 +224,6 @@ pub struct TxBatch {
     starts: Vec<usize>,
     pub(crate) len: usize,
     pub(crate) headroom: usize,
-    /// Some packet does not start at `headroom` (see [`TxBatch::uniform`]).
-    offsets: bool,
 }
 
 impl TxBatch {
@@ -243,7 +241,6 @@ impl TxBatch {
             starts: vec![headroom; slots],
             len: 0,
             headroom,
-            offsets: false,
         }
     }
 
@@ -275,14 +272,13 @@ impl TxBatch {
     /// Drop all queued packets.
     pub fn clear(&mut self) {
         self.len = 0;
-        self.offsets = false;
     }
 
     /// Whether every packet starts right after the headroom (what the TUN
     /// writer needs: it puts the virtio-net header in the headroom). Only
     /// [`TxBatch::push_from_rx`] makes a batch non-uniform.
     pub fn uniform(&self) -> bool {
-        !self.offsets
+        self.starts[..self.len].iter().all(|&s| s == self.headroom)
     }
 
     /// Append a packet: `fill` gets the slot after the headroom and returns
@@ -341,7 +337,6 @@ impl TxBatch {
         dst_slot.set_len(range.end);
         self.dsts[self.len] = dst;
         self.starts[self.len] = range.start;
-        self.offsets |= range.start != self.headroom;
         self.len += 1;
         Ok(())
     }

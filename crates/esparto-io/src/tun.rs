@@ -334,14 +334,15 @@ impl TunQueue {
 
     /// Write every packet of `batch` (plain IP packets after the batch's
     /// headroom, which must be ≥ [`VNET_HDR_LEN`]), coalescing TCP/UDP flows
-    /// where the device has offloads. The batch is consumed (cleared) even on
-    /// error, since coalescing rewrote its buffers. Returns the packet count.
+    /// where the device has offloads (the GRO writer needs every packet
+    /// right after the headroom, [`TxBatch::uniform`], and refuses a batch
+    /// built otherwise). The batch is consumed (cleared) even on error,
+    /// since coalescing rewrote its buffers. Returns the packet count.
     pub fn send_batch(&mut self, batch: &mut TxBatch) -> io::Result<usize> {
-        if batch.headroom < VNET_HDR_LEN || !batch.uniform() {
-            batch.clear();
+        if batch.headroom < VNET_HDR_LEN {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "TUN batch packets must start after a headroom that holds the virtio-net header",
+                "TUN batch headroom must hold the virtio-net header",
             ));
         }
         let n = batch.len;
@@ -376,7 +377,8 @@ impl TunQueue {
         let mut total = 0;
         let mut err = None;
         for i in 0..batch.len {
-            match self.dev.send(&batch.slots[i].as_ref()[batch.headroom..]) {
+            let Some(pkt) = batch.packet(i) else { continue };
+            match self.dev.send(pkt) {
                 Ok(b) => total += b,
                 Err(e) => err = Some(e),
             }
