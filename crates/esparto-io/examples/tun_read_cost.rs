@@ -8,7 +8,8 @@
 //! - **readv**: one `readv` putting the virtio-net header aside and the
 //!   packet straight into its slot (a super-packet would spill into a
 //!   scratch buffer) — no copy in user space; tried as Esparto's read path
-//!   and not kept (slower: see `docs/BENCHMARKS.md`);
+//!   and not kept (no faster at 64 bytes, a few per cent at 1,400, mixed
+//!   end to end: not worth owning code tun-rs has; `docs/BENCHMARKS.md`);
 //! - **read()**: a bare `read` into one buffer, nothing done with the
 //!   packet — the floor for one system call per packet;
 //! - **io_uring**: 32 `IORING_OP_READ`s per `io_uring_enter`, with
