@@ -44,6 +44,7 @@
 mod options;
 mod pair;
 mod report;
+pub mod series;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -123,6 +124,9 @@ pub fn main(args: &Args) -> Result<ExitCode> {
     let opts = args.options()?;
     let bin = std::env::current_exe().context("locating the esparto binary")?;
     crate::testbed::clean_up_on_signal("esparto bench tunnel")?;
+    if args.runs > 1 {
+        return main_series(&bin, &opts, args);
+    }
     let report = run(&bin, &opts)?;
     if args.json {
         // The tables too, on stderr with the progress: one run, both forms.
@@ -136,6 +140,34 @@ pub fn main(args: &Args) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `--runs N`: each run's tables as it ends (on stderr with `--json`), then
+/// the summary; with `--json` one [`series::Series`] on stdout.
+fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
+    let n = args.runs as usize;
+    let mut runs = Vec::with_capacity(n);
+    for k in 1..=n {
+        eprintln!("esparto bench tunnel: run {k} of {n}");
+        let report = run(bin, opts)?;
+        let text = render(&report);
+        if args.json {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+        runs.push(report);
+    }
+    let summary = series::summarise(&runs);
+    let text = series::render(&summary, n);
+    let failed = runs.iter().any(|r| !r.errors.is_empty());
+    if args.json {
+        eprint!("{text}");
+        println!("{}", serde_json::to_string_pretty(&series::Series { runs, summary })?);
+    } else {
+        print!("{text}");
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// Log progress to stderr.
@@ -399,16 +431,12 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "\n{LEGEND}");
     let _ = writeln!(o, "\ntargets (measured side by side in this run):");
     for row in &r.comparison {
-        let goal = match row.measure {
-            Measure::Tcp { .. } => true,
-            Measure::Udp { ip_size } => ip_size == 64,
-        };
-        if goal {
+        if let Some(goal) = series::goal(row.measure) {
             let _ = writeln!(
                 o,
-                "  {:<15} Esparto/strongSwan ≥ 10: {}",
+                "  {:<15} Esparto/strongSwan ≥ {goal:.0}: {}",
                 row.measure.name(),
-                verdict(row, 10.0)
+                verdict(row, goal)
             );
         }
     }

@@ -242,6 +242,9 @@ pub struct Args {
     /// GRO, rx-udp-gro-forwarding and one queue per CPU on both gateways' LAN interfaces (every section alike).
     #[arg(long)]
     pub lan_gro: bool,
+    /// Repeat the whole run N times, then summarise each ratio: every run's value, the median, and how many runs reach the target.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub runs: u32,
 }
 
 impl Args {

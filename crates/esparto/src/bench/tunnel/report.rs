@@ -197,7 +197,7 @@ pub enum Bound {
 }
 
 impl Bound {
-    fn of(baseline_at_max: bool, subject_at_max: bool) -> Self {
+    pub(crate) fn of(baseline_at_max: bool, subject_at_max: bool) -> Self {
         match (baseline_at_max, subject_at_max) {
             (false, false) => Bound::Exact,
             (false, true) => Bound::Lower,
