@@ -468,13 +468,13 @@ fn verdict(row: &Row, goal: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    #[test]
-    fn report_round_trips_and_renders() {
-        let r = Report {
+    /// A `--quick` report with `comparison` and nothing else measured.
+    pub(crate) fn report(comparison: Vec<Row>) -> Report {
+        Report {
             command: "esparto bench tunnel".into(),
             machine: Machine::now(),
             options: Options::quick(2),
@@ -484,10 +484,15 @@ mod tests {
             strongswan: None,
             esparto: None,
             esparto_sas: None,
-            comparison: vec![],
+            comparison,
             per_cpu: None,
-            errors: vec!["x: y".into()],
-        };
+            errors: vec![],
+        }
+    }
+
+    #[test]
+    fn report_round_trips_and_renders() {
+        let r = Report { errors: vec!["x: y".into()], ..report(vec![]) };
         let j = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Report>(&j).unwrap(), r);
         let t = render(&r);

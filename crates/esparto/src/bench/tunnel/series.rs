@@ -151,8 +151,8 @@ pub fn render(rows: &[Summary], runs: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::bench::tunnel::report::{Bound, Figure, Machine};
-    use crate::bench::tunnel::Options;
+    use crate::bench::tunnel::report::{Bound, Figure};
+    use crate::bench::tunnel::tests::report;
 
     fn fig(v: f64, pps: bool, at_max: bool) -> Figure {
         Figure {
@@ -177,23 +177,6 @@ mod tests {
             ratio_bound: Bound::of(false, s_at_max),
             baseline: bf,
             subject: Some(sf),
-        }
-    }
-
-    fn report(comparison: Vec<Row>) -> Report {
-        Report {
-            command: "esparto bench tunnel --runs 3".into(),
-            machine: Machine::now(),
-            options: Options::quick(2),
-            started_unix: 0,
-            seconds: 1.0,
-            routed: None,
-            strongswan: None,
-            esparto: None,
-            esparto_sas: None,
-            comparison,
-            per_cpu: None,
-            errors: vec![],
         }
     }
 
