@@ -110,6 +110,9 @@ pub struct Report {
     pub esparto: Option<Section>,
     /// SAs gw-west held in that section.
     pub esparto_sas: Option<String>,
+    /// Esparto's section ran before strongSwan's (`--runs` alternates).
+    #[serde(default)]
+    pub esparto_first: bool,
     /// baseline = strongSwan, subject = Esparto.
     pub comparison: Vec<Row>,
     /// Per-CPU SAs against one pair.
@@ -127,7 +130,7 @@ pub fn main(args: &Args) -> Result<ExitCode> {
     if args.runs > 1 {
         return main_series(&bin, &opts, args);
     }
-    let report = run(&bin, &opts)?;
+    let report = run(&bin, &opts, false)?;
     if args.json {
         // The tables too, on stderr with the progress: one run, both forms.
         eprint!("{}", render(&report));
@@ -148,8 +151,14 @@ fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
     let n = args.runs as usize;
     let mut runs = Vec::with_capacity(n);
     for k in 1..=n {
-        eprintln!("esparto bench tunnel: run {k} of {n}");
-        let report = run(bin, opts)?;
+        // Every other run measures Esparto first, so that a drift in the
+        // machine's state over a run does not always favour the same side.
+        let esparto_first = k % 2 == 0;
+        eprintln!(
+            "esparto bench tunnel: run {k} of {n} ({} first)",
+            if esparto_first { "Esparto" } else { "strongSwan" }
+        );
+        let report = run(bin, opts, esparto_first)?;
         let text = render(&report);
         if args.json {
             eprint!("{text}");
@@ -188,8 +197,10 @@ fn attempt<T>(errors: &mut Vec<String>, what: &str, f: impl FnOnce() -> Result<T
     }
 }
 
-/// Run the benchmark with the `esparto` binary at `bin` for the gateways.
-pub fn run(bin: &Path, opts: &Options) -> Result<Report> {
+/// Run the benchmark with the `esparto` binary at `bin` for the gateways:
+/// routed, strongSwan, Esparto, per-CPU (Esparto before strongSwan with
+/// `esparto_first`).
+pub fn run(bin: &Path, opts: &Options, esparto_first: bool) -> Result<Report> {
     opts.validate()?;
     let m = missing(opts.strongswan);
     if !m.is_empty() {
@@ -216,30 +227,39 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Report> {
         None
     };
 
-    let strongswan = if opts.strongswan {
+    if opts.strongswan {
         machine.strongswan = Some(baseline::charon_version());
+    }
+    let strongswan_section = |errors: &mut Vec<String>| {
+        if !opts.strongswan {
+            return None;
+        }
         progress(t0, "strongSwan ↔ strongSwan");
-        attempt(&mut errors, "strongSwan", || {
-            baseline::tunnel(&main_opts(opts.strongswan_caps))
-        })
-    } else {
-        None
+        attempt(errors, "strongSwan", || baseline::tunnel(&main_opts(opts.strongswan_caps)))
     };
-
-    progress(t0, "Esparto ↔ Esparto, IKEv2, per-CPU Child SAs");
-    let esparto = attempt(&mut errors, "Esparto", || {
-        let p = EspartoPair::up(
-            bin,
-            opts.per_cpu_layout,
-            opts.workers,
-            &opts.ike_proposal,
-            &opts.esp_proposal,
-        )?;
-        let s = p.measure(&main_opts(opts.esparto_caps))?;
-        let sas = p.sa_summary().to_string();
-        p.down()?;
-        Ok((s, sas))
-    });
+    let esparto_section = |errors: &mut Vec<String>| {
+        progress(t0, "Esparto ↔ Esparto, IKEv2, per-CPU Child SAs");
+        attempt(errors, "Esparto", || {
+            let p = EspartoPair::up(
+                bin,
+                opts.per_cpu_layout,
+                opts.workers,
+                &opts.ike_proposal,
+                &opts.esp_proposal,
+            )?;
+            let s = p.measure(&main_opts(opts.esparto_caps))?;
+            let sas = p.sa_summary().to_string();
+            p.down()?;
+            Ok((s, sas))
+        })
+    };
+    let (strongswan, esparto) = if esparto_first {
+        let e = esparto_section(&mut errors);
+        (strongswan_section(&mut errors), e)
+    } else {
+        let s = strongswan_section(&mut errors);
+        (s, esparto_section(&mut errors))
+    };
     let (esparto, esparto_sas) = match esparto {
         Some((s, sas)) => (Some(s), Some(sas)),
         None => (None, None),
@@ -263,6 +283,7 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Report> {
         strongswan,
         esparto,
         esparto_sas,
+        esparto_first,
         comparison,
         per_cpu,
         errors,
@@ -354,6 +375,9 @@ pub fn render(r: &Report) -> String {
         r.seconds.round()
     );
     let _ = writeln!(o, "command: {}", r.command);
+    if r.esparto_first {
+        let _ = writeln!(o, "order: Esparto measured before strongSwan in this run");
+    }
     let s = &o_.search;
     let _ = writeln!(
         o,
@@ -484,6 +508,7 @@ pub(crate) mod tests {
             strongswan: None,
             esparto: None,
             esparto_sas: None,
+            esparto_first: false,
             comparison,
             per_cpu: None,
             errors: vec![],
@@ -493,6 +518,9 @@ pub(crate) mod tests {
     #[test]
     fn report_round_trips_and_renders() {
         let r = Report { errors: vec!["x: y".into()], ..report(vec![]) };
+        assert!(!render(&r).contains("order:"), "strongSwan first is the default, not worth a line");
+        let first = Report { esparto_first: true, ..r.clone() };
+        assert!(render(&first).contains("order: Esparto measured before strongSwan"));
         let j = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Report>(&j).unwrap(), r);
         let t = render(&r);

@@ -8,7 +8,8 @@
 //! Esparto's pinned workers do). A target read from one run is a draw. The
 //! summary gives, per measurement, every run's ratio, the median, and in
 //! how many runs the ratio reached its goal — the form `docs/BENCHMARKS.md`
-//! quotes.
+//! quotes. Every other run measures Esparto before strongSwan, so that a
+//! drift of the machine within a run does not always favour the same side.
 
 use std::fmt::Write as _;
 
