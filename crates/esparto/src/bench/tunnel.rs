@@ -455,7 +455,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "\n{LEGEND}");
     let _ = writeln!(o, "\ntargets (measured side by side in this run):");
     for row in &r.comparison {
-        if let Some(goal) = series::goal(row.measure) {
+        if let Some(goal) = row.measure.goal() {
             let _ = writeln!(
                 o,
                 "  {:<15} Esparto/strongSwan ≥ {goal:.0}: {}",

@@ -94,6 +94,16 @@ pub enum Measure {
 }
 
 impl Measure {
+    /// What the issue asks of the Esparto/strongSwan ratio, for the
+    /// measurements that have a target: TCP (any stream count) and the
+    /// 64-byte zero-loss rate must be at least ten times strongSwan's.
+    pub fn goal(self) -> Option<f64> {
+        match self {
+            Measure::Tcp { .. } | Measure::Udp { ip_size: 64 } => Some(10.0),
+            Measure::Udp { .. } => None,
+        }
+    }
+
     /// "TCP, 4 streams", "UDP   64 B".
     pub fn name(self) -> String {
         match self {

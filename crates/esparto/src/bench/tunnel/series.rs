@@ -18,17 +18,6 @@ use serde::{Deserialize, Serialize};
 use super::report::{Measure, Row};
 use super::Report;
 
-/// What the issue asks of a strongSwan/Esparto ratio, for the measurements
-/// that have a target: TCP (any stream count) and the 64-byte zero-loss
-/// rate must be at least ten times strongSwan's.
-pub fn goal(m: Measure) -> Option<f64> {
-    match m {
-        Measure::Tcp { .. } => Some(10.0),
-        Measure::Udp { ip_size: 64 } => Some(10.0),
-        Measure::Udp { .. } => None,
-    }
-}
-
 /// Several runs and their summary, as `--runs N --json` prints them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Series {
@@ -60,15 +49,10 @@ pub struct Summary {
     pub decided: usize,
 }
 
-/// The median of `v` (the mean of the middle two for an even count).
+/// The median of the finite values in `v`; `None` when there are none.
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    (!v.is_empty()).then(|| crate::bench::median(&v))
 }
 
 /// Summarise the comparison rows of `runs`, measurement by measurement, in
@@ -89,7 +73,7 @@ pub fn summarise(runs: &[Report]) -> Vec<Summary> {
                 runs.iter().map(|r| r.comparison.iter().find(|x| x.measure == m)).collect();
             let ratios: Vec<Option<f64>> = rows.iter().map(|r| r.and_then(|x| x.ratio)).collect();
             let side = |f: fn(&Row) -> Option<f64>| median(rows.iter().flatten().filter_map(|r| f(r)).collect());
-            let goal = goal(m);
+            let goal = m.goal();
             let verdicts: Vec<bool> = match goal {
                 Some(g) => rows.iter().flatten().filter_map(|r| r.reaches(g)).collect(),
                 None => Vec::new(),
