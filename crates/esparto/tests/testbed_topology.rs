@@ -131,6 +131,17 @@ fn topology_routes_plain_and_tears_down() {
         assert!(rep.contains("generic-receive-offload: on") && rep.contains("rx-udp-gro-forwarding: on"), "{rep}");
         assert_eq!(channels(Node::HostWest), cpus.to_string());
         assert_eq!(channels(Node::GwWest), cpus.to_string());
+        // Each CPU transmits on its own queue (XPS), in every namespace.
+        let allowed = esparto_io::cpu::allowed_cpus().unwrap();
+        for node in [Node::HostWest, Node::GwWest, Node::GwEast, Node::HostEast] {
+            for (q, cpu) in allowed.iter().enumerate() {
+                let path = format!("/sys/class/net/lan0/queues/tx-{q}/xps_cpus");
+                let out = topo.ns(node).exec("cat", &[&path]).unwrap();
+                let mask = String::from_utf8_lossy(&out.stdout).trim().replace(',', "");
+                let bits = u128::from_str_radix(&mask, 16).unwrap_or_else(|e| panic!("{path}: {mask:?}: {e}"));
+                assert_eq!(bits, 1u128 << cpu, "{node:?} {path}");
+            }
+        }
         assert!(traffic::ping(west, east4, 1, Duration::from_millis(100)).unwrap().all_answered());
         topo.set_lan_gro(false).unwrap();
         let rep = topo.offload_report(Node::GwEast, "lan0").unwrap();

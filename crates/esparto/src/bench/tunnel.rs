@@ -25,6 +25,14 @@
 //!    same time, and the measurements alternate between them, flow count
 //!    by flow count, so that drift in the machine's load hits both alike.
 //!
+//! **The LAN links** are set up as a gateway's multi-queue NIC would be
+//! (`Options::lan_gro`, on unless `--no-lan-gro`): a queue per CPU with
+//! XPS, GRO and UDP GRO forwarding on the gateways' LAN ends, the same for
+//! every section. A burst of one flow's small UDP packets then reaches a
+//! gateway as one GSO packet; Esparto's TUN (with USO) takes it in one
+//! read, strongSwan's (no offloads) has it segmented again first. With
+//! `--no-lan-gro` every UDP packet reaches the TUN alone.
+//!
 //! **Caps per section.** The search starts with a probe at a cap. A cap
 //! tuned for strongSwan (whose queues are unbounded, so offering 10× its
 //! capacity only fills memory) would make Esparto's figure the cap itself,
@@ -384,7 +392,7 @@ pub fn render(r: &Report) -> String {
         "options: {}TCP {} s; sizes {:?}; zero-loss search {:.2} s trials, {:.2} s settle, resolution {:.0} %, loss tolerance {}, \
          {} confirmation retries, from {} pps; caps: strongSwan {} pps / {} Mbit/s, Esparto {} pps / {} Mbit/s; \
          IKE {} / ESP {}; {} workers per Esparto gateway; each search capped at what the generator offers; \
-         per-CPU comparison: flows {:?}, sizes {:?}, {}",
+         per-CPU comparison: flows {:?}, sizes {:?}, {}; LAN links: {}",
         if o_.quick { "--quick: " } else { "" },
         o_.tcp_seconds,
         o_.sizes,
@@ -407,6 +415,11 @@ pub fn render(r: &Report) -> String {
             "keyed by IKEv2"
         } else {
             "statically keyed"
+        },
+        if o_.lan_gro {
+            "a queue per CPU with XPS, GRO and UDP GRO forwarding on the gateways' ends (--lan-gro)"
+        } else {
+            "veth defaults: one queue, no GRO (--no-lan-gro)"
         }
     );
     let _ = writeln!(

@@ -35,10 +35,18 @@
 //! - UDP, two flows: inconsistent between rounds (1400 B: 223k / 282k pps
 //!   off, 366k / 136k on): noise of the shared machine dominates.
 //!
-//! So GRO stays off (the kernel default) for every measurement. Note that
-//! the routed UDP figures are bounded by the generator, not the path: the
-//! probe at the maximum rate passed everywhere because veth forwarding runs
-//! synchronously in the sender's context and so clocks the sender itself.
+//! So [`Topology::set_offloads`] stays off (the kernel default) for the
+//! routed ceiling. Note that the routed UDP figures are bounded by the
+//! generator, not the path: the probe at the maximum rate passed
+//! everywhere because veth forwarding runs synchronously in the sender's
+//! context and so clocks the sender itself.
+//!
+//! What `esparto bench tunnel` uses by default is different and narrower:
+//! [`Topology::set_lan_gro`] makes the LAN links behave like multi-queue
+//! NICs (a queue per CPU with XPS on every end, GRO and UDP GRO forwarding
+//! on the gateways' LAN ends only), which is what lets a gateway read a
+//! burst of small UDP packets as one super-packet (docs/BENCHMARKS.md,
+//! "LAN links like multi-queue NICs").
 //!
 //! Each namespace is an `esparto_io::netns::Netns` named
 //! `esp-<pid>-<n>-<role>`; dropping the topology deletes the four
@@ -110,6 +118,18 @@ fn gro(ns: &Netns, dev: &str, o: Offloads) -> Result<()> {
     ns.exec("ethtool", &["-K", dev, "gro", onoff(o.gro)])?;
     ns.exec("ethtool", &["-K", dev, "rx-udp-gro-forwarding", onoff(o.udp_gro_forwarding)])?;
     Ok(())
+}
+
+/// A sysfs CPU mask (`xps_cpus`, `rps_cpus`) with one CPU set: 32-bit
+/// hex words, most significant first, separated by commas.
+fn cpumask(cpu: usize) -> String {
+    let mut words = vec![0u32; cpu / 32 + 1];
+    words[cpu / 32] = 1 << (cpu % 32);
+    let mut out = format!("{:x}", words[words.len() - 1]);
+    for w in words.iter().rev().skip(1) {
+        out.push_str(&format!(",{w:08x}"));
+    }
+    out
 }
 
 /// The four namespaces and their links.
@@ -276,21 +296,34 @@ impl Topology {
     }
 
     /// GRO and `rx-udp-gro-forwarding` on the gateways' LAN ends (the
-    /// ends that receive from the hosts), and one queue per CPU on both
-    /// ends of each LAN link, as an operator would set up a gateway's
-    /// multi-queue LAN NIC: a burst of one flow's packets that arrives in
-    /// one NAPI poll is forwarded as one GSO packet, which a TUN with USO
-    /// hands over in one read. On a veth, GRO on switches the receiving end
-    /// to NAPI, whose ring is 256 packets per queue and cannot be resized.
+    /// ends that receive from the hosts), and every LAN end set up as a
+    /// multi-queue NIC's driver sets itself up: one queue per CPU, each
+    /// CPU transmitting on its own queue (XPS). A burst of one flow's
+    /// packets that arrives in one NAPI poll is forwarded as one GSO
+    /// packet, which a TUN with USO hands over in one read.
+    ///
+    /// On a veth, GRO on switches the receiving end to NAPI, whose ring is
+    /// 256 packets per queue and cannot be resized, and the queue a packet
+    /// lands in is the queue it was sent on. Without XPS that queue is the
+    /// flow's hash, so two CPUs feed one ring and its poll runs on only one
+    /// of them: while that CPU is busy, the other fills the ring and
+    /// packets are dropped before any gateway sees them (the "erratic"
+    /// rows of docs/BENCHMARKS.md). With XPS each ring is filled and
+    /// polled by one CPU, in the softirq that follows the send — as
+    /// virtio-net, mlx5 and most multi-queue drivers configure XPS by
+    /// default.
     pub fn set_lan_gro(&self, on: bool) -> Result<()> {
-        let queues = if on {
-            esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1)
-        } else {
-            1
-        }
-        .to_string();
+        let cpus = if on { esparto_io::cpu::allowed_cpus().unwrap_or_default() } else { Vec::new() };
+        let queues = cpus.len().max(1).to_string();
         for ns in self.all() {
             ns.exec("ethtool", &["-L", LAN_IF, "rx", &queues, "tx", &queues])?;
+            for (q, &cpu) in cpus.iter().enumerate() {
+                let path = format!("/sys/class/net/{LAN_IF}/queues/tx-{q}/xps_cpus");
+                // `ip netns exec` mounts the namespace's own sysfs; the
+                // value and path are passed as arguments, not spliced in.
+                ns.exec("sh", &["-c", "printf '%s' \"$1\" > \"$2\"", "sh", &cpumask(cpu), &path])
+                    .with_context(|| format!("{}: setting {path}", ns.name()))?;
+            }
         }
         for gw in [&self.gw_west, &self.gw_east] {
             gro(gw, LAN_IF, Offloads { gro: on, udp_gro_forwarding: on })?;
@@ -313,5 +346,19 @@ impl Topology {
             .map(str::trim)
             .collect::<Vec<_>>()
             .join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpumask;
+
+    #[test]
+    fn cpumask_is_sysfs_format() {
+        assert_eq!(cpumask(0), "1");
+        assert_eq!(cpumask(1), "2");
+        assert_eq!(cpumask(31), "80000000");
+        assert_eq!(cpumask(32), "1,00000000");
+        assert_eq!(cpumask(65), "2,00000000,00000000");
     }
 }

@@ -73,8 +73,10 @@ pub struct Options {
     pub per_cpu_layout: Layout,
     /// Print every trial to stderr.
     pub verbose: bool,
-    /// GRO, UDP GRO forwarding and one queue per CPU on the gateways' LAN
-    /// interfaces, in every section (routed, strongSwan, Esparto alike).
+    /// The LAN links set up like multi-queue NICs — a queue per CPU with
+    /// XPS on every end, GRO and UDP GRO forwarding on the gateways' ends
+    /// ([`crate::testbed::topology::Topology::set_lan_gro`]) — in every
+    /// section (routed, strongSwan, Esparto alike). Off: veth's defaults.
     #[serde(default)]
     pub lan_gro: bool,
 }
@@ -120,7 +122,7 @@ impl Options {
             esp_proposal: "aes256gcm16".into(),
             per_cpu_layout: PER_CPU_LAYOUT,
             verbose: false,
-            lan_gro: false,
+            lan_gro: true,
         }
     }
 
@@ -239,9 +241,12 @@ pub struct Args {
     /// Print every trial to stderr.
     #[arg(long)]
     pub verbose: bool,
-    /// GRO, rx-udp-gro-forwarding and one queue per CPU on both gateways' LAN interfaces (every section alike).
-    #[arg(long)]
+    /// LAN links like multi-queue NICs: a queue per CPU with XPS, GRO and rx-udp-gro-forwarding on the gateways' LAN ends (every section alike). The default.
+    #[arg(long, conflicts_with = "no_lan_gro")]
     pub lan_gro: bool,
+    /// LAN links with veth's defaults instead: one queue, no GRO, so every UDP packet reaches the TUN alone.
+    #[arg(long)]
+    pub no_lan_gro: bool,
     /// Repeat the whole run N times, then summarise each ratio: every run's value, the median, and how many runs reach the target.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
@@ -277,7 +282,7 @@ impl Args {
         o.strongswan = !self.skip_strongswan;
         o.routed = !self.skip_routed;
         o.verbose = self.verbose;
-        o.lan_gro = self.lan_gro;
+        o.lan_gro = !self.no_lan_gro;
         if self.per_cpu_static {
             o.per_cpu_layout = Layout::StaticPerCpu;
         }
@@ -308,8 +313,10 @@ mod tests {
     fn defaults_and_overrides() {
         let o = parse(&["--workers", "2"]).unwrap();
         assert_eq!(o, Options::full(2));
-        assert!(!o.lan_gro);
+        assert!(o.lan_gro);
         assert!(parse(&["--workers", "2", "--lan-gro"]).unwrap().lan_gro);
+        assert!(!parse(&["--workers", "2", "--no-lan-gro"]).unwrap().lan_gro);
+        assert!(parse(&["--lan-gro", "--no-lan-gro"]).is_err());
         assert_eq!(o.sizes, [64, 128, 256, 512, 1024, 1400]);
         assert_eq!(o.flows, [1, 2, 8]);
         assert!(o.strongswan && o.routed && !o.quick);
