@@ -313,7 +313,7 @@ impl Topology {
     /// virtio-net, mlx5 and most multi-queue drivers configure XPS by
     /// default.
     pub fn set_lan_gro(&self, on: bool) -> Result<()> {
-        let cpus = if on { esparto_io::cpu::allowed_cpus().unwrap_or_default() } else { Vec::new() };
+        let cpus = if on { esparto_io::cpu::allowed_cpus().context("reading the CPUs this process may use")? } else { Vec::new() };
         let queues = cpus.len().max(1).to_string();
         for ns in self.all() {
             ns.exec("ethtool", &["-L", LAN_IF, "rx", &queues, "tx", &queues])?;
