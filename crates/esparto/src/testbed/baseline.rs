@@ -442,6 +442,9 @@ pub fn routed(opts: &Options, offloads: Offloads) -> Result<Section> {
                 "off"
             }
         )
+    } else if opts.lan_gro {
+        "routed, no IPsec, LAN links as multi-queue NICs (XPS; GRO and rx-udp-gro-forwarding on the gateways' LAN ends)"
+            .to_string()
     } else {
         "routed, no IPsec, veth offloads as the kernel sets them (GRO off)".to_string()
     };
