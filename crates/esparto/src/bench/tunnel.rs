@@ -417,9 +417,9 @@ pub fn render(r: &Report) -> String {
             "statically keyed"
         },
         if o_.lan_gro {
-            "a queue per CPU with XPS, GRO and UDP GRO forwarding on the gateways' ends (--lan-gro)"
+            format!("{} (--lan-gro)", crate::testbed::topology::LAN_AS_NICS)
         } else {
-            "veth defaults: one queue, no GRO (--no-lan-gro)"
+            "veth defaults: one queue, no GRO (--no-lan-gro)".to_string()
         }
     );
     let _ = writeln!(

@@ -443,8 +443,7 @@ pub fn routed(opts: &Options, offloads: Offloads) -> Result<Section> {
             }
         )
     } else if opts.lan_gro {
-        "routed, no IPsec, LAN links as multi-queue NICs (XPS; GRO and rx-udp-gro-forwarding on the gateways' LAN ends)"
-            .to_string()
+        format!("routed, no IPsec, LAN links as multi-queue NICs ({})", super::topology::LAN_AS_NICS)
     } else {
         "routed, no IPsec, veth offloads as the kernel sets them (GRO off)".to_string()
     };

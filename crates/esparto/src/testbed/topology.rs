@@ -120,6 +120,10 @@ fn gro(ns: &Netns, dev: &str, o: Offloads) -> Result<()> {
     Ok(())
 }
 
+/// What [`Topology::set_lan_gro`] makes of the LAN links, for reports.
+pub const LAN_AS_NICS: &str =
+    "a queue per CPU with XPS, GRO and UDP GRO forwarding on the gateways' LAN ends";
+
 /// A sysfs CPU mask (`xps_cpus`, `rps_cpus`) with one CPU set: 32-bit
 /// hex words, most significant first, separated by commas.
 fn cpumask(cpu: usize) -> String {
