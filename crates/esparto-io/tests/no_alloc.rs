@@ -1,8 +1,10 @@
 //! The per-packet path does not allocate: after one warm-up round, UDP
 //! `send_batch`/`recv_batch` (GSO/GRO) and TUN `recv_batch`/`send_batch`
 //! (TSO/USO split, GRO coalescing) make no heap allocation. Counted by a
-//! global allocator that tallies allocations made while a thread-local
-//! flag is set, i.e. only inside the calls under test.
+//! global allocator that tallies, per thread, allocations made while a
+//! thread-local flag is set, i.e. only inside the calls under test. The
+//! tally is per thread too: the tests run in parallel, and a shared one
+//! credited one test's warm-up allocations to another's measured round.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -10,7 +12,6 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use esparto_io::netns::Netns;
@@ -19,17 +20,21 @@ use esparto_io::udp::{GRO_SLOT_LEN, UdpConfig, UdpSocket};
 use esparto_io::{RxBatch, TxBatch};
 
 struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    if COUNTING.with(Cell::get) {
+        ALLOCS.with(|a| a.set(a.get() + 1));
+    }
 }
 
 // SAFETY: forwards to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
     }
@@ -38,9 +43,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new) }
     }
@@ -51,11 +54,11 @@ static GLOBAL: Counting = Counting;
 
 /// Allocations made by `f` on this thread.
 fn allocs_in<T>(f: impl FnOnce() -> T) -> (T, u64) {
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = ALLOCS.with(Cell::get);
     COUNTING.with(|c| c.set(true));
     let r = f();
     COUNTING.with(|c| c.set(false));
-    (r, ALLOCS.load(Ordering::Relaxed) - before)
+    (r, ALLOCS.with(Cell::get) - before)
 }
 
 #[test]
