@@ -103,6 +103,11 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Summary> {
     let mut ecfg = EspartoConfig::site(Node::GwEast, keying(false))?;
     wcfg.workers = opts.workers;
     ecfg.workers = opts.workers;
+    // As in `esparto bench tunnel`: a flow's two ends on different CPUs,
+    // as two machines would have them.
+    ecfg.cpus = Some(crate::testbed::esparto::shifted_cpus(
+        &esparto_io::cpu::allowed_cpus().context("reading the CPUs this process may use")?,
+    ));
     // RFC 9611: a Child SA per worker, negotiated right after IKE_AUTH.
     wcfg.per_cpu_sas = "eager".into();
     ecfg.per_cpu_sas = "eager".into();

@@ -33,6 +33,17 @@
 //! read, strongSwan's (no offloads) has it segmented again first. With
 //! `--no-lan-gro` every UDP packet reaches the TUN alone.
 //!
+//! **Worker placement** (`Options::east_cpus_shifted`, on unless
+//! `--same-cpus`). A flow that gw-west's worker *k* encrypts is decrypted
+//! by gw-east's worker *k* (each worker's Child SA pairs with the peer's
+//! worker of the same index). Both daemons would pin worker *k* to the
+//! *k*-th CPU, so on this one machine both ends of every flow would share
+//! a CPU, which two gateways never do. gw-east's CPUs are therefore
+//! shifted by one ([`crate::testbed::esparto::shifted_cpus`]). One flow
+//! then has a CPU per gateway, as on two machines, and every hand-over
+//! between the gateways wakes a thread on the other CPU, as a wire would,
+//! instead of on the same one. strongSwan's threads are not pinned.
+//!
 //! **Caps per section.** The search starts with a probe at a cap. A cap
 //! tuned for strongSwan (whose queues are unbounded, so offering 10× its
 //! capacity only fills memory) would make Esparto's figure the cap itself,
@@ -254,6 +265,7 @@ pub fn run(bin: &Path, opts: &Options, esparto_first: bool) -> Result<Report> {
                 opts.workers,
                 &opts.ike_proposal,
                 &opts.esp_proposal,
+                opts.east_cpus()?,
             )?;
             let s = p.measure(&main_opts(opts.esparto_caps))?;
             let sas = p.sa_summary().to_string();
@@ -305,8 +317,16 @@ fn per_cpu(bin: &Path, opts: &Options, t0: Instant, errors: &mut Vec<String>) ->
         opts.per_cpu_layout.one_pair(),
     );
     progress(t0, "per-CPU SAs against one SA pair: bringing both up");
-    let up =
-        |l: Layout| EspartoPair::up(bin, l, opts.workers, &opts.ike_proposal, &opts.esp_proposal);
+    let up = |l: Layout| {
+        EspartoPair::up(
+            bin,
+            l,
+            opts.workers,
+            &opts.ike_proposal,
+            &opts.esp_proposal,
+            opts.east_cpus()?,
+        )
+    };
     let pcpu = attempt(errors, "per-CPU SAs", || up(pcpu_layout));
     let one = attempt(errors, "one SA pair (per-CPU comparison)", || {
         up(one_layout)
@@ -420,6 +440,15 @@ pub fn render(r: &Report) -> String {
             format!("{} (--lan-gro)", crate::testbed::topology::LAN_AS_NICS)
         } else {
             "veth defaults: one queue, no GRO (--no-lan-gro)".to_string()
+        }
+    );
+    let _ = writeln!(
+        o,
+        "Esparto's workers: gw-west's worker k on the k-th CPU allowed, gw-east's {}",
+        if o_.east_cpus_shifted {
+            "on the next one, so a flow's two ends never share a CPU, as on two machines"
+        } else {
+            "on the k-th too, so each flow's two ends share a CPU (--same-cpus)"
         }
     );
     let _ = writeln!(

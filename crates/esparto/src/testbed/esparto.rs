@@ -115,6 +115,29 @@ pub struct EspartoConfig {
 }
 
 /// Quote a TOML basic string.
+/// CPUs for gw-east's workers such that no flow has both its ends on one
+/// CPU: `cpus` (gw-west's, in order) shifted by one, so that gw-east's
+/// worker *k* runs on `cpus[(k + 1) mod n]` (with two CPUs, the opposite
+/// order).
+///
+/// Both daemons pin worker *k* to `cpus[k mod n]` by default, and a flow
+/// that gw-west's worker *k* encrypts travels on that worker's Child SA,
+/// whose inbound half gw-east steers to its own worker *k* (RFC 9611
+/// pairs, one per worker at each end). On two machines the two ends of a
+/// flow run on two CPUs. In this test bed, with the same order at both
+/// ends, they would share one: a single flow would carry both gateways'
+/// work on that CPU, and every hand-over from one gateway to the other
+/// would be a same-CPU wake-up, cheaper than any wire. Shifting gw-east's
+/// order keeps each flow's two ends apart, as two machines would.
+/// With one CPU there is nothing to shift.
+pub fn shifted_cpus(cpus: &[usize]) -> Vec<usize> {
+    let mut v = cpus.to_vec();
+    if !v.is_empty() {
+        v.rotate_left(1);
+    }
+    v
+}
+
 fn q(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
@@ -460,6 +483,23 @@ impl Drop for EspartoGateway {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn shifted_cpus_keep_a_flows_ends_apart() {
+        assert_eq!(shifted_cpus(&[0, 1]), vec![1, 0]);
+        assert_eq!(shifted_cpus(&[2, 5, 7]), vec![5, 7, 2]);
+        assert_eq!(shifted_cpus(&[3]), vec![3]);
+        assert!(shifted_cpus(&[]).is_empty());
+        // With two or more CPUs, worker k's CPU differs at the two ends,
+        // also when there are more workers than CPUs (k mod n).
+        for n in 2..9 {
+            let west: Vec<usize> = (0..n).collect();
+            let east = shifted_cpus(&west);
+            for k in 0..3 * n {
+                assert_ne!(west[k % n], east[k % n], "{n} CPUs, worker {k}");
+            }
+        }
+    }
 
     #[test]
     fn static_config_shape() {

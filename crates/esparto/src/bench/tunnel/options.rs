@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::pair::Layout;
@@ -79,6 +79,13 @@ pub struct Options {
     /// section (routed, strongSwan, Esparto alike). Off: veth's defaults.
     #[serde(default)]
     pub lan_gro: bool,
+    /// gw-east's workers pinned to gw-west's CPUs shifted by one
+    /// ([`crate::testbed::esparto::shifted_cpus`]), so that no flow has
+    /// both its ends on one CPU, as on two machines. Off: both gateways pin
+    /// worker *k* to CPU *k*, and each flow's two ends share a CPU (every
+    /// run before 2026-11-22; absent from their JSON, hence the default).
+    #[serde(default)]
+    pub east_cpus_shifted: bool,
 }
 
 impl Options {
@@ -123,6 +130,7 @@ impl Options {
             per_cpu_layout: PER_CPU_LAYOUT,
             verbose: false,
             lan_gro: true,
+            east_cpus_shifted: true,
         }
     }
 
@@ -171,6 +179,17 @@ impl Options {
             bail!("--workers must be between 1 and 64");
         }
         Ok(())
+    }
+
+    /// gw-east's `[daemon] cpus`: gw-west's (the CPUs this process may
+    /// use, in order) shifted by one, or `None` (the same order as gw-west)
+    /// with `--same-cpus`.
+    pub(super) fn east_cpus(&self) -> Result<Option<Vec<usize>>> {
+        if !self.east_cpus_shifted {
+            return Ok(None);
+        }
+        let cpus = esparto_io::cpu::allowed_cpus().context("reading the CPUs this process may use")?;
+        Ok(Some(crate::testbed::esparto::shifted_cpus(&cpus)))
     }
 
     /// The test bed's options for one section.
@@ -247,6 +266,9 @@ pub struct Args {
     /// LAN links with veth's defaults instead: one queue, no GRO, so every UDP packet reaches the TUN alone.
     #[arg(long)]
     pub no_lan_gro: bool,
+    /// Pin gw-east's worker k to the same CPU as gw-west's worker k, so that each flow's two ends share a CPU (the placement of every run before 2026-11-22). The default shifts gw-east's CPUs by one: a flow's two ends on different CPUs, as on two machines.
+    #[arg(long)]
+    pub same_cpus: bool,
     /// Repeat the whole run N times, then summarise each ratio: every run's value, the median, and how many runs reach the target.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
@@ -283,6 +305,7 @@ impl Args {
         o.routed = !self.skip_routed;
         o.verbose = self.verbose;
         o.lan_gro = !self.no_lan_gro;
+        o.east_cpus_shifted = !self.same_cpus;
         if self.per_cpu_static {
             o.per_cpu_layout = Layout::StaticPerCpu;
         }
@@ -317,6 +340,9 @@ mod tests {
         assert!(parse(&["--workers", "2", "--lan-gro"]).unwrap().lan_gro);
         assert!(!parse(&["--workers", "2", "--no-lan-gro"]).unwrap().lan_gro);
         assert!(parse(&["--lan-gro", "--no-lan-gro"]).is_err());
+        assert!(o.east_cpus_shifted);
+        assert!(!parse(&["--workers", "2", "--same-cpus"]).unwrap().east_cpus_shifted);
+        assert!(Options::quick(2).east_cpus_shifted);
         assert_eq!(o.sizes, [64, 128, 256, 512, 1024, 1400]);
         assert_eq!(o.flows, [1, 2, 8]);
         assert!(o.strongswan && o.routed && !o.quick);

@@ -143,9 +143,11 @@ impl EspartoPair {
         workers: usize,
         ike_proposal: &str,
         esp_proposal: &str,
+        east_cpus: Option<Vec<usize>>,
     ) -> Result<Self> {
         let topo = Topology::new()?;
-        let (west_cfg, east_cfg) = configs(layout, workers, ike_proposal, esp_proposal)?;
+        let (west_cfg, mut east_cfg) = configs(layout, workers, ike_proposal, esp_proposal)?;
+        east_cfg.cpus = east_cpus;
         let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg)
             .context("starting gw-east")?;
         let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &west_cfg)
