@@ -105,9 +105,7 @@ pub fn run(bin: &Path, opts: &Options) -> Result<Summary> {
     ecfg.workers = opts.workers;
     // As in `esparto bench tunnel`: a flow's two ends on different CPUs,
     // as two machines would have them.
-    ecfg.cpus = Some(crate::testbed::esparto::shifted_cpus(
-        &esparto_io::cpu::allowed_cpus().context("reading the CPUs this process may use")?,
-    ));
+    ecfg.cpus = Some(crate::testbed::esparto::east_cpus_shifted()?);
     // RFC 9611: a Child SA per worker, negotiated right after IKE_AUTH.
     wcfg.per_cpu_sas = "eager".into();
     ecfg.per_cpu_sas = "eager".into();

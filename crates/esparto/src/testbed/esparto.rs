@@ -114,7 +114,6 @@ pub struct EspartoConfig {
     pub keying: Keying,
 }
 
-/// Quote a TOML basic string.
 /// CPUs for gw-east's workers such that no flow has both its ends on one
 /// CPU: `cpus` (gw-west's, in order) shifted by one, so that gw-east's
 /// worker *k* runs on `cpus[(k + 1) mod n]` (with two CPUs, the opposite
@@ -138,6 +137,14 @@ pub fn shifted_cpus(cpus: &[usize]) -> Vec<usize> {
     v
 }
 
+/// [`shifted_cpus`] of the CPUs this process may use (gw-west's default):
+/// gw-east's `[daemon] cpus` in the bench and the demo.
+pub fn east_cpus_shifted() -> Result<Vec<usize>> {
+    let cpus = esparto_io::cpu::allowed_cpus().context("reading the CPUs this process may use")?;
+    Ok(shifted_cpus(&cpus))
+}
+
+/// Quote a TOML basic string.
 fn q(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::pair::Layout;
@@ -188,8 +188,7 @@ impl Options {
         if !self.east_cpus_shifted {
             return Ok(None);
         }
-        let cpus = esparto_io::cpu::allowed_cpus().context("reading the CPUs this process may use")?;
-        Ok(Some(crate::testbed::esparto::shifted_cpus(&cpus)))
+        crate::testbed::esparto::east_cpus_shifted().map(Some)
     }
 
     /// The test bed's options for one section.
