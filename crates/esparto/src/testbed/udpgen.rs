@@ -467,7 +467,15 @@ mod tests {
         // Three flows share the rate: 3 × 1000 packets (same sink port, so
         // the first generator goes first).
         drop(g);
-        let mut g3 = UdpGen::with_flows(&ns, lo, &ns, lo, 3).unwrap();
+        // The old sink's port is free once its socket is closed everywhere:
+        // a process another test spawns holds a copy until its exec.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut g3 = loop {
+            match UdpGen::with_flows(&ns, lo, &ns, lo, 3) {
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                r => break r.unwrap(),
+            }
+        };
         assert_eq!(g3.flows(), 3);
         let (t3, _) = g3.trial(256, 6_000.0, Duration::from_millis(500)).unwrap();
         assert_eq!((t3.sent, t3.received), (3_000, 3_000));
