@@ -279,13 +279,21 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
         }
     }
     eprintln!("west: {west_reports:#?}\neast: {east_reports:#?}");
-    // Queues closed → the TUN devices are gone.
+    // Queues closed → the TUN devices are gone. A device lives while any
+    // fd to it is open, and a process spawned at that moment holds copies
+    // until its exec: wait a little rather than ask once.
     assert!(
-        pair.a.ip(&["link", "show", "tunW"]).is_err(),
+        common::wait_until(Duration::from_secs(5), || pair
+            .a
+            .ip(&["link", "show", "tunW"])
+            .is_err()),
         "tunW still exists"
     );
     assert!(
-        pair.b.ip(&["link", "show", "tunE"]).is_err(),
+        common::wait_until(Duration::from_secs(5), || pair
+            .b
+            .ip(&["link", "show", "tunE"])
+            .is_err()),
         "tunE still exists"
     );
 }

@@ -72,8 +72,10 @@ fn flows(topo: &Topology, from: Node, n: u16) {
     let dst = SocketAddr::new(Topology::addr(dst, Net::Lan, Family::V4), 9);
     topo.ns(src)
         .run(|| {
-            for i in 0..n {
-                let s = UdpSocket::bind(SocketAddr::new(src_ip, 20_000 + i)).unwrap();
+            for _ in 0..n {
+                // An ephemeral port per flow: a fixed one could still be
+                // held by a process another test is spawning.
+                let s = UdpSocket::bind(SocketAddr::new(src_ip, 0)).unwrap();
                 for _ in 0..5 {
                     let _ = s.send_to(&[0u8; 200], dst);
                 }
