@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # Installs what `make demo` and `make test` need on a fresh Debian 12 machine:
-# Debian packages (iproute2, iperf3, strongSwan with kernel-libipsec for the
-# interop tests), the Rust components (clippy; nightly + cargo-fuzz for the
-# fuzz targets). Idempotent and quiet when everything is already there.
+# the Debian packages that provide every program in scripts/programs.txt
+# (iproute2, ethtool, iperf3, strongSwan with kernel-libipsec for the interop
+# tests, …) and strongSwan's plugins, then the Rust components (clippy;
+# nightly + cargo-fuzz for the fuzz targets). Ends by checking that every
+# listed program is there. Idempotent and quiet when everything is present.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-PACKAGES=(
-  build-essential pkg-config iproute2 iputils-ping iperf3 procps kmod
-  strongswan-charon strongswan-swanctl libcharon-extra-plugins
-  libstrongswan-standard-plugins libstrongswan-extra-plugins
+# program -> package, from the one list of external programs.
+PROGRAMS=()
+PACKAGES=()
+while read -r prog pkg _group; do
+  [[ -z "$prog" || "$prog" == \#* ]] && continue
+  PROGRAMS+=("$prog")
+  PACKAGES+=("$pkg")
+done < scripts/programs.txt
+# Libraries and plugins (no program of their own to check).
+PACKAGES+=(
+  libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
 )
+mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" | sort -u)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -47,4 +58,15 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   log "installing cargo-fuzz"
   cargo install cargo-fuzz --locked --quiet
+fi
+
+# Every program the code runs must now be there.
+absent=()
+for prog in "${PROGRAMS[@]}"; do
+  if [[ "$prog" == /* ]]; then [[ -x "$prog" ]] || absent+=("$prog")
+  else command -v "$prog" >/dev/null 2>&1 || absent+=("$prog"); fi
+done
+if ((${#absent[@]})); then
+  log "still missing after set-up: ${absent[*]} (see scripts/programs.txt)"
+  exit 1
 fi

@@ -147,6 +147,24 @@ pub fn skip(test: &str, strongswan: bool) -> bool {
     !m.is_empty()
 }
 
+/// The external programs the test bed runs, with the Debian package of
+/// each and its group (`build`, `testbed`, `strongswan`): the list that
+/// `scripts/setup.sh` installs and checks.
+const PROGRAMS: &str = include_str!("../../../../scripts/programs.txt");
+
+/// The programs of the given groups in [`PROGRAMS`].
+fn programs(groups: &[&str]) -> impl Iterator<Item = &'static str> {
+    PROGRAMS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (prog, _pkg, group) = (f.next()?, f.next()?, f.next()?);
+            groups.contains(&group).then_some(prog)
+        })
+}
+
 /// What the test bed needs and does not find: empty when everything is
 /// there. `strongswan` adds charon and swanctl to the list.
 pub fn missing(strongswan: bool) -> Vec<String> {
@@ -154,17 +172,11 @@ pub fn missing(strongswan: bool) -> Vec<String> {
     if !esparto_io::netns::available() {
         out.push("root and iproute2 (ip netns)".to_string());
     }
-    for tool in ["iperf3", "ping", "ethtool"] {
-        if !on_path(tool) {
+    let groups: &[&str] = if strongswan { &["testbed", "strongswan"] } else { &["testbed"] };
+    for tool in programs(groups) {
+        let found = if tool.starts_with('/') { Path::new(tool).exists() } else { on_path(tool) };
+        if !found {
             out.push(tool.to_string());
-        }
-    }
-    if strongswan {
-        if !Path::new(CHARON).exists() {
-            out.push(CHARON.to_string());
-        }
-        if !on_path("swanctl") {
-            out.push("swanctl".to_string());
         }
     }
     out
@@ -260,6 +272,17 @@ mod tests {
         assert!(udp_payload_len(28, Family::V4).is_err());
         assert!(udp_payload_len(48, Family::V6).is_err());
         assert!(udp_payload_len(70_000, Family::V4).is_err());
+    }
+
+    #[test]
+    fn program_list_names_the_test_beds_tools() {
+        let testbed: Vec<_> = programs(&["testbed"]).collect();
+        for tool in ["ip", "ethtool", "iperf3", "ping", "nstat", "tc"] {
+            assert!(testbed.contains(&tool), "{tool} missing from scripts/programs.txt");
+        }
+        let swan: Vec<_> = programs(&["strongswan"]).collect();
+        assert_eq!(swan, [CHARON, "swanctl"]);
+        assert!(programs(&["build"]).any(|p| p == "cc"));
     }
 
     #[test]
