@@ -373,7 +373,7 @@ mod tests {
         // Other resources, and the other family on the same port, are free.
         let v6 = InstanceLock::acquire(&dir, &[Claim::Udp { v6: true, port: 4500 }, Claim::Tun("esparto1".into())]);
         assert!(v6.is_ok(), "{v6:?}");
-        let msg = InstanceLock::acquire(&dir, &[tun.clone()]).unwrap_err().to_string();
+        let msg = InstanceLock::acquire(&dir, std::slice::from_ref(&tun)).unwrap_err().to_string();
         assert!(msg.contains(&format!("pid {}", std::process::id())) && msg.contains("TUN device esparto0"), "{msg}");
         let paths: Vec<PathBuf> = first.paths().map(Path::to_path_buf).collect();
         drop(first);
