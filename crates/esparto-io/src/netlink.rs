@@ -25,6 +25,9 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
 /// Receive buffer: a dump's datagrams are at most a few pages each.
 const RECV_BUF_LEN: usize = 64 * 1024;
+/// The kernel answers at once; a request unanswered this long fails
+/// rather than blocking the daemon's control thread for good.
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// `NLMSGERR_ATTR_MSG` (`<linux/netlink.h>`): the extended-ACK text.
 const NLMSGERR_ATTR_MSG: u16 = 1;
 /// Length of the `nlmsghdr` the kernel echoes in an error with
@@ -70,6 +73,7 @@ impl Rtnetlink {
         // Both are best effort: an older kernel still answers with errno.
         let _ = socket.set_cap_ack(true);
         let _ = socket.set_ext_ack(true);
+        rustix::net::sockopt::set_socket_timeout(&socket, rustix::net::sockopt::Timeout::Recv, Some(ANSWER_TIMEOUT))?;
         Ok(Self { socket, seq: 0, buf: Vec::with_capacity(RECV_BUF_LEN) })
     }
 
@@ -139,6 +143,10 @@ impl Rtnetlink {
                 match self.socket.recv(&mut self.buf, libc::MSG_TRUNC) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        let what = format!("netlink: no answer from the kernel within {ANSWER_TIMEOUT:?}");
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, what));
+                    }
                     Err(e) => return Err(e),
                 }
             };
