@@ -11,11 +11,16 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-5}
 step() { printf '\n=== %s\n' "$*"; }
 t0=$SECONDS
 
+# The daemon's fault-injection test hook (a worker that panics on demand,
+# crates/esparto/src/daemon/fault.rs) is built for the tests only.
+TEST_FEATURES=(--features esparto/fault-injection)
+
 step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo clippy --workspace --all-targets --quiet "${TEST_FEATURES[@]}" -- -D warnings
 
 step "tests"
-cargo test --workspace --quiet
+cargo test --workspace --quiet "${TEST_FEATURES[@]}"
 
 step "fuzz smoke runs (${FUZZ_SECONDS}s each)"
 # Smoke runs use a debug build without a sanitizer: it builds in a third of

@@ -21,6 +21,12 @@
 //! worker from `poll`. Threads are pinned round-robin to the CPUs the process
 //! may use (`sched_setaffinity`), so more workers than cores still works.
 //!
+//! A worker that stops without being told to — it panicked, or its TUN
+//! queue was closed under it — records why ([`Workers::failure`]); the
+//! thread that owns the [`Workers`] is expected to look after every loop
+//! and stop the whole process with that reason, rather than run on with
+//! part of its data plane gone.
+//!
 //! Datagrams that reach a worker but are not ESP — an IKE message or a
 //! keepalive coalesced behind ESP by UDP GRO (see [`crate::steer`]) — go to
 //! the `to_control` batch and from there, copied, to the control channel:
@@ -29,8 +35,9 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -165,9 +172,49 @@ pub struct WorkerReport {
     pub loops: u64,
 }
 
+/// Why a worker stopped without being told to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureCause {
+    /// It panicked, with this message.
+    Panicked(String),
+    /// Its TUN queue was closed (the device was deleted).
+    TunClosed,
+}
+
+/// A worker that stopped on its own ([`Workers::failure`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerFailure {
+    /// Worker index.
+    pub index: usize,
+    /// Why.
+    pub cause: FailureCause,
+}
+
+impl std::fmt::Display for WorkerFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cause {
+            FailureCause::Panicked(msg) => write!(f, "worker {} panicked: {msg}", self.index),
+            FailureCause::TunClosed => write!(f, "worker {} stopped: its TUN queue was closed", self.index),
+        }
+    }
+}
+
+impl std::error::Error for WorkerFailure {}
+
+/// The text of a panic's payload (`panic!` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic without a message)".into())
+}
+
 struct Shared {
     wake: EventFd,
     stop: AtomicBool,
+    /// Set once by the worker thread if it stops on its own.
+    failure: OnceLock<FailureCause>,
 }
 
 /// Running worker threads; stops and joins them on drop.
@@ -217,6 +264,7 @@ impl<C: Send + 'static> Workers<C> {
             let shared = Arc::new(Shared {
                 wake: EventFd::new()?,
                 stop: AtomicBool::new(false),
+                failure: OnceLock::new(),
             });
             let cpu = if cfg.pin && !cpus.is_empty() {
                 Some(cpus[k % cpus.len()])
@@ -224,9 +272,23 @@ impl<C: Send + 'static> Workers<C> {
                 None
             };
             let worker = Worker::new(k, cfg, t, u, d, rx, shared.clone(), control.clone());
-            let h = std::thread::Builder::new()
-                .name(format!("esparto-w{k}"))
-                .spawn(move || worker.run(cpu))?;
+            let sh = shared.clone();
+            let h = std::thread::Builder::new().name(format!("esparto-w{k}")).spawn(move || {
+                // The worker is dropped with the unwinding, and nothing it
+                // touched is used again: unwind safety is not in question.
+                match panic::catch_unwind(AssertUnwindSafe(|| worker.run(cpu))) {
+                    Ok(report) => {
+                        if !sh.stop.load(Ordering::Acquire) {
+                            let _ = sh.failure.set(FailureCause::TunClosed);
+                        }
+                        report
+                    }
+                    Err(payload) => {
+                        let _ = sh.failure.set(FailureCause::Panicked(panic_message(payload.as_ref())));
+                        panic::resume_unwind(payload)
+                    }
+                }
+            })?;
             w.senders.push(tx);
             w.shared.push(shared);
             w.threads.push(h);
@@ -256,8 +318,20 @@ impl<C: Send + 'static> Workers<C> {
         Ok(())
     }
 
-    /// Stop every worker, join it, and collect the reports. The workers'
-    /// TUN queues and sockets are closed when this returns.
+    /// The first worker (by index) that has stopped without being told to,
+    /// and why. Cheap (one atomic load per worker): meant to be asked on
+    /// every turn of the owner's loop.
+    pub fn failure(&self) -> Option<WorkerFailure> {
+        self.shared
+            .iter()
+            .enumerate()
+            .find_map(|(index, sh)| sh.failure.get().map(|cause| WorkerFailure { index, cause: cause.clone() }))
+    }
+
+    /// Stop every worker, join it, and collect the reports of those that
+    /// stopped cleanly (a worker that panicked has none; [`Self::failure`]
+    /// says why). The workers' TUN queues and sockets are closed when this
+    /// returns.
     pub fn shutdown(mut self) -> Vec<WorkerReport> {
         self.stop_and_join()
     }
@@ -384,7 +458,9 @@ impl<D: Datapath> Worker<D> {
                     break;
                 }
             }
-            if fds[0].revents & (libc::POLLHUP | libc::POLLNVAL) != 0 {
+            // A deleted TUN device leaves its queues polling POLLERR
+            // (`tun_chr_poll`) for good: stop rather than spin.
+            if fds[0].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
                 break; // the TUN device is gone
             }
             if fds[0].revents & libc::POLLIN != 0 {

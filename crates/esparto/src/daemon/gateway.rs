@@ -4,7 +4,12 @@
 //! Start-up is all-or-nothing: the TUN device, the sockets and the worker
 //! threads are created first, then every child's policies and SAs are
 //! installed; any failure tears down what was created and returns the
-//! error, so a daemon never runs half-configured.
+//! error, so a daemon never runs half-configured. The worker threads are
+//! started from a thread that has given up every capability, so they run
+//! with none: they only read and write the descriptors set-up gave them.
+//!
+//! Routes go through rtnetlink into `ROUTE_TABLE`; the gateway removes
+//! those it added when it stops (they would also go with the device).
 //!
 //! The gateway is driven by the daemon's control thread. It never touches a
 //! packet: it sends commands to the workers (built SAs, SPD snapshots),
@@ -20,7 +25,8 @@ use esparto_esp::{
     Command, Direction, GroupId, TAILROOM, max_inner_len,
 };
 use esparto_io::udp::UdpConfig;
-use esparto_io::worker::{ControlDatagram, WorkerReport};
+use esparto_io::route::DeviceRoutes;
+use esparto_io::worker::{ControlDatagram, WorkerFailure, WorkerReport};
 use esparto_io::{
     EspCommand, EspDatapath, IcmpSources, Snapshot, Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig,
     WorkerEvent,
@@ -36,6 +42,9 @@ use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
 const DEFAULT_TUN_MTU: u16 = 1400;
 /// How long `status` waits for each worker's snapshot.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The routing table the peers' selectors are routed in: the main table
+/// (a table of Esparto's own behind a policy rule is the next step).
+pub(super) const ROUTE_TABLE: u32 = esparto_io::route::MAIN_TABLE;
 
 /// The running data plane.
 pub struct Gateway {
@@ -48,6 +57,8 @@ pub struct Gateway {
     control_dgrams: mpsc::Receiver<ControlDatagram>,
     /// The reuseport group's control socket (IKE on the NAT-T port).
     udp_control: UdpSocket,
+    /// Routes into the TUN device.
+    pub(super) routes: DeviceRoutes,
     pub(super) next_group: GroupId,
     pub(super) children: Vec<ChildState>,
     pub(super) labels: BTreeMap<(u32, Direction), SaLabel>,
@@ -79,7 +90,7 @@ fn tun_mtu(cfg: &Config) -> u16 {
 
 /// The local address to bind: the one address every connection names, or
 /// the wildcard of their (single) family.
-fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
+pub(super) fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
     let locals: Vec<IpAddr> = cfg.connections.iter().filter_map(|c| c.local_addrs.first().copied()).collect();
     let remotes: Vec<IpAddr> = cfg.connections.iter().filter_map(|c| c.remote_addrs.first().copied()).collect();
     let v6 = match (locals.first().or(remotes.first()), remotes.iter().chain(&locals).any(|a| a.is_ipv6())) {
@@ -130,6 +141,8 @@ impl Gateway {
         })
         .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
         let tun_name = tun.name().to_string();
+        let routes = DeviceRoutes::new(&tun_name, ROUTE_TABLE)
+            .with_context(|| format!("opening an rtnetlink socket for routes into {tun_name}"))?;
         let (steering, why) = tun.steering();
         match steering {
             Steering::FlowTable => {}
@@ -157,8 +170,12 @@ impl Gateway {
             ..WorkerConfig::default()
         };
         let UdpGroup { workers: socks, control } = group;
-        let workers = Workers::spawn(&wcfg, tun.into_queues(), socks, datapaths, Some(ctl_tx))
-            .context("starting worker threads")?;
+        let datapaths = super::fault::inject(datapaths);
+        let workers = esparto_io::privs::with_no_capabilities(|| {
+            Workers::spawn(&wcfg, tun.into_queues(), socks, datapaths, Some(ctl_tx))
+        })
+        .and_then(|r| r)
+        .context("starting worker threads")?;
         info!(tun = %tun_name, mtu, workers = n, %bind, "data plane up");
         let mut gw = Self {
             started: Instant::now(),
@@ -169,6 +186,7 @@ impl Gateway {
             events,
             control_dgrams,
             udp_control: control,
+            routes,
             next_group: 1,
             children: Vec::new(),
             labels: BTreeMap::new(),
@@ -222,6 +240,12 @@ impl Gateway {
             self.send(k, make()?)?;
         }
         Ok(())
+    }
+
+    /// A worker that has stopped on its own (panicked, or lost its TUN
+    /// queue): the daemon cannot go on without it.
+    pub fn worker_failure(&self) -> Option<WorkerFailure> {
+        self.workers.failure()
     }
 
     /// Drains worker events; returns them for the IKE layer.
@@ -309,9 +333,13 @@ impl Gateway {
         }
     }
 
-    /// Stops the workers (closing the TUN queues and sockets; the TUN device
-    /// and its routes disappear with the last queue).
-    pub fn shutdown(self) -> Vec<WorkerReport> {
+    /// Removes the routes it added, then stops the workers (closing the
+    /// TUN queues and sockets; the TUN device disappears with the last
+    /// queue).
+    pub fn shutdown(mut self) -> Vec<WorkerReport> {
+        for e in self.routes.remove_all() {
+            warn!("{e}");
+        }
         let reports = self.workers.shutdown();
         for r in &reports {
             if r.io_errors > 0 || r.udp_tx_dropped > 0 {

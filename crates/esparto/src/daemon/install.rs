@@ -24,7 +24,7 @@ use esparto_esp::{
     TrafficSelector,
 };
 use esparto_io::spi_to_worker;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::Gateway;
 use crate::config::{Child, Connection};
@@ -139,6 +139,11 @@ fn policies(group: GroupId, local: &[TrafficSelector], remote: &[TrafficSelector
 
 impl Gateway {
     /// Creates (or updates the selectors of) the group of a child; returns it.
+    ///
+    /// The routes of the peer's selectors are set every time, not only when
+    /// they change: a route the kernel flushed meanwhile (the device went
+    /// down and up) would otherwise leave the child's traffic without a way
+    /// into the tunnel until a restart.
     pub fn ensure_child(&mut self, connection: &str, child: &str, params: ChildParams) -> Result<GroupId> {
         if let Some(c) = self.children.iter_mut().find(|c| c.connection == connection && c.child == child) {
             let group = c.group;
@@ -151,6 +156,10 @@ impl Gateway {
             if changed {
                 self.add_routes(&remote_ts)?;
                 self.publish_spd()?;
+            } else if let Err(e) = self.add_routes(&remote_ts) {
+                // The SAs still go in: the routes come back with the next
+                // install, once the device can take them.
+                warn!(connection, child, "routes not restored: {e:#}");
             }
             return Ok(group);
         }
@@ -172,10 +181,10 @@ impl Gateway {
         Ok(group)
     }
 
-    fn add_routes(&self, remote_ts: &[TrafficSelector]) -> Result<()> {
+    fn add_routes(&mut self, remote_ts: &[TrafficSelector]) -> Result<()> {
         for r in remote_ts {
             for (addr, len) in esparto_io::route::range_to_prefixes(r.addrs.start(), r.addrs.end()) {
-                esparto_io::route::add(self.tun(), addr, len)?;
+                self.routes.add(addr, len)?;
             }
         }
         Ok(())

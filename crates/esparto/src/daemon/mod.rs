@@ -3,6 +3,7 @@
 //! [`Gateway`] owns the data plane (TUN, sockets, workers) and installs
 //! children into it ([`install`]); [`run`] is the control thread's loop.
 
+pub mod fault;
 mod gateway;
 pub mod ike;
 mod ike_events;

@@ -1,9 +1,23 @@
 //! `esparto run`: the daemon's control thread.
 //!
-//! Start-up order makes failures cheap and complete: the control socket is
-//! bound first (a second daemon on the same socket is refused before it
-//! touches any device), then the gateway (TUN, sockets, workers, SAs); if
-//! anything fails, what was created is torn down and the error names it.
+//! Start-up order makes failures cheap and complete: first the daemon
+//! claims its TUN device and UDP ports ([`esparto_io::instance`]: a lock
+//! file per claim under `/run/esparto`, per network namespace, and a check
+//! that the TUN device is not someone else's), so a second daemon is
+//! refused, naming the first one's pid, before it touches any device; then
+//! the control socket is bound, then the gateway (TUN, sockets, workers,
+//! SAs) and IKE; if anything fails, what was created is torn down and the
+//! error names it.
+//!
+//! Set-up done, the control thread gives up every capability but
+//! `CAP_NET_ADMIN` (routes), in every set including the bounding set, and
+//! sets `no_new_privs`; the workers never had any ([`Gateway::start`]).
+//!
+//! A worker that stops on its own (a panic, its TUN device deleted) stops
+//! the daemon: the loop asks after every turn, logs which worker and why,
+//! shuts down and returns the error, so the process exits non-zero and a
+//! service manager restarts it with a whole data plane. Panics anywhere are
+//! logged through the daemon's log, with the thread and the location.
 //!
 //! The loop waits on the control socket and its clients, a signal pipe
 //! (SIGTERM, SIGINT: shut down) and the IKE socket, with a short timeout for
@@ -17,22 +31,32 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use esparto_esp::{Event, Expiry};
+use esparto_io::instance::{self, Claim, InstanceLock};
 use esparto_io::poll::Poller;
-use tracing::{info, warn};
+use esparto_io::privs::{self, Capability};
+use tracing::{error, info, warn};
 
 use super::Gateway;
 use super::ike::Ike;
 use crate::config::Config;
 use crate::control::{ControlServer, Request, Response};
 
-/// Longest the loop sleeps when nothing happens (bounds event latency).
+/// Longest the loop sleeps when nothing happens (bounds event latency,
+/// and how long a dead worker goes unnoticed).
 const IDLE: Duration = Duration::from_millis(50);
+
+/// Capabilities kept after set-up: routes (and, later, TUN and policy-rule
+/// changes) need `CAP_NET_ADMIN`. Every port is bound at start and never
+/// again, so `CAP_NET_BIND_SERVICE` goes.
+const KEEP: &[Capability] = &[Capability::NetAdmin];
 
 /// Runs the gateway described by `config` until SIGTERM or SIGINT.
 pub fn run(mut config: Config, control: &Path) -> Result<()> {
     init_logging(&config.daemon.log);
+    log_panics();
+    let _instance = claim(&config)?;
     let mut server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
     let (mut sig_rx, sig_tx) = UnixStream::pair().context("signal pipe")?;
     sig_rx.set_nonblocking(true)?;
@@ -41,9 +65,13 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     }
     let mut gw = Gateway::start(&config)?;
     let mut ike = Ike::start(&mut config, &mut gw, Instant::now())?;
+    let kept = privs::restrict_thread(KEEP).context("dropping capabilities")?;
+    if !kept.bounding_reduced {
+        warn!("no CAP_SETPCAP: the capability bounding set is left as it was");
+    }
     info!(
         config = %config.path.display(), control = %control.display(), tun = gw.tun(), workers = gw.workers(),
-        pid = std::process::id(), "esparto running"
+        pid = std::process::id(), capabilities = %kept, "esparto running"
     );
 
     let started = Instant::now();
@@ -66,6 +94,11 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
             .and_then(|i| i.next_timeout())
             .map_or(IDLE, |t| t.saturating_duration_since(Instant::now()).min(IDLE));
         poller.wait(wait)?;
+        if let Some(f) = gw.worker_failure() {
+            error!(worker = f.index, reason = %f, "a worker stopped; stopping the daemon");
+            gw.shutdown();
+            return Err(anyhow!(f)).context("the data plane lost a worker");
+        }
         let now = Instant::now();
         if poller.readable(sig) {
             let mut b = [0u8; 16];
@@ -112,6 +145,41 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     info!(workers = reports.len(), io_errors = errors, "stopped");
     drop(server); // removes the socket file
     Ok(())
+}
+
+/// Claims the TUN device and the UDP ports for this process (see the
+/// module docs), before anything is touched.
+fn claim(config: &Config) -> Result<InstanceLock> {
+    let bind = super::gateway::bind_addr(config)?;
+    let v6 = bind.is_ipv6();
+    let mut claims = vec![Claim::Tun(config.daemon.tun.clone()), Claim::Udp { v6, port: config.daemon.port }];
+    if config.connections.iter().any(|c| c.ike.is_some()) {
+        claims.push(Claim::Udp { v6, port: config.daemon.ike_port });
+    }
+    let lock = InstanceLock::acquire(Path::new(instance::RUN_DIR), &claims)?;
+    instance::check_tun_free(&config.daemon.tun)?;
+    Ok(lock)
+}
+
+/// Logs every panic (any thread) through the daemon's log: the thread,
+/// where, the message, and a backtrace if `RUST_BACKTRACE` asks for one.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current().name().unwrap_or("unnamed").to_string();
+        let location = info.location().map_or_else(String::new, |l| format!("{}:{}", l.file(), l.line()));
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let bt = std::backtrace::Backtrace::capture();
+        if bt.status() == std::backtrace::BacktraceStatus::Captured {
+            error!(thread, location, "panic: {message}\n{bt}");
+        } else {
+            error!(thread, location, "panic: {message}");
+        }
+    }));
 }
 
 fn server_fd(s: &ControlServer) -> std::os::fd::RawFd {

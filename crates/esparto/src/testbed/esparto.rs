@@ -478,6 +478,55 @@ impl EspartoGateway {
     }
 }
 
+/// How a daemon run by [`run_to_exit`] ended.
+#[derive(Debug)]
+pub struct Exited {
+    /// Its exit status (`None`: still running at the deadline, killed).
+    pub status: Option<std::process::ExitStatus>,
+    /// Everything it logged (stdout and stderr).
+    pub log: String,
+    /// How long it ran.
+    pub ran: Duration,
+}
+
+/// Runs `BIN run` with `cfg` (and a control socket of its own) in `ns`,
+/// with extra environment variables, until it exits or `timeout` passes
+/// (then it is killed). For daemons that are expected to stop by
+/// themselves: refused at start, or failing.
+pub fn run_to_exit(
+    ns: &Netns,
+    bin: &Path,
+    cfg: &EspartoConfig,
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<Exited> {
+    let dir = WorkDir::new(&format!("esparto-once-{}", ns.name()))?;
+    let control = dir.join("esparto.sock");
+    let config = dir.join("esparto.toml");
+    std::fs::write(&config, cfg.to_toml(&control))?;
+    let log_path = dir.join("esparto.log");
+    let log = std::fs::File::create(&log_path)?;
+    let started = std::time::Instant::now();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(bin)
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--control")
+        .arg(&control)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("spawning {}", bin.display()))?;
+    let status = wait_child(&mut child, timeout)?;
+    let ran = started.elapsed();
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    Ok(Exited { status, log, ran })
+}
+
 impl Drop for EspartoGateway {
     fn drop(&mut self) {
         if self.child.is_some() && self.shutdown().is_err() {
