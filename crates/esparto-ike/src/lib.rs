@@ -90,6 +90,7 @@ pub mod lifetime;
 pub mod nat;
 pub mod proposal;
 mod psk;
+mod ratelimit;
 pub mod rules;
 mod sa;
 pub mod spi;
@@ -97,8 +98,8 @@ mod task;
 pub mod ts;
 
 pub use config::{
-    AuthConfig, ChildConfig, ConfigError, Connection, DpdAction, EndpointConfig, PerCpuSas,
-    RetransmitConfig, Secrets, StartAction,
+    AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, Connection, DpdAction,
+    EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction,
 };
 pub use endpoint::{Endpoint, InitiateError, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
