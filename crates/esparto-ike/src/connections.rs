@@ -95,7 +95,10 @@ impl Connections {
 
     /// Connections that name `remote` in their `remote_addrs` (the
     /// wildcards, which accept any address, are not among them).
-    pub(crate) fn with_remote_addr(&self, remote: IpAddr) -> impl Iterator<Item = &Arc<Connection>> {
+    pub(crate) fn with_remote_addr(
+        &self,
+        remote: IpAddr,
+    ) -> impl Iterator<Item = &Arc<Connection>> {
         self.by_remote_addr
             .get(&remote)
             .map_or(&[][..], Vec::as_slice)

@@ -1,5 +1,7 @@
 //! Lifetimes, jitter and the other limits of an SA's life (RFC 7296 §2.8,
-//! §2.3, §2.4; RFC 9611), as named constants in one place.
+//! §2.3, §2.4; RFC 9611), and of its after-life — what a dead IKE SA leads
+//! to, the re-initiation back-off, the rate limits on unprotected answers
+//! (§2.21.4, see `endpoint/recovery.rs`) — as named constants in one place.
 //!
 //! IKEv2 does not negotiate lifetimes: "each end of the SA is responsible
 //! for enforcing its own lifetime policy on the SA and rekeying the SA when
@@ -279,13 +281,25 @@ mod tests {
         use AfterDeath::*;
         let dead = [Reason::Timeout, Reason::InvalidIkeSpi];
         for r in dead {
-            assert_eq!(after_death(DpdAction::Clear, CloseAction::Start, r), Nothing);
-            assert_eq!(after_death(DpdAction::Restart, CloseAction::None, r), Initiate);
+            assert_eq!(
+                after_death(DpdAction::Clear, CloseAction::Start, r),
+                Nothing
+            );
+            assert_eq!(
+                after_death(DpdAction::Restart, CloseAction::None, r),
+                Initiate
+            );
             assert_eq!(after_death(DpdAction::Trap, CloseAction::Start, r), Trap);
         }
         let r = Reason::DeletedByPeer;
-        assert_eq!(after_death(DpdAction::Restart, CloseAction::None, r), Nothing);
-        assert_eq!(after_death(DpdAction::Clear, CloseAction::Start, r), Initiate);
+        assert_eq!(
+            after_death(DpdAction::Restart, CloseAction::None, r),
+            Nothing
+        );
+        assert_eq!(
+            after_death(DpdAction::Clear, CloseAction::Start, r),
+            Initiate
+        );
         assert_eq!(after_death(DpdAction::Clear, CloseAction::Trap, r), Trap);
         for r in [
             Reason::Terminated,
@@ -294,7 +308,11 @@ mod tests {
             Reason::AuthenticationFailed,
             Reason::HalfOpenExpired,
         ] {
-            assert_eq!(after_death(DpdAction::Restart, CloseAction::Start, r), Nothing, "{r:?}");
+            assert_eq!(
+                after_death(DpdAction::Restart, CloseAction::Start, r),
+                Nothing,
+                "{r:?}"
+            );
         }
     }
 

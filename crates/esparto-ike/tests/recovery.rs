@@ -50,9 +50,10 @@ fn restart(net: &mut sim::Net, s: &Setup, i: usize, seed: u64) {
 }
 
 fn ike_deleted(net: &sim::Net, i: usize, reason: Reason) -> usize {
-    net.count(i, |e| {
-        matches!(e, Event::IkeSaDeleted { reason: r, .. } if *r == reason)
-    })
+    net.count(
+        i,
+        |e| matches!(e, Event::IkeSaDeleted { reason: r, .. } if *r == reason),
+    )
 }
 
 /// The notify types of an unprotected message.
@@ -92,7 +93,10 @@ fn a_restarted_responder_answers_invalid_ike_spi_and_the_initiator_starts_over()
     let answers: Vec<&Packet> = net.peers[R].sent.iter().collect();
     assert_eq!(answers.len(), 1, "one answer: {answers:?}");
     let (q, a) = (req.header().unwrap(), answers[0].header().unwrap());
-    assert_eq!((a.spi_i, a.spi_r, a.message_id), (q.spi_i, q.spi_r, q.message_id));
+    assert_eq!(
+        (a.spi_i, a.spi_r, a.message_id),
+        (q.spi_i, q.spi_r, q.message_id)
+    );
     assert_eq!(a.exchange, ExchangeType::INFORMATIONAL);
     assert!(a.response && !a.initiator && q.initiator);
     assert_eq!(answers[0].to, req.from);
@@ -139,13 +143,21 @@ fn a_restarted_initiator_answers_invalid_ike_spi_and_the_responder_clears() {
     net.run_for(Duration::from_millis(100));
     let a = net.peers[I].sent[0].header().unwrap();
     assert!(a.response && a.initiator, "the original initiator's flag");
-    assert_eq!(notifies(&net.peers[I].sent[0]), [NotifyType::INVALID_IKE_SPI]);
+    assert_eq!(
+        notifies(&net.peers[I].sent[0]),
+        [NotifyType::INVALID_IKE_SPI]
+    );
     assert_eq!(ike_deleted(&net, R, Reason::InvalidIkeSpi), 1);
     assert_eq!(net.peers[R].ep.ike_sa_count(), 0);
     // The responder's dpd_action is clear: nothing follows.
     net.run_for(Duration::from_secs(10));
     assert_eq!(net.peers[R].ep.stats().reinitiations, 0);
-    assert!(net.peers[R].sent.iter().all(|p| !p.is(ExchangeType::IKE_SA_INIT, false)));
+    assert!(
+        net.peers[R]
+            .sent
+            .iter()
+            .all(|p| !p.is(ExchangeType::IKE_SA_INIT, false))
+    );
     net.assert_no_leak(R);
 }
 
@@ -198,7 +210,13 @@ fn an_invalid_ike_spi_that_answers_no_request_of_ours_is_ignored() {
     net.drop_if = Some(Box::new(|p| p.is(ExchangeType::INFORMATIONAL, false)));
     net.peers[I].ep.liveness_check(net.now, id).unwrap();
     net.run_for(Duration::from_millis(10));
-    let mid = net.peers[I].sent.last().unwrap().header().unwrap().message_id;
+    let mid = net.peers[I]
+        .sent
+        .last()
+        .unwrap()
+        .header()
+        .unwrap()
+        .message_id;
     let p = forged(&net, id.0, spi_r ^ 1, mid, true);
     net.inject(p);
     // A response with unknown SPIs is never answered, and neither is an
@@ -288,7 +306,11 @@ fn an_invalid_spi_hint_from_a_restarted_peer_leads_to_a_liveness_check_that_fail
             .ep
             .handle_unknown_esp(net.now, addr(SUN, 4500), addr(MOON, 4500), out_spi);
     }
-    assert_eq!(net.peers[R].ep.stats().invalid_spi_hints_sent, 1, "rate-limited");
+    assert_eq!(
+        net.peers[R].ep.stats().invalid_spi_hints_sent,
+        1,
+        "rate-limited"
+    );
     net.run_for(Duration::from_millis(100));
     let hint = &net.peers[R].sent[0];
     assert_eq!((hint.from, hint.to), (addr(SUN, 4500), addr(MOON, 4500)));
@@ -353,7 +375,11 @@ fn a_hint_for_an_spi_we_do_not_send_on_changes_nothing() {
     };
     net.inject(p);
     net.run_for(Duration::from_secs(1));
-    assert_eq!(net.peers[I].sent.len(), before, "nothing sent, nothing answered");
+    assert_eq!(
+        net.peers[I].sent.len(),
+        before,
+        "nothing sent, nothing answered"
+    );
     assert_eq!(net.peers[I].ep.stats().invalid_spi_hints_received, 0);
     assert_eq!(net.current_ike(I), Some(id));
 }
@@ -380,7 +406,10 @@ fn reinitiation_backs_off_while_the_peer_stays_away_and_resets_once_stable() {
     net.peers[I].ep.liveness_check(net.now, id).unwrap();
     let dead_at = net.elapsed().as_secs_f64() + 1.0;
     net.run_for(Duration::from_secs(40 * 60));
-    assert_eq!(ike_deleted(&net, I, Reason::Timeout) as u64, net.peers[I].ep.stats().reinitiations + 1);
+    assert_eq!(
+        ike_deleted(&net, I, Reason::Timeout) as u64,
+        net.peers[I].ep.stats().reinitiations + 1
+    );
     // Each attempt starts a delay after the previous one died (a second
     // after it was sent): 1, 2, 4, … s, minus up to a tenth, capped.
     let t: Vec<f64> = net
@@ -401,7 +430,8 @@ fn reinitiation_backs_off_while_the_peer_stays_away_and_resets_once_stable() {
         prev_end = x + 1.0;
     }
     assert!(
-        t.windows(2).any(|w| w[1] - w[0] > 0.9 * REINITIATE_MAX_DELAY.as_secs_f64()),
+        t.windows(2)
+            .any(|w| w[1] - w[0] > 0.9 * REINITIATE_MAX_DELAY.as_secs_f64()),
         "the cap is reached: {t:?}"
     );
 
@@ -416,7 +446,11 @@ fn reinitiation_backs_off_while_the_peer_stays_away_and_resets_once_stable() {
     net.peers[I].ep.liveness_check(net.now, up).unwrap();
     net.run_for(Duration::from_millis(1100));
     let due = net.peers[I].ep.reinitiation_due("gw").unwrap();
-    assert!(due - net.now <= REINITIATE_DELAY, "reset: {:?}", due - net.now);
+    assert!(
+        due - net.now <= REINITIATE_DELAY,
+        "reset: {:?}",
+        due - net.now
+    );
 }
 
 #[test]
@@ -502,7 +536,10 @@ fn shutdown_deletes_every_ike_sa_and_refuses_new_ones() {
     };
     let mut net = s.build(190);
     net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
-    net.peers[I].ep.acquire(net.now, "gw", "host", None).unwrap();
+    net.peers[I]
+        .ep
+        .acquire(net.now, "gw", "host", None)
+        .unwrap();
     net.run_for(Duration::from_secs(2));
     // A half-open one too: dropped without a word.
     net.drop_if = Some(Box::new(|p| p.is(ExchangeType::IKE_SA_INIT, true)));

@@ -608,9 +608,9 @@ impl Endpoint {
         // as the answer to a request of ours (`task::on_response`).
         let invalid_ike_spi = h.response
             && msg.sk.is_none()
-            && msg.payloads.iter().any(|p| {
-                matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI)
-            });
+            && msg.payloads.iter().any(
+                |p| matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI),
+            );
         let mut ctx = ctx!(self, now);
         match sa.handle(&mut ctx, data, &msg, remote, local) {
             Ok(()) if invalid_ike_spi => self.stats.invalid_ike_spi_received += 1,

@@ -381,7 +381,9 @@ impl Endpoint {
         if let Some(r) = self.recovery.revivals.get_mut(&connection) {
             r.due = Some(due);
         }
-        self.recovery.timers.push(Reverse((due, connection.clone())));
+        self.recovery
+            .timers
+            .push(Reverse((due, connection.clone())));
         tracing::info!(%connection, attempt, in_s = (due - now).as_secs_f64(),
             "initiating the connection again (dpd_action/close_action)");
     }

@@ -482,7 +482,10 @@ impl IkeSa {
             .filter(|c| {
                 c.start_action == crate::config::StartAction::Start
                     || self.children.iter().any(|k| k.name == c.name)
-                    || self.queue.iter().chain(self.pending.iter().map(|p| &p.task))
+                    || self
+                        .queue
+                        .iter()
+                        .chain(self.pending.iter().map(|p| &p.task))
                         .any(|t| t.creates_child(&c.name))
             })
             .map(|c| c.name.clone())

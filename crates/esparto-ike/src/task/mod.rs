@@ -339,9 +339,10 @@ fn unprotected_response(
     msg: &Message<'_>,
     idx: usize,
 ) -> Result<(), Ignored> {
-    let invalid_ike_spi = msg.payloads.iter().any(|p| {
-        matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI)
-    });
+    let invalid_ike_spi = msg
+        .payloads
+        .iter()
+        .any(|p| matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI));
     if !invalid_ike_spi {
         return Err(Ignored::Integrity);
     }
