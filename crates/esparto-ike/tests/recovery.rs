@@ -576,3 +576,28 @@ fn shutdown_deletes_every_ike_sa_and_refuses_new_ones() {
     assert_eq!(net.peers[I].ep.stats().closing_dropped, 1);
     assert_eq!(net.peers[I].ep.ike_sa_count(), 0);
 }
+
+#[test]
+fn shutdown_during_an_ike_sa_rekey_deletes_the_new_ike_sa_too() {
+    for (seed, ours) in [(200, true), (201, false)] {
+        let s = site();
+        let mut net = s.build(seed);
+        let id = net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
+        net.run_for(Duration::from_secs(2));
+        if ours {
+            net.peers[I].ep.rekey_ike(net.now, id).unwrap();
+        } else {
+            // The peer's rekey request is on its way as we stop.
+            let r = net.current_ike(R).unwrap();
+            net.peers[R].ep.rekey_ike(net.now, r).unwrap();
+            net.run_for(Duration::from_millis(5));
+        }
+        net.peers[I].ep.shutdown(net.now);
+        net.run_for(Duration::from_secs(1));
+        assert_eq!(net.peers[I].ep.ike_sa_count(), 0, "rekey by us: {ours}");
+        assert_eq!(net.peers[R].ep.ike_sa_count(), 0, "rekey by us: {ours}");
+        assert_eq!(net.live_children(R).len(), 0);
+        net.assert_no_leak(I);
+        net.assert_no_leak(R);
+    }
+}

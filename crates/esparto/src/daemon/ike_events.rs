@@ -108,6 +108,10 @@ impl Ike {
                     }
                 }
                 if let Some(conn) = connection {
+                    // Children still waiting for the connection's first IKE
+                    // SA: a re-initiation brings them itself (the engine
+                    // initiates every `start` child of the connection).
+                    self.start_after.remove(&*conn);
                     self.after_death(gw, &conn, reason);
                 }
             }
