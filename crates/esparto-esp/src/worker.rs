@@ -81,6 +81,16 @@ pub enum Event {
         /// Soft (rekey) or hard (dead).
         kind: Expiry,
     },
+    /// ESP arrived from `peer` with an SPI no inbound SA has (counted as
+    /// `unknown_spi` too). Raised by the I/O layer, which knows the
+    /// source, and rate-limited there: the peer may hold SAs we lost in a
+    /// restart, and the IKE layer may tell it so (RFC 7296 §1.5).
+    UnknownSpi {
+        /// The SPI.
+        spi: Spi,
+        /// The ESP-in-UDP source.
+        peer: SocketAddr,
+    },
 }
 
 /// An encapsulated packet ready to send.

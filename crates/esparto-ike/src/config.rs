@@ -18,7 +18,7 @@
 //! read files.
 
 use crate::identity::Identity;
-pub use crate::lifetime::{DpdAction, PerCpuSas};
+pub use crate::lifetime::{AfterDeath, CloseAction, DpdAction, PerCpuSas};
 use crate::proposal::{Proposal, ProposalError, Protocol};
 use crate::ts::{TrafficSelector, TsConfig, TsError};
 use core::net::IpAddr;
@@ -144,10 +144,14 @@ pub struct Connection {
     /// other) has gone unanswered this long (swanctl `dpd_timeout`).
     /// `None`: when retransmissions give up (RFC 7296 §2.4).
     pub dpd_timeout: Option<Duration>,
-    /// What the daemon does with the connection's Child SAs when the peer
-    /// is found dead (`IkeSaDeleted { reason: Timeout }`). The engine only
-    /// carries it: clearing, restarting or trapping is the daemon's job.
+    /// What follows when the peer is found dead (`IkeSaDeleted` with
+    /// `Timeout` or `InvalidIkeSpi`): `Restart` makes the endpoint initiate
+    /// again with back-off, `Trap` is the daemon's (trap policies).
     pub dpd_action: DpdAction,
+    /// What follows when the peer deletes the IKE SA (`IkeSaDeleted` with
+    /// `DeletedByPeer`): `Start` makes the endpoint initiate again with
+    /// back-off, `Trap` is the daemon's.
+    pub close_action: CloseAction,
     /// Rekey the IKE SA this long after it was created (swanctl
     /// `rekey_time`, default 4 h), minus a random part of up to
     /// `rand_time` (RFC 7296 §2.8). `None`: never.
@@ -174,6 +178,7 @@ impl Default for Connection {
             dpd_delay: None,
             dpd_timeout: None,
             dpd_action: DpdAction::Clear,
+            close_action: CloseAction::None,
             rekey_time: Some(crate::lifetime::IKE_REKEY_TIME),
             rand_time: None,
         }
@@ -347,6 +352,12 @@ impl Connection {
             .id
             .clone()
             .unwrap_or_else(|| Identity::from(local))
+    }
+
+    /// What the end of one of its IKE SAs for `reason` calls for
+    /// ([`crate::lifetime::after_death`]).
+    pub fn after_death(&self, reason: crate::event::Reason) -> AfterDeath {
+        crate::lifetime::after_death(self.dpd_action, self.close_action, reason)
     }
 
     /// Does the configured remote identity accept `peer`?

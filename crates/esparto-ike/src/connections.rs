@@ -6,6 +6,7 @@
 //! | the connection named *n* | `initiate`, `acquire` | name → position |
 //! | which accept IKE_SA_INIT from *r* to *l* (RFC 7296 §1.2) | the responder | peer address → positions, plus those accepting any |
 //! | which accept the peer's IDi (§2.15) | the responder in IKE_AUTH | folded identity → positions, plus `%any` |
+//! | which name peer address *r* | INVALID_SPI hints (`endpoint/recovery.rs`) | peer address → positions |
 //!
 //! Every answer keeps configuration order (the first fitting connection
 //! wins, as it did when they were scanned): an index list is ascending, and
@@ -90,6 +91,19 @@ impl Connections {
             .map_or(&[][..], Vec::as_slice);
         self.merged(specific, &self.any_remote_addr)
             .filter(move |c| c.local_addrs.is_empty() || c.local_addrs.contains(&local))
+    }
+
+    /// Connections that name `remote` in their `remote_addrs` (the
+    /// wildcards, which accept any address, are not among them).
+    pub(crate) fn with_remote_addr(
+        &self,
+        remote: IpAddr,
+    ) -> impl Iterator<Item = &Arc<Connection>> {
+        self.by_remote_addr
+            .get(&remote)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter_map(|pos| self.list.get(*pos as usize))
     }
 
     /// Connections whose remote identity accepts `peer`

@@ -5,7 +5,8 @@
 //! one SA handles a datagram or a timeout it borrows those through a
 //! [`Ctx`], so SA code never reaches into the endpoint and two SAs never
 //! touch each other. What does concern other SAs — an IKE SA born from a
-//! rekey, Child SAs moving to it, INITIAL_CONTACT deleting stale SAs — the
+//! rekey, Child SAs moving to it, INITIAL_CONTACT deleting stale SAs, a
+//! connection to initiate again after its IKE SA died — the
 //! SA asks for as an [`Action`], which the endpoint carries out after the
 //! step.
 
@@ -62,6 +63,16 @@ pub(crate) enum Action {
     InitialContact {
         /// The SA that carried it.
         keep: u64,
+    },
+    /// An IKE SA of this connection ended in a way that calls for
+    /// initiating it again ([`crate::lifetime::AfterDeath::Initiate`]):
+    /// the endpoint does, with back-off (`endpoint/recovery.rs`).
+    Reinitiate {
+        /// The connection.
+        connection: std::sync::Arc<str>,
+        /// The child configurations the dead SA carried, in configuration
+        /// order (the first goes into IKE_AUTH).
+        children: Vec<std::sync::Arc<str>>,
     },
 }
 

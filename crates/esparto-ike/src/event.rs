@@ -85,6 +85,10 @@ pub enum Reason {
     Terminated,
     /// The peer stopped answering: retransmissions exhausted (RFC 7296 §2.4).
     Timeout,
+    /// The peer answered one of our requests with an unprotected
+    /// INVALID_IKE_SPI (RFC 7296 §2.21.4): it no longer knows the IKE SA,
+    /// usually because it restarted. Treated like a dead peer.
+    InvalidIkeSpi,
     /// A responder's IKE SA did not authenticate in time.
     HalfOpenExpired,
     /// No proposal acceptable (our verdict or the peer's NO_PROPOSAL_CHOSEN).

@@ -22,8 +22,12 @@
 //! §2.3); INITIAL_CONTACT (§2.4); RFC 9611 per-resource Child SAs
 //! (SA_RESOURCE_INFO, TS_MAX_QUEUE) eager or on demand; retransmission
 //! with exponential back-off and give-up (§2.1, §2.4); the responder's
-//! response cache (§2.1); payload rules per exchange (§3, [`rules`]). Not
-//! yet: fragmentation (RFC 7383), MOBIKE, certificates/EAP.
+//! response cache (§2.1); payload rules per exchange (§3, [`rules`]);
+//! recovery from a peer that lost its state — INVALID_IKE_SPI answers and
+//! INVALID_SPI hints (§1.5, §2.21.4), rate-limited — and re-initiation with
+//! back-off by `dpd_action` / `close_action`; an orderly `shutdown` that
+//! deletes every IKE SA (`endpoint/recovery.rs`). Not yet: fragmentation
+//! (RFC 7383), MOBIKE, certificates/EAP.
 //!
 //! The events ([`event`]) are the contract with the daemon; their module
 //! documentation says how to install, switch and remove SAs during a
@@ -69,7 +73,9 @@
 //!
 //! Layout: [`config`] (typed configuration), [`proposal`], [`identity`],
 //! [`ts`] (selectors, narrowing), [`keys`] (derivation), [`auth`] (PSK),
-//! [`nat`], [`rules`], [`spi`], [`event`], [`lifetime`], [`Endpoint`];
+//! [`nat`], [`rules`], [`spi`], [`event`], [`lifetime`], [`Endpoint`]
+//! (with `endpoint/recovery.rs`, and `ratelimit` for what it sends in
+//! answer to unauthenticated messages);
 //! internally `sa` (one IKE SA: the responder side of its exchanges, its
 //! timers, Child SA bookkeeping and collisions, IKE SA rekeying, RFC
 //! 9611), `task` (the exchanges we initiate), `child` (Child SA
@@ -90,6 +96,7 @@ pub mod lifetime;
 pub mod nat;
 pub mod proposal;
 mod psk;
+mod ratelimit;
 pub mod rules;
 mod sa;
 pub mod spi;
@@ -97,8 +104,8 @@ mod task;
 pub mod ts;
 
 pub use config::{
-    AuthConfig, ChildConfig, ConfigError, Connection, DpdAction, EndpointConfig, PerCpuSas,
-    RetransmitConfig, Secrets, StartAction,
+    AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, Connection, DpdAction,
+    EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction,
 };
 pub use endpoint::{Endpoint, InitiateError, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};

@@ -1,5 +1,7 @@
 //! Lifetimes, jitter and the other limits of an SA's life (RFC 7296 §2.8,
-//! §2.3, §2.4; RFC 9611), as named constants in one place.
+//! §2.3, §2.4; RFC 9611), and of its after-life — what a dead IKE SA leads
+//! to, the re-initiation back-off, the rate limits on unprotected answers
+//! (§2.21.4, see `endpoint/recovery.rs`) — as named constants in one place.
 //!
 //! IKEv2 does not negotiate lifetimes: "each end of the SA is responsible
 //! for enforcing its own lifetime policy on the SA and rekeying the SA when
@@ -18,6 +20,7 @@
 
 use crate::config::{ChildConfig, Connection};
 use crate::ctx::Ctx;
+use crate::event::Reason;
 use core::time::Duration;
 use std::time::Instant;
 
@@ -61,18 +64,121 @@ pub enum PerCpuSas {
     OnDemand,
 }
 
-/// What to do when the peer is found dead (swanctl `dpd_action`). Applied
-/// by the daemon on `IkeSaDeleted { reason: Timeout }`.
+/// What to do when the peer is found dead (swanctl `dpd_action`): no
+/// answer within `dpd_timeout` or the retransmission give-up
+/// ([`Reason::Timeout`]), or an INVALID_IKE_SPI answer to one of our
+/// requests ([`Reason::InvalidIkeSpi`]). See [`after_death`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DpdAction {
     /// Remove the SAs and their policies.
     #[default]
     Clear,
-    /// Remove the SAs and initiate the connection again at once.
+    /// Remove the SAs and initiate the connection again (the endpoint
+    /// does, with back-off: [`REINITIATE_DELAY`]).
     Restart,
-    /// Remove the SAs and install trap policies: traffic restarts it.
+    /// Remove the SAs and install trap policies: traffic restarts it (the
+    /// daemon's job).
     Trap,
 }
+
+/// What to do when the peer deletes the IKE SA and with it its Child SAs
+/// (swanctl `close_action`; [`Reason::DeletedByPeer`]). See [`after_death`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CloseAction {
+    /// Nothing: the SAs are gone.
+    #[default]
+    None,
+    /// Install trap policies: traffic restarts it (the daemon's job).
+    Trap,
+    /// Initiate the connection again (the endpoint does, with back-off).
+    Start,
+}
+
+/// What follows the end of an IKE SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterDeath {
+    /// Nothing.
+    Nothing,
+    /// Install the children's trap policies (the daemon).
+    Trap,
+    /// Initiate the connection again (the endpoint, with back-off).
+    Initiate,
+}
+
+/// The end of an IKE SA for `reason`, under a connection's `dpd_action`
+/// and `close_action` (strongSwan's table: a dead peer applies the DPD
+/// action, a peer's Delete the close action; an SA we deleted, one the
+/// peer replaced (INITIAL_CONTACT, a rekey) or one that never
+/// authenticated calls for nothing).
+pub fn after_death(dpd: DpdAction, close: CloseAction, reason: Reason) -> AfterDeath {
+    match reason {
+        Reason::Timeout | Reason::InvalidIkeSpi => match dpd {
+            DpdAction::Clear => AfterDeath::Nothing,
+            DpdAction::Restart => AfterDeath::Initiate,
+            DpdAction::Trap => AfterDeath::Trap,
+        },
+        Reason::DeletedByPeer => match close {
+            CloseAction::None => AfterDeath::Nothing,
+            CloseAction::Start => AfterDeath::Initiate,
+            CloseAction::Trap => AfterDeath::Trap,
+        },
+        _ => AfterDeath::Nothing,
+    }
+}
+
+/// The first re-initiation of a connection whose IKE SA died
+/// ([`AfterDeath::Initiate`]) waits this long (minus up to a tenth, so
+/// that the tunnels of a hub whose peer came back do not all start in
+/// one burst); each further one without a stable IKE SA in between
+/// waits twice as long as the one before, up to [`REINITIATE_MAX_DELAY`].
+/// A second is enough for the peer's Delete exchange (or our own) to end
+/// first, and short against the outage a restarted peer causes anyway.
+pub const REINITIATE_DELAY: Duration = Duration::from_secs(1);
+/// The longest wait between re-initiations: a peer that stays away gets
+/// an IKE_SA_INIT (and its retransmissions) every five minutes, not
+/// every second.
+pub const REINITIATE_MAX_DELAY: Duration = Duration::from_secs(300);
+/// An IKE SA that stayed up this long resets the back-off: the next
+/// death is a new incident, not another failure of the same one. A peer
+/// that accepts each new IKE SA and deletes it at once is thus backed off
+/// like one that does not answer.
+pub const REINITIATE_STABLE: Duration = Duration::from_secs(60);
+
+/// The wait before re-initiation number `attempt` (0 = the first after a
+/// stable IKE SA): [`REINITIATE_DELAY`] doubled per attempt, capped at
+/// [`REINITIATE_MAX_DELAY`], before jitter.
+pub fn reinitiate_delay(attempt: u32) -> Duration {
+    REINITIATE_DELAY
+        .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
+        .min(REINITIATE_MAX_DELAY)
+}
+
+/// Unprotected answers (RFC 7296 §2.21.4: "A node needs to limit the rate
+/// at which it will send messages in response to unprotected messages"):
+/// INVALID_IKE_SPI responses to requests for an IKE SA we do not know, in
+/// all per second.
+pub const INVALID_IKE_SPI_PER_SEC: u32 = 100;
+/// The same, per source address per second: a restarted peer's stale IKE
+/// SAs each get their answer within a second or two, a flood from one
+/// address gets almost nothing.
+pub const INVALID_IKE_SPI_PER_SOURCE: u32 = 4;
+/// Unprotected INVALID_SPI notifications (§1.5) we send about ESP with an
+/// unknown SPI, in all per second.
+pub const INVALID_SPI_HINTS_PER_SEC: u32 = 100;
+/// The same, per peer address per second: the peer's stale Child SAs are
+/// all on one IKE SA usually, and one hint a second is enough to make it
+/// check that.
+pub const INVALID_SPI_HINTS_PER_PEER: u32 = 1;
+/// Liveness checks started on an INVALID_SPI hint received (it is
+/// unauthenticated, so it only makes us ask the peer, §2.21.4), in all
+/// per second.
+pub const HINT_CHECKS_PER_SEC: u32 = 100;
+/// The same, per peer address per second.
+pub const HINT_CHECKS_PER_PEER: u32 = 1;
+/// Sources the rate limiters above remember at once; when full, older
+/// entries are forgotten, and a new source is refused if none is old
+/// enough (silence is the safe failure).
+pub const RATE_LIMIT_SOURCES: usize = 4096;
 
 /// A uniformly random duration in `[0, max]` from the public RNG stream.
 pub(crate) fn random_up_to(ctx: &mut Ctx<'_>, max: Duration) -> Duration {
@@ -168,5 +274,54 @@ mod tests {
         k.children
             .push(ChildConfig::new("n", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap());
         assert!(k.validate().is_err());
+    }
+
+    #[test]
+    fn what_follows_an_ike_sa_death() {
+        use AfterDeath::*;
+        let dead = [Reason::Timeout, Reason::InvalidIkeSpi];
+        for r in dead {
+            assert_eq!(
+                after_death(DpdAction::Clear, CloseAction::Start, r),
+                Nothing
+            );
+            assert_eq!(
+                after_death(DpdAction::Restart, CloseAction::None, r),
+                Initiate
+            );
+            assert_eq!(after_death(DpdAction::Trap, CloseAction::Start, r), Trap);
+        }
+        let r = Reason::DeletedByPeer;
+        assert_eq!(
+            after_death(DpdAction::Restart, CloseAction::None, r),
+            Nothing
+        );
+        assert_eq!(
+            after_death(DpdAction::Clear, CloseAction::Start, r),
+            Initiate
+        );
+        assert_eq!(after_death(DpdAction::Clear, CloseAction::Trap, r), Trap);
+        for r in [
+            Reason::Terminated,
+            Reason::PeerRestarted,
+            Reason::Rekeyed,
+            Reason::AuthenticationFailed,
+            Reason::HalfOpenExpired,
+        ] {
+            assert_eq!(
+                after_death(DpdAction::Restart, CloseAction::Start, r),
+                Nothing,
+                "{r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reinitiation_delay_doubles_up_to_the_cap() {
+        assert_eq!(reinitiate_delay(0), REINITIATE_DELAY);
+        assert_eq!(reinitiate_delay(1), 2 * REINITIATE_DELAY);
+        assert_eq!(reinitiate_delay(3), 8 * REINITIATE_DELAY);
+        assert_eq!(reinitiate_delay(20), REINITIATE_MAX_DELAY);
+        assert_eq!(reinitiate_delay(u32::MAX), REINITIATE_MAX_DELAY);
     }
 }

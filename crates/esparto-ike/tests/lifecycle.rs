@@ -185,7 +185,7 @@ fn dpd_timeout_declares_the_peer_dead_before_retransmissions_give_up() {
         dpd: Some(Duration::from_secs(10)),
         tweak_i: |c| {
             c.dpd_timeout = Some(Duration::from_secs(20));
-            c.dpd_action = DpdAction::Restart;
+            c.dpd_action = DpdAction::Clear;
         },
         ..Setup::default()
     };

@@ -16,7 +16,11 @@
 //!
 //! Everything the worker cannot deliver is counted by reason in the ESP
 //! [`Worker`]'s drop counters; events (acquires, expiries) and statistics
-//! snapshots go to the control thread over channels, between batches.
+//! snapshots go to the control thread over channels, between batches. ESP
+//! with an unknown SPI is also reported, with its source, at most
+//! [`UNKNOWN_SPI_REPORTS_PER_SEC`] times a second per worker: after a
+//! restart it is how the IKE layer learns that a peer still sends on SAs
+//! we lost.
 //!
 //! Limitation: a NIC's hardware GRO may merge ESP-in-UDP datagrams of
 //! several SAs of one peer into one buffer, which the SPI-steering program
@@ -24,7 +28,7 @@
 //! as `unknown_spi` here. Over veth, and with senders that split GSO runs
 //! per SPI (ours do), this does not happen.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +41,11 @@ use crate::worker::{Datapath, WorkerReport};
 
 /// ICMP errors a worker sends per second at most.
 pub const ICMP_ERRORS_PER_SEC: u32 = 100;
+/// ESP datagrams with an unknown SPI a worker reports to the control
+/// thread per second at most (`Event::UnknownSpi`); the rest are only
+/// counted. The IKE layer needs one per peer now and then, and a flood of
+/// garbage must not become a flood of events.
+pub const UNKNOWN_SPI_REPORTS_PER_SEC: u32 = 10;
 
 /// A message from the control thread to a worker's ESP engine.
 #[derive(Debug)]
@@ -96,6 +105,9 @@ pub struct EspDatapath {
     keepalives: u64,
     /// ICMP errors sent back into the TUN.
     icmp_sent: u64,
+    /// Unknown-SPI reports left in this second, and when it began.
+    unknown_spi_tokens: u32,
+    unknown_spi_refill: Instant,
 }
 
 impl EspDatapath {
@@ -110,6 +122,8 @@ impl EspDatapath {
             icmp_buf: vec![0u8; too_big::MAX_V6_ERROR_LEN].into_boxed_slice(),
             keepalives: 0,
             icmp_sent: 0,
+            unknown_spi_tokens: UNKNOWN_SPI_REPORTS_PER_SEC,
+            unknown_spi_refill: Instant::now(),
         }
     }
 
@@ -123,6 +137,22 @@ impl EspDatapath {
             // The control thread gone means we are shutting down.
             let _ = self.events.send(WorkerEvent { worker: self.esp.id(), event });
         }
+    }
+
+    /// Tells the control thread about ESP from `peer` with an unknown SPI,
+    /// within the rate limit.
+    fn unknown_spi(&mut self, now: Instant, peer: SocketAddr, spi: u32) {
+        if now.duration_since(self.unknown_spi_refill) >= Duration::from_secs(1) {
+            self.unknown_spi_tokens = UNKNOWN_SPI_REPORTS_PER_SEC;
+            self.unknown_spi_refill = now;
+        }
+        if self.unknown_spi_tokens == 0 {
+            return;
+        }
+        self.unknown_spi_tokens -= 1;
+        let event = Event::UnknownSpi { spi, peer };
+        // The control thread gone means we are shutting down.
+        let _ = self.events.send(WorkerEvent { worker: self.esp.id(), event });
     }
 
     /// Writes an ICMP error for `offending` into `to_tun`, within the rate limit.
@@ -236,11 +266,20 @@ impl Datapath for EspDatapath {
             let peer = dgrams.peer(i);
             let Some((slot, range)) = dgrams.slot_mut(i) else { continue };
             match Datagram::classify(&slot[range.clone()]) {
-                Ok(Kind::Esp(_)) => {
-                    if let Ok(inner) = self.esp.decapsulate(now, slot, range) {
-                        if !inner.is_empty() && to_tun.push(None, &slot[inner]).is_err() {
-                            self.esp.count_drop(DropReason::Malformed);
+                Ok(Kind::Esp(esp)) => {
+                    let spi = esp.spi();
+                    match self.esp.decapsulate(now, slot, range) {
+                        Ok(inner) => {
+                            if !inner.is_empty() && to_tun.push(None, &slot[inner]).is_err() {
+                                self.esp.count_drop(DropReason::Malformed);
+                            }
                         }
+                        Err(DropReason::UnknownSpi) => {
+                            if let Some(peer) = peer {
+                                self.unknown_spi(now, peer, spi);
+                            }
+                        }
+                        Err(_) => {}
                     }
                 }
                 Ok(Kind::Ike(_)) => {
@@ -259,5 +298,41 @@ impl Datapath for EspDatapath {
     fn on_tick(&mut self, now: Instant) {
         self.esp.tick(now);
         self.flush_events();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::batch::RxEntry;
+
+    #[test]
+    fn unknown_spis_are_reported_with_their_source_within_the_rate_limit() {
+        let (tx, rx) = mpsc::channel();
+        let mut dp = EspDatapath::new(3, tx, IcmpSources::default());
+        let peer: SocketAddr = "192.0.2.2:4500".parse().unwrap();
+        let n = 2 * UNKNOWN_SPI_REPORTS_PER_SEC as usize;
+        let mut dgrams = RxBatch::new(1, 0, 64 * (n + 1), n + 1);
+        for i in 0..=n {
+            let off = 64 * i;
+            let esp = &mut dgrams.slots[0].storage_mut()[off..off + 64];
+            esp[..4].copy_from_slice(&0xc0de_0100_u32.to_be_bytes());
+            esp[4..8].copy_from_slice(&1u32.to_be_bytes());
+            // The last one arrived without a known source.
+            let peer = (i < n).then_some(peer);
+            dgrams.entries.push(RxEntry { slot: 0, start: off as u32, len: 64, peer });
+        }
+        let (mut to_tun, mut to_control) = (TxBatch::new(4, 0, 64), TxBatch::new(4, 0, 64));
+        let now = Instant::now();
+        assert_eq!(dp.inbound(now, &mut dgrams, 0, &mut to_tun, &mut to_control), n + 1);
+        let events: Vec<WorkerEvent> = rx.try_iter().collect();
+        assert_eq!(events.len(), UNKNOWN_SPI_REPORTS_PER_SEC as usize, "rate-limited");
+        assert!(events.iter().all(|e| e.worker == 3 && e.event == Event::UnknownSpi { spi: 0xc0de_0100, peer }));
+        assert_eq!(dp.worker().stats().drops.get(DropReason::UnknownSpi), n as u64 + 1, "all counted");
+        // A second later the worker reports again.
+        dgrams.entries.truncate(1);
+        dp.inbound(now + Duration::from_secs(1), &mut dgrams, 0, &mut to_tun, &mut to_control);
+        assert_eq!(rx.try_iter().count(), 1);
     }
 }

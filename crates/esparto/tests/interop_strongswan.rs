@@ -221,3 +221,53 @@ fn per_cpu_falls_back_to_one_pair_with_strongswan() {
     gw.stop().unwrap();
     charon.stop().unwrap();
 }
+
+/// An Esparto responder killed and restarted next to a strongSwan
+/// initiator that still holds its SAs: Esparto tells it (an unprotected
+/// INVALID_SPI about its ESP, INVALID_IKE_SPI answers to its DPD
+/// requests). strongSwan 5.9.8 does not act on either, but takes them
+/// without harm: it keeps running and answering, and once its IKE SA is
+/// gone the tunnel comes back.
+#[test]
+fn strongswan_takes_esparto_restart_notifications_gracefully() {
+    if skip("interop_strongswan", true) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let mut swan = SwanConfig::site(Node::GwWest, PSK, IKE[0], ESP[0]).unwrap();
+    swan.dpd_delay = Some("1s".into());
+    let charon = Charon::start(topo.ns(Node::GwWest), swan).unwrap();
+    let cfg = EspartoConfig::site(
+        Node::GwEast,
+        Keying::Ike { proposal: IKE[0].into(), local_id: "@east".into(), remote_id: "@west".into(), psk: PSK.into(), initiator: false },
+    )
+    .unwrap();
+    let mut gw = EspartoGateway::start(topo.ns(Node::GwEast), bin, &cfg).unwrap();
+    charon.initiate(Duration::from_secs(10)).unwrap();
+    wait("the tunnel", Duration::from_secs(10), || ids(&gw));
+    assert!(pings(&topo, Family::V4));
+
+    gw.kill().unwrap();
+    gw.restart().unwrap();
+    // strongSwan's ESP reaches an Esparto that knows none of its SAs, and
+    // its DPD requests an IKE SA Esparto no longer has.
+    let host = topo.ns(Node::HostWest);
+    let east = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
+    let counters = wait("INVALID_SPI and INVALID_IKE_SPI sent to strongSwan", Duration::from_secs(30), || {
+        let _ = traffic::ping(host, east, 2, Duration::from_millis(100));
+        let ike = gw.status().unwrap().ike;
+        let n = |k: &str| ike.get(k).copied().unwrap_or(0);
+        (n("invalid_spi_hints_sent") > 0 && n("invalid_ike_spi_sent") > 0).then(|| ike.clone())
+    });
+    println!("Esparto after its restart, next to strongSwan: {counters:?}");
+    // charon is alive and answers; it still lists its (stale) IKE SA.
+    assert!(charon.has_ike_sa().unwrap(), "{}", charon.list_sas().unwrap());
+    // Once its old IKE SA is gone, a new one carries traffic again.
+    charon.swanctl(&["--terminate", "--ike", "site", "--force"]).unwrap();
+    charon.initiate(Duration::from_secs(10)).unwrap();
+    wait("the tunnel again", Duration::from_secs(10), || ids(&gw));
+    wait("pings both ways", Duration::from_secs(10), || pings(&topo, Family::V4).then_some(()));
+    gw.stop().unwrap();
+    charon.stop().unwrap();
+}

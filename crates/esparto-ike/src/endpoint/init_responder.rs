@@ -434,6 +434,6 @@ impl Endpoint {
         let fresh = self.half_open.insert((remote, spi_i), spi_r);
         // Looked up at the top of this function and nothing inserted since.
         debug_assert!(fresh, "half-open key taken");
-        self.after(spi_r);
+        self.after(now, spi_r);
     }
 }

@@ -23,12 +23,13 @@ impl Endpoint {
     /// After an SA's step: carry out its actions, then re-arm or remove it.
     pub(super) fn finish(&mut self, now: Instant, id: u64) {
         self.run_actions(now);
-        self.after(id);
+        self.after(now, id);
     }
 
     /// After a step of SA `id`: remove it if dead; free its handshake
-    /// state once established; refile it in the index; re-arm its timer.
-    pub(super) fn after(&mut self, id: u64) {
+    /// state once established (and note the connection up, for the
+    /// re-initiation back-off); refile it in the index; re-arm its timer.
+    pub(super) fn after(&mut self, now: Instant, id: u64) {
         let Some(sa) = self.sas.get_mut(&id) else {
             return;
         };
@@ -45,15 +46,23 @@ impl Endpoint {
         if sa.state == State::Established {
             // IKE_AUTH is over: the nonces and messages of IKE_SA_INIT and
             // the AUTH keys have no further use (see `sa::Handshake`).
+            let mut up = None;
             if let Some(hs) = sa.handshake.take() {
                 if let Some(k) = hs.half_open_key {
                     self.half_open.remove(&k);
                 }
+                up = Some(sa.conn.name.clone());
             }
             if let Some(k) = sa.keys.as_mut() {
                 k.forget_auth_keys();
             }
+            if let Some(name) = up {
+                self.connection_up(now, &name);
+            }
         }
+        let Some(sa) = self.sas.get_mut(&id) else {
+            return;
+        };
         self.sa_index.file(id, sa);
         // One live heap entry per SA, at or before its deadline: a new one
         // only when the deadline moves earlier (a request sent); when it
@@ -217,11 +226,15 @@ impl Endpoint {
                     Action::InitialContact { keep } => {
                         touched.extend(self.initial_contact(now, keep));
                     }
+                    Action::Reinitiate {
+                        connection,
+                        children,
+                    } => self.schedule_reinitiate(now, connection, children),
                 }
             }
         }
         for id in touched {
-            self.after(id);
+            self.after(now, id);
         }
     }
 

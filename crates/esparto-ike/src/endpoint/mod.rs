@@ -51,7 +51,7 @@ use crate::task::ike_init::IkeInit;
 use core::net::SocketAddr;
 use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
-use esparto_wire::ike::{Error as WireError, ExchangeType, Message};
+use esparto_wire::ike::{Error as WireError, ExchangeType, Message, NotifyType, PayloadRepr};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -89,6 +89,29 @@ pub struct Stats {
     /// IKE_SA_INIT requests dropped because `max_half_open` half-open IKE
     /// SAs exist.
     pub half_open_dropped_global: u64,
+    /// Requests for an IKE SA we do not hold answered with INVALID_IKE_SPI
+    /// (RFC 7296 §2.21.4).
+    pub invalid_ike_spi_sent: u64,
+    /// INVALID_IKE_SPI answers to our own requests: the peer lost the IKE
+    /// SA, which we then deleted.
+    pub invalid_ike_spi_received: u64,
+    /// Unprotected INVALID_IKE_SPI that matched no request of ours:
+    /// ignored (forged, or late).
+    pub invalid_ike_spi_ignored: u64,
+    /// Unprotected INVALID_SPI notifications sent to a configured peer
+    /// about ESP with an unknown SPI (§1.5).
+    pub invalid_spi_hints_sent: u64,
+    /// INVALID_SPI hints received that named one of our Child SAs: a
+    /// liveness check followed.
+    pub invalid_spi_hints_received: u64,
+    /// Unprotected answers or hint checks not done because of the rate
+    /// limits (§2.21.4).
+    pub rate_limited: u64,
+    /// Connections initiated again after their IKE SA died (`dpd_action`,
+    /// `close_action`).
+    pub reinitiations: u64,
+    /// IKE_SA_INIT requests dropped while shutting down.
+    pub closing_dropped: u64,
 }
 
 /// Why `initiate`/`acquire`/`terminate` refused.
@@ -113,6 +136,8 @@ pub enum InitiateError {
     /// `per_cpu_max` is reached. Stop asking; the fallback SA carries the
     /// worker's traffic.
     PerResourceUnavailable(crate::event::Reason),
+    /// The endpoint is shutting down (`shutdown`).
+    Closing,
 }
 
 impl core::fmt::Display for InitiateError {
@@ -128,6 +153,7 @@ impl core::fmt::Display for InitiateError {
             InitiateError::PerResourceUnavailable(r) => {
                 write!(f, "no per-resource Child SAs: {r:?}")
             }
+            InitiateError::Closing => f.write_str("shutting down"),
         }
     }
 }
@@ -157,6 +183,8 @@ pub struct Endpoint {
     ike_spis: HashSet<u64>,
     /// What SAs asked the endpoint to do (`ctx::Action`).
     actions: Vec<Action>,
+    /// Rate limits for unprotected answers, re-initiations, shutdown.
+    recovery: recovery::Recovery,
 }
 
 macro_rules! ctx {
@@ -178,6 +206,7 @@ macro_rules! ctx {
 
 mod init_responder;
 mod lifecycle;
+mod recovery;
 pub(crate) mod sa_index;
 
 impl Endpoint {
@@ -203,6 +232,7 @@ impl Endpoint {
             stats: Stats::default(),
             ike_spis: HashSet::new(),
             actions: Vec::new(),
+            recovery: recovery::Recovery::default(),
         }
     }
 
@@ -243,13 +273,14 @@ impl Endpoint {
     /// due then (an SA's deadline moved later after its timer was set) and
     /// only re-arm; it is never later than the first work due.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let revive = self.recovery.next_due();
         while let Some(&Reverse((t, id))) = self.timers.peek() {
             if self.sas.get(&id).is_some_and(|sa| sa.scheduled == Some(t)) {
-                return Some(t);
+                return Some(revive.map_or(t, |r| r.min(t)));
             }
             self.timers.pop();
         }
-        None
+        revive
     }
 
     /// Run every timer due at `now`.
@@ -274,6 +305,7 @@ impl Endpoint {
             }
             self.finish(now, id);
         }
+        self.reinitiate_due(now);
     }
 
     fn find_conn(&self, name: &str) -> Result<Arc<Connection>, InitiateError> {
@@ -301,6 +333,9 @@ impl Endpoint {
         child: Option<&str>,
         resource: Option<u16>,
     ) -> Result<IkeSaId, InitiateError> {
+        if self.recovery.closing {
+            return Err(InitiateError::Closing);
+        }
         let conn = self.find_conn(connection)?;
         if self.sas.len() >= self.config.max_ike_sas {
             return Err(InitiateError::TooManySas);
@@ -407,6 +442,9 @@ impl Endpoint {
         child: &str,
         resource: Option<u16>,
     ) -> Result<IkeSaId, InitiateError> {
+        if self.recovery.closing {
+            return Err(InitiateError::Closing);
+        }
         let conn = self.find_conn(connection)?;
         let cfg = conn
             .child(child)
@@ -449,8 +487,13 @@ impl Endpoint {
     }
 
     /// Delete an IKE SA (INFORMATIONAL Delete, or locally if not yet up).
+    /// A re-initiation of its connection that was due is cancelled: the
+    /// operator wants it down.
     pub fn terminate(&mut self, now: Instant, ike_sa: IkeSaId) -> Result<(), InitiateError> {
         let id = self.resolve(ike_sa)?;
+        if let Some(name) = self.sas.get(&id).map(|sa| sa.conn.name.clone()) {
+            self.cancel_reinitiation(&name);
+        }
         let mut ctx = ctx!(self, now);
         let sa = self
             .sas
@@ -534,7 +577,9 @@ impl Endpoint {
         };
         let h = msg.header;
         if h.exchange == ExchangeType::IKE_SA_INIT && !h.response {
-            if h.initiator && h.spi_r == 0 && h.message_id == 0 {
+            if self.recovery.closing {
+                self.stats.closing_dropped += 1;
+            } else if h.initiator && h.spi_r == 0 && h.message_id == 0 {
                 self.respond_init(now, local, remote, data, &msg);
             } else {
                 self.stats.malformed += 1;
@@ -543,24 +588,38 @@ impl Endpoint {
         }
         // The I flag says who sent it; our SPI is the other one.
         let ours = if h.initiator { h.spi_r } else { h.spi_i };
-        let Some(sa) = self.sas.get_mut(&ours) else {
-            self.stats.unknown_spi += 1;
-            return;
-        };
-        let theirs_ok = if h.initiator {
-            sa.role == Role::Responder && sa.spi_i == h.spi_i
-        } else {
-            sa.role == Role::Initiator
-                && (sa.spi_r == h.spi_r
-                    || (sa.spi_r == 0 && h.exchange == ExchangeType::IKE_SA_INIT))
-        };
+        let theirs_ok = self.sas.get(&ours).is_some_and(|sa| {
+            if h.initiator {
+                sa.role == Role::Responder && sa.spi_i == h.spi_i
+            } else {
+                sa.role == Role::Initiator
+                    && (sa.spi_r == h.spi_r
+                        || (sa.spi_r == 0 && h.exchange == ExchangeType::IKE_SA_INIT))
+            }
+        });
         if !theirs_ok {
-            self.stats.unknown_spi += 1;
+            self.unknown_ike_sa(now, local, remote, &msg);
             return;
         }
+        let Some(sa) = self.sas.get_mut(&ours) else {
+            return;
+        };
+        // An unprotected INVALID_IKE_SPI (§2.21.4) counts apart: taken only
+        // as the answer to a request of ours (`task::on_response`).
+        let invalid_ike_spi = h.response
+            && msg.sk.is_none()
+            && msg.payloads.iter().any(
+                |p| matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI),
+            );
         let mut ctx = ctx!(self, now);
         match sa.handle(&mut ctx, data, &msg, remote, local) {
+            Ok(()) if invalid_ike_spi => self.stats.invalid_ike_spi_received += 1,
             Ok(()) => {}
+            Err(_) if invalid_ike_spi => {
+                self.stats.invalid_ike_spi_ignored += 1;
+                tracing::info!(ike_sa = %IkeSaId(ours), peer = %remote, mid = h.message_id,
+                    "unprotected INVALID_IKE_SPI that answers no request of ours: ignored");
+            }
             Err(Dropped::Integrity) => self.stats.integrity_failures += 1,
             Err(Dropped::OutOfWindow) => self.stats.out_of_window += 1,
             Err(Dropped::Malformed) => self.stats.malformed += 1,

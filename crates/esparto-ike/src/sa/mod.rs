@@ -423,6 +423,7 @@ impl IkeSa {
         if self.state == State::Dead {
             return;
         }
+        self.after_death(ctx, reason);
         if self.successor.is_some() {
             // Rekeyed: the successor inherits the Child SAs and the tasks
             // waiting for them (`Action::Inherit`), not the grave.
@@ -458,6 +459,41 @@ impl IkeSa {
         }
         tracing::info!(ike_sa = %self.id, peer = %self.remote, ?reason, "IKE_SA deleted");
         self.state = State::Dead;
+    }
+
+    /// Ask the endpoint to initiate the connection again if its
+    /// `dpd_action` / `close_action` say so for `reason`
+    /// ([`crate::lifetime::after_death`]). Not for an SA a rekey replaced
+    /// (its successor lives on), and a peer's Delete counts only on an
+    /// established SA: one that never authenticated was refused, not
+    /// closed, and retrying it at once would not change the answer.
+    fn after_death(&self, ctx: &mut Ctx<'_>, reason: Reason) {
+        if self.superseded
+            || self.successor.is_some()
+            || self.conn.after_death(reason) != crate::lifetime::AfterDeath::Initiate
+            || (reason == Reason::DeletedByPeer && self.state != State::Established)
+        {
+            return;
+        }
+        let children = self
+            .conn
+            .children
+            .iter()
+            .filter(|c| {
+                c.start_action == crate::config::StartAction::Start
+                    || self.children.iter().any(|k| k.name == c.name)
+                    || self
+                        .queue
+                        .iter()
+                        .chain(self.pending.iter().map(|p| &p.task))
+                        .any(|t| t.creates_child(&c.name))
+            })
+            .map(|c| c.name.clone())
+            .collect();
+        ctx.actions.push(crate::ctx::Action::Reinitiate {
+            connection: self.conn.name.clone(),
+            children,
+        });
     }
 
     /// Report every Child SA gone and release their SPIs.

@@ -219,6 +219,21 @@ impl IkeSa {
         self.start_task(ctx, Task::DeleteChild(vec![spi]));
     }
 
+    /// Ask the peer now whether it still holds this IKE SA (§2.21.4: a
+    /// hint "that there might be problems with SAs to that IP address"
+    /// should lead to "a liveness check for any such IKE SA"): the oldest
+    /// request in flight is sent again, or an empty INFORMATIONAL (§1.4)
+    /// goes out. Either way the peer answers within a round trip, with
+    /// INVALID_IKE_SPI if it lost the SA. Retransmission counters and
+    /// deadlines stay as they are.
+    pub(crate) fn check_liveness_now(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(packet) = self.pending.front().map(|p| p.packet.clone()) {
+            self.transmit(ctx, &packet);
+        } else if !self.queue.iter().any(|t| matches!(t, Task::Liveness)) {
+            self.start_task(ctx, Task::Liveness);
+        }
+    }
+
     /// Set the retirement timer of a replaced IKE SA.
     pub(crate) fn retire(&mut self, ctx: &Ctx<'_>) {
         self.retire_at = Some(ctx.now + RETIRE_AFTER);

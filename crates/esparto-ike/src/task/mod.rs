@@ -257,6 +257,9 @@ pub(crate) fn on_response(
         .iter()
         .position(|p| p.mid == h.message_id && p.exchange == h.exchange)
         .ok_or(Ignored::Unexpected)?;
+    if h.exchange != ExchangeType::IKE_SA_INIT && msg.sk.is_none() {
+        return unprotected_response(sa, ctx, msg, idx);
+    }
     let opened;
     let payloads = if h.exchange == ExchangeType::IKE_SA_INIT {
         msg.payloads.clone()
@@ -316,6 +319,40 @@ pub(crate) fn on_response(
         sa.send_next(ctx);
     }
     sa.shrink_idle();
+    Ok(())
+}
+
+/// An unprotected response (past IKE_SA_INIT every message must be
+/// protected) with the SPIs of this IKE SA and the message ID and exchange
+/// of a request of ours in flight. Only INVALID_IKE_SPI means anything
+/// here: §2.21.4, the peer's answer to a request for an IKE SA it does not
+/// know, "this usually indicates that the recipient has rebooted and
+/// forgotten the existence of an IKE SA". §2.21.4 would have it taken as a
+/// hint only; matching our own outstanding request (64-bit SPIs that only
+/// the path sees) we take it as the end of the IKE SA, as a DPD failure
+/// would be, so that `dpd_action` applies now rather than minutes later
+/// (see `endpoint/recovery.rs` on why this is safe). Anything else is
+/// dropped like a message that fails its integrity check.
+fn unprotected_response(
+    sa: &mut IkeSa,
+    ctx: &mut Ctx<'_>,
+    msg: &Message<'_>,
+    idx: usize,
+) -> Result<(), Ignored> {
+    let invalid_ike_spi = msg
+        .payloads
+        .iter()
+        .any(|p| matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI));
+    if !invalid_ike_spi {
+        return Err(Ignored::Integrity);
+    }
+    let h = msg.header;
+    tracing::info!(ike_sa = %sa.id, peer = %sa.remote, mid = h.message_id, exchange = %h.exchange,
+        "peer answered our request with INVALID_IKE_SPI: it no longer knows this IKE_SA (restarted?); deleting it as dead");
+    if let Some(p) = sa.pending.remove(idx) {
+        p.task.release(ctx);
+    }
+    sa.die(ctx, Reason::InvalidIkeSpi);
     Ok(())
 }
 

@@ -60,6 +60,7 @@ const KEYS: &[&str] = &[
     "static_sas",
     "rand_time",
     "dpd_action",
+    "close_action",
 ];
 
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -69,7 +70,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("updown", "updown scripts are not implemented"),
     ("hostaccess", "updown scripts are not implemented"),
     ("ipcomp", "IPComp negotiation is not implemented"),
-    ("close_action", "close actions are not implemented"),
     ("inactivity", "inactivity timeouts are not implemented"),
     (
         "reqid",
@@ -249,7 +249,7 @@ pub(crate) fn parse(
     if is_static {
         // Nothing negotiates a static child: no jitter to apply, no peer to
         // declare dead.
-        for key in ["rand_time", "dpd_action"] {
+        for key in ["rand_time", "dpd_action", "close_action"] {
             if let Some(f) = node.field(path, key) {
                 cx.err_at(&f, "has no effect on a statically keyed child (nothing negotiates it)");
             }

@@ -406,32 +406,26 @@ fn ike_settings(
             }
         }
     }
-    // swanctl sets dpd_action per child; the engine applies it per IKE SA,
-    // so the children of a connection must agree.
-    let mut dpd_action = None;
-    if let Some(cf) = node.field(path, "children") {
-        let table = cx.table(&cf);
-        for e in table.map(|t| t.entries()).unwrap_or_default() {
-            let cpath = cf.path.key(&e.key);
-            let Some(f) = e.value.field(&cpath, "dpd_action") else { continue };
-            let Some(v) = cx.str(&f) else { continue };
-            let a = match v {
-                "clear" => esparto_ike::DpdAction::Clear,
-                "restart" => esparto_ike::DpdAction::Restart,
-                "trap" => esparto_ike::DpdAction::Trap,
-                other => {
-                    cx.err_at(&f, format!("'{other}': expected clear, restart or trap"));
-                    continue;
-                }
-            };
-            match dpd_action {
-                Some(prev) if prev != a => {
-                    cx.err_at(&f, "the children of one connection must share a dpd_action (it acts on the IKE SA)")
-                }
-                _ => dpd_action = Some(a),
-            }
-        }
-    }
+    // swanctl sets dpd_action and close_action per child; the engine
+    // applies them per IKE SA, so the children of a connection must agree.
+    let dpd_action = shared_action(cx, node, path, "dpd_action", |v| match v {
+        "clear" => Some(esparto_ike::DpdAction::Clear),
+        "restart" => Some(esparto_ike::DpdAction::Restart),
+        "trap" => Some(esparto_ike::DpdAction::Trap),
+        _ => None,
+    }, "clear, restart or trap");
+    let close_action = shared_action(cx, node, path, "close_action", |v| match v {
+        "none" => Some(esparto_ike::CloseAction::None),
+        "start" => Some(esparto_ike::CloseAction::Start),
+        "trap" => Some(esparto_ike::CloseAction::Trap),
+        _ => None,
+    }, "none, start or trap");
+    // A connection we start ourselves is meant to stay up: unless set, a
+    // dead peer restarts it and a peer's Delete starts it again (with
+    // back-off, see esparto_ike::lifetime). Otherwise swanctl's defaults.
+    let starts = children.iter().any(|c| c.start_action == esparto_ike::StartAction::Start);
+    let dpd_action = dpd_action.unwrap_or(if starts { esparto_ike::DpdAction::Restart } else { esparto_ike::DpdAction::Clear });
+    let close_action = close_action.unwrap_or(if starts { esparto_ike::CloseAction::Start } else { esparto_ike::CloseAction::None });
     let local = auth(cx, node, path, "local");
     let remote = auth(cx, node, path, "remote");
     if matches!(local.id, Some(Identity::Any)) {
@@ -451,11 +445,44 @@ fn ike_settings(
         children,
         dpd_delay,
         dpd_timeout,
-        dpd_action: dpd_action.unwrap_or_default(),
+        dpd_action,
+        close_action,
         rekey_time,
         rand_time,
     };
     Some(conn)
+}
+
+/// A per-child action key (`dpd_action`, `close_action`) that the children
+/// of one connection must share (it acts on the IKE SA); `None` if no child
+/// sets it.
+fn shared_action<T: Copy + PartialEq>(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    key: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    expected: &str,
+) -> Option<T> {
+    let mut action = None;
+    let cf = node.field(path, "children")?;
+    let table = cx.table(&cf);
+    for e in table.map(|t| t.entries()).unwrap_or_default() {
+        let cpath = cf.path.key(&e.key);
+        let Some(f) = e.value.field(&cpath, key) else { continue };
+        let Some(v) = cx.str(&f) else { continue };
+        let Some(a) = parse(v) else {
+            cx.err_at(&f, format!("'{v}': expected {expected}"));
+            continue;
+        };
+        match action {
+            Some(prev) if prev != a => {
+                cx.err_at(&f, format!("the children of one connection must share a {key} (it acts on the IKE SA)"))
+            }
+            _ => action = Some(a),
+        }
+    }
+    action
 }
 
 /// A duration key (`"30s"`, `"4h"`, or seconds, at most `max_secs`); 0 or

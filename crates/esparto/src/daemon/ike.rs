@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use esparto_crypto::{Rng, SecretBytes, SystemRng};
 use esparto_esp::GroupId;
-use esparto_ike::{DpdAction, Endpoint, EndpointConfig, IkeSaId, SpiAllocator, StartAction};
+use esparto_ike::{CloseAction, DpdAction, Endpoint, EndpointConfig, IkeSaId, SpiAllocator, StartAction};
 use esparto_io::udp::UdpConfig;
 use tracing::{info, warn};
 
@@ -50,6 +50,8 @@ pub(super) const LINGER: Duration = Duration::from_secs(2);
 /// The data plane's hard time limit trails the engine's `life_time` by
 /// this much: the engine deletes the SA (and says so) first.
 pub(super) const LIFETIME_GRACE: Duration = Duration::from_secs(30);
+/// Longest the shutdown loop sleeps between looks at worker-caught IKE.
+const SHUTDOWN_POLL: Duration = Duration::from_millis(20);
 /// Largest IKE datagram we read.
 const MAX_IKE_DATAGRAM: usize = 65_535;
 /// IKE datagrams read per `recvmmsg` and sent per `sendmmsg`: under a flood
@@ -149,7 +151,9 @@ pub struct Ike {
     pub(super) natt_port: u16,
     pub(super) ike_port: u16,
     pub(super) settings: HashMap<(String, String), ChildSettings>,
-    pub(super) dpd_actions: HashMap<String, DpdAction>,
+    /// Each connection's `dpd_action` and `close_action` (the engine
+    /// restarts by itself; traps are installed here).
+    pub(super) actions: HashMap<String, (DpdAction, CloseAction)>,
     /// Trap groups: group id → (connection, child).
     pub(super) traps: HashMap<GroupId, (String, String)>,
     /// Acquires in flight, by child and worker (`None`: the whole child).
@@ -209,7 +213,7 @@ impl Ike {
             natt_port: cfg.daemon.port,
             ike_port: cfg.daemon.ike_port,
             settings: HashMap::new(),
-            dpd_actions: HashMap::new(),
+            actions: HashMap::new(),
             traps: HashMap::new(),
             pending: HashMap::new(),
             per_cpu_off: HashSet::new(),
@@ -227,7 +231,7 @@ impl Ike {
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
             ike.ep.add_connection(ike_conn.clone()).with_context(|| format!("connection {}", conn.name))?;
-            ike.dpd_actions.insert(conn.name.clone(), ike_conn.dpd_action);
+            ike.actions.insert(conn.name.clone(), (ike_conn.dpd_action, ike_conn.close_action));
             let peer = conn.remote_addrs.first().map(|a| SocketAddr::new(*a, conn.remote_port));
             let mut starts = Vec::new();
             for child in &conn.children {
@@ -348,6 +352,51 @@ impl Ike {
         self.flush(now, gw);
     }
 
+    /// Leaves cleanly (SIGTERM, SIGINT): a Delete for every IKE SA (its
+    /// Child SAs go with it, RFC 7296 §1.4.1), then IKE datagrams and
+    /// timers are served until every Delete is answered or `grace` is
+    /// over, so that peers drop our SAs at once instead of after their DPD
+    /// gives up. No new IKE SA is accepted meanwhile.
+    pub fn shutdown(&mut self, gw: &mut Gateway, grace: Duration) {
+        let start = Instant::now();
+        let deadline = start + grace;
+        let n = self.ep.ike_sa_count();
+        self.ep.shutdown(start);
+        self.flush(start, gw);
+        while self.ep.ike_sa_count() > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let mut poller = esparto_io::poll::Poller::new();
+            let first = poller.add(self.sock500.as_raw_fd());
+            poller.add(gw.udp_control().as_raw_fd());
+            let wait = self.next_timeout().map_or(deadline, |t| t.min(deadline)).saturating_duration_since(now);
+            // Worker-caught IKE (coalesced behind ESP) arrives over a
+            // channel, not a descriptor: look at it at least this often.
+            if let Err(e) = poller.wait(wait.min(SHUTDOWN_POLL)) {
+                warn!(error = %e, "waiting for the peers' answers");
+                break;
+            }
+            let now = Instant::now();
+            if poller.readable(first) || poller.readable(first + 1) {
+                self.on_readable(now, gw);
+            }
+            for d in gw.poll_control_datagrams() {
+                if let Some(from) = d.peer {
+                    self.on_stray(now, gw, from, &d.bytes);
+                }
+            }
+            self.tick(now, gw);
+        }
+        let left = self.ep.ike_sa_count();
+        if left == 0 {
+            info!(ike_sas = n, in_ms = start.elapsed().as_millis() as u64, "every IKE SA deleted");
+        } else {
+            warn!(ike_sas = n, unanswered = left, "peers did not answer every Delete in time; leaving anyway");
+        }
+    }
+
     /// `esparto up NAME`.
     pub fn up(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
         let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e:?}"));
@@ -357,8 +406,14 @@ impl Ike {
 
     /// `esparto down NAME`.
     pub fn down(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
+        // Down means down: a re-initiation waiting for its back-off is
+        // called off too.
+        let cancelled = self.ep.cancel_reinitiation(name);
         let ids = self.ike_sas_of(name);
         if ids.is_empty() {
+            if cancelled {
+                return Ok(format!("{name}: no IKE SA; its pending re-initiation is cancelled"));
+            }
             return Err(format!("{name}: no IKE SA"));
         }
         for id in &ids {
@@ -473,6 +528,14 @@ impl Ike {
             ("cookies_rejected", s.cookies_rejected),
             ("half_open_dropped_per_source", s.half_open_dropped_per_source),
             ("half_open_dropped_global", s.half_open_dropped_global),
+            ("invalid_ike_spi_sent", s.invalid_ike_spi_sent),
+            ("invalid_ike_spi_received", s.invalid_ike_spi_received),
+            ("invalid_ike_spi_ignored", s.invalid_ike_spi_ignored),
+            ("invalid_spi_hints_sent", s.invalid_spi_hints_sent),
+            ("invalid_spi_hints_received", s.invalid_spi_hints_received),
+            ("rate_limited", s.rate_limited),
+            ("reinitiations", s.reinitiations),
+            ("closing_dropped", s.closing_dropped),
             ("ike_sas", self.ep.ike_sa_count() as u64),
         ]
         .into_iter()

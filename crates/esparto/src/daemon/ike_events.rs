@@ -6,7 +6,7 @@
 //! | `ChildSaEstablished` | group for the child; inbound SA now; outbound now, or on `ChildSaOutboundActive` |
 //! | `ChildSaOutboundActive` | start sending on the new outbound SA (its slot) |
 //! | `ChildSaDeleted` | outbound SA removed; inbound removed now, or after [`LINGER`] for a rekey |
-//! | `IkeSaDeleted` | every pair removed; on a dead peer, `dpd_action` |
+//! | `IkeSaDeleted` | every pair removed; `dpd_action` / `close_action` trap: trap policies (a restart is the engine's own) |
 //! | `PerResourceUnavailable` | the child's workers stop asking for sub-SAs |
 //!
 //! | data-plane event | engine |
@@ -14,12 +14,13 @@
 //! | `Acquire` without worker (trap) | `acquire(conn, child, None)` |
 //! | `Acquire` for worker k | `acquire(conn, child, Some(k))` (RFC 9611) |
 //! | soft `Expire` (bytes/packets) | `rekey_child` |
+//! | `UnknownSpi` (ESP from a peer, SPI unknown) | `handle_unknown_esp`: maybe an INVALID_SPI to the peer (RFC 7296 §1.5) |
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use esparto_esp::{Direction, Event as DpEvent, Expiry, GroupId};
-use esparto_ike::{ChildSaEstablished, DpdAction, Event, InitiateError, Reason};
+use esparto_ike::{AfterDeath, ChildSaEstablished, Event, InitiateError, Reason};
 use esparto_io::WorkerEvent;
 use tracing::{debug, info, warn};
 
@@ -106,8 +107,12 @@ impl Ike {
                         let _ = gw.remove_pair(&rec.connection, &c.child, c.in_spi, c.out_spi);
                     }
                 }
-                if let (Reason::Timeout, Some(conn)) = (reason, connection) {
-                    self.dead_peer(now, gw, &conn);
+                if let Some(conn) = connection {
+                    // Children still waiting for the connection's first IKE
+                    // SA: a re-initiation brings them itself (the engine
+                    // initiates every `start` child of the connection).
+                    self.start_after.remove(&*conn);
+                    self.after_death(gw, &conn, reason);
                 }
             }
             Event::ChildSaFailed { ike_sa, connection, child, reason } => {
@@ -156,18 +161,16 @@ impl Ike {
         }
     }
 
-    /// `dpd_action` for a connection whose peer stopped answering.
-    fn dead_peer(&mut self, now: Instant, gw: &mut Gateway, conn: &str) {
-        match self.dpd_actions.get(conn).copied().unwrap_or_default() {
-            DpdAction::Clear => info!(connection = %conn, "dead peer: SAs cleared"),
-            DpdAction::Restart => {
-                info!(connection = %conn, "dead peer: re-initiating");
-                if let Err(e) = self.ep.initiate(now, conn, None) {
-                    warn!(connection = %conn, error = ?e, "restart failed");
-                }
-            }
-            DpdAction::Trap => {
-                info!(connection = %conn, "dead peer: traffic will re-initiate (trap)");
+    /// What the end of an IKE SA calls for (`dpd_action` on a dead peer,
+    /// `close_action` on the peer's Delete): a restart the engine schedules
+    /// itself (with back-off); trap policies are ours to install.
+    fn after_death(&mut self, gw: &mut Gateway, conn: &str, reason: Reason) {
+        let Some(&(dpd, close)) = self.actions.get(conn) else { return };
+        match esparto_ike::lifetime::after_death(dpd, close, reason) {
+            AfterDeath::Nothing => {}
+            AfterDeath::Initiate => info!(connection = %conn, ?reason, "the connection will be initiated again"),
+            AfterDeath::Trap => {
+                info!(connection = %conn, ?reason, "traffic will initiate the connection again (trap)");
                 let children: Vec<String> =
                     self.settings.keys().filter(|(c, _)| c == conn).map(|(_, ch)| ch.clone()).collect();
                 for child in children {
@@ -298,6 +301,13 @@ impl Ike {
             }
             DpEvent::Expire { spi, direction, kind: Expiry::Hard } => {
                 warn!(spi = %format!("{spi:08x}"), ?direction, "SA reached a hard limit; it carries no more traffic");
+            }
+            DpEvent::UnknownSpi { spi, peer } => {
+                // The engine decides (a configured peer with no IKE SA)
+                // and rate-limits; the source port is the peer's NAT-T port.
+                let local = gw.udp_control().local_addr();
+                self.ep.handle_unknown_esp(now, local, peer, spi);
+                self.flush(now, gw);
             }
         }
     }

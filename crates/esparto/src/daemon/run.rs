@@ -21,9 +21,12 @@
 //!
 //! The loop waits on the control socket and its clients, a signal pipe
 //! (SIGTERM, SIGINT: shut down) and the IKE socket, with a short timeout for
-//! worker events, which arrive over channels. Shutdown stops the workers,
-//! which closes the TUN queues (the device and its routes go with them) and
-//! the sockets, and removes the control socket file.
+//! worker events, which arrive over channels. Shutdown first deletes every
+//! IKE SA (an INFORMATIONAL Delete each, waiting at most
+//! [`SHUTDOWN_GRACE`] for the answers, so peers drop our SAs at once), then
+//! stops the workers, which closes the TUN queues (the device and its
+//! routes go with them) and the sockets, and removes the control socket
+//! file.
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -46,6 +49,11 @@ use crate::control::{ControlServer, Request, Response};
 /// Longest the loop sleeps when nothing happens (bounds event latency,
 /// and how long a dead worker goes unnoticed).
 const IDLE: Duration = Duration::from_millis(50);
+/// At shutdown, how long we wait for the peers to answer our Deletes
+/// before the data plane goes (a peer that is there answers within a
+/// round trip; one that is not would hold us until its retransmissions
+/// give up).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Capabilities kept after set-up: routes (and, later, TUN and policy-rule
 /// changes) need `CAP_NET_ADMIN`. Every port is bound at start and never
@@ -131,6 +139,8 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
                 (None, Event::Expire { spi, direction, kind: Expiry::Hard }) => {
                     warn!(spi = %format!("{spi:08x}"), ?direction, "SA expired (hard limit); it carries no more traffic")
                 }
+                // Static keys only: nothing to tell the peer with.
+                (None, Event::UnknownSpi { .. }) => {}
             }
         }
         // IKE datagrams that reached a worker (coalesced behind ESP by GRO).
@@ -139,6 +149,11 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
                 ike.on_stray(now, &mut gw, from, &d.bytes);
             }
         }
+    }
+    // Delete every IKE SA first, while the data plane still runs (the
+    // Deletes' answers may arrive through a worker).
+    if let Some(ike) = &mut ike {
+        ike.shutdown(&mut gw, SHUTDOWN_GRACE);
     }
     let reports = gw.shutdown();
     let errors: u64 = reports.iter().map(|r| r.io_errors).sum();

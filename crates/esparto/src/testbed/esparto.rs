@@ -9,6 +9,8 @@
 //! is the daemon's), waits for the control socket to answer `esparto status
 //! --control SOCK --json`, and stops it with `SIGTERM`, checking that it
 //! exits 0 and leaves neither its control socket nor its TUN device behind.
+//! For recovery tests it can also be killed (`SIGKILL`, a crash) and
+//! started again with the same configuration.
 //!
 //! Children are either statically keyed (issue 3: SA pairs with SPIs and
 //! KEYMAT; [`StaticPair::mirrored`] gives the peer's view) or negotiated by
@@ -342,35 +344,75 @@ impl EspartoGateway {
         let control = dir.join("esparto.sock");
         let config = dir.join("esparto.toml");
         std::fs::write(&config, cfg.to_toml(&control))?;
-        let log = std::fs::File::create(dir.join("esparto.log"))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns.name()])
-            .arg(bin)
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .arg("--control")
-            .arg(&control)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("spawning {}", bin.display()))?;
-        let pid = child.id();
+        std::fs::File::create(dir.join("esparto.log"))?;
         let mut g = Self {
             bin: bin.to_path_buf(),
             ns: ns.name().to_string(),
             tun: cfg.tun.clone(),
             dir,
             control,
-            child: Some(child),
-            pid,
+            child: None,
+            pid: 0,
         };
-        if let Err(e) = g.wait_ready() {
-            g.dir.keep();
-            bail!("{e:#} (config and log kept in {})", g.dir.path().display());
-        }
+        g.spawn()?;
         Ok(g)
+    }
+
+    /// Run the daemon (its log appended to `esparto.log`) and wait until
+    /// it answers; on failure the work directory is kept.
+    fn spawn(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("esparto.log"))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(&self.bin)
+            .arg("run")
+            .arg("--config")
+            .arg(self.dir.join("esparto.toml"))
+            .arg("--control")
+            .arg(&self.control)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning {}", self.bin.display()))?;
+        self.pid = child.id();
+        self.child = Some(child);
+        if let Err(e) = self.wait_ready() {
+            self.dir.keep();
+            bail!("{e:#} (config and log kept in {})", self.dir.path().display());
+        }
+        Ok(())
+    }
+
+    /// Kill the daemon with SIGKILL, as a crash would: no Delete is sent
+    /// and nothing is cleaned up but what the kernel closes with the
+    /// process (its TUN device and sockets). The control socket file
+    /// stays; [`restart`](Self::restart) brings the daemon back.
+    pub fn kill(&mut self) -> Result<()> {
+        let mut child = self.child.take().with_context(|| format!("esparto in {} is not running", self.ns))?;
+        child.kill().context("SIGKILL")?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM and the same checks as [`stop`](Self::stop), keeping the
+    /// gateway for a [`restart`](Self::restart).
+    pub fn terminate(&mut self) -> Result<()> {
+        let r = self.shutdown();
+        if r.is_err() {
+            self.dir.keep();
+        }
+        r
+    }
+
+    /// Start the daemon again with the same configuration (after
+    /// [`kill`](Self::kill) or [`terminate`](Self::terminate)) and wait
+    /// until it answers.
+    pub fn restart(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("esparto in {} is still running", self.ns);
+        }
+        self.spawn()
     }
 
     fn wait_ready(&mut self) -> Result<()> {

@@ -10,6 +10,7 @@
 //!   namespaces in a line (made with `esparto_io::netns`, so every name
 //!   carries this process's pid and `Drop` removes only our own);
 //! - [`traffic`]: iperf3 (TCP streams, paced UDP) and ping between the hosts;
+//!   [`pinger`]: a ping in the background, for outages;
 //! - [`udpgen`]: a paced UDP blaster and counter in Rust, for the packet
 //!   rates iperf3 cannot offer at small sizes (it is CPU-bound near
 //!   170 kpps here);
@@ -33,6 +34,7 @@
 pub mod baseline;
 pub mod cpu;
 pub mod esparto;
+pub mod pinger;
 pub mod strongswan;
 pub mod topology;
 pub mod traffic;

@@ -575,6 +575,13 @@ dpd_action = "clear"
 [connections.gw.children.b]
 local_ts = "10.2.0.0/24"
 dpd_action = "restart"
+close_action = "start"
+[connections.gw.children.c]
+local_ts = "10.3.0.0/24"
+close_action = "trap"
+[connections.gw.children.d]
+local_ts = "10.4.0.0/24"
+close_action = "restart"
 [secrets.s]
 secret = "x"
 "#;
@@ -587,12 +594,16 @@ secret = "x"
             (6, "connections.gw.rand_time"),
             (10, "connections.gw.children.a.rand_time"),
             (14, "connections.gw.children.b.dpd_action"),
+            (18, "connections.gw.children.c.close_action"),
+            (21, "connections.gw.children.d.close_action"),
         ],
         "{}",
         ConfigErrors(errs.clone())
     );
     assert!(errs[1].message.contains("shorter than rekey_time"));
     assert!(errs[3].message.contains("must share a dpd_action"));
+    assert!(errs[4].message.contains("must share a close_action"));
+    assert!(errs[5].message.contains("expected none, start or trap"), "{}", errs[5].message);
 }
 
 #[test]
@@ -622,9 +633,9 @@ fn no_follow_on_errors_and_secrets_required_for_ike() {
 
 #[test]
 fn static_children_refuse_negotiation_keys() {
-    let text = base().replacen("esp_proposals = [\"aes256gcm16\"]", "esp_proposals = [\"aes256gcm16\"]\nrand_time = \"1s\"\ndpd_action = \"restart\"", 1);
+    let text = base().replacen("esp_proposals = [\"aes256gcm16\"]", "esp_proposals = [\"aes256gcm16\"]\nrand_time = \"1s\"\ndpd_action = \"restart\"\nclose_action = \"start\"", 1);
     let errs = errors_of(&text);
     let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
-    assert!(keys.iter().any(|k| k.ends_with(".rand_time")) && keys.iter().any(|k| k.ends_with(".dpd_action")), "{}", ConfigErrors(errs.clone()));
+    assert!(keys.iter().any(|k| k.ends_with(".rand_time")) && keys.iter().any(|k| k.ends_with(".dpd_action")) && keys.iter().any(|k| k.ends_with(".close_action")), "{}", ConfigErrors(errs.clone()));
     assert!(errs.iter().all(|e| e.message.contains("statically keyed")), "{}", ConfigErrors(errs.clone()));
 }

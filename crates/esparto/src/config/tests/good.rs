@@ -243,7 +243,33 @@ secret = "x"
     assert_eq!(ch.rand_time, Some(Duration::from_secs(1)));
     assert_eq!(ch.rekey_bytes, 1_000_000);
     assert_eq!((ch.per_cpu_sas, ch.per_cpu_max), (esparto_ike::PerCpuSas::Eager, 4));
+    assert_eq!(ike.close_action, esparto_ike::CloseAction::None, "swanctl's default");
     ike.validate().unwrap();
+}
+
+/// A connection we start is meant to stay up: unless set, a dead peer
+/// restarts it and the peer's Delete starts it again; otherwise (and when
+/// set) swanctl's defaults and values.
+#[test]
+fn start_connections_restart_by_default() {
+    let conf = |child: &str| {
+        format!("[connections.gw]\nremote_addrs = \"198.51.100.7\"\n[connections.gw.children.c]\n{child}\n[secrets.s]\nsecret = \"x\"\n")
+    };
+    let actions = |child: &str| {
+        let c = parse_str(&conf(child), "t.toml").unwrap();
+        let ike = c.connections[0].ike.clone().unwrap();
+        (ike.dpd_action, ike.close_action)
+    };
+    use esparto_ike::{CloseAction, DpdAction};
+    assert_eq!(actions(""), (DpdAction::Clear, CloseAction::None));
+    assert_eq!(actions("start_action = \"trap\""), (DpdAction::Clear, CloseAction::None));
+    assert_eq!(actions("start_action = \"start\""), (DpdAction::Restart, CloseAction::Start));
+    assert_eq!(
+        actions("start_action = \"start\"\ndpd_action = \"clear\"\nclose_action = \"none\""),
+        (DpdAction::Clear, CloseAction::None)
+    );
+    assert_eq!(actions("close_action = \"trap\""), (DpdAction::Clear, CloseAction::Trap));
+    assert_eq!(actions("close_action = \"start\""), (DpdAction::Clear, CloseAction::Start));
 }
 
 #[test]
