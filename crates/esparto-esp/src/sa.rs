@@ -299,20 +299,23 @@ impl OutboundSa {
 
         // Take a sequence number (an owned one only once it may be used),
         // and check lifetimes against the totals including this packet.
-        let seq = match &self.seq {
-            SeqSource::Owned { last, .. } => *last + 1,
-            SeqSource::Shared(s) => s.last.fetch_add(1, Ordering::Relaxed) + 1,
-        };
-        if seq >= self.check_at {
-            self.check_reservation(seq)?;
-        }
-        let bytes = match &mut self.seq {
+        let (seq, bytes) = match &mut self.seq {
             SeqSource::Owned { last, bytes } => {
+                let seq = *last + 1;
+                if seq >= self.check_at {
+                    check_reservation(&mut self.check_at, self.limit.as_deref(), self.esn, &mut self.counters, seq)?;
+                }
                 *last = seq;
                 *bytes += inner_len as u64;
-                *bytes
+                (seq, *bytes)
             }
-            SeqSource::Shared(s) => s.bytes.fetch_add(inner_len as u64, Ordering::Relaxed) + inner_len as u64,
+            SeqSource::Shared(s) => {
+                let seq = s.last.fetch_add(1, Ordering::Relaxed) + 1;
+                if seq >= self.check_at {
+                    check_reservation(&mut self.check_at, self.limit.as_deref(), self.esn, &mut self.counters, seq)?;
+                }
+                (seq, s.bytes.fetch_add(inner_len as u64, Ordering::Relaxed) + inner_len as u64)
+            }
         };
         match self.lifetime.check(now, bytes, seq) {
             Verdict::Ok => {}
@@ -341,34 +344,41 @@ impl OutboundSa {
         self.counters.bytes += inner_len as u64;
         Ok(start..end)
     }
+}
 
-    /// `seq` reached the request mark or the limit of the reservation:
-    /// ask for more (once per limit), and refuse a number past the limit.
-    #[cold]
-    fn check_reservation(&mut self, seq: u64) -> Result<(), Dropped> {
-        let Some(l) = &self.limit else { return Ok(()) };
-        if !self.esn && seq > u64::from(u32::MAX) {
-            // The end of the 32-bit space: the hard lifetime limit refuses
-            // it (and says so once).
-            return Ok(());
-        }
-        let (limit, request_at) = l.load();
-        if seq < request_at {
-            // Raised since we last looked.
-            self.check_at = request_at;
-            return Ok(());
-        }
-        l.ask(limit);
-        if seq > limit {
-            // Every packet looks again until the limit moves.
-            self.check_at = seq;
-            self.counters.drops.count(DropReason::SeqUnreserved);
-            return Err(DropReason::SeqUnreserved.into());
-        }
-        // Asked: nothing to look at until the limit itself.
-        self.check_at = limit.saturating_add(1);
-        Ok(())
+/// `seq` of an outbound SA reached the request mark or the limit of its
+/// reservation: ask for more (once per limit), and refuse a number past
+/// the limit. `check_at` is the SA's next sequence number to look again at.
+#[cold]
+fn check_reservation(
+    check_at: &mut u64,
+    limit: Option<&SeqLimit>,
+    esn: bool,
+    counters: &mut SaCounters,
+    seq: u64,
+) -> Result<(), Dropped> {
+    let Some(l) = limit else { return Ok(()) };
+    if !esn && seq > u64::from(u32::MAX) {
+        // The end of the 32-bit space: the hard lifetime limit refuses it
+        // (and says so once).
+        return Ok(());
     }
+    let (limit, request_at) = l.load();
+    if seq < request_at {
+        // Raised since we last looked.
+        *check_at = request_at;
+        return Ok(());
+    }
+    l.ask(limit);
+    if seq > limit {
+        // Every packet looks again until the limit moves.
+        *check_at = seq;
+        counters.drops.count(DropReason::SeqUnreserved);
+        return Err(DropReason::SeqUnreserved.into());
+    }
+    // Asked: nothing to look at until the limit itself.
+    *check_at = limit.saturating_add(1);
+    Ok(())
 }
 
 /// The receiving half of an SA.

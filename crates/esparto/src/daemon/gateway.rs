@@ -266,7 +266,7 @@ impl Gateway {
     /// Extends, durably, the sequence-number reservations static SAs asked
     /// more of, then lets them go on. Call every loop: a sender asks half
     /// a reservation before it runs out. A failed write is logged (at
-    /// most every [`RESERVATION_WARN_EVERY`]) and retried on the next call.
+    /// most every 10 s) and retried on the next call.
     pub fn keep_reservations(&mut self) {
         let Some(r) = &mut self.reservations else { return };
         if let Err(e) = r.poll() {

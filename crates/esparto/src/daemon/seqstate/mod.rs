@@ -15,8 +15,8 @@
 //! (one [step](STEP) further) is durable: written to a temporary file,
 //! fsync'd, renamed over the old one, and the directory fsync'd. Only then
 //! is the SA's [`SeqLimit`] raised. When a sender reaches half a step
-//! before the limit it asks for more (a flag the control thread polls
-//! every loop, at most [`super::run`]'s 50 ms apart), and the next step is
+//! before the limit it asks for more (a flag the control thread polls on
+//! every turn of its loop, at most 50 ms apart), and the next step is
 //! made durable the same way before the limit moves. A crash at any
 //! moment — before, during or after a write — leaves a file whose number
 //! is at or above every sequence number ever sent, so no (key, sequence
