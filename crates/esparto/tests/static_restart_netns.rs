@@ -14,7 +14,9 @@
 //! - `after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once`: both
 //!   gateways run Esparto; numbered UDP datagrams cross the tunnel while
 //!   gw-west is killed and restarted three times. Only datagrams sent
-//!   while gw-west was down are lost, and gw-east drops nothing as replay.
+//!   from just before a kill until the new daemon is up (ready, or
+//!   carrying traffic if that comes later) are lost, and gw-east drops
+//!   nothing as replay.
 //!
 //! Needs root: SKIP otherwise.
 
@@ -23,8 +25,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -217,14 +219,17 @@ fn kill9_restarts_never_repeat_an_spi_and_sequence_number() {
         let cfg = west_config(if run % 2 == 0 { 3 } else { 1 }, state.path());
         let before = wire.count();
         let t = Instant::now();
-        let gw = EspartoGateway::start(topo.ns(Node::GwWest), bin(), &cfg)
-            .unwrap_or_else(|e| panic!("run {run}: {e:#}"));
+        let mut gw =
+            EspartoGateway::start(topo.ns(Node::GwWest), bin(), &cfg).unwrap_or_else(|e| panic!("run {run}: {e:#}"));
         starts.push(t.elapsed());
-        wait_for(&format!("run {run}: {PER_RUN} datagrams from gw-west"), Duration::from_secs(20), Duration::from_millis(2), || {
-            Ok((wire.count() >= before + PER_RUN).then_some(()))
-        })
+        wait_for(
+            &format!("run {run}: {PER_RUN} datagrams from gw-west"),
+            Duration::from_secs(20),
+            Duration::from_millis(2),
+            || Ok((wire.count() >= before + PER_RUN).then_some(())),
+        )
         .unwrap();
-        gw.kill9().unwrap();
+        gw.kill().unwrap();
     }
     load.stop();
     // Whatever was still in flight.
@@ -286,24 +291,28 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
     const KILLS: usize = 3;
     let topo = Topology::new().unwrap();
     let state = WorkDir::new("static-restart-peer-state").unwrap();
-    let mut east_cfg = EspartoConfig::site(Node::GwEast, Keying::Static(pairs(3).iter().map(StaticPair::mirrored).collect())).unwrap();
+    let mut east_cfg =
+        EspartoConfig::site(Node::GwEast, Keying::Static(pairs(3).iter().map(StaticPair::mirrored).collect())).unwrap();
     east_cfg.workers = Some(2);
     let east = EspartoGateway::start(topo.ns(Node::GwEast), bin(), &east_cfg).unwrap();
-    let mut west = Some(EspartoGateway::start(topo.ns(Node::GwWest), bin(), &west_config(3, state.path())).unwrap());
+    let mut west = EspartoGateway::start(topo.ns(Node::GwWest), bin(), &west_config(3, state.path())).unwrap();
 
     let dst = SocketAddr::new(Topology::addr(Node::HostEast, Net::Lan, Family::V4), 7000);
     let sock = topo.ns(Node::HostEast).run(|| UdpSocket::bind(dst)).unwrap().unwrap();
     let got = Recorder::start(sock, Numbers::default(), Numbers::log);
     let load = Load::start(&topo, 4, 7000);
-    wait_for("traffic through the tunnel", Duration::from_secs(10), Duration::from_millis(10), || Ok((got.count() > 200).then_some(()))).unwrap();
+    wait_for("traffic through the tunnel", Duration::from_secs(10), Duration::from_millis(10), || {
+        Ok((got.count() > 200).then_some(()))
+    })
+    .unwrap();
 
     // (killed, ready again)
     let mut kills: Vec<(Instant, Instant)> = Vec::new();
     for _ in 0..KILLS {
         std::thread::sleep(Duration::from_millis(700));
         let killed = Instant::now();
-        west.take().unwrap().kill9().unwrap();
-        west = Some(EspartoGateway::start(topo.ns(Node::GwWest), bin(), &west_config(3, state.path())).unwrap());
+        west.kill().unwrap();
+        west.restart().unwrap();
         kills.push((killed, Instant::now()));
     }
     std::thread::sleep(Duration::from_millis(700));
@@ -326,8 +335,11 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
         if got.contains(&(n as u64)) {
             continue;
         }
-        // In flight in gw-west when it died, or sent while it was down.
-        let during = kills.iter().zip(&backs).position(|((k, _), b)| *t + Duration::from_millis(50) >= *k && b.is_none_or(|b| *t <= b));
+        // In flight in gw-west when it died, or sent before the new
+        // daemon was up (ready, or carrying traffic if that came first).
+        let during = kills.iter().zip(&backs).position(|((k, ready), b)| {
+            *t + Duration::from_millis(50) >= *k && (*t <= *ready || b.is_none_or(|b| *t <= b))
+        });
         match during {
             Some(i) => lost_in[i] += 1,
             None => lost_outside.push(n),
@@ -342,18 +354,44 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
         got.len(),
         east_status.drops
     );
-    assert_eq!(east_status.drops.get("replay"), None, "gw-east dropped the restarted gateway's packets as replays: {:?}", east_status.drops);
+    assert_eq!(
+        east_status.drops.get("replay"),
+        None,
+        "gw-east dropped the restarted gateway's packets as replays: {:?}",
+        east_status.drops
+    );
     assert_eq!(east_status.drops.get("icv_failure"), None, "{:?}", east_status.drops);
     for (i, ((_, ready), back)) in kills.iter().zip(&backs).enumerate() {
         let back = back.unwrap_or_else(|| panic!("nothing arrived after kill {i}"));
-        assert!(back <= *ready + Duration::from_secs(2), "kill {i}: traffic came back {:?} after gw-west was ready again", back - *ready);
+        assert!(
+            back <= *ready + Duration::from_secs(2),
+            "kill {i}: traffic came back {:?} after gw-west was ready again",
+            back - *ready
+        );
     }
+    let when = |n: usize| -> String {
+        let t = sent[n];
+        kills
+            .iter()
+            .zip(&backs)
+            .map(|((k, r), b)| {
+                format!(
+                    "{:?} after a kill ({:?} after ready, back {:?})",
+                    t.saturating_duration_since(*k),
+                    t.saturating_duration_since(*r),
+                    b.map(|b| t.saturating_duration_since(b))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
     assert!(
         lost_outside.is_empty(),
-        "lost outside the outages: {} datagrams, first {:?}",
+        "lost outside the outages: {} datagrams, first {:?}: sent {}",
         lost_outside.len(),
-        &lost_outside[..lost_outside.len().min(10)]
+        &lost_outside[..lost_outside.len().min(10)],
+        when(lost_outside[0])
     );
-    west.take().unwrap().stop().unwrap();
+    west.stop().unwrap();
     east.stop().unwrap();
 }

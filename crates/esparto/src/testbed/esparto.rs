@@ -484,20 +484,6 @@ impl EspartoGateway {
         serde_json::from_str(&out).context("parsing esparto sas --json")
     }
 
-    /// `kill -9`: the daemon dies at once, as in a crash or a power loss.
-    /// Its TUN device and sockets go with its last file descriptors; its
-    /// control socket file stays (the next start replaces a stale one).
-    /// Returns once it is gone.
-    pub fn kill9(mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
-            bail!("esparto in {} is not running", self.ns);
-        };
-        // `ip netns exec` execs: the child is the daemon itself.
-        child.kill().with_context(|| format!("kill -9 esparto in {}", self.ns))?;
-        child.wait()?;
-        Ok(())
-    }
-
     /// SIGTERM, wait up to 10 s; the daemon must exit 0 and remove its
     /// control socket and TUN device. Files are removed unless kept.
     pub fn stop(mut self) -> Result<()> {

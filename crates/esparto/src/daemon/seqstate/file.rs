@@ -105,7 +105,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Entry>, String> {
         return Err(format!("not an Esparto state file (format '{}')", f.format));
     }
     if f.version != VERSION {
-        return Err(format!("state file version {} is not supported (this esparto reads version {VERSION})", f.version));
+        return Err(format!(
+            "state file version {} is not supported (this esparto reads version {VERSION})",
+            f.version
+        ));
     }
     if checksum(&f.sas) != f.sha256 {
         return Err("its SHA-256 does not match its entries: the file was damaged or edited".into());

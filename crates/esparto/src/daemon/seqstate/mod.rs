@@ -192,11 +192,18 @@ impl<S: Store> Reservations<S> {
                     let e = &self.entries[other.entry];
                     bail!(
                         "{}/{} out_spi 0x{:08x} has the same out_key as {}/{} out_spi 0x{:08x}: two SAs sending under one key repeat AES-GCM nonces; give every SA its own key",
-                        sa.connection, sa.child, sa.out_spi, e.connection, e.child, e.out_spi
+                        sa.connection,
+                        sa.child,
+                        sa.out_spi,
+                        e.connection,
+                        e.child,
+                        e.out_spi
                     );
                 }
                 let e = &mut self.entries[i];
-                if (e.connection.as_str(), e.child.as_str(), e.out_spi) != (sa.connection.as_str(), sa.child.as_str(), sa.out_spi) {
+                if (e.connection.as_str(), e.child.as_str(), e.out_spi)
+                    != (sa.connection.as_str(), sa.child.as_str(), sa.out_spi)
+                {
                     info!(
                         connection = %sa.connection, child = %sa.child, spi = %format!("{:08x}", sa.out_spi),
                         was = %format!("{}/{} {:08x}", e.connection, e.child, e.out_spi),
@@ -224,7 +231,9 @@ impl<S: Store> Reservations<S> {
             bail!(
                 "{}/{} out_spi 0x{:08x}: its sequence numbers are used up ({start} of {max} used or skipped by earlier runs, per {path}). \
                  Configure a new out_key for this SA (and the same key as the peer's in_key); `-esn` in esp_proposals gives 64-bit sequence numbers",
-                sa.connection, sa.child, sa.out_spi
+                sa.connection,
+                sa.child,
+                sa.out_spi
             );
         }
         if !sa.esn && start > max / 100 * WARN_USED_PERCENT {

@@ -68,7 +68,9 @@ impl FsStore {
         let handle = File::open(dir).with_context(|| format!("state_dir {d}: cannot open it"))?;
         flock(&handle, FlockOperation::NonBlockingLockExclusive).map_err(|e| {
             if e == rustix::io::Errno::WOULDBLOCK {
-                anyhow::anyhow!("state_dir {d} is in use by another esparto: each daemon needs a state directory of its own")
+                anyhow::anyhow!(
+                    "state_dir {d} is in use by another esparto: each daemon needs a state directory of its own"
+                )
             } else {
                 anyhow::anyhow!("state_dir {d}: cannot lock it: {e}")
             }
