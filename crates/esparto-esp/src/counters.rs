@@ -32,11 +32,17 @@ pub enum DropReason {
     TooBig,
     /// A policy says discard.
     Discarded,
+    /// The outbound SA reached the end of the sequence numbers reserved
+    /// for it durably (statically keyed SAs; see [`SeqLimit`]): the control
+    /// plane has not extended the reservation in time.
+    ///
+    /// [`SeqLimit`]: crate::SeqLimit
+    SeqUnreserved,
 }
 
 impl DropReason {
     /// Number of reasons (size of a counter array).
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 
     /// Every reason, in counter order.
     pub const ALL: [DropReason; Self::COUNT] = [
@@ -50,6 +56,7 @@ impl DropReason {
         DropReason::NoSa,
         DropReason::TooBig,
         DropReason::Discarded,
+        DropReason::SeqUnreserved,
     ];
 
     /// A stable snake_case name for status output and metrics.
@@ -65,6 +72,7 @@ impl DropReason {
             DropReason::NoSa => "no_sa",
             DropReason::TooBig => "too_big",
             DropReason::Discarded => "discarded",
+            DropReason::SeqUnreserved => "seq_unreserved",
         }
     }
 }

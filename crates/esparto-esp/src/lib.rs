@@ -13,6 +13,8 @@
 //! - [`OutboundSa`] / [`InboundSa`]: the two directions of an SA, with
 //!   sequence numbers (64-bit ESN), the [`ReplayWindow`] (RFC 6479-style,
 //!   checked before decryption, committed after), lifetimes and counters;
+//! - [`SeqLimit`]: how far a statically keyed SA may count, so that its
+//!   sequence numbers (the AES-GCM nonce) survive restarts;
 //! - [`SaGroup`]: a fallback SA plus this worker's own sub-SA — the per-CPU
 //!   SAs that let throughput grow with cores;
 //! - [`Worker`]: one core's share of all of it, mutated only by its thread
@@ -30,6 +32,7 @@ mod replay;
 mod sa;
 mod sad;
 mod selector;
+mod seqlimit;
 mod spd;
 #[cfg(test)]
 mod testutil;
@@ -45,6 +48,7 @@ pub use sa::{
 };
 pub use sad::{Sad, SpiHasher};
 pub use selector::{Family, IpRange, SelectorError, TrafficSelector, addr_bits};
+pub use seqlimit::SeqLimit;
 pub use spd::{Action, FlowKey, GroupId, Policy, Spd};
 pub use worker::{Command, Direction, Encapsulated, Event, MAX_PENDING_EVENTS, SaStats, Worker, WorkerStats};
 

@@ -18,7 +18,9 @@
 //! Sequence numbers: a sub-SA belongs to one worker and counts in a plain
 //! integer; a fallback SA is used by every worker and counts in a shared
 //! atomic ([`SharedSeq`]). Either way a number is never used twice, and
-//! without ESN the counter stops at `2^32 - 1` (RFC 4303 §3.3.3).
+//! without ESN the counter stops at `2^32 - 1` (RFC 4303 §3.3.3). A
+//! statically keyed SA also continues after its earlier runs and stays
+//! within what is reserved for it ([`SeqLimit`], [`OutboundSa::reserved`]).
 //!
 //! Inbound processing follows RFC 4303 §3.4 in the order that keeps forged
 //! packets cheap and harmless: SPI lookup, replay check, integrity check
@@ -39,6 +41,7 @@ use crate::counters::{DropReason, SaCounters};
 use crate::lifetime::{Expiry, Lifetime, LifetimeState, Verdict};
 use crate::replay::{ReplayError, ReplayWindow};
 use crate::selector::{Family, TrafficSelector};
+use crate::seqlimit::SeqLimit;
 
 /// An SPI (RFC 4303 §2.1).
 pub type Spi = u32;
@@ -96,6 +99,11 @@ impl SharedSeq {
         Arc::new(Self::default())
     }
 
+    /// A counter that continues after `last` (used by an earlier run).
+    pub fn after(last: u64) -> Arc<Self> {
+        Arc::new(Self { last: AtomicU64::new(last), bytes: AtomicU64::new(0) })
+    }
+
     /// Highest sequence number handed out so far.
     pub fn last(&self) -> u64 {
         self.last.load(Ordering::Relaxed)
@@ -143,6 +151,10 @@ pub struct OutboundSa {
     block: usize,
     installed: Instant,
     counters: SaCounters,
+    /// Sequence numbers below this need no look at `limit` (`u64::MAX`
+    /// without one): the packet path's only cost of a reservation.
+    check_at: u64,
+    limit: Option<Arc<SeqLimit>>,
 }
 
 /// The largest inner packet whose ESP-in-UDP encapsulation fits `path_mtu`.
@@ -181,7 +193,23 @@ impl OutboundSa {
             block: cfg.suite.block_size(),
             installed: now,
             counters: SaCounters::default(),
+            check_at: u64::MAX,
+            limit: None,
         })
+    }
+
+    /// Continues after the sequence numbers of earlier runs and never goes
+    /// past `limit` (see [`SeqLimit`]). An owned counter starts at
+    /// [`SeqLimit::start`]; a shared one must have been made by
+    /// [`SharedSeq::after`] with the same start.
+    pub fn reserved(mut self, limit: Arc<SeqLimit>) -> Self {
+        if let SeqSource::Owned { last, .. } = &mut self.seq {
+            *last = limit.start();
+        }
+        let (_, request_at) = limit.load();
+        self.check_at = request_at;
+        self.limit = Some(limit);
+        self
     }
 
     /// The SPI.
@@ -269,18 +297,25 @@ impl OutboundSa {
             return Err(DropReason::Malformed.into());
         }
 
-        // Take a sequence number, and check lifetimes against the totals
-        // including this packet.
+        // Take a sequence number (an owned one only once it may be used),
+        // and check lifetimes against the totals including this packet.
         let (seq, bytes) = match &mut self.seq {
             SeqSource::Owned { last, bytes } => {
-                *last += 1;
+                let seq = *last + 1;
+                if seq >= self.check_at {
+                    check_reservation(&mut self.check_at, self.limit.as_deref(), self.esn, &mut self.counters, seq)?;
+                }
+                *last = seq;
                 *bytes += inner_len as u64;
-                (*last, *bytes)
+                (seq, *bytes)
             }
-            SeqSource::Shared(s) => (
-                s.last.fetch_add(1, Ordering::Relaxed) + 1,
-                s.bytes.fetch_add(inner_len as u64, Ordering::Relaxed) + inner_len as u64,
-            ),
+            SeqSource::Shared(s) => {
+                let seq = s.last.fetch_add(1, Ordering::Relaxed) + 1;
+                if seq >= self.check_at {
+                    check_reservation(&mut self.check_at, self.limit.as_deref(), self.esn, &mut self.counters, seq)?;
+                }
+                (seq, s.bytes.fetch_add(inner_len as u64, Ordering::Relaxed) + inner_len as u64)
+            }
         };
         match self.lifetime.check(now, bytes, seq) {
             Verdict::Ok => {}
@@ -309,6 +344,41 @@ impl OutboundSa {
         self.counters.bytes += inner_len as u64;
         Ok(start..end)
     }
+}
+
+/// `seq` of an outbound SA reached the request mark or the limit of its
+/// reservation: ask for more (once per limit), and refuse a number past
+/// the limit. `check_at` is the SA's next sequence number to look again at.
+#[cold]
+fn check_reservation(
+    check_at: &mut u64,
+    limit: Option<&SeqLimit>,
+    esn: bool,
+    counters: &mut SaCounters,
+    seq: u64,
+) -> Result<(), Dropped> {
+    let Some(l) = limit else { return Ok(()) };
+    if !esn && seq > u64::from(u32::MAX) {
+        // The end of the 32-bit space: the hard lifetime limit refuses it
+        // (and says so once).
+        return Ok(());
+    }
+    let (limit, request_at) = l.load();
+    if seq < request_at {
+        // Raised since we last looked.
+        *check_at = request_at;
+        return Ok(());
+    }
+    l.ask(limit);
+    if seq > limit {
+        // Every packet looks again until the limit moves.
+        *check_at = seq;
+        counters.drops.count(DropReason::SeqUnreserved);
+        return Err(DropReason::SeqUnreserved.into());
+    }
+    // Asked: nothing to look at until the limit itself.
+    *check_at = limit.saturating_add(1);
+    Ok(())
 }
 
 /// The receiving half of an SA.

@@ -142,6 +142,89 @@ fn shared_fallback_never_reuses_a_number() {
     assert_eq!(seq.last(), 30);
 }
 
+/// Encapsulates one packet; the sequence number used, or why not.
+fn try_seal(out: &mut OutboundSa, now: Instant) -> Result<u64, DropReason> {
+    let inner = udp4(20);
+    let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
+    buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(&inner);
+    let mut exp = None;
+    let r = out.encapsulate(now, &mut buf, HEADROOM..HEADROOM + inner.len(), 4, &mut exp).map_err(|d| d.reason)?;
+    Ok(u64::from(u32::from_be_bytes(buf[r][4..8].try_into().unwrap())))
+}
+
+#[test]
+fn a_reserved_sa_continues_after_its_start_and_stops_at_its_limit() {
+    let now = Instant::now();
+    let (out, mut inb) = pair(EspSuite::Aes256Gcm16, false, false, now);
+    let limit = SeqLimit::new(1000);
+    let mut out = out.reserved(limit.clone());
+    // Nothing is reserved yet: nothing goes out, and no number is spent.
+    assert_eq!(try_seal(&mut out, now), Err(DropReason::SeqUnreserved));
+    assert_eq!(try_seal(&mut out, now), Err(DropReason::SeqUnreserved));
+    assert_eq!(out.counters().drops.get(DropReason::SeqUnreserved), 2);
+    assert!(limit.wants_more());
+    limit.raise(1010, 1005);
+    assert!(!limit.wants_more());
+    // The first number after the start, then on without a gap.
+    for want in 1001..=1004 {
+        assert_eq!(try_seal(&mut out, now), Ok(want));
+        assert!(!limit.wants_more(), "below the request mark at {want}");
+    }
+    // From the mark on, one request; up to the limit, every number is used.
+    for want in 1005..=1010 {
+        assert_eq!(try_seal(&mut out, now), Ok(want));
+        assert!(limit.wants_more());
+    }
+    assert_eq!(try_seal(&mut out, now), Err(DropReason::SeqUnreserved));
+    assert_eq!(out.last_seq(), 1010);
+    limit.raise(1020, 1015);
+    assert_eq!(try_seal(&mut out, now), Ok(1011), "no number lost to the refused packet");
+    assert!(!limit.wants_more());
+    // The peer accepts what was sent (the packets are real ESP).
+    let esp = seal(&mut out, now, &udp4(30));
+    assert_eq!(open(&mut inb, now, &esp).unwrap(), udp4(30));
+}
+
+#[test]
+fn a_reserved_fallback_never_passes_its_limit_from_any_copy() {
+    let now = Instant::now();
+    let cfg = config(EspSuite::Aes256Gcm16, 0x2000_0002, false, false);
+    let limit = SeqLimit::new(500);
+    let seq = SharedSeq::after(limit.start());
+    let mut copies: Vec<OutboundSa> =
+        (0..3).map(|_| OutboundSa::shared(&cfg, seq.clone(), now).unwrap().reserved(limit.clone())).collect();
+    limit.raise(600, 550);
+    let mut used = std::collections::BTreeSet::new();
+    let mut refused = 0;
+    for round in 0..4u64 {
+        for i in 0..150 {
+            match try_seal(&mut copies[i % 3], now) {
+                Ok(s) => assert!(used.insert(s), "seq {s} used twice"),
+                Err(r) => {
+                    assert_eq!(r, DropReason::SeqUnreserved);
+                    refused += 1;
+                }
+            }
+        }
+        assert!(limit.wants_more(), "round {round}");
+        limit.raise(600 + 100 * (round + 1), 550 + 100 * (round + 1));
+    }
+    assert!(refused > 0);
+    assert!(used.iter().all(|s| (501..=1000).contains(s)), "{used:?}");
+    // Numbers refused were skipped, never handed out again.
+    assert_eq!(used.len() as u64 + refused, seq.last() - 500);
+}
+
+#[test]
+fn an_sa_without_a_reservation_never_looks_at_one() {
+    let now = Instant::now();
+    let (mut out, _) = pair(EspSuite::Aes256Gcm16, true, false, now);
+    out.seq = SeqSource::Owned { last: (1 << 40) - 1, bytes: 0 };
+    assert_eq!(out.check_at, u64::MAX);
+    assert!(try_seal(&mut out, now).is_ok());
+    assert_eq!(out.last_seq(), 1 << 40);
+}
+
 #[test]
 fn bad_padding_is_detected_after_the_icv() {
     // Build a packet by hand whose padding is 1, 2, 9 and seal it properly:

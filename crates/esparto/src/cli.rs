@@ -185,6 +185,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
 fn check_config(a: CheckConfigArgs) -> Result<ExitCode> {
     match config::load(&a.file) {
         Ok(c) => {
+            if let Err(e) = crate::daemon::check_static_keys(&c) {
+                eprintln!("{}: {e}", a.file.display());
+                return Ok(ExitCode::FAILURE);
+            }
             let (n, m) = (c.connections.len(), c.child_count());
             let plural = |k: usize| if k == 1 { "" } else { "s" };
             println!("{}: OK ({n} connection{}, {m} child{})", a.file.display(), plural(n), if m == 1 { "" } else { "ren" });

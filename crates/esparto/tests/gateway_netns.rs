@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use esparto::config::{Child, Config, Connection, Daemon, PerCpuSas, StaticPair, StaticSas};
@@ -23,8 +23,9 @@ fn key(tag: u8, suite: EspSuite) -> SecretBytes {
     SecretBytes::from_slice(&(0..suite.keymat_len()).map(|i| (i as u8) ^ tag).collect::<Vec<_>>())
 }
 
-/// West's config (east's is the mirror: `east = true`).
-fn config(east: bool, suite: EspSuite, workers: usize) -> Config {
+/// West's config (east's is the mirror: `east = true`); the static SAs'
+/// sequence numbers are kept in `state`.
+fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
     let (local, remote) = if east { ("192.0.2.2", "192.0.2.1") } else { ("192.0.2.1", "192.0.2.2") };
     let ts = |s: &str| s.parse().unwrap();
     let (lts, rts) = if east {
@@ -56,6 +57,7 @@ fn config(east: bool, suite: EspSuite, workers: usize) -> Config {
             path_mtu: 1500,
             tun_queue_len: esparto::config::DEFAULT_TUN_QUEUE_LEN,
             log: "info".into(),
+            state_dir: state.join(if east { "east" } else { "west" }),
             ike: Default::default(),
         },
         connections: vec![Connection {
@@ -95,15 +97,16 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
     let (hw, gw, ge, he) =
         (topo.ns(Node::HostWest), topo.ns(Node::GwWest), topo.ns(Node::GwEast), topo.ns(Node::HostEast));
     let suite = EspSuite::Aes256Gcm16;
-    let west = gw.run(|| Gateway::start(&config(false, suite, 2))).unwrap().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let west = gw.run(|| Gateway::start(&config(false, suite, 2, state.path()))).unwrap().unwrap();
     // gw-east pins its workers by `[daemon] cpus`, in descending order; a
     // CPU the process may not use is refused before anything is set up.
     let allowed = esparto_io::cpu::allowed_cpus().unwrap();
-    let mut bad = config(true, suite, 2);
+    let mut bad = config(true, suite, 2, state.path());
     bad.daemon.cpus = vec![allowed[0], allowed.iter().max().unwrap() + 1];
     let err = ge.run(|| Gateway::start(&bad)).unwrap().unwrap_err();
     assert!(format!("{err:#}").contains("[daemon] cpus: CPU"), "{err:#}");
-    let mut east_cfg = config(true, suite, 2);
+    let mut east_cfg = config(true, suite, 2, state.path());
     east_cfg.daemon.cpus = allowed.iter().rev().copied().collect();
     let east = ge.run(|| Gateway::start(&east_cfg)).unwrap().unwrap();
 

@@ -13,6 +13,8 @@ use super::tree::{Cx, Field, Kind, Node};
 
 /// Default control socket path.
 pub const DEFAULT_CONTROL: &str = "/run/esparto/esparto.sock";
+/// Default state directory (the sequence numbers of static SAs).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/esparto";
 /// Default TUN device name.
 pub const DEFAULT_TUN: &str = "esparto0";
 /// Default UDP port for ESP-in-UDP and IKE with NAT-T (RFC 3948 §2.1).
@@ -46,6 +48,7 @@ const KEYS: &[&str] = &[
     "workers",
     "cpus",
     "control",
+    "state_dir",
     "tun",
     "port",
     "ike_port",
@@ -104,6 +107,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         path_mtu: DEFAULT_PATH_MTU,
         tun_queue_len: DEFAULT_TUN_QUEUE_LEN,
         log: DEFAULT_LOG.to_string(),
+        state_dir: PathBuf::from(DEFAULT_STATE_DIR),
         ike: IkeLimits::default(),
     };
     let root_path = KeyPath::root();
@@ -142,6 +146,15 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
                 );
             } else {
                 d.control = p;
+            }
+        }
+    }
+    if let Some(f) = t.field(&path, "state_dir") {
+        if let Some(s) = cx.str(&f) {
+            if s.is_empty() {
+                cx.err_at(&f, "empty path");
+            } else {
+                d.state_dir = cx.dir.join(s);
             }
         }
     }

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 pub use child::{DEFAULT_ESP_PROPOSALS, DEFAULT_REKEY_TIME, MIN_REPLAY_WINDOW};
 pub use connection::{DEFAULT_IKE_PROPOSALS, DEFAULT_REMOTE_PORT};
 pub use daemon::{
-    DEFAULT_CONTROL, DEFAULT_IKE_PORT, DEFAULT_LOG, DEFAULT_PATH_MTU, DEFAULT_PORT, DEFAULT_TUN,
+    DEFAULT_CONTROL, DEFAULT_IKE_PORT, DEFAULT_LOG, DEFAULT_PATH_MTU, DEFAULT_PORT, DEFAULT_STATE_DIR, DEFAULT_TUN,
     DEFAULT_TUN_QUEUE_LEN, MAX_CPU, MAX_TUN_QUEUE_LEN, MAX_WORKERS, MIN_PATH_MTU, default_workers,
 };
 pub use error::{ConfigError, ConfigErrors};
@@ -61,7 +61,7 @@ const TOP_UNSUPPORTED: &[(&str, &str)] = &[
 ];
 
 /// Load and validate the file at `path`. Relative paths inside it
-/// (`*_file`, `daemon.control`) are relative to its directory.
+/// (`*_file`, `daemon.control`, `daemon.state_dir`) are relative to its directory.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let fail = |message: String| {

@@ -47,6 +47,10 @@ pub struct Daemon {
     pub tun_queue_len: u32,
     /// Log filter (default `info`), tracing's `EnvFilter` syntax.
     pub log: String,
+    /// Where the daemon keeps state across restarts (default
+    /// `/var/lib/esparto`): the sequence numbers reserved for statically
+    /// keyed SAs. Used only when there are static children.
+    pub state_dir: PathBuf,
     /// IKE endpoint limits.
     pub ike: IkeLimits,
 }

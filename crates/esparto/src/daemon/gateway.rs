@@ -35,6 +35,7 @@ use esparto_io::{
 use tracing::{info, warn};
 
 use super::install::{ChildState, SaLabel};
+use super::seqstate::{self, Claims, FsStore, Reservations, Store};
 use crate::config::Config;
 use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
 
@@ -45,6 +46,8 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The routing table the peers' selectors are routed in: the main table
 /// (a table of Esparto's own behind a policy rule is the next step).
 pub(super) const ROUTE_TABLE: u32 = esparto_io::route::MAIN_TABLE;
+/// Least time between two log lines about failing reservation writes.
+const RESERVATION_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The running data plane.
 pub struct Gateway {
@@ -64,6 +67,10 @@ pub struct Gateway {
     pub(super) labels: BTreeMap<(u32, Direction), SaLabel>,
     pub(super) path_mtu: u16,
     bind: SocketAddr,
+    /// Sequence numbers reserved for static SAs (none without static children).
+    reservations: Option<Reservations<FsStore>>,
+    /// When a failed reservation write was last logged.
+    reservation_warned: Option<Instant>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -127,6 +134,12 @@ impl Gateway {
                 );
             }
             cfg.daemon.cpus.clone()
+        };
+        // Before any device: a state file that cannot be trusted, or a
+        // static SA that may not send, stops the start here.
+        let (reservations, claims) = match seqstate::reserve_static(cfg, n)? {
+            Some((r, c)) => (Some(r), c),
+            None => (None, Claims::new()),
         };
         let mtu = tun_mtu(cfg);
         let tun = TunDevice::create(&TunConfig {
@@ -192,11 +205,13 @@ impl Gateway {
             labels: BTreeMap::new(),
             path_mtu: cfg.daemon.path_mtu,
             bind,
+            reservations,
+            reservation_warned: None,
         };
         for conn in &cfg.connections {
             for child in &conn.children {
                 if child.static_sas.is_some() {
-                    gw.install_static(conn, child)
+                    gw.install_static(conn, child, &claims)
                         .with_context(|| format!("installing {}/{}", conn.name, child.name))?;
                 }
             }
@@ -246,6 +261,24 @@ impl Gateway {
     /// queue): the daemon cannot go on without it.
     pub fn worker_failure(&self) -> Option<WorkerFailure> {
         self.workers.failure()
+    }
+
+    /// Extends, durably, the sequence-number reservations static SAs asked
+    /// more of, then lets them go on. Call every loop: a sender asks half
+    /// a reservation before it runs out. A failed write is logged (at
+    /// most every 10 s) and retried on the next call.
+    pub fn keep_reservations(&mut self) {
+        let Some(r) = &mut self.reservations else { return };
+        if let Err(e) = r.poll() {
+            let now = Instant::now();
+            if self.reservation_warned.is_none_or(|t| now.duration_since(t) >= RESERVATION_WARN_EVERY) {
+                self.reservation_warned = Some(now);
+                warn!(
+                    file = %r.store().path().display(), error = %e,
+                    "cannot write the sequence numbers reserved for static SAs; they stop sending when their reservation runs out"
+                );
+            }
+        }
     }
 
     /// Drains worker events; returns them for the IKE layer.

@@ -27,7 +27,19 @@ use esparto_io::spi_to_worker;
 use tracing::{info, warn};
 
 use super::Gateway;
+use super::seqstate::{Claimed, Claims};
 use crate::config::{Child, Connection};
+
+/// The slot of a static child's pair `i` on a gateway with `workers`
+/// workers: pair 0 is the fallback, pair k+1 worker k's sub-SA, pairs
+/// beyond the workers inbound only.
+pub(super) fn static_slot(i: usize, workers: usize) -> Slot {
+    match i {
+        0 => Slot::Fallback,
+        k if k - 1 < workers => Slot::Worker((k - 1) as u16),
+        _ => Slot::InboundOnly,
+    }
+}
 
 /// Which SA of a group an SPI is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +257,18 @@ impl Gateway {
     /// Starts sending on the outbound half of `pair` in its slot (replacing
     /// what was there). Returns the slot taken.
     pub fn set_outbound(&mut self, connection: &str, child: &str, pair: &SaPair<'_>) -> Result<Slot> {
+        self.set_outbound_reserved(connection, child, pair, None)
+    }
+
+    /// [`set_outbound`](Self::set_outbound), continuing the sequence
+    /// numbers of earlier runs within a durable reservation (static SAs).
+    fn set_outbound_reserved(
+        &mut self,
+        connection: &str,
+        child: &str,
+        pair: &SaPair<'_>,
+        reserved: Option<&Claimed>,
+    ) -> Result<Slot> {
         let idx = self.child_index(connection, child)?;
         let now = Instant::now();
         let group = self.children[idx].group;
@@ -257,20 +281,34 @@ impl Gateway {
                 .map_or(Slot::InboundOnly, Slot::Worker),
             s => s,
         };
+        let owned = || -> Result<Box<OutboundSa>> {
+            let sa = OutboundSa::owned(&out, now).map_err(key_err)?;
+            Ok(Box::new(match reserved {
+                Some(r) => sa.reserved(r.limit.clone()),
+                None => sa,
+            }))
+        };
         let out_worker = match slot {
             Slot::Fallback if self.workers() == 1 && !per_cpu => {
-                self.send(0, Command::SetFallback(group, Box::new(OutboundSa::owned(&out, now).map_err(key_err)?)))?;
+                self.send(0, Command::SetFallback(group, owned()?))?;
                 Some(None)
             }
             Slot::Fallback => {
-                let seq = SharedSeq::new();
+                // One counter for every worker's copy, continuing after
+                // earlier runs when reserved.
+                let seq = reserved.map_or_else(SharedSeq::new, |r| r.shared.clone());
                 self.send_all(|| {
-                    Ok(Command::SetFallback(group, Box::new(OutboundSa::shared(&out, seq.clone(), now).map_err(key_err)?)))
+                    let sa = OutboundSa::shared(&out, seq.clone(), now).map_err(key_err)?;
+                    let sa = match reserved {
+                        Some(r) => sa.reserved(r.limit.clone()),
+                        None => sa,
+                    };
+                    Ok(Command::SetFallback(group, Box::new(sa)))
                 })?;
                 Some(None)
             }
             Slot::Worker(k) if usize::from(k) < self.workers() => {
-                self.send(usize::from(k), Command::SetSub(group, Box::new(OutboundSa::owned(&out, now).map_err(key_err)?)))?;
+                self.send(usize::from(k), Command::SetSub(group, owned()?))?;
                 Some(Some(k))
             }
             Slot::Worker(_) | Slot::InboundOnly | Slot::AnyFreeWorker => None,
@@ -377,8 +415,9 @@ impl Gateway {
     }
 
     /// Installs a statically keyed child: pair 0 is the fallback, pair k+1
-    /// worker k's sub-SA, pairs beyond our worker count inbound only.
-    pub(super) fn install_static(&mut self, conn: &Connection, child: &Child) -> Result<()> {
+    /// worker k's sub-SA, pairs beyond our worker count inbound only. Each
+    /// outbound SA continues within its claim ([`super::seqstate`]).
+    pub(super) fn install_static(&mut self, conn: &Connection, child: &Child, claims: &Claims) -> Result<()> {
         let Some(st) = &child.static_sas else { return Ok(()) };
         let peer_ip = *conn.remote_addrs.first().context("no remote_addrs")?;
         let params = ChildParams {
@@ -393,11 +432,7 @@ impl Gateway {
         self.ensure_child(&conn.name, &child.name, params)?;
         let n = self.workers();
         for (i, p) in st.pairs.iter().enumerate() {
-            let slot = match i {
-                0 => Slot::Fallback,
-                k if k - 1 < n => Slot::Worker((k - 1) as u16),
-                _ => Slot::InboundOnly,
-            };
+            let slot = static_slot(i, n);
             let pair = SaPair {
                 suite: st.suite,
                 esn: st.esn,
@@ -407,7 +442,15 @@ impl Gateway {
                 out_key: &p.out_key,
                 slot,
             };
-            self.add_pair(&conn.name, &child.name, &pair)?;
+            self.add_inbound(&conn.name, &child.name, &pair)?;
+            if slot != Slot::InboundOnly {
+                // Never sent on without a reservation: its counter would
+                // start at 1 again under the same key.
+                let claim = claims
+                    .get(&(conn.name.clone(), child.name.clone(), i))
+                    .with_context(|| format!("no sequence numbers reserved for static_sas[{i}]"))?;
+                self.set_outbound_reserved(&conn.name, &child.name, &pair, Some(claim))?;
+            }
         }
         if st.pairs.len() > 1 {
             // With sub-SAs the head SA is a fallback, not the only SA.

@@ -128,6 +128,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
                 while let Ok(Some(_)) = gw.udp_control().recv_from(&mut buf) {}
             }
         }
+        gw.keep_reservations();
         server.poll(|req| handle(&mut gw, ike.as_mut(), req));
         for ev in gw.poll_events() {
             match (&mut ike, ev.event) {

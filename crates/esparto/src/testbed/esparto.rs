@@ -89,6 +89,10 @@ pub struct EspartoConfig {
     pub ike_port: u16,
     /// Log filter.
     pub log: String,
+    /// `[daemon] state_dir` (`None`: `state` beside the control socket, in
+    /// the gateway's work directory; a test that restarts a gateway with
+    /// its state names a directory of its own).
+    pub state_dir: Option<PathBuf>,
     /// Connection name.
     pub name: String,
     /// Our outer address.
@@ -195,6 +199,7 @@ impl EspartoConfig {
             port: 4500,
             ike_port: 500,
             log: "info".into(),
+            state_dir: None,
             name: "site".into(),
             local_addr: Topology::addr(side, Net::Transit, Family::V4),
             remote_addr: Topology::addr(other, Net::Transit, Family::V4),
@@ -222,6 +227,8 @@ impl EspartoConfig {
             let _ = writeln!(t, "cpus = [{}]", l.join(", "));
         }
         let _ = writeln!(t, "control = {}", q(&control.display().to_string()));
+        let state = self.state_dir.clone().unwrap_or_else(|| control.with_file_name("state"));
+        let _ = writeln!(t, "state_dir = {}", q(&state.display().to_string()));
         let _ = writeln!(
             t,
             "tun = {}\nport = {}\nike_port = {}\nlog = {}",
@@ -612,6 +619,7 @@ mod tests {
         for want in [
             "[daemon]\n",
             "control = \"/tmp/x/esparto.sock\"",
+            "state_dir = \"/tmp/x/state\"",
             "[connections.site]\n",
             "local_addrs = [\"192.0.2.1\"]",
             "remote_addrs = [\"192.0.2.2\"]",

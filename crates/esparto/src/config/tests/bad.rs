@@ -114,11 +114,19 @@ fn bad_configs_name_line_column_and_key() {
         ),
         (
             "workers = 2",
+            "workers = 2\nstate_dir = \"\"".into(),
+            3,
+            13,
+            "daemon.state_dir".into(),
+            "empty path",
+        ),
+        (
+            "workers = 2",
             "workers = 2\nbogus = 1".into(),
             3,
             1,
             "daemon.bogus".into(),
-            "unknown key (known here: workers, cpus, control, tun, port, ike_port, path_mtu, tun_queue_len, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, max_half_open)",
+            "unknown key (known here: workers, cpus, control, state_dir, tun, port, ike_port, path_mtu, tun_queue_len, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, max_half_open)",
         ),
         (
             "workers = 2",

@@ -105,6 +105,7 @@ secret = "0x00112233445566778899"
         (4500, 500, 1500, "esparto0")
     );
     assert_eq!(d.control, Path::new(DEFAULT_CONTROL));
+    assert_eq!(d.state_dir, Path::new(DEFAULT_STATE_DIR));
     assert_eq!(d.tun_queue_len, DEFAULT_TUN_QUEUE_LEN);
     assert!(d.cpus.is_empty());
     let conn = &c.connections[0];
@@ -282,4 +283,13 @@ fn cpus_pin_in_the_order_given_and_set_the_worker_count() {
         let c = parse_str(&base().replace("workers = 2", text), "west.toml").unwrap();
         assert_eq!((c.daemon.workers, c.daemon.cpus.as_slice()), (4, &[1, 0][..]));
     }
+}
+
+#[test]
+fn state_dir_is_relative_to_the_config() {
+    let text = base().replacen("workers = 2", "workers = 2\nstate_dir = \"state\"", 1);
+    let c = parse_str(&text, "/etc/esparto/west.toml").unwrap();
+    assert_eq!(c.daemon.state_dir, Path::new("/etc/esparto/state"));
+    let text = base().replacen("workers = 2", "workers = 2\nstate_dir = \"/srv/esparto\"", 1);
+    assert_eq!(parse_str(&text, "/etc/esparto/west.toml").unwrap().daemon.state_dir, Path::new("/srv/esparto"));
 }
