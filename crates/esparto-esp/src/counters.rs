@@ -38,11 +38,14 @@ pub enum DropReason {
     ///
     /// [`SeqLimit`]: crate::SeqLimit
     SeqUnreserved,
+    /// An authentic dummy packet (next header 59, RFC 4303 §2.6: "the
+    /// receiver MUST discard" it): nothing to deliver, counted all the same.
+    Dummy,
 }
 
 impl DropReason {
     /// Number of reasons (size of a counter array).
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
 
     /// Every reason, in counter order.
     pub const ALL: [DropReason; Self::COUNT] = [
@@ -57,6 +60,7 @@ impl DropReason {
         DropReason::TooBig,
         DropReason::Discarded,
         DropReason::SeqUnreserved,
+        DropReason::Dummy,
     ];
 
     /// A stable snake_case name for status output and metrics.
@@ -73,6 +77,7 @@ impl DropReason {
             DropReason::TooBig => "too_big",
             DropReason::Discarded => "discarded",
             DropReason::SeqUnreserved => "seq_unreserved",
+            DropReason::Dummy => "dummy",
         }
     }
 }

@@ -406,7 +406,7 @@ pub struct InboundSa {
 pub struct Decapsulated {
     /// The inner IP packet within the caller's buffer (TFC padding removed),
     /// or an empty range for a dummy packet (RFC 4303 §2.6), which the caller
-    /// discards.
+    /// discards (the SA has counted it as a [`DropReason::Dummy`] drop).
     pub inner: Range<usize>,
     /// Whether a soft or hard lifetime limit was first crossed.
     pub expiry: Option<Expiry>,
@@ -520,7 +520,10 @@ impl InboundSa {
 
         let start = esp.start + plain.start;
         if trailer.is_dummy() {
-            self.counters.packets += 1;
+            // RFC 4303 §2.6: authentic (its sequence number is spent), but
+            // nothing to deliver. Not an error, so that a lifetime limit it
+            // crossed still reaches the caller; counted as a `dummy` drop.
+            self.counters.drops.count(DropReason::Dummy);
             return Ok(Decapsulated { inner: start..start, expiry });
         }
         let inner_len = inner_ip_len(trailer.next_header, data)?;

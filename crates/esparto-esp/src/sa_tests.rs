@@ -274,6 +274,10 @@ fn dummy_packets_and_tfc_padding() {
     let n = esp.len();
     let d = inb.decapsulate(now, &mut esp, 0..n).unwrap();
     assert!(d.inner.is_empty());
+    // Not delivered, so not a packet: a `dummy` drop of the SA.
+    assert_eq!(inb.counters().packets, 0);
+    assert_eq!(inb.counters().drops.get(DropReason::Dummy), 1);
+    assert_eq!(inb.counters().drops.total(), 1);
     // An inner packet followed by TFC padding (RFC 4303 §2.7): the padding
     // is cut off using the inner IP length.
     let inner = udp4(20);

@@ -138,6 +138,8 @@ pub struct WorkerStats {
     pub rx_packets: u64,
     /// Per-SA figures.
     pub sas: Vec<SaStats>,
+    /// Events lost because [`MAX_PENDING_EVENTS`] were already waiting.
+    pub events_dropped: u64,
 }
 
 /// Entries of the per-worker flow cache (a power of two).
@@ -202,6 +204,7 @@ pub struct Worker {
     tx_packets: u64,
     rx_packets: u64,
     events: VecDeque<Event>,
+    events_dropped: u64,
 }
 
 impl Worker {
@@ -217,6 +220,7 @@ impl Worker {
             tx_packets: 0,
             rx_packets: 0,
             events: VecDeque::with_capacity(64),
+            events_dropped: 0,
         }
     }
 
@@ -299,20 +303,22 @@ impl Worker {
         let selected = group.select(now);
         if let Some(own) = selected.acquire {
             let worker = own.then_some(self.id);
-            push_event(&mut self.events, Event::Acquire { group: group_id, worker });
+            push_event(&mut self.events, &mut self.events_dropped, Event::Acquire { group: group_id, worker });
         }
         let sa = selected.sa.ok_or(DropReason::NoSa)?;
         let mut expiry = None;
         let r = sa.encapsulate(now, buf, inner, next_header, &mut expiry);
         if let Some(kind) = expiry {
-            push_event(&mut self.events, Event::Expire { spi: sa.spi(), direction: Direction::Outbound, kind });
+            push_event(&mut self.events, &mut self.events_dropped, Event::Expire { spi: sa.spi(), direction: Direction::Outbound, kind });
         }
         let peer = sa.peer();
         r.map(|esp| Encapsulated { esp, peer })
     }
 
     /// Decapsulates the ESP packet (a UDP payload) at `buf[esp]`; returns
-    /// the inner packet's range (empty for a dummy packet).
+    /// the inner packet's range. A dummy packet (RFC 4303 §2.6) is an error
+    /// like any other drop, [`DropReason::Dummy`], so the range is never
+    /// empty.
     #[inline]
     pub fn decapsulate(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
         let r = self.decapsulate_inner(now, buf, esp);
@@ -332,7 +338,11 @@ impl Worker {
         let sa = self.sad.get_mut(spi).ok_or(DropReason::UnknownSpi)?;
         let Decapsulated { inner, expiry } = sa.decapsulate(now, buf, esp)?;
         if let Some(kind) = expiry {
-            push_event(&mut self.events, Event::Expire { spi, direction: Direction::Inbound, kind });
+            push_event(&mut self.events, &mut self.events_dropped, Event::Expire { spi, direction: Direction::Inbound, kind });
+        }
+        if inner.is_empty() {
+            // A dummy packet, authentic: discarded, after its lifetime event.
+            return Err(DropReason::Dummy);
         }
         Ok(inner)
     }
@@ -343,13 +353,13 @@ impl Worker {
             let (sub, fallback) = g.both_mut();
             for sa in [sub, fallback].into_iter().flatten() {
                 if let Some(kind) = sa.check_time(now) {
-                    push_event(&mut self.events, Event::Expire { spi: sa.spi(), direction: Direction::Outbound, kind });
+                    push_event(&mut self.events, &mut self.events_dropped, Event::Expire { spi: sa.spi(), direction: Direction::Outbound, kind });
                 }
             }
         }
         for sa in self.sad.iter_mut() {
             if let Some(kind) = sa.check_time(now) {
-                push_event(&mut self.events, Event::Expire { spi: sa.spi(), direction: Direction::Inbound, kind });
+                push_event(&mut self.events, &mut self.events_dropped, Event::Expire { spi: sa.spi(), direction: Direction::Inbound, kind });
             }
         }
     }
@@ -414,13 +424,25 @@ impl Worker {
             });
         }
         sas.sort_by_key(|s| (s.direction == Direction::Inbound, s.spi));
-        WorkerStats { worker: self.id, drops: self.drops, tx_packets: self.tx_packets, rx_packets: self.rx_packets, sas }
+        WorkerStats {
+            worker: self.id,
+            drops: self.drops,
+            tx_packets: self.tx_packets,
+            rx_packets: self.rx_packets,
+            sas,
+            events_dropped: self.events_dropped,
+        }
     }
 }
 
-fn push_event(events: &mut VecDeque<Event>, ev: Event) {
+/// Queues an event for the control plane; past [`MAX_PENDING_EVENTS`] it
+/// is dropped and counted (an acquire is raised again by the next packet
+/// after its rate limit; expiries are the control plane's backstop too).
+fn push_event(events: &mut VecDeque<Event>, dropped: &mut u64, ev: Event) {
     if events.len() < MAX_PENDING_EVENTS {
         events.push_back(ev);
+    } else {
+        *dropped += 1;
     }
 }
 

@@ -202,6 +202,70 @@ fn unknown_spi_and_removed_sa_are_counted() {
 }
 
 #[test]
+fn a_dummy_packet_is_a_counted_drop_and_still_raises_its_lifetime_event() {
+    let now = Instant::now();
+    let mut cfg = config(EspSuite::Aes256Gcm16, 0x100, true, false);
+    // The dummy packet is the one that crosses the soft packet limit.
+    cfg.lifetime.soft_packets = Some(1);
+    let mut rx = Worker::new(1);
+    rx.apply(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).unwrap())));
+    let mut out = OutboundSa::owned(&cfg, now).unwrap();
+    let mut esp_of = |nh: u8, inner: &[u8]| {
+        let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
+        buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(inner);
+        let r = out.encapsulate(now, &mut buf, HEADROOM..HEADROOM + inner.len(), nh, &mut None).unwrap();
+        buf[r].to_vec()
+    };
+    let good = esp_of(4, &udp4(10));
+    assert_eq!(recv(&mut rx, now, &good).unwrap(), udp4(10));
+    // RFC 4303 §2.6: next header 59, a dummy packet: discarded, counted.
+    let dummy = esp_of(59, &[0u8; 24]);
+    assert_eq!(recv(&mut rx, now, &dummy), Err(DropReason::Dummy));
+    assert_eq!(rx.drops().get(DropReason::Dummy), 1);
+    assert_eq!(rx.drops().total(), 1);
+    let st = rx.stats();
+    assert_eq!(st.rx_packets, 1, "a dummy is not a received packet");
+    assert_eq!(st.sas[0].counters.drops.get(DropReason::Dummy), 1);
+    assert_eq!(st.sas[0].counters.packets, 1);
+    // It is authentic and spent its sequence number: once more, a replay.
+    assert_eq!(recv(&mut rx, now, &dummy), Err(DropReason::Replay));
+    // The first packet over the soft limit was the dummy: its event is raised.
+    assert_eq!(rx.poll_event(), Some(Event::Expire { spi: 0x100, direction: Direction::Inbound, kind: Expiry::Soft }));
+    assert_eq!(rx.poll_event(), None);
+}
+
+#[test]
+fn events_past_the_pending_limit_are_dropped_and_counted() {
+    let now = Instant::now();
+    let mut w = Worker::new(0);
+    w.apply(Command::SetSpd(spd()));
+    // Groups with no SA: each packet's acquire is its group's first.
+    let groups = MAX_PENDING_EVENTS as u32 + 10;
+    let mut policies = Vec::new();
+    for g in 0..groups {
+        w.apply(Command::AddGroup { id: g, per_cpu: false });
+        policies.push(Policy {
+            local: "10.1.0.0/16".parse().unwrap(),
+            remote: format!("10.{}.{}.{}/32", 100 + g / 65_536, (g / 256) % 256, g % 256).parse().unwrap(),
+            action: Action::Protect(g),
+            priority: 1,
+        });
+    }
+    w.apply(Command::SetSpd(Arc::new(Spd::new(policies))));
+    for g in 0..groups {
+        let mut p = udp4(10);
+        p[16..20].copy_from_slice(&[10, (100 + g / 65_536) as u8, ((g / 256) % 256) as u8, (g % 256) as u8]);
+        assert_eq!(send(&mut w, now, &p).unwrap_err().reason, DropReason::NoSa);
+    }
+    assert_eq!(w.stats().events_dropped, 10);
+    let mut n = 0;
+    while w.poll_event().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, MAX_PENDING_EVENTS);
+}
+
+#[test]
 fn time_lifetimes_fire_on_tick() {
     let now = Instant::now();
     let mut cfg = config(EspSuite::Aes128Gcm16, 0x300, true, false);

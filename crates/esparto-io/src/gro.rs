@@ -369,13 +369,15 @@ impl Gro {
     /// Write every packet of the planned batch: each head with the payloads
     /// of its chain in one `writev`, the rest one by one. Returns the bytes
     /// written; on errors, the others are still written and the last error
-    /// is returned.
-    pub fn write(&self, batch: &TxBatch, dev: &tun_rs::SyncDevice) -> io::Result<usize> {
+    /// is returned. `failed` grows by the packets of every failed write.
+    pub fn write(&self, batch: &TxBatch, dev: &tun_rs::SyncDevice, failed: &mut usize) -> io::Result<usize> {
         if batch.headroom < VNET_HDR_LEN || !batch.uniform() || self.merged.len() < batch.len {
+            *failed += batch.len;
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "batch not planned for a virtio-net TUN"));
         }
         let mut total = 0;
         let mut err = None;
+        let mut gone = false;
         let mut iov = [IoSlice::new(&[]); MAX_SEGMENTS];
         for i in 0..batch.len {
             if self.merged[i] {
@@ -386,12 +388,17 @@ impl Gro {
                 *slot = IoSlice::new(piece);
                 k += 1;
             }
+            if gone {
+                // The device is gone: the rest is lost unwritten.
+                *failed += k;
+                continue;
+            }
             match dev.send_vectored(&iov[..k]) {
                 Ok(b) => total += b,
                 Err(e) => {
-                    if e.raw_os_error() == Some(libc::EBADFD) {
-                        return Err(e);
-                    }
+                    // One piece per packet: the head, then each merged one.
+                    *failed += k;
+                    gone = e.raw_os_error() == Some(libc::EBADFD);
                     err = Some(e);
                 }
             }

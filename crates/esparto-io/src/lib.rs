@@ -7,6 +7,8 @@
 //! program that steers inbound ESP by SPI to the worker that owns the SA
 //! ([`steer`]); the worker loop ([`worker`]) polls both plus a command queue and
 //! hands batches to a [`worker::Datapath`] (ESP, plugged in by the binary).
+//! Every queue between a worker and the control thread is bounded
+//! ([`worker`], [`control`]).
 //!
 //! Kernel I/O costs far more per packet than AES-GCM, so everything moves in
 //! batches ([`batch`]): TSO/USO super-packets from the TUN are split into
@@ -19,6 +21,7 @@
 //! and the end-to-end benchmark, and removes exactly what it created.
 
 pub mod batch;
+pub mod control;
 pub mod cpu;
 pub mod esp;
 pub mod gro;
@@ -37,6 +40,7 @@ pub mod worker;
 
 pub use esp::{EspCommand, EspDatapath, IcmpSources, Snapshot, WorkerEvent};
 pub use batch::{BatchFull, PacketBuf, RxBatch, RxEntry, TxBatch};
+pub use control::{ControlDatagram, ControlRx, ControlTx, control_channel};
 pub use steer::{spi_for_worker, spi_to_worker, steer_index};
 pub use tun::{Steering, TunConfig, TunDevice, TunQueue};
 pub use udp::{UdpConfig, UdpGroup, UdpSocket};

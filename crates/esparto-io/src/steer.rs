@@ -34,11 +34,17 @@
 //! stays whole (veth, loopback) or a GRO super-packet built by the receiving
 //! NIC path carries many datagrams and is steered by the first one only; the
 //! kernel's UDP GRO merges datagrams of the same 4-tuple without looking at
-//! the payload, so datagrams of *different SAs from the same peer* can arrive
-//! at one worker. The sender avoids it for GSO (it never puts two SPIs in one
-//! `UDP_SEGMENT` send, see [`crate::udp`]); the receiver must still check the
-//! SPI of every datagram (with [`steer_index`]) and hand strays to their owner
-//! or to the control socket.
+//! the payload, so datagrams of *different SAs from the same peer*, and
+//! non-ESP datagrams behind ESP, can arrive at one worker. Our sender avoids
+//! it for GSO (it never puts two SPIs in one `UDP_SEGMENT` send, see
+//! [`crate::udp`]), but anyone can send a GSO train whose first datagram
+//! carries an SPI and whose others carry the non-ESP marker, and the whole
+//! train goes to that SPI's worker. So the worker takes every datagram of a
+//! train for what its own bytes say ([`crate::esp`]): ESP is decrypted (an
+//! SA that lives on another worker is counted as `unknown_spi`), a
+//! keepalive is counted, IKE goes to the control thread through the
+//! worker's bounded pool ([`crate::control`]), dropped and counted as
+//! `control_queue_full` when the control thread is behind.
 
 use std::io;
 use std::os::fd::AsRawFd;

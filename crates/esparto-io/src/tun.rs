@@ -109,6 +109,8 @@ pub struct TunStats {
     pub tx_bytes: u64,
     /// `send_batch` calls that reported a write error.
     pub tx_errors: u64,
+    /// Packets lost in failed writes (each counted once, merged or not).
+    pub tx_failed: u64,
     /// Writes to the fd (a coalesced super-packet is one write).
     pub tx_writes: u64,
     /// Packets that failed their TCP/UDP checksum check and so were not
@@ -340,6 +342,7 @@ impl TunQueue {
     /// since coalescing rewrote its buffers. Returns the packet count.
     pub fn send_batch(&mut self, batch: &mut TxBatch) -> io::Result<usize> {
         if batch.headroom < VNET_HDR_LEN {
+            self.stats.tx_failed += batch.len as u64;
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "TUN batch headroom must hold the virtio-net header",
@@ -349,15 +352,17 @@ impl TunQueue {
         if n == 0 {
             return Ok(0);
         }
+        let mut failed = 0;
         let r = if self.dev.tcp_gso() {
             let plan = self.gro.plan(batch, self.dev.udp_gso());
             self.stats.tx_writes += plan.writes as u64;
             self.stats.tx_bad_csum += plan.bad_csum as u64;
-            self.gro.write(batch, &self.dev)
+            self.gro.write(batch, &self.dev, &mut failed)
         } else {
             self.stats.tx_writes += n as u64;
-            self.write_plain(batch)
+            self.write_plain(batch, &mut failed)
         };
+        self.stats.tx_failed += failed as u64;
         batch.clear();
         self.stats.tx_packets += n as u64;
         match r {
@@ -373,14 +378,17 @@ impl TunQueue {
     }
 
     /// Without virtio-net headers: each packet as it is.
-    fn write_plain(&self, batch: &TxBatch) -> io::Result<usize> {
+    fn write_plain(&self, batch: &TxBatch, failed: &mut usize) -> io::Result<usize> {
         let mut total = 0;
         let mut err = None;
         for i in 0..batch.len {
             let Some(pkt) = batch.packet(i) else { continue };
             match self.dev.send(pkt) {
                 Ok(b) => total += b,
-                Err(e) => err = Some(e),
+                Err(e) => {
+                    *failed += 1;
+                    err = Some(e);
+                }
             }
         }
         err.map_or(Ok(total), Err)

@@ -13,13 +13,32 @@
 //! ```
 //!
 //! The shape follows quinn's driver/core split: the I/O loop here knows
-//! nothing of ESP; the [`Datapath`] (the lead's ESP engine) sees batches and
+//! nothing of ESP; the [`Datapath`] (the ESP engine) sees batches and
 //! an explicit `now`, so it can be tested without sockets. All batches are
 //! allocated when the thread starts; the loop itself does not allocate, lock
-//! or log. Commands go through a per-worker `std::sync::mpsc` channel (the
-//! receiving side's `try_recv` takes no lock) and an `eventfd` wakes the
-//! worker from `poll`. Threads are pinned round-robin to the CPUs the process
-//! may use (`sched_setaffinity`), so more workers than cores still works.
+//! or log. Threads are pinned round-robin to the CPUs the process may use
+//! (`sched_setaffinity`), so more workers than cores still works.
+//!
+//! **Every queue between threads is bounded**, and a worker never waits
+//! for the control thread:
+//!
+//! - *commands* (control → worker): a `sync_channel` of
+//!   [`COMMAND_QUEUE`] per worker, with an `eventfd` that wakes the worker
+//!   from `poll`. When it is full the control thread wakes the worker and
+//!   waits for room, rather than drop: a lost command would be a lost SA
+//!   install or removal. Waiting cannot deadlock, because a worker drains
+//!   its whole queue at every wake-up and itself only ever *tries* to send
+//!   (events, datagrams, snapshots): nothing a worker does waits for the
+//!   control thread. If the worker has stopped, the send fails at once
+//!   (the channel is closed) and the command comes back to the caller.
+//!   Commands come from the control plane itself (installs by
+//!   authenticated IKE peers, `status`), not from packets, so waiting is
+//!   back-pressure on the control plane, not something a sender can force;
+//! - *non-ESP datagrams* (worker → control): a bounded pool per worker,
+//!   dropped and counted when spent ([`crate::control`]);
+//! - *events* (worker → control): bounded by the datapath, which holds an
+//!   event back when the channel is full and retries later
+//!   ([`crate::esp`]).
 //!
 //! A worker that stops without being told to — it panicked, or its TUN
 //! queue was closed under it — records why ([`Workers::failure`]); the
@@ -29,11 +48,10 @@
 //!
 //! Datagrams that reach a worker but are not ESP — an IKE message or a
 //! keepalive coalesced behind ESP by UDP GRO (see [`crate::steer`]) — go to
-//! the `to_control` batch and from there, copied, to the control channel:
-//! that copy allocates, which is acceptable on the (rare) control path only.
+//! the `to_control` batch and from there, copied into the pool, to the
+//! control thread.
 
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,9 +61,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::batch::{RxBatch, TxBatch};
+use crate::control::{ControlSender, ControlTx, Refused};
 use crate::sys::{self, EventFd};
 use crate::tun::{TunQueue, TunStats, VNET_HDR_LEN};
-use crate::udp::{GRO_SLOT_LEN, UdpSocket, UdpStats};
+use crate::udp::{GRO_SLOT_LEN, MAX_GRO_SEGMENTS, UdpSocket, UdpStats};
 
 /// The data path a worker drives; implemented by the ESP engine.
 pub trait Datapath: Send + 'static {
@@ -137,16 +156,11 @@ impl Default for WorkerConfig {
     }
 }
 
-/// A non-ESP datagram a worker received, for the control (IKE) thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControlDatagram {
-    /// Worker that received it.
-    pub worker: usize,
-    /// Its source address.
-    pub peer: Option<SocketAddr>,
-    /// The UDP payload.
-    pub bytes: Vec<u8>,
-}
+pub use crate::control::ControlDatagram;
+
+/// Commands queued per worker before the control thread waits for room
+/// (see the module essay).
+pub const COMMAND_QUEUE: usize = 1024;
 
 /// A worker's I/O counters: what it reports when it stops, and what a
 /// [`Datapath`] sees with every command (for statistics snapshots).
@@ -162,6 +176,11 @@ pub struct WorkerReport {
     pub udp: UdpStats,
     /// Outbound datagrams dropped because the socket buffer was full.
     pub udp_tx_dropped: u64,
+    /// Outbound datagrams dropped because the send failed outright.
+    pub udp_tx_failed: u64,
+    /// Non-ESP datagrams dropped because the worker's pool for the control
+    /// thread was spent ([`crate::control`]).
+    pub control_queue_full: u64,
     /// Control datagrams dropped (no control channel, or it was closed).
     pub control_dropped: u64,
     /// Receive/send errors other than "would block".
@@ -210,6 +229,32 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(a panic without a message)".into())
 }
 
+impl WorkerReport {
+    /// The I/O layer's drops by reason, as `esparto status` names them
+    /// beside the ESP engine's: every datagram or packet that a worker
+    /// received or was given and did not deliver.
+    pub fn drops(&self) -> [(&'static str, u64); 8] {
+        [
+            // Non-ESP datagrams the control thread had no room for.
+            ("control_queue_full", self.control_queue_full),
+            // Non-ESP datagrams with no control thread to take them.
+            ("control_closed", self.control_dropped),
+            // Outbound datagrams: socket send buffer full, or the send failed.
+            ("send_buffer_full", self.udp_tx_dropped),
+            ("send_error", self.udp_tx_failed + self.udp.tx_errors + self.udp.tx_no_dst),
+            // Received datagrams larger than a receive slot, or beyond the
+            // batch's entries.
+            ("rx_truncated", self.udp.rx_truncated),
+            ("rx_overflow", self.udp.rx_overflow),
+            // TUN reads refused (bad virtio header, or too many segments
+            // for the batch: one count per super-packet), and packets lost
+            // in failed TUN writes.
+            ("tun_rx_error", self.tun.rx_malformed + self.tun.rx_split_overflow),
+            ("tun_write_error", self.tun.tx_failed),
+        ]
+    }
+}
+
 struct Shared {
     wake: EventFd,
     stop: AtomicBool,
@@ -219,7 +264,7 @@ struct Shared {
 
 /// Running worker threads; stops and joins them on drop.
 pub struct Workers<C: Send + 'static> {
-    senders: Vec<mpsc::Sender<C>>,
+    senders: Vec<mpsc::SyncSender<C>>,
     shared: Vec<Arc<Shared>>,
     threads: Vec<JoinHandle<WorkerReport>>,
 }
@@ -235,13 +280,13 @@ impl<C: Send + 'static> std::fmt::Debug for Workers<C> {
 impl<C: Send + 'static> Workers<C> {
     /// Spawn one worker per `(tun queue, udp socket, datapath)` triple; all
     /// three vectors must have the same length. `control` receives non-ESP
-    /// datagrams.
+    /// datagrams (each worker gets its own pool of buffers).
     pub fn spawn<D: Datapath<Command = C>>(
         cfg: &WorkerConfig,
         tun: Vec<TunQueue>,
         udp: Vec<UdpSocket>,
         datapaths: Vec<D>,
-        control: Option<mpsc::Sender<ControlDatagram>>,
+        control: Option<ControlTx>,
     ) -> io::Result<Self> {
         let n = tun.len();
         if n == 0 || udp.len() != n || datapaths.len() != n {
@@ -260,7 +305,7 @@ impl<C: Send + 'static> Workers<C> {
             threads: Vec::new(),
         };
         for (k, ((t, u), d)) in tun.into_iter().zip(udp).zip(datapaths).enumerate() {
-            let (tx, rx) = mpsc::channel();
+            let (tx, rx) = mpsc::sync_channel(COMMAND_QUEUE);
             let shared = Arc::new(Shared {
                 wake: EventFd::new()?,
                 stop: AtomicBool::new(false),
@@ -271,7 +316,8 @@ impl<C: Send + 'static> Workers<C> {
             } else {
                 None
             };
-            let worker = Worker::new(k, cfg, t, u, d, rx, shared.clone(), control.clone());
+            let ctl = control.as_ref().map(|c| c.for_worker(k));
+            let worker = Worker::new(k, cfg, t, u, d, rx, shared.clone(), ctl);
             let sh = shared.clone();
             let h = std::thread::Builder::new().name(format!("esparto-w{k}")).spawn(move || {
                 // The worker is dropped with the unwinding, and nothing it
@@ -306,13 +352,23 @@ impl<C: Send + 'static> Workers<C> {
         self.senders.is_empty()
     }
 
-    /// Queue a command for worker `k` and wake it. Gives the command back if
-    /// the worker does not exist or has stopped.
+    /// Queue a command for worker `k` and wake it; with [`COMMAND_QUEUE`]
+    /// commands already queued, wait until the worker has made room (see
+    /// the module essay). Gives the command back if the worker does not
+    /// exist or has stopped.
     pub fn send(&self, k: usize, cmd: C) -> Result<(), C> {
         let (Some(tx), Some(sh)) = (self.senders.get(k), self.shared.get(k)) else {
             return Err(cmd);
         };
-        tx.send(cmd).map_err(|e| e.0)?;
+        match tx.try_send(cmd) {
+            Ok(()) => {}
+            Err(mpsc::TrySendError::Disconnected(c)) => return Err(c),
+            Err(mpsc::TrySendError::Full(c)) => {
+                // The worker drains its whole queue when woken.
+                let _ = sh.wake.notify();
+                tx.send(c).map_err(|e| e.0)?;
+            }
+        }
         // A failed wake-up only delays the command to the next tick.
         let _ = sh.wake.notify();
         Ok(())
@@ -355,14 +411,13 @@ impl<C: Send + 'static> Drop for Workers<C> {
 }
 
 struct Worker<D: Datapath> {
-    index: usize,
     tick: Duration,
     tun: TunQueue,
     udp: UdpSocket,
     dp: D,
     commands: mpsc::Receiver<D::Command>,
     shared: Arc<Shared>,
-    control: Option<mpsc::Sender<ControlDatagram>>,
+    control: Option<ControlSender>,
     tun_rx: RxBatch,
     udp_rx: RxBatch,
     udp_tx: TxBatch,
@@ -381,14 +436,13 @@ impl<D: Datapath> Worker<D> {
         dp: D,
         commands: mpsc::Receiver<D::Command>,
         shared: Arc<Shared>,
-        control: Option<mpsc::Sender<ControlDatagram>>,
+        control: Option<ControlSender>,
     ) -> Self {
         // TUN read slots and UDP send slots have one size, so an encrypted
         // packet's slot can move to the send batch instead of being copied
         // (`TxBatch::push_from_rx`).
         let slot = (cfg.tun_rx_headroom + cfg.tun_rx_slot_len).max(cfg.udp_tx_slot_len);
         Self {
-            index,
             tick: cfg.tick.max(Duration::from_millis(1)),
             tun,
             udp,
@@ -397,7 +451,7 @@ impl<D: Datapath> Worker<D> {
             shared,
             control,
             tun_rx: RxBatch::new(cfg.tun_rx_slots, cfg.tun_rx_headroom, slot - cfg.tun_rx_headroom, cfg.tun_rx_slots),
-            udp_rx: RxBatch::new(cfg.udp_rx_slots, 0, GRO_SLOT_LEN, cfg.udp_rx_slots * 64),
+            udp_rx: RxBatch::new(cfg.udp_rx_slots, 0, GRO_SLOT_LEN, cfg.udp_rx_slots * MAX_GRO_SEGMENTS),
             udp_tx: TxBatch::new(cfg.udp_tx_slots, 0, slot),
             tun_tx: TxBatch::new(
                 cfg.tun_tx_slots,
@@ -495,12 +549,13 @@ impl<D: Datapath> Worker<D> {
             let next = self.dp.outbound(now, &mut self.tun_rx, from, &mut self.udp_tx, &mut self.tun_tx);
             match self.udp.send_batch(&self.udp_tx) {
                 Ok(sent) => self.report.udp_tx_dropped += (self.udp_tx.len() - sent) as u64,
-                Err(_) => self.report.io_errors += 1,
+                Err(_) => {
+                    self.report.io_errors += 1;
+                    self.report.udp_tx_failed += self.udp_tx.len() as u64;
+                }
             }
             self.udp_tx.clear();
-            if !self.tun_tx.is_empty() && self.tun.send_batch(&mut self.tun_tx).is_err() {
-                self.report.io_errors += 1;
-            }
+            self.write_tun();
             // A datapath that makes no progress would spin: skip the packet.
             from = next.max(from + 1);
         }
@@ -538,29 +593,82 @@ impl<D: Datapath> Worker<D> {
             let next = self
                 .dp
                 .inbound(now, &mut self.udp_rx, from, &mut self.tun_tx, &mut self.ctl_tx);
-            if !self.tun_tx.is_empty() && self.tun.send_batch(&mut self.tun_tx).is_err() {
-                self.report.io_errors += 1;
-            }
+            self.write_tun();
             self.forward_control();
             from = next.max(from + 1);
         }
     }
 
+    /// Writes `tun_tx` to the TUN queue.
+    fn write_tun(&mut self) {
+        if self.tun_tx.is_empty() {
+            return;
+        }
+        // The TUN queue counts the packets a failed write lost.
+        if self.tun.send_batch(&mut self.tun_tx).is_err() {
+            self.report.io_errors += 1;
+        }
+    }
+
+    /// Hands the non-ESP datagrams of `ctl_tx` to the control thread, as far
+    /// as the worker's pool allows; the rest is dropped and counted.
     fn forward_control(&mut self) {
         for i in 0..self.ctl_tx.len() {
             let Some(bytes) = self.ctl_tx.packet(i) else {
                 continue;
             };
-            let msg = ControlDatagram {
-                worker: self.index,
-                peer: self.ctl_tx.dst(i),
-                bytes: bytes.to_vec(),
+            let r = match self.control.as_mut() {
+                Some(c) => c.send(self.ctl_tx.dst(i), bytes),
+                None => Err(Refused::Closed),
             };
-            let delivered = self.control.as_ref().is_some_and(|c| c.send(msg).is_ok());
-            if !delivered {
-                self.report.control_dropped += 1;
+            match r {
+                Ok(()) => {}
+                Err(Refused::Full) => self.report.control_queue_full += 1,
+                Err(Refused::Closed) => self.report.control_dropped += 1,
             }
         }
         self.ctl_tx.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_io_drop_counter_has_its_own_name() {
+        let mut r = WorkerReport {
+            control_queue_full: 1,
+            control_dropped: 2,
+            udp_tx_dropped: 3,
+            udp_tx_failed: 4,
+            ..WorkerReport::default()
+        };
+        r.udp.tx_errors = 10;
+        r.udp.tx_no_dst = 20;
+        r.udp.rx_truncated = 5;
+        r.udp.rx_overflow = 6;
+        r.tun.rx_malformed = 7;
+        r.tun.rx_split_overflow = 30;
+        r.tun.tx_failed = 8;
+        let d = r.drops();
+        assert_eq!(
+            d,
+            [
+                ("control_queue_full", 1),
+                ("control_closed", 2),
+                ("send_buffer_full", 3),
+                ("send_error", 34),
+                ("rx_truncated", 5),
+                ("rx_overflow", 6),
+                ("tun_rx_error", 37),
+                ("tun_write_error", 8),
+            ]
+        );
+        // No name collides with the ESP engine's reasons, so the two sets
+        // can share one map in `esparto status`.
+        for (name, _) in d {
+            assert!(esparto_esp::DropReason::ALL.iter().all(|r| r.name() != name), "{name}");
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! The per-packet path does not allocate: after one warm-up round, UDP
 //! `send_batch`/`recv_batch` (GSO/GRO) and TUN `recv_batch`/`send_batch`
-//! (TSO/USO split, GRO coalescing) make no heap allocation. Counted by a
+//! (TSO/USO split, GRO coalescing) make no heap allocation, nor does the
+//! hand-over of non-ESP datagrams to the control thread once a worker's
+//! pool is made (a flood of them neither allocates nor grows memory). Counted by a
 //! global allocator that tallies, per thread, allocations made while a
 //! thread-local flag is set, i.e. only inside the calls under test. The
 //! tally is per thread too: the tests run in parallel, and a shared one
@@ -14,6 +16,7 @@ use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use esparto_io::control::{CONTROL_POOL, control_channel};
 use esparto_io::netns::Netns;
 use esparto_io::tun::{TunConfig, TunDevice, VNET_HDR_LEN};
 use esparto_io::udp::{GRO_SLOT_LEN, UdpConfig, UdpSocket};
@@ -90,6 +93,32 @@ fn udp_batches_do_not_allocate() {
             assert_eq!((a, a_rx), (0, 0), "round {round}: send/recv allocated");
         }
     }
+}
+
+#[test]
+fn control_handover_does_not_allocate_once_the_pool_is_made() {
+    let (tx, rx) = control_channel(1);
+    let mut w = tx.for_worker(0);
+    let peer = Some("192.0.2.7:4500".parse().unwrap());
+    let ike = common::pattern(1400, 3);
+    // Warm-up: the pool is made on first use.
+    for _ in 0..CONTROL_POOL {
+        w.send(peer, &ike).unwrap();
+    }
+    while rx.try_recv().is_some() {}
+    for round in 0..5 {
+        let (refused, a) = allocs_in(|| {
+            // More than a pool's worth: the rest is refused, not queued.
+            let refused = (0..3 * CONTROL_POOL).filter(|_| w.send(peer, &ike).is_err()).count();
+            while let Some(d) = rx.try_recv() {
+                assert_eq!(d.bytes().len(), ike.len());
+            }
+            refused
+        });
+        assert_eq!(refused, 2 * CONTROL_POOL);
+        assert_eq!(a, 0, "round {round}: the hand-over allocated");
+    }
+    assert_eq!(w.buffers(), CONTROL_POOL);
 }
 
 struct TunRig {

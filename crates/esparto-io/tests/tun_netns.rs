@@ -480,3 +480,32 @@ fn coalesced_writes_are_segmented_and_checksummed_right_by_the_kernel() {
     assert!(sb.tx_writes * 2 < sb.tx_packets, "little coalescing: {sb:?}");
     assert_eq!(sb.tx_bad_csum, 0);
 }
+
+/// A write the kernel refuses (not IP: `EINVAL`) is counted per packet
+/// lost (`TunStats::tx_failed`, `tun_write_error` in `esparto status`);
+/// the rest of the batch is still written.
+#[test]
+fn refused_writes_are_counted_per_packet() {
+    require_netns!("refused_writes_are_counted_per_packet");
+    let a = Netns::new("tun-w").unwrap();
+    let mut q = tun_in(&a, "tunW", Ipv4Addr::new(10, 98, 0, 1), 1).into_queues().remove(0);
+    let sink = a.run(|| std::net::UdpSocket::bind("10.98.0.1:7000")).unwrap().unwrap();
+    sink.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut batch = TxBatch::new(4, VNET_HDR_LEN.next_multiple_of(8), 2048);
+    let src = (Ipv4Addr::new(10, 98, 0, 9), 5000);
+    let dst = (Ipv4Addr::new(10, 98, 0, 1), 7000);
+    batch.push(None, &common::udp4(src, dst, b"first")).unwrap();
+    batch.push(None, &[0u8; 40]).unwrap(); // version 0: not IP
+    batch.push(None, &common::udp4(src, dst, b"third")).unwrap();
+    assert!(q.send_batch(&mut batch).is_err());
+    let st = q.stats();
+    assert_eq!((st.tx_packets, st.tx_failed, st.tx_errors), (3, 1, 1), "{st:?}");
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let n = sink.recv(&mut buf).expect("the valid packets are delivered");
+        got.push(buf[..n].to_vec());
+    }
+    got.sort();
+    assert_eq!(got, [b"first".to_vec(), b"third".to_vec()]);
+}

@@ -3,7 +3,10 @@
 //! workers running a plaintext stand-in for ESP (SPI | seq | inner packet).
 //! A TCP stream crosses west → east; commands reach the workers through
 //! their queues; IKE-marked datagrams reach the control socket; shutdown
-//! joins the threads and the TUN devices disappear.
+//! joins the threads and the TUN devices disappear. GSO trains of IKE
+//! behind one ESP-looking datagram, which the steering program hands to a
+//! worker whole, reach the control thread only as far as the worker's pool
+//! allows: the rest is dropped and counted.
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,7 +22,8 @@ use std::time::{Duration, Instant};
 use esparto_io::netns::{Netns, Pair};
 use esparto_io::tun::{TunConfig, TunDevice};
 use esparto_io::udp::{UdpConfig, UdpGroup};
-use esparto_io::worker::{ControlDatagram, WorkerConfig, WorkerReport};
+use esparto_io::control::{CONTROL_POOL, ControlTx, control_channel};
+use esparto_io::worker::{COMMAND_QUEUE, WorkerConfig, WorkerReport};
 use esparto_io::{Datapath, RxBatch, TxBatch, Workers, spi_for_worker, steer_index};
 
 const WORKERS: usize = 2;
@@ -124,7 +128,7 @@ fn gateway(
     tun_name: &str,
     tun_addr: Ipv4Addr,
     bind: SocketAddr,
-    ctl: mpsc::Sender<ControlDatagram>,
+    ctl: ControlTx,
 ) -> Gateway {
     let (tun, group) = ns
         .run(|| {
@@ -175,7 +179,7 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
         "10.205.0.1:4500".parse().unwrap(),
         "10.205.0.2:4500".parse().unwrap(),
     );
-    let (ctl_tx, ctl_rx) = mpsc::channel();
+    let (ctl_tx, ctl_rx) = control_channel(2 * WORKERS);
     let west = gateway(
         &pair.a,
         "tunW",
@@ -202,6 +206,12 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
             assert!(gw.workers.send(k, Cmd::Ping(tx)).is_ok());
             assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), k);
         }
+    }
+
+    // More commands than a worker's queue holds: the sender waits for
+    // room, and none is lost (counted at shutdown).
+    for _ in 0..3 * COMMAND_QUEUE {
+        assert!(west.workers.send(0, Cmd::SetPeer(east_ul)).is_ok());
     }
 
     // A TCP stream west → east across the tunnel.
@@ -254,7 +264,7 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
     });
     let (n, from) = got_ike.expect("IKE datagram at the control socket");
     assert_eq!((&buf[..n], from), (&ike[..], ike_src.local_addr().unwrap()));
-    assert!(ctl_rx.try_recv().is_err(), "no worker saw the IKE datagram");
+    assert!(ctl_rx.try_recv().is_none(), "no worker saw the IKE datagram");
 
     assert!(west.counters.ticks.load(Ordering::Relaxed) > 0, "ticks run");
     assert_eq!(west.counters.strays.load(Ordering::Relaxed), 0);
@@ -267,6 +277,7 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
     let west_reports = west.workers.shutdown();
     let east_reports = east.workers.shutdown();
     assert_eq!(west_reports.len(), WORKERS);
+    assert_eq!(west_reports[0].commands, 3 * COMMAND_QUEUE as u64 + 2, "every command applied");
     let sent: u64 = west_reports.iter().map(|r| r.udp.tx_datagrams).sum();
     let recvd: u64 = east_reports.iter().map(|r| r.udp.rx_datagrams).sum();
     assert!(sent > 1000 && recvd > 1000, "sent {sent}, received {recvd}");
@@ -296,4 +307,90 @@ fn two_gateways_carry_tcp_and_shut_down_cleanly() {
             .is_err()),
         "tunE still exists"
     );
+}
+
+/// Datagrams per train: one ESP-looking, then IKE behind the non-ESP marker.
+const TRAIN: usize = 60;
+
+#[test]
+fn ike_trains_behind_esp_are_bounded_by_the_pool_and_counted() {
+    require_netns!("ike_trains_behind_esp_are_bounded_by_the_pool_and_counted");
+    let pair = Pair::new("gt", "10.206.0.1/24", "10.206.0.2/24").unwrap();
+    let east_ul: SocketAddr = "10.206.0.2:4500".parse().unwrap();
+    let (ctl_tx, ctl_rx) = control_channel(WORKERS);
+    let east = gateway(&pair.b, "tunT", Ipv4Addr::new(10, 91, 0, 2), east_ul, ctl_tx);
+    // The attacker: GSO sends of TRAIN equal-sized datagrams, the first
+    // with an SPI that steers to worker 1, the others IKE-marked.
+    let cfg = UdpConfig { gro: false, gso: true, gso_split_on_spi: false, ..UdpConfig::default() };
+    let mut src = pair
+        .a
+        .run(|| esparto_io::UdpSocket::bind("10.206.0.1:0".parse().unwrap(), &cfg, false))
+        .unwrap()
+        .unwrap();
+    let spi = spi_for_worker(0x7777_0000, 1, WORKERS).unwrap();
+    let mut train = TxBatch::new(TRAIN, 0, 64);
+    let send_trains = |src: &mut esparto_io::UdpSocket, train: &mut TxBatch, n: usize| {
+        for t in 0..n {
+            train.clear();
+            for i in 0..TRAIN {
+                train
+                    .push_with(Some(east_ul), |b| {
+                        b[..48].fill(i as u8 ^ t as u8);
+                        let head = if i == 0 { spi.to_be_bytes() } else { [0; 4] };
+                        b[..4].copy_from_slice(&head);
+                        48
+                    })
+                    .unwrap();
+            }
+            assert_eq!(src.send_batch(train).unwrap(), TRAIN);
+        }
+    };
+    const TRAINS: usize = 50;
+    send_trains(&mut src, &mut train, TRAINS);
+    assert_eq!(src.stats().tx_msgs, TRAINS as u64, "one GSO super-packet per train");
+    // Nobody reads the control side: worker 1 forwards one pool's worth and
+    // drops the rest, counted; nothing else grows.
+    let ike = (TRAINS * (TRAIN - 1)) as u64;
+    let report = |gw: &Gateway| {
+        let (tx, rx) = mpsc::channel();
+        assert!(gw.workers.send(1, Cmd::Ping(tx)).is_ok());
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    };
+    let mut queued = Vec::new();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            report(&east);
+            while let Some(d) = ctl_rx.try_recv() {
+                queued.push(d);
+            }
+            queued.len() == CONTROL_POOL
+        }),
+        "{} datagrams queued, expected {CONTROL_POOL}",
+        queued.len()
+    );
+    assert!(queued.iter().all(|d| d.worker() == 1 && d.bytes().len() == 48 && d.bytes()[..4] == [0; 4]));
+    // Held datagrams keep their buffers: still nothing more gets through.
+    send_trains(&mut src, &mut train, 1);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(ctl_rx.try_recv().is_none(), "the pool is spent while its buffers are held");
+    // Handled (dropped): the buffers return, and the next train's
+    // datagrams get through, one pool's worth again.
+    queued.clear();
+    send_trains(&mut src, &mut train, 2);
+    let mut more = 0;
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        while ctl_rx.try_recv().is_some() {
+            more += 1;
+        }
+        more == CONTROL_POOL
+    }), "{more} datagrams after the pool was returned");
+    let reports = east.workers.shutdown();
+    let r1 = &reports[1];
+    let offered = ike + 3 * (TRAIN as u64 - 1);
+    eprintln!("worker 1: {:?}", r1.drops());
+    assert_eq!(r1.udp.rx_datagrams, offered + TRAINS as u64 + 3, "every datagram reached worker 1");
+    assert_eq!(r1.control_queue_full, offered - 2 * CONTROL_POOL as u64, "{r1:?}");
+    assert_eq!(r1.drops()[0], ("control_queue_full", r1.control_queue_full));
+    assert_eq!(reports[0].udp.rx_datagrams, 0, "worker 0 saw none of it");
+    assert_eq!(east.counters.strays.load(Ordering::Relaxed), 0);
 }

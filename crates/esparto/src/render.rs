@@ -276,6 +276,7 @@ mod tests {
                 udp_tx_dropped: 3,
                 io_errors: 0,
             },
+            ..WorkerStatus::default()
         };
         w0.drops.insert("replay".into(), 3);
         w0.drops.insert("icv_failure".into(), 0);
@@ -286,6 +287,7 @@ mod tests {
             rx_packets: 0,
             drops: BTreeMap::new(),
             io: IoStatus::default(),
+            ..WorkerStatus::default()
         };
         let mut in0 = sa("lan", "c0000101", "in", "fallback", 1, 7);
         in0.drops.insert("replay".into(), 3);

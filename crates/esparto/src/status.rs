@@ -46,11 +46,19 @@ pub struct WorkerStatus {
     pub tx_packets: u64,
     /// Packets decapsulated.
     pub rx_packets: u64,
-    /// Drops by reason (non-zero only).
+    /// Drops by reason (non-zero only): the ESP engine's and the I/O
+    /// layer's (`control_queue_full`, `send_buffer_full`, …).
     pub drops: BTreeMap<String, u64>,
     /// System calls and batching of its TUN queue and UDP socket.
     #[serde(default)]
     pub io: IoStatus,
+    /// NAT keepalives received (RFC 3948 §2.3: consumed, not a drop).
+    #[serde(default)]
+    pub keepalives: u64,
+    /// Events (acquires, expiries) for the control plane lost because too
+    /// many were already waiting.
+    #[serde(default)]
+    pub events_dropped: u64,
 }
 
 /// One worker's I/O: how many packets each system call carried.

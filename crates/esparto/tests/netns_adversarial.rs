@@ -1,6 +1,6 @@
 //! Bad input against a running `esparto run` (issue 3, "Bad input"):
 //! a forged ICV, a replayed packet and an unknown SPI are dropped and
-//! counted; a burst of random UDP garbage on port 4500 neither crashes nor
+//! counted, and so is an authentic dummy packet (RFC 4303 §2.6, `dummy`); a burst of random UDP garbage on port 4500 neither crashes nor
 //! stalls the daemon; an inner packet too big for the tunnel is answered
 //! with ICMP "fragmentation needed" / ICMPv6 "packet too big" through the TUN.
 //!
@@ -73,10 +73,14 @@ fn inner(payload: &[u8]) -> Vec<u8> {
 }
 
 fn seal(sa: &mut OutboundSa, inner: &[u8]) -> Vec<u8> {
+    seal_as(sa, 4, inner)
+}
+
+fn seal_as(sa: &mut OutboundSa, next_header: u8, inner: &[u8]) -> Vec<u8> {
     let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
     buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(inner);
     let mut expiry = None;
-    let r = sa.encapsulate(Instant::now(), &mut buf, HEADROOM..HEADROOM + inner.len(), 4, &mut expiry).unwrap();
+    let r = sa.encapsulate(Instant::now(), &mut buf, HEADROOM..HEADROOM + inner.len(), next_header, &mut expiry).unwrap();
     buf[r].to_vec()
 }
 
@@ -124,9 +128,11 @@ fn forged_replayed_unknown_garbage_and_too_big() {
     let mut unknown = seal(&mut sa, &inner(b"unknown"));
     unknown[..4].copy_from_slice(&0xdead_beefu32.to_be_bytes());
     tx.send_to(&unknown, wan_west).unwrap();
+    // An authentic dummy packet: next header 59, discarded by design.
+    tx.send_to(&seal_as(&mut sa, 59, &inner(b"dummy")), wan_west).unwrap();
     assert!(rx.recv(&mut buf).is_err(), "none of them may be delivered");
     let after = west.status().unwrap();
-    for reason in ["replay", "icv_failure", "unknown_spi"] {
+    for reason in ["replay", "icv_failure", "unknown_spi", "dummy"] {
         assert_eq!(drop_count(&after, reason), drop_count(&before, reason) + 1, "{reason}: {:?}", after.drops);
     }
     let fb_in = after.sas.iter().find(|s| s.direction == "in" && s.role == "fallback").unwrap();

@@ -29,6 +29,8 @@
 //!    then the west gateway starts (`start_action = start`), gets a COOKIE,
 //!    returns it, and the tunnel comes up. Pings pass during and after the
 //!    flood, `esparto sas` shows the same IKE and Child SA on both sides.
+//!    Once the tunnel is up, pings cross it both ways for the rest of the
+//!    flood, and none may be lost.
 //!    Checked: at most `cookie_threshold` requests were ever accepted (no
 //!    half-open SA expires within the flood), everything else answered
 //!    with a COOKIE. Reported: offered and answered rates, the responder's
@@ -39,7 +41,14 @@
 //!    the flood namespace; gw-east's reverse-path filter off on `fl0`).
 //!    The answers go to the real west gateway, which knows none of the
 //!    SPIs. The per-source cookie threshold (3) must keep the forger from
-//!    locking the real peer out: the tunnel still comes up.
+//!    locking the real peer out: the tunnel still comes up, and pings cross
+//!    it both ways for the rest of the flood without loss.
+//!
+//! In both, the responder's resident memory (`VmHWM` at the end, `VmRSS`
+//! sampled) must stay within its idle size + 64 MiB, and its log must grow
+//! by a bounded number of lines: the lines a flood causes are limited per
+//! kind (`esparto::daemon::log_limit`), where there used to be one per
+//! request.
 //!
 //! Besides what the flooder saw, each run prints the namespaces' UDP
 //! counters (`/proc/net/snmp`: datagrams in, drops at a full receive
@@ -71,7 +80,7 @@ use std::time::{Duration, Instant};
 use esparto::status::IkeSaStatus;
 use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
 use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, WorkDir, cpu, loadavg, skip, traffic, wait_for};
+use esparto::testbed::{Family, WorkDir, cpu, loadavg, mem, skip, traffic, wait_for};
 use esparto_io::netns::Netns;
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr, Message, NotifyType, PayloadRepr};
 
@@ -81,6 +90,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const PSK: &str = "correct horse battery staple";
 /// `EndpointConfig::default().cookie_threshold`, which the daemon uses.
 const COOKIE_THRESHOLD: u64 = 100;
+/// The responder's memory may grow by this much under the flood, at most.
+const MAX_GROWTH_KIB: u64 = 64 * 1024;
+/// Lines the responder may log during the flood: its lifecycle lines for
+/// the one tunnel, and 10 per kind per 10 s of what the flood causes.
+const MAX_LOG_LINES: usize = 200;
 
 fn keying(initiator: bool, west: bool) -> Keying {
     let (l, r) = if west {
@@ -165,6 +179,10 @@ impl Daemon {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("esparto.log")).unwrap_or_default()
+    }
+
+    fn log_lines(&self) -> usize {
+        self.log().lines().count()
     }
 
     fn sas(&self) -> Vec<IkeSaStatus> {
@@ -484,6 +502,38 @@ fn ping_east(topo: &Topology, n: u32) -> traffic::PingResult {
     traffic::ping(topo.ns(Node::HostWest), dst, n, Duration::from_millis(200)).unwrap()
 }
 
+/// Pings across the tunnel both ways at once, for about `d` (at least a
+/// second): (host-west → host-east, host-east → host-west).
+fn ping_both_ways(topo: &Topology, d: Duration) -> (traffic::PingResult, traffic::PingResult) {
+    let n = (d.as_millis() / 100).max(10) as u32;
+    let every = Duration::from_millis(100);
+    let (w, e) = (
+        Topology::addr(Node::HostWest, Net::Lan, Family::V4),
+        Topology::addr(Node::HostEast, Net::Lan, Family::V4),
+    );
+    std::thread::scope(|s| {
+        let to_west = s.spawn(|| traffic::ping(topo.ns(Node::HostEast), w, n, every).unwrap());
+        let to_east = traffic::ping(topo.ns(Node::HostWest), e, n, every).unwrap();
+        (to_east, to_west.join().unwrap())
+    })
+}
+
+/// The responder's memory before and after the flood, and its growth
+/// checked against [`MAX_GROWTH_KIB`]; returns a line for the report.
+fn check_memory(idle: mem::Memory, end: mem::Memory, sampled_peak: u64) -> String {
+    let mib = |k: u64| k as f64 / 1024.0;
+    let peak = end.hwm_kib.max(sampled_peak);
+    let line = format!(
+        "responder memory: idle VmRSS {:.1} MiB, peak VmHWM {:.1} MiB (sampled VmRSS at most {:.1} MiB), growth {:.1} MiB",
+        mib(idle.rss_kib),
+        mib(end.hwm_kib),
+        mib(sampled_peak),
+        mib(peak.saturating_sub(idle.rss_kib))
+    );
+    assert!(peak <= idle.rss_kib + MAX_GROWTH_KIB, "{line}: over idle + {} MiB", mib(MAX_GROWTH_KIB));
+    line
+}
+
 /// Offered requests per second and seconds of flood: `ESPARTO_FLOOD_PPS`
 /// (default 20 000; 5 000 in a debug build) and `ESPARTO_FLOOD_SECS`
 /// (default 10, at least 4).
@@ -524,6 +574,9 @@ fn flood_from_many_sources_while_a_tunnel_comes_up() {
         Udp::read(topo.ns(Node::GwWest)),
     );
     let load = loadavg();
+    let idle = mem::sample(east.pid).unwrap();
+    let lines0 = east.log_lines();
+    let watch = mem::Watch::start(east.pid, Duration::from_millis(100));
     let target = SocketAddr::new(Topology::addr(Node::GwEast, Net::Transit, Family::V4), 500);
     let flood = Flood::start(socks, target, pps, true);
     // Let the flood push the responder over its cookie threshold first.
@@ -560,12 +613,14 @@ fn flood_from_many_sources_while_a_tunnel_comes_up() {
     };
     let w_during = sas(bin, &wns, west.control_path());
     let ike_id = established(&w_during).unwrap().id.clone();
-    let during = ping_east(&topo, 5);
-    // Keep flooding for the rest of the period.
+    // The established tunnel carries pings both ways for the rest of the flood.
     let rest = Duration::from_secs(secs).saturating_sub(flood.started.elapsed());
-    std::thread::sleep(rest);
+    let (to_east, to_west) = ping_both_ways(&topo, rest);
     let (c, dur) = flood.finish();
     let cpu1 = cpu::sample(east.pid).unwrap();
+    let (sampled, _) = watch.stop();
+    let memory = check_memory(idle, mem::sample(east.pid).unwrap(), sampled);
+    let lines = east.log_lines() - lines0;
     let e_udp = Udp::read(topo.ns(Node::GwEast)).since(e_udp0);
     let w_udp = Udp::read(topo.ns(Node::GwWest)).since(w_udp0);
 
@@ -588,7 +643,8 @@ fn flood_from_many_sources_while_a_tunnel_comes_up() {
          ({} send errors); east UDP: {} datagrams in, {} dropped at a full receive buffer; answered {answered} \
          = {:.0}/s: {cookies} COOKIE, {accepted} accepted (half-open SAs), {other} other; responder CPU \
          {cpu_s:.2} s = {:.0}% of one core, {:.0} answers per CPU second ({:.1} us each); tunnel up {:.2} s \
-         after the initiator started (west UDP drops {}); pings during {}/{}, after {}/{}",
+         after the initiator started (west UDP drops {}); pings during (both ways) {}/{} and {}/{}, after {}/{}; \
+         {memory}; responder log: {lines} lines during the flood",
         build(),
         load.unwrap_or(f64::NAN),
         sources.len(),
@@ -603,8 +659,10 @@ fn flood_from_many_sources_while_a_tunnel_comes_up() {
         1e6 * cpu_s / answered.max(1) as f64,
         up.as_secs_f64(),
         w_udp.rcvbuf_errors,
-        during.received,
-        during.transmitted,
+        to_east.received,
+        to_east.transmitted,
+        to_west.received,
+        to_west.transmitted,
         after.received,
         after.transmitted,
     );
@@ -619,8 +677,12 @@ fn flood_from_many_sources_while_a_tunnel_comes_up() {
         1,
         "{e_after:?}"
     );
-    assert!(during.received >= 4, "pings during the flood: {during:?}");
+    assert!(
+        to_east.all_answered() && to_west.all_answered(),
+        "pings through the established tunnel during the flood: {to_east:?} {to_west:?}"
+    );
     assert!(after.all_answered(), "pings after the flood: {after:?}");
+    assert!(lines <= MAX_LOG_LINES, "the responder logged {lines} lines during the flood");
     // The defence: no half-open SA expires within the flood (30 s), so at
     // most `cookie_threshold` forged requests ever got a key exchange; the
     // rest got a stateless COOKIE.
@@ -664,6 +726,9 @@ fn blind_flood_forging_the_peer_address() {
     );
     let tx0 = tx_packets(topo.ns(Node::GwEast), "wan0");
     let load = loadavg();
+    let idle = mem::sample(east.pid).unwrap();
+    let lines0 = east.log_lines();
+    let watch = mem::Watch::start(east.pid, Duration::from_millis(100));
     let target = SocketAddr::new(Topology::addr(Node::GwEast, Net::Transit, Family::V4), 500);
     let flood = Flood::start(socks, target, pps, false);
     std::thread::sleep(Duration::from_millis(500));
@@ -686,10 +751,16 @@ fn blind_flood_forging_the_peer_address() {
             panic!("{e:#}; east log:\n{}", east.log());
         }
     };
-    let during = ping_east(&topo, 5);
-    std::thread::sleep(Duration::from_secs(secs).saturating_sub(flood.started.elapsed()));
+    // The established tunnel carries pings both ways for the rest of the flood.
+    let rest = Duration::from_secs(secs).saturating_sub(flood.started.elapsed());
+    let (to_east, to_west) = ping_both_ways(&topo, rest);
     let (c, dur) = flood.finish();
     let cpu1 = cpu::sample(east.pid).unwrap();
+    let (sampled, _) = watch.stop();
+    let memory = check_memory(idle, mem::sample(east.pid).unwrap(), sampled);
+    let lines = east.log_lines() - lines0;
+    // The real peer receives the reflected COOKIEs: its log is bounded too.
+    let west_lines = std::fs::read_to_string(west.dir().join("esparto.log")).unwrap_or_default().lines().count();
     let e_udp = Udp::read(topo.ns(Node::GwEast)).since(e_udp0);
     let w_udp = Udp::read(topo.ns(Node::GwWest)).since(w_udp0);
     // What east sent towards the real peer: the COOKIEs it reflected (and
@@ -704,7 +775,8 @@ fn blind_flood_forging_the_peer_address() {
          = {:.0}/s; east UDP: {} datagrams in, {} dropped at a full receive buffer; east sent {reflected} \
          packets to the real peer ({:.0}/s, the reflected COOKIEs), west UDP: {} in, {} dropped; responder \
          CPU {cpu_s:.2} s = {:.0}% of one core, {:.1} us per packet sent to the peer; tunnel up {:.2} s \
-         after the initiator started; pings during {}/{}, after {}/{}",
+         after the initiator started; pings during (both ways) {}/{} and {}/{}, after {}/{}; {memory}; \
+         responder log: {lines} lines during the flood, the real peer's: {west_lines} lines",
         build(),
         load.unwrap_or(f64::NAN),
         dur.as_secs_f64(),
@@ -717,8 +789,10 @@ fn blind_flood_forging_the_peer_address() {
         100.0 * cpu_s / dur.as_secs_f64(),
         1e6 * cpu_s / reflected.max(1) as f64,
         up.as_secs_f64(),
-        during.received,
-        during.transmitted,
+        to_east.received,
+        to_east.transmitted,
+        to_west.received,
+        to_west.transmitted,
         after.received,
         after.transmitted,
     );
@@ -727,8 +801,13 @@ fn blind_flood_forging_the_peer_address() {
         e_after.iter().filter(|s| s.state == "established").count(),
         1
     );
-    assert!(during.received >= 4, "pings during the flood: {during:?}");
+    assert!(
+        to_east.all_answered() && to_west.all_answered(),
+        "pings through the established tunnel during the flood: {to_east:?} {to_west:?}"
+    );
     assert!(after.all_answered(), "pings after the flood: {after:?}");
+    assert!(lines <= MAX_LOG_LINES, "the responder logged {lines} lines during the flood");
+    assert!(west_lines <= MAX_LOG_LINES, "the real peer logged {west_lines} lines");
     west.stop().unwrap();
     east.stop();
     drop(flood_ns);

@@ -42,6 +42,13 @@ use crate::sys::{self, RawAddr};
 /// Most segments the kernel accepts in one GSO send (`UDP_MAX_SEGMENTS`).
 pub const MAX_GSO_SEGMENTS: usize = 64;
 
+/// Most datagrams one received buffer may hold: newer kernels accept GSO
+/// sends of 128 segments (64 before), and a super-packet sent over veth or
+/// loopback reaches the receiving socket whole. Receive batches have room
+/// for this many entries per slot; past it a datagram is dropped and
+/// counted (`rx_overflow`).
+pub const MAX_GRO_SEGMENTS: usize = 128;
+
 /// Largest UDP payload in one IPv4 datagram (65 535 − 20 − 8); also used for
 /// IPv6 to keep one limit.
 pub const MAX_GSO_BYTES: usize = 65_507;
@@ -608,6 +615,28 @@ mod tests {
         assert_eq!(n, 40);
         // On loopback the GSO super-packet is delivered whole: fewer messages.
         assert!(rx.stats().rx_msgs < 40, "{:?}", rx.stats());
+    }
+
+    #[test]
+    fn datagrams_past_the_batch_entries_are_counted() {
+        let cfg = UdpConfig::default();
+        let (mut tx, mut rx) = lo_pair(&cfg);
+        let mut batch = TxBatch::new(64, 0, 100);
+        for seq in 0..50 {
+            batch.push(Some(rx.local_addr()), &datagram(3, seq, 64)).unwrap();
+        }
+        assert_eq!(tx.send_batch(&batch).unwrap(), 50);
+        // One GSO super-packet of 50 arrives whole; room for 20 entries.
+        let mut rxb = RxBatch::new(1, 0, GRO_SLOT_LEN, 20);
+        let mut got = 0;
+        for _ in 0..1000 {
+            got += rx.recv_batch(&mut rxb).unwrap();
+            if got + rx.stats().rx_overflow as usize >= 50 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!((got, rx.stats().rx_overflow), (20, 30), "{:?}", rx.stats());
     }
 
     #[test]

@@ -14,6 +14,10 @@
 //! The gateway is driven by the daemon's control thread. It never touches a
 //! packet: it sends commands to the workers (built SAs, SPD snapshots),
 //! drains their events, and gathers statistics snapshots for `status`.
+//! Every channel between it and the workers is bounded (`esparto_io::worker`
+//! says how and why): what a worker cannot hand over is dropped and counted
+//! (`control_queue_full`), and the status's drops by reason include the I/O
+//! layer's beside the ESP engine's.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +31,7 @@ use esparto_esp::{
 use esparto_io::udp::UdpConfig;
 use esparto_io::route::DeviceRoutes;
 use esparto_io::worker::{ControlDatagram, WorkerFailure, WorkerReport};
+use esparto_io::{ControlRx, control_channel};
 use esparto_io::{
     EspCommand, EspDatapath, IcmpSources, Snapshot, Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig,
     WorkerEvent,
@@ -57,7 +62,7 @@ pub struct Gateway {
     nworkers: usize,
     workers: Workers<EspCommand>,
     events: mpsc::Receiver<WorkerEvent>,
-    control_dgrams: mpsc::Receiver<ControlDatagram>,
+    control_dgrams: ControlRx,
     /// The reuseport group's control socket (IKE on the NAT-T port).
     udp_control: UdpSocket,
     /// Routes into the TUN device.
@@ -169,8 +174,8 @@ impl Gateway {
         let bind = bind_addr(cfg)?;
         let group = UdpGroup::bind(bind, n, &UdpConfig::default())
             .with_context(|| format!("binding {n}+1 UDP sockets to {bind} (is another esparto or an IKE daemon running?)"))?;
-        let (ev_tx, events) = mpsc::channel();
-        let (ctl_tx, control_dgrams) = mpsc::channel();
+        let (ev_tx, events) = esparto_io::esp::event_channel();
+        let (ctl_tx, control_dgrams) = control_channel(n);
         // ICMP errors about packets too big for the tunnel come from the
         // packet's destination (see `IcmpSources`).
         let icmp = IcmpSources::default();
@@ -293,7 +298,7 @@ impl Gateway {
     /// Drains non-ESP datagrams the workers caught (IKE coalesced behind ESP).
     pub fn poll_control_datagrams(&mut self) -> Vec<ControlDatagram> {
         let mut out = Vec::new();
-        while let Ok(d) = self.control_dgrams.try_recv() {
+        while let Some(d) = self.control_dgrams.try_recv() {
             out.push(d);
         }
         out
@@ -303,7 +308,7 @@ impl Gateway {
     pub fn status(&self) -> Result<Status> {
         let mut snaps: Vec<Snapshot> = Vec::with_capacity(self.nworkers);
         for k in 0..self.nworkers {
-            let (tx, rx) = mpsc::channel();
+            let (tx, rx) = mpsc::sync_channel(1);
             self.workers
                 .send(k, EspCommand::Snapshot(tx))
                 .map_err(|_| anyhow!("worker {k} has stopped"))?;
@@ -320,15 +325,23 @@ impl Gateway {
         let mut total = esparto_esp::Drops::default();
         let mut workers = Vec::new();
         let mut sas = Vec::new();
-        for Snapshot { esp: s, io } in snaps {
+        let mut io_total: BTreeMap<String, u64> = BTreeMap::new();
+        for Snapshot { esp: s, io, keepalives } in snaps {
             total.add(&s.drops);
+            let mut drops = drops_map(&s.drops);
+            for (reason, n) in io.drops().into_iter().filter(|(_, n)| *n > 0) {
+                drops.insert(reason.to_string(), n);
+                *io_total.entry(reason.to_string()).or_default() += n;
+            }
             workers.push(WorkerStatus {
                 worker: s.worker,
                 cpu: io.cpu,
                 tx_packets: s.tx_packets,
                 rx_packets: s.rx_packets,
-                drops: drops_map(&s.drops),
+                drops,
                 io: IoStatus::from_report(&io),
+                keepalives,
+                events_dropped: s.events_dropped,
             });
             for sa in s.sas {
                 let label = self.labels.get(&(sa.spi, sa.direction));
@@ -360,7 +373,7 @@ impl Gateway {
             steering: self.steering.to_string(),
             workers,
             sas,
-            drops: drops_map(&total),
+            drops: drops_map(&total).into_iter().chain(io_total).collect(),
             ike_sas: Vec::new(),
             ike: BTreeMap::new(),
         }

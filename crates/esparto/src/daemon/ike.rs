@@ -38,6 +38,7 @@ use tracing::{info, warn};
 
 use super::Gateway;
 use super::install::{ChildParams, Slot};
+use super::log_limit::TRAFFIC;
 use crate::config::{Config, PerCpuSas};
 use crate::status::{ChildSaStatus, IkeSaStatus, Status};
 
@@ -224,7 +225,7 @@ impl Ike {
             pending_out: HashMap::new(),
             lingering: Vec::new(),
             rekeying: HashSet::new(),
-            rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * 64),
+            rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * esparto_io::udp::MAX_GRO_SEGMENTS),
             tx500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
             tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
         };
@@ -383,8 +384,8 @@ impl Ike {
                 self.on_readable(now, gw);
             }
             for d in gw.poll_control_datagrams() {
-                if let Some(from) = d.peer {
-                    self.on_stray(now, gw, from, &d.bytes);
+                if let Some(from) = d.peer() {
+                    self.on_stray(now, gw, from, d.bytes());
                 }
             }
             self.tick(now, gw);
@@ -503,11 +504,12 @@ impl Ike {
                 continue;
             }
             match sock.send_batch(batch) {
+                // Under a flood these recur per batch: limited (`log_limit`).
                 Ok(sent) if sent < batch.len() => {
-                    warn!(dropped = batch.len() - sent, "IKE socket send buffer full; datagrams dropped (peers retransmit)");
+                    warn!(target: TRAFFIC, dropped = batch.len() - sent, "IKE socket send buffer full; datagrams dropped (peers retransmit)");
                 }
                 Ok(_) => {}
-                Err(e) => warn!(error = %e, "IKE send failed"),
+                Err(e) => warn!(target: TRAFFIC, error = %e, "IKE send failed"),
             }
             batch.clear();
         }

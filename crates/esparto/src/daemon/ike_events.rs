@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 use super::Gateway;
 use super::ike::{ACQUIRE_PENDING, ChildRecord, Ike, IkeRecord, LINGER, PendingOut};
 use super::install::{ChildParams, SaPair, Slot};
+use super::log_limit::TRAFFIC;
 
 impl Ike {
     pub(super) fn on_event(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
@@ -116,13 +117,15 @@ impl Ike {
                 }
             }
             Event::ChildSaFailed { ike_sa, connection, child, reason } => {
-                warn!(%ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
+                // The peer's answer to each request: limited (`log_limit`).
+                warn!(target: TRAFFIC, %ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
                 if let Some(child) = child {
                     self.pending.retain(|(c, ch, _), _| !(**c == *connection && **ch == *child));
                 }
             }
             Event::AuthFailed { ike_sa, peer, identity, reason } => {
-                warn!(%ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
+                // Anyone can cause one per message: limited (`log_limit`).
+                warn!(target: TRAFFIC, %ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
             }
             Event::IkeSaRekeyed { old, new, connection } => {
                 // RFC 7296 §1.3.2: the new IKE SA inherits every Child SA.
@@ -337,7 +340,8 @@ impl Ike {
                 self.per_cpu_off.insert((conn.clone(), child.clone()));
                 let _ = gw.set_per_cpu(&conn, &child, false);
             }
-            Err(e) => warn!(connection = %conn, child = %child, ?worker, error = ?e, "acquire failed"),
+            // Traffic raises acquires; a failing one recurs: limited.
+            Err(e) => warn!(target: TRAFFIC, connection = %conn, child = %child, ?worker, error = ?e, "acquire failed"),
         }
         self.flush(now, gw);
     }

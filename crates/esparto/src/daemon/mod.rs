@@ -2,12 +2,14 @@
 //!
 //! [`Gateway`] owns the data plane (TUN, sockets, workers) and installs
 //! children into it ([`install`]); [`run`] is the control thread's loop.
+//! Log lines that traffic can cause are limited ([`log_limit`]).
 
 pub mod fault;
 mod gateway;
 pub mod ike;
 mod ike_events;
 pub mod install;
+pub mod log_limit;
 mod run;
 mod seqstate;
 

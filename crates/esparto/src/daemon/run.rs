@@ -43,6 +43,7 @@ use tracing::{error, info, warn};
 
 use super::Gateway;
 use super::ike::Ike;
+use super::log_limit::Throttle;
 use crate::config::Config;
 use crate::control::{ControlServer, Request, Response};
 
@@ -62,7 +63,7 @@ const KEEP: &[Capability] = &[Capability::NetAdmin];
 
 /// Runs the gateway described by `config` until SIGTERM or SIGINT.
 pub fn run(mut config: Config, control: &Path) -> Result<()> {
-    init_logging(&config.daemon.log);
+    let throttle = init_logging(&config.daemon.log);
     log_panics();
     let _instance = claim(&config)?;
     let mut server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
@@ -104,6 +105,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         poller.wait(wait)?;
         if let Some(f) = gw.worker_failure() {
             error!(worker = f.index, reason = %f, "a worker stopped; stopping the daemon");
+            throttle.flush(Instant::now(), true);
             gw.shutdown();
             return Err(anyhow!(f)).context("the data plane lost a worker");
         }
@@ -146,16 +148,18 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         }
         // IKE datagrams that reached a worker (coalesced behind ESP by GRO).
         for d in gw.poll_control_datagrams() {
-            if let (Some(ike), Some(from)) = (&mut ike, d.peer) {
-                ike.on_stray(now, &mut gw, from, &d.bytes);
+            if let (Some(ike), Some(from)) = (&mut ike, d.peer()) {
+                ike.on_stray(now, &mut gw, from, d.bytes());
             }
         }
+        throttle.flush(Instant::now(), false);
     }
     // Delete every IKE SA first, while the data plane still runs (the
     // Deletes' answers may arrive through a worker).
     if let Some(ike) = &mut ike {
         ike.shutdown(&mut gw, SHUTDOWN_GRACE);
     }
+    throttle.flush(Instant::now(), true);
     let reports = gw.shutdown();
     let errors: u64 = reports.iter().map(|r| r.io_errors).sum();
     info!(workers = reports.len(), io_errors = errors, "stopped");
@@ -237,13 +241,20 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, req: Request) -> Response {
     }
 }
 
-/// Logs to stderr; `RUST_LOG` overrides the configured filter.
-fn init_logging(filter: &str) {
+/// Logs to stderr; `RUST_LOG` overrides the configured filter. Lines that
+/// traffic can cause go through the returned [`Throttle`], whose summaries
+/// the loop flushes.
+fn init_logging(filter: &str) -> Throttle {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // A second initialisation (tests) is harmless.
+    let throttle = Throttle::default();
     // Colours only on a terminal: a log file (or journald) gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    // A second initialisation (tests) is harmless.
+    let _ = tracing_subscriber::registry().with(filter).with(throttle.layer()).with(fmt).try_init();
+    throttle
 }

@@ -17,6 +17,8 @@
 //! - [`zeroloss`]: the RFC 2544 §26.1 throughput search (pure logic);
 //! - [`cpu`]: CPU seconds of the gateway processes over an interval, as
 //!   "CPU seconds per GB carried" (time accounting, not `top`);
+//! - [`mem`]: a process's resident memory now and at its peak, for tests
+//!   that bound it under attack;
 //! - [`strongswan`] and [`esparto`]: a gateway of either kind in a
 //!   namespace, started, queried and stopped;
 //! - [`baseline`]: the strongSwan ↔ strongSwan baseline and the plain routed
@@ -34,6 +36,7 @@
 pub mod baseline;
 pub mod cpu;
 pub mod esparto;
+pub mod mem;
 pub mod pinger;
 pub mod strongswan;
 pub mod topology;
