@@ -100,7 +100,7 @@ mod ratelimit;
 pub mod rules;
 mod sa;
 pub mod spi;
-mod task;
+mod exchange;
 pub mod ts;
 
 pub use config::{

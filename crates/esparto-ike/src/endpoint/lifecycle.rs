@@ -14,8 +14,8 @@ use crate::child::ChildState;
 use crate::ctx::{Action, Ctx};
 use crate::event::{IkeSaId, Reason};
 use crate::sa::{IkeSa, State};
-use crate::task::Task;
-use crate::task::rekey_ike::RekeyIke;
+use crate::exchange::Task;
+use crate::exchange::rekey_ike::RekeyIke;
 use std::cmp::Reverse;
 use std::time::Instant;
 

@@ -67,7 +67,7 @@ use crate::lifetime::{
 };
 use crate::ratelimit::RateLimiter;
 use crate::sa::State;
-use crate::task::Task;
+use crate::exchange::Task;
 use core::net::SocketAddr;
 use esparto_wire::ike::{
     ExchangeType, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType, Spi,

@@ -23,26 +23,23 @@
 //! the SK payload is opened in place, so the caller's datagram stays
 //! untouched, and nothing is processed before the ICV has verified.
 
-mod auth_responder;
-mod child_responder;
 mod children;
-mod ike_rekey;
 mod requests;
 mod resources;
 mod timers;
 
-pub(crate) use ike_rekey::{peer_window, window_notify};
-pub(crate) use requests::Dropped;
+pub(crate) use requests::{Dropped, notify};
 
 use crate::child::ChildSa;
-use crate::config::Connection;
+use crate::config::{Connection, EndpointConfig};
 use crate::ctx::Ctx;
 use crate::event::{Event, IkeSaId, Reason, Transmit};
 use crate::identity::Identity;
 use crate::keys::IkeKeys;
+use crate::lifetime::MAX_WINDOW;
 use crate::nat::NatState;
 use crate::proposal::Selected;
-use crate::task::Task;
+use crate::exchange::Task;
 use core::net::SocketAddr;
 use core::ops::Range;
 use esparto_crypto::ike::IkeCipher;
@@ -551,7 +548,7 @@ impl IkeSa {
             let Some(task) = self.queue.pop_front() else {
                 return;
             };
-            crate::task::send(self, ctx, task);
+            crate::exchange::send(self, ctx, task);
         }
     }
 
@@ -610,3 +607,18 @@ impl IkeSa {
         &mut self.resources[i]
     }
 }
+
+/// SET_WINDOW_SIZE's data for our window, if above one (§2.3: "The data
+/// associated with a SET_WINDOW_SIZE notification MUST be 4 octets long
+/// and contain the big endian representation of the number of messages the
+/// sender promises to keep").
+pub(crate) fn window_notify(config: &EndpointConfig) -> Option<[u8; 4]> {
+    let w = config.window_size.clamp(1, MAX_WINDOW);
+    (w > 1).then(|| w.to_be_bytes())
+}
+
+/// The peer's window from its SET_WINDOW_SIZE (1 without one).
+pub(crate) fn peer_window(announced: Option<u32>) -> u32 {
+    announced.unwrap_or(1).clamp(1, MAX_WINDOW)
+}
+

@@ -44,7 +44,7 @@ pub(crate) enum RequestDrop {
     State,
 }
 
-pub(super) fn notify(kind: NotifyType, data: &[u8]) -> PayloadRepr<'_> {
+pub(crate) fn notify(kind: NotifyType, data: &[u8]) -> PayloadRepr<'_> {
     PayloadRepr::Notify(NotifyRepr::new(kind, data))
 }
 
@@ -59,12 +59,12 @@ impl IkeSa {
         to: SocketAddr,
     ) -> Result<(), Dropped> {
         if msg.header.response {
-            crate::task::on_response(self, ctx, data, msg, from, to).map_err(|why| {
+            crate::exchange::on_response(self, ctx, data, msg, from, to).map_err(|why| {
                 tracing::debug!(ike_sa = %self.id, ?why, "response ignored");
                 match why {
-                    crate::task::Ignored::Integrity => Dropped::Integrity,
-                    crate::task::Ignored::Unexpected => Dropped::OutOfWindow,
-                    crate::task::Ignored::Malformed => Dropped::Malformed,
+                    crate::exchange::Ignored::Integrity => Dropped::Integrity,
+                    crate::exchange::Ignored::Unexpected => Dropped::OutOfWindow,
+                    crate::exchange::Ignored::Malformed => Dropped::Malformed,
                 }
             })
         } else {
@@ -84,7 +84,7 @@ impl IkeSa {
         }
     }
 
-    pub(super) fn transmit_to(
+    pub(crate) fn transmit_to(
         &self,
         ctx: &mut Ctx<'_>,
         local: SocketAddr,
@@ -134,7 +134,7 @@ impl IkeSa {
 
     /// Seal a response, cache it for retransmissions, send it where the
     /// request came from (§2.11), and move the window.
-    pub(super) fn respond(
+    pub(crate) fn respond(
         &mut self,
         ctx: &mut Ctx<'_>,
         exchange: ExchangeType,

@@ -33,8 +33,8 @@ use super::IkeSa;
 use crate::config::PerCpuSas;
 use crate::ctx::Ctx;
 use crate::event::{Event, Reason};
-use crate::task::Task;
-use crate::task::create_child::CreateChild;
+use crate::exchange::Task;
+use crate::exchange::create_child::CreateChild;
 use std::sync::Arc;
 
 impl IkeSa {

@@ -23,16 +23,20 @@
 
 use super::{Outcome, Received, Task, reason_for};
 use crate::auth::{psk_auth, verify_psk_auth};
-use crate::child::{Install, check_answer, install, offer, ts_from, ts_repr};
-use crate::config::PerCpuSas;
+use crate::child::{
+    ChildOpts, ChildQuery, Install, check_answer, install, offer, ts_from, ts_repr,
+};
+use crate::config::{Connection, PerCpuSas};
 use crate::ctx::{Action, Ctx};
 use crate::event::{AuthFailure, Event, Reason};
 use crate::identity::Identity;
 use crate::lifetime::{MAX_WINDOW, rekey_deadline};
-use crate::sa::{IkeSa, State, window_notify};
+use crate::proposal::{Proposal, Protocol};
+use crate::sa::{IkeSa, State, notify, peer_window, window_notify};
 use crate::ts::TrafficSelector;
+use core::net::SocketAddr;
 use esparto_wire::ike::{
-    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyRepr, NotifyType, PayloadRepr, SaRepr,
+    AuthMethod, AuthRepr, ExchangeType, IdRepr, NotifyRepr, NotifyType, PayloadRepr, SaRepr, Spi,
 };
 use std::sync::Arc;
 
@@ -386,5 +390,255 @@ impl IkeAuth {
             }
         }
         Outcome::Done
+    }
+}
+
+impl IkeSa {
+    /// The connection for an authenticating peer: matching addresses, the
+    /// peer's identity, the IDr it asked for, and the IKE suite already
+    /// chosen. The candidate from IKE_SA_INIT wins ties.
+    fn pick_connection(
+        &self,
+        ctx: &Ctx<'_>,
+        peer: &Identity,
+        idr: Option<&Identity>,
+    ) -> Option<Arc<Connection>> {
+        let suite = self.suite.as_ref()?;
+        let answer = suite.to_wire(Protocol::Ike, Spi::None);
+        let fits = |c: &Arc<Connection>| {
+            c.matches_addrs(self.local.ip(), self.remote.ip())
+                && c.accepts_remote_id(peer)
+                && idr.is_none_or(|want| want.matches(&c.local_id(self.local.ip())))
+                && Proposal::select(&c.proposals, std::slice::from_ref(&answer), false, None)
+                    .is_some()
+        };
+        if fits(&self.conn) {
+            return Some(self.conn.clone());
+        }
+        // Only connections accepting this IDi can fit: the index hands
+        // those, in configuration order.
+        ctx.connections
+            .for_remote_id(peer)
+            .find(|c| fits(c))
+            .cloned()
+    }
+
+    fn fail_auth(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+        from: SocketAddr,
+        to: SocketAddr,
+        identity: Option<Identity>,
+        reason: AuthFailure,
+    ) {
+        ctx.events.push_back(Event::AuthFailed {
+            ike_sa: self.id,
+            peer: from,
+            identity,
+            reason,
+        });
+        self.respond(
+            ctx,
+            ExchangeType::IKE_AUTH,
+            mid,
+            &[notify(NotifyType::AUTHENTICATION_FAILED, &[])],
+            from,
+            to,
+        );
+        self.announced = true;
+        self.die(ctx, Reason::AuthenticationFailed);
+    }
+
+    pub(crate) fn respond_ike_auth(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+        payloads: &[PayloadRepr<'_>],
+        from: SocketAddr,
+        to: SocketAddr,
+    ) {
+        let (mut idi, mut idr, mut auth, mut sa_p, mut tsi, mut tsr) =
+            (None, None, None, None, None, None);
+        let (mut window, mut initial_contact, mut resource_info) = (None, false, false);
+        for p in payloads {
+            match p {
+                PayloadRepr::IdI(i) => idi = Some(*i),
+                PayloadRepr::IdR(i) => idr = Some(*i),
+                PayloadRepr::Auth(a) => auth = Some(*a),
+                PayloadRepr::Sa(s) => sa_p = Some(s),
+                PayloadRepr::TsI(t) => tsi = Some(ts_from(t)),
+                PayloadRepr::TsR(t) => tsr = Some(ts_from(t)),
+                PayloadRepr::Notify(n) => match n.kind {
+                    NotifyType::SET_WINDOW_SIZE => window = n.u32_data(),
+                    NotifyType::INITIAL_CONTACT => initial_contact = true,
+                    NotifyType::SA_RESOURCE_INFO => resource_info = true,
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        let Some(idi) = idi else { return };
+        let Some(peer_id) = Identity::from_wire(idi.id_type, idi.data) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, "authentication failed: unusable identity type {}", idi.id_type);
+            return self.fail_auth(ctx, mid, from, to, None, AuthFailure::UnknownIdentity);
+        };
+        let Some(auth) = auth else {
+            // No AUTH means EAP, which we do not offer.
+            return self.fail_auth(
+                ctx,
+                mid,
+                from,
+                to,
+                Some(peer_id),
+                AuthFailure::UnsupportedMethod,
+            );
+        };
+        let want_idr = idr.and_then(|i| Identity::from_wire(i.id_type, i.data));
+        let Some(conn) = self.pick_connection(ctx, &peer_id, want_idr.as_ref()) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no connection for this identity");
+            return self.fail_auth(
+                ctx,
+                mid,
+                from,
+                to,
+                Some(peer_id),
+                AuthFailure::UnknownIdentity,
+            );
+        };
+        let local_id = conn.local_id(self.local.ip());
+        if auth.method != AuthMethod::SHARED_KEY_MIC {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, method = %auth.method, "authentication failed: unsupported method");
+            return self.fail_auth(
+                ctx,
+                mid,
+                from,
+                to,
+                Some(peer_id),
+                AuthFailure::UnsupportedMethod,
+            );
+        }
+        let Some(psk) = ctx.psks.find(&local_id, &peer_id) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no PSK for '{}' - '{}'", local_id, peer_id);
+            return self.fail_auth(ctx, mid, from, to, Some(peer_id), AuthFailure::NoSecret);
+        };
+        let (Some(keys), Some(hs)) = (self.keys.as_ref(), self.handshake.as_deref()) else {
+            return;
+        };
+        let (Some(sk_pi), Some(sk_pr)) = (keys.sk_pi(), keys.sk_pr()) else {
+            return;
+        };
+        // §2.15: the initiator signed RealMessage1 | Nr | prf(SK_pi, IDi').
+        if !verify_psk_auth(
+            keys.prf,
+            psk.as_slice(),
+            &hs.init_request,
+            &hs.nr,
+            sk_pi,
+            &idi,
+            auth.data,
+        ) {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id,
+                "authentication of '{}' failed: AUTH payload does not verify with the PSK (wrong PSK?)", peer_id);
+            return self.fail_auth(ctx, mid, from, to, Some(peer_id), AuthFailure::BadAuth);
+        }
+        let Some((id_type, id_data)) = local_id.to_wire() else {
+            return;
+        };
+        let idr_out = IdRepr {
+            id_type,
+            data: &id_data,
+        };
+        let our_auth = psk_auth(
+            keys.prf,
+            psk.as_slice(),
+            &hs.init_response,
+            &hs.ni,
+            sk_pr,
+            &idr_out,
+        );
+        // Kept for the first Child SA's KEYMAT (§2.17) past the borrow.
+        let (ni, nr) = (hs.ni.clone(), hs.nr.clone());
+
+        // Authenticated.
+        self.conn = conn;
+        // The IKE_SA_INIT state (half-open deadline included) goes when
+        // this step ends (`Endpoint::after`).
+        self.state = State::Established;
+        self.announced = true;
+        tracing::info!(ike_sa = %self.id, peer = %from, identity = %peer_id, connection = %self.conn.name, "IKE_SA established");
+        ctx.events.push_back(Event::IkeSaEstablished {
+            ike_sa: self.id,
+            connection: self.conn.name.clone(),
+            local: self.local,
+            remote: self.remote,
+            local_id: local_id.clone(),
+            remote_id: peer_id.clone(),
+            initiator: false,
+        });
+        self.local_id = Some(local_id);
+        self.remote_id = Some(peer_id);
+        if self.nat.local_behind_nat {
+            self.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
+        }
+        self.peer_window = peer_window(window);
+        self.rekey_at = rekey_deadline(ctx, self.conn.rekey_time, self.conn.jitter());
+        if initial_contact {
+            ctx.actions.push(Action::InitialContact { keep: self.id.0 });
+        }
+
+        let child = match (sa_p, tsi, tsr) {
+            (Some(sa_p), Some(tsi), Some(tsr)) => {
+                let q = ChildQuery {
+                    offered: &sa_p.proposals,
+                    tsi: &tsi,
+                    tsr: &tsr,
+                    ignore_ke: true,
+                    prefer_ke: None,
+                    only: None,
+                };
+                let opts = ChildOpts {
+                    resource_info,
+                    ..ChildOpts::default()
+                };
+                Some(self.create_child(ctx, &q, opts, None, &ni, &nr))
+            }
+            _ => None,
+        };
+        let w = window_notify(ctx.config);
+        let mut out = vec![
+            PayloadRepr::IdR(idr_out),
+            PayloadRepr::Auth(AuthRepr {
+                method: AuthMethod::SHARED_KEY_MIC,
+                data: our_auth.as_slice(),
+            }),
+        ];
+        if let Some(w) = &w {
+            out.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::SET_WINDOW_SIZE,
+                w,
+            )));
+        }
+        match &child {
+            Some(Ok(answer)) => {
+                if answer.resource_info {
+                    out.push(PayloadRepr::Notify(NotifyRepr::new(
+                        NotifyType::SA_RESOURCE_INFO,
+                        &[],
+                    )));
+                }
+                out.extend(answer.payloads());
+            }
+            Some(Err(kind)) => out.push(notify(*kind, &[])),
+            None => {}
+        }
+        // Window one until this answer is out (§2.3), so only it is kept
+        // (the IKE_SA_INIT response is of no use any more); ours from now.
+        self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
+        self.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
+        if let Some(Ok(answer)) = &child {
+            let name = answer.child.clone();
+            self.fallback_done(ctx, &name, Some(answer.resource_info));
+        }
     }
 }

@@ -25,11 +25,16 @@
 //! is in `sa/children.rs`.
 
 use super::{Outcome, Received, Task, reason_for};
-use crate::child::{ChildSa, Install, check_answer, install, offer, ts_from, ts_repr};
+use crate::child::{
+    ChildOpts, ChildQuery, ChildSa, ChildState, Install, check_answer, install, offer,
+    select_child, ts_from, ts_repr,
+};
 use crate::ctx::Ctx;
 use crate::event::{Event, Reason};
-use crate::sa::IkeSa;
+use crate::lifetime::MAX_CHILD_SAS;
+use crate::sa::{IkeSa, notify};
 use crate::ts::TrafficSelector;
+use core::net::SocketAddr;
 use esparto_crypto::ike::{KeGroup, KeyExchange};
 use esparto_wire::ike::{
     ExchangeType, KeRepr, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, ProtocolId, SaRepr, Spi,
@@ -380,6 +385,179 @@ impl CreateChild {
                 Outcome::Done
             }
             Err(reason) => self.failed(sa, ctx, reason, None),
+        }
+    }
+}
+
+impl IkeSa {
+    pub(crate) fn respond_create_child(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+        payloads: &[PayloadRepr<'_>],
+        from: SocketAddr,
+        to: SocketAddr,
+    ) {
+        let ex = ExchangeType::CREATE_CHILD_SA;
+        let (mut sa_p, mut nonce, mut ke_p, mut tsi, mut tsr, mut rekey) =
+            (None, None, None, None, None, None);
+        let mut resource_info = false;
+        for p in payloads {
+            match p {
+                PayloadRepr::Sa(s) => sa_p = Some(s),
+                PayloadRepr::Nonce(n) => nonce = Some(n.data),
+                PayloadRepr::Ke(k) => ke_p = Some(*k),
+                PayloadRepr::TsI(t) => tsi = Some(ts_from(t)),
+                PayloadRepr::TsR(t) => tsr = Some(ts_from(t)),
+                PayloadRepr::Notify(n) if n.kind == NotifyType::REKEY_SA => rekey = Some(*n),
+                PayloadRepr::Notify(n) if n.kind == NotifyType::SA_RESOURCE_INFO => {
+                    resource_info = true
+                }
+                _ => {}
+            }
+        }
+        let refuse = |sa: &mut IkeSa, ctx: &mut Ctx<'_>, kind: NotifyType| {
+            sa.respond(ctx, ex, mid, &[notify(kind, &[])], from, to);
+        };
+        let Some(sa_p) = sa_p else {
+            return refuse(self, ctx, NotifyType::INVALID_SYNTAX);
+        };
+        if sa_p.proposals.iter().any(|p| p.protocol == ProtocolId::IKE) {
+            return self.respond_rekey_ike(ctx, mid, payloads, from, to);
+        }
+        let (Some(ni), Some(tsi), Some(tsr)) = (nonce, tsi, tsr) else {
+            return refuse(self, ctx, NotifyType::INVALID_SYNTAX);
+        };
+        if self.superseded || self.ike_exchange_pending() {
+            tracing::info!(ike_sa = %self.id, "CHILD_SA request while the IKE_SA is rekeyed or closed: TEMPORARY_FAILURE");
+            return refuse(self, ctx, NotifyType::TEMPORARY_FAILURE);
+        }
+        // §1.3.3: REKEY_SA names the SA being rekeyed by the SPI the
+        // initiator receives on, i.e. our outbound SPI.
+        let old = match rekey {
+            None => None,
+            Some(n) if n.protocol != ProtocolId::ESP => {
+                return refuse(self, ctx, NotifyType::INVALID_SYNTAX);
+            }
+            Some(NotifyRepr {
+                spi: Spi::U32(spi), ..
+            }) => match self.children.iter().position(|c| c.outbound_spi == spi) {
+                Some(i) => Some(i),
+                None => {
+                    // §2.25: "A CHILD_SA_NOT_FOUND notification SHOULD be
+                    // sent when a peer receives a request to rekey a Child
+                    // SA that does not exist. The SA that the initiator
+                    // attempted to rekey is indicated by the SPI field in
+                    // the Notify payload, which is copied from the SPI
+                    // field in the REKEY_SA notification."
+                    tracing::info!(ike_sa = %self.id, spi = format_args!("{spi:08x}"), "rekey of an unknown CHILD_SA");
+                    let n = PayloadRepr::Notify(NotifyRepr {
+                        protocol: ProtocolId::ESP,
+                        spi: Spi::U32(spi),
+                        kind: NotifyType::CHILD_SA_NOT_FOUND,
+                        data: &[],
+                    });
+                    return self.respond(ctx, ex, mid, &[n], from, to);
+                }
+            },
+            Some(_) => return refuse(self, ctx, NotifyType::INVALID_SYNTAX),
+        };
+        if let Some(i) = old {
+            let c = &self.children[i];
+            if matches!(c.state, ChildState::Deleting(_) | ChildState::Rekeyed)
+                || c.redundant
+                || self.replaced(c.inbound_spi)
+            {
+                tracing::info!(ike_sa = %self.id, child = %c.name, "rekey of a CHILD_SA being closed: TEMPORARY_FAILURE");
+                return refuse(self, ctx, NotifyType::TEMPORARY_FAILURE);
+            }
+        } else if self.children.len() >= MAX_CHILD_SAS {
+            // §3.10.1 NO_ADDITIONAL_SAS: no more Child SAs on this IKE SA.
+            return refuse(self, ctx, NotifyType::NO_ADDITIONAL_SAS);
+        }
+        let old_child = old.map(|i| self.children[i].clone());
+        // Which group, if any, does the chosen proposal need? The group
+        // of KEi if acceptable (§1.3), else the first acceptable one.
+        let conn = self.conn.clone();
+        let q = ChildQuery {
+            offered: &sa_p.proposals,
+            tsi: &tsi,
+            tsr: &tsr,
+            ignore_ke: false,
+            prefer_ke: ke_p.and_then(|k| KeGroup::from_iana(k.group)),
+            only: old_child.as_ref().map(|c| &*c.name),
+        };
+        let want_ke = select_child(&conn, &q, self.local.ip(), self.remote.ip())
+            .ok()
+            .and_then(|c| c.selected.ke);
+        let mut nr = vec![0u8; ctx.config.nonce_len];
+        ctx.rng.fill_public(&mut nr);
+        let mut our_ke = None;
+        let g_ir = match want_ke {
+            None => None,
+            Some(g) => {
+                let Some(k) = ke_p.filter(|k| k.group == g.iana_id()) else {
+                    // §1.3: a KE of another group than the one chosen is
+                    // refused with INVALID_KE_PAYLOAD naming ours.
+                    let d = g.iana_id().to_be_bytes();
+                    return self.respond(
+                        ctx,
+                        ex,
+                        mid,
+                        &[notify(NotifyType::INVALID_KE_PAYLOAD, &d)],
+                        from,
+                        to,
+                    );
+                };
+                let Ok(ours) = KeGroup::generate(g, ctx.rng) else {
+                    return refuse(self, ctx, NotifyType::NO_PROPOSAL_CHOSEN);
+                };
+                let public = ours.public_value().to_vec();
+                match ours.agree(k.data) {
+                    Ok(s) => {
+                        our_ke = Some((g, public));
+                        Some(s)
+                    }
+                    Err(_) => return refuse(self, ctx, NotifyType::INVALID_SYNTAX),
+                }
+            }
+        };
+        let opts = ChildOpts {
+            rekeys: old_child.as_ref().map(|c| c.inbound_spi),
+            resource: old_child.as_ref().and_then(|c| c.resource),
+            per_resource: old_child.as_ref().is_some_and(|c| c.per_resource),
+            resource_info: resource_info && old_child.is_none(),
+            ke: our_ke.as_ref().map(|(g, _)| *g),
+        };
+        let g = g_ir.as_ref().map(|s| s.as_slice());
+        match self.create_child(ctx, &q, opts, g, ni, &nr) {
+            Ok(answer) => {
+                if let Some(c) = &old_child {
+                    // The peer replaces it and deletes it: no rekey of our own.
+                    if let Some(i) = self.child_by_inbound(c.inbound_spi) {
+                        self.children[i].rekey_at = None;
+                    }
+                }
+                let mut out = Vec::with_capacity(6);
+                if answer.resource_info {
+                    out.push(PayloadRepr::Notify(NotifyRepr::new(
+                        NotifyType::SA_RESOURCE_INFO,
+                        &[],
+                    )));
+                }
+                out.push(PayloadRepr::Sa(answer.sa.clone()));
+                out.push(PayloadRepr::Nonce(NonceRepr { data: &nr }));
+                if let Some((g, public)) = &our_ke {
+                    out.push(PayloadRepr::Ke(KeRepr {
+                        group: g.iana_id(),
+                        data: public,
+                    }));
+                }
+                out.push(PayloadRepr::TsI(answer.tsi.clone()));
+                out.push(PayloadRepr::TsR(answer.tsr.clone()));
+                self.respond(ctx, ex, mid, &out, from, to);
+            }
+            Err(kind) => refuse(self, ctx, kind),
         }
     }
 }
