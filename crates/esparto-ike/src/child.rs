@@ -7,10 +7,12 @@
 //! its ESP proposals matches ([`select_child`]); the order of the errors
 //! follows what the RFC asks to report (TS_UNACCEPTABLE when no selector
 //! fits any child, NO_PROPOSAL_CHOSEN when the selectors fit but the
-//! transforms do not). The initiator checks the answer ([`check_answer`]):
-//! one proposal from our list, selectors inside what we proposed.
-//! Both sides then cut KEYMAT with [`crate::keys::ChildKeys`] and report a
-//! `ChildSaEstablished` event ([`install`]).
+//! transforms do not). [`IkeSa::negotiate_child`] is the whole responder
+//! step, RFC 9611 accounting and SPI allocation included. The initiator
+//! checks the answer ([`check_answer`]): one proposal from our list,
+//! selectors inside what we proposed. Both sides then cut KEYMAT with
+//! [`crate::keys::ChildKeys`] and report a `ChildSaEstablished` event
+//! ([`install`]).
 
 use crate::config::{ChildConfig, Connection, PerCpuSas};
 use crate::ctx::Ctx;
@@ -348,8 +350,11 @@ pub(crate) fn announce(ctx: &mut Ctx<'_>, child: &mut ChildSa, event: Box<ChildS
 }
 
 impl IkeSa {
-    /// Negotiate and install a Child SA as responder. `g_ir` for PFS.
-    pub(crate) fn create_child(
+    /// Responder: negotiate and install a Child SA for the initiator's
+    /// request, in IKE_AUTH or CREATE_CHILD_SA (`g_ir` with PFS). Returns
+    /// what to answer with: the SA and selectors chosen, or the notify
+    /// refusing the request.
+    pub(crate) fn negotiate_child(
         &mut self,
         ctx: &mut Ctx<'_>,
         q: &ChildQuery<'_>,
@@ -359,45 +364,12 @@ impl IkeSa {
         nr: &[u8],
     ) -> Result<ChildAnswer, NotifyType> {
         let conn = self.conn.clone();
-        let choice = match select_child(&conn, q, self.local.ip(), self.remote.ip()) {
-            Ok(c) => c,
-            Err(reason) => {
-                tracing::info!(ike_sa = %self.id, ?reason, "CHILD_SA request refused");
-                ctx.events.push_back(Event::ChildSaFailed {
-                    ike_sa: self.id,
-                    connection: conn.name.clone(),
-                    child: None,
-                    reason,
-                });
-                return Err(match reason {
-                    Reason::TsUnacceptable => NotifyType::TS_UNACCEPTABLE,
-                    _ => NotifyType::NO_PROPOSAL_CHOSEN,
-                });
-            }
-        };
+        let choice = self.choose_child(ctx, &conn, q)?;
         let Spi::U32(outbound_spi) = choice.selected.spi else {
             return Err(NotifyType::NO_PROPOSAL_CHOSEN);
         };
-        // RFC 9611: SA_RESOURCE_INFO with a per-CPU child. The group's first
-        // SA is its fallback; later ones are the peer's sub-SAs, up to our
-        // maximum, then TS_MAX_QUEUE. Without per-CPU configuration the
-        // notify is ignored and a duplicate SA is simply another Child SA.
         let cfg = choice.config;
-        let per_cpu = cfg.per_cpu_sas != PerCpuSas::No;
-        let resource_info = opts.resource_info && per_cpu;
-        let first = !self.children.iter().any(|c| c.name == cfg.name);
-        let mut per_resource = opts.per_resource;
-        if resource_info && !first {
-            if !self.accepts_peer_sub_sa(&cfg.name, cfg.per_cpu_max) {
-                tracing::info!(ike_sa = %self.id, child = %cfg.name, max = cfg.per_cpu_max,
-                    "per-resource CHILD_SA refused: TS_MAX_QUEUE");
-                return Err(NotifyType::TS_MAX_QUEUE);
-            }
-            per_resource = true;
-        }
-        if resource_info {
-            self.resource_group(&cfg.name).supported = true;
-        }
+        let (resource_info, per_resource) = self.resource_role(cfg, &opts)?;
         let Some(keys) = self.keys.as_ref() else {
             return Err(NotifyType::NO_PROPOSAL_CHOSEN);
         };
@@ -421,7 +393,7 @@ impl IkeSa {
             Install {
                 ike_sa: self.id,
                 connection: conn.name.clone(),
-                child: choice.config.name.clone(),
+                child: cfg.name.clone(),
                 initiator: false,
                 inbound_spi,
                 outbound_spi,
@@ -450,7 +422,7 @@ impl IkeSa {
         );
         match installed {
             Ok((mut c, event)) => {
-                crate::child::announce(ctx, &mut c, event);
+                announce(ctx, &mut c, event);
                 self.add_child(c);
                 Ok(answer)
             }
@@ -459,6 +431,58 @@ impl IkeSa {
                 Err(NotifyType::NO_PROPOSAL_CHOSEN)
             }
         }
+    }
+
+    /// [`select_child`], with a refusal reported to the driver and turned
+    /// into the notify that answers it.
+    fn choose_child<'c>(
+        &self,
+        ctx: &mut Ctx<'_>,
+        conn: &'c Connection,
+        q: &ChildQuery<'_>,
+    ) -> Result<ChildChoice<'c>, NotifyType> {
+        select_child(conn, q, self.local.ip(), self.remote.ip()).map_err(|reason| {
+            tracing::info!(ike_sa = %self.id, ?reason, "CHILD_SA request refused");
+            ctx.events.push_back(Event::ChildSaFailed {
+                ike_sa: self.id,
+                connection: conn.name.clone(),
+                child: None,
+                reason,
+            });
+            match reason {
+                Reason::TsUnacceptable => NotifyType::TS_UNACCEPTABLE,
+                _ => NotifyType::NO_PROPOSAL_CHOSEN,
+            }
+        })
+    }
+
+    /// RFC 9611 for a request carrying SA_RESOURCE_INFO with a per-CPU
+    /// child: the group's first SA is its fallback; later ones are the
+    /// peer's sub-SAs, up to our maximum, then TS_MAX_QUEUE. Without
+    /// per-CPU configuration the notify is ignored and a duplicate SA is
+    /// simply another Child SA. Returns whether to answer with
+    /// SA_RESOURCE_INFO and whether the new SA is a per-resource one.
+    fn resource_role(
+        &mut self,
+        cfg: &ChildConfig,
+        opts: &ChildOpts,
+    ) -> Result<(bool, bool), NotifyType> {
+        let per_cpu = cfg.per_cpu_sas != PerCpuSas::No;
+        let resource_info = opts.resource_info && per_cpu;
+        let first = !self.children.iter().any(|c| c.name == cfg.name);
+        let mut per_resource = opts.per_resource;
+        if resource_info && !first {
+            if !self.accepts_peer_sub_sa(&cfg.name, cfg.per_cpu_max) {
+                tracing::info!(ike_sa = %self.id, child = %cfg.name, max = cfg.per_cpu_max,
+                    "per-resource CHILD_SA refused: TS_MAX_QUEUE");
+                return Err(NotifyType::TS_MAX_QUEUE);
+            }
+            per_resource = true;
+        }
+        if resource_info {
+            self.resource_group(&cfg.name).supported = true;
+        }
+        Ok((resource_info, per_resource))
     }
 }
 

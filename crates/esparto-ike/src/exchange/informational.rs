@@ -1,12 +1,23 @@
-//! INFORMATIONAL exchanges we initiate (RFC 7296 §1.4): deleting Child
-//! SAs, deleting the IKE SA, and the liveness check (an empty request,
-//! whose response proves the peer is alive).
+//! INFORMATIONAL (RFC 7296 §1.4), both roles: deleting Child SAs,
+//! deleting the IKE SA, and the liveness check (an empty request, whose
+//! response proves the peer is alive).
 //!
 //! §1.4.1: "To delete an SA, an INFORMATIONAL exchange with one or more
 //! Delete payloads is sent listing the SPIs (as they would be expected in
-//! the headers of inbound packets) of the SAs to be deleted." The peer
-//! answers with the SPIs of the paired SAs; we close ours when the answer
-//! comes (or when the peer's own Delete crossed ours).
+//! the headers of inbound packets) of the SAs to be deleted."
+//!
+//! Initiator (`Task::DeleteChild`, `Task::DeleteIke`, `Task::Liveness`):
+//! the peer answers a Child SA delete with the SPIs of the paired SAs; we
+//! close ours when the answer comes (or when the peer's own Delete crossed
+//! ours).
+//!
+//! Responder ([`IkeSa::respond_informational`]): Delete payloads close
+//! Child SAs (answered with the SPIs of the paired SAs, §1.4.1) or the
+//! whole IKE SA; an empty request gets an empty answer. Deletes for SPIs we
+//! do not know are answered without a Delete payload for them (§2.25.1:
+//! "If a peer receives a request to close a Child SA that does not exist,
+//! it SHOULD reply without a Delete payload"), as are deletes crossing our
+//! own (§1.4.1).
 
 use super::{Outcome, Received};
 use crate::child::ChildState;
@@ -68,6 +79,8 @@ pub(super) fn process_delete_child(
 }
 
 impl IkeSa {
+    /// An INFORMATIONAL request: Delete payloads, error notifies, or
+    /// nothing (a liveness check).
     pub(crate) fn respond_informational(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -83,17 +96,7 @@ impl IkeSa {
             match p {
                 PayloadRepr::Delete(d) if d.protocol == ProtocolId::IKE => delete_ike = true,
                 PayloadRepr::Delete(d) if d.protocol == ProtocolId::ESP => {
-                    // §1.4.1: the SPIs are the peer's inbound ones, i.e. our
-                    // outbound; answer with our inbound SPIs of the pairs.
-                    for spi in &d.spis {
-                        if let Some(i) = self.children.iter().position(|c| c.outbound_spi == *spi) {
-                            // §1.4.1: deletes that cross get no Delete back.
-                            if !matches!(self.children[i].state, ChildState::Deleting(_)) {
-                                ours.push(self.children[i].inbound_spi);
-                            }
-                            self.remove_child(ctx, i, Reason::DeletedByPeer);
-                        }
-                    }
+                    self.peer_deletes_children(ctx, &d.spis, &mut ours);
                 }
                 PayloadRepr::Notify(n) if n.kind.is_error() => {
                     tracing::info!(ike_sa = %self.id, notify = %n.kind, "peer reports an error");
@@ -107,21 +110,7 @@ impl IkeSa {
         if delete_ike {
             self.respond(ctx, ex, mid, &[], from, to);
             tracing::info!(ike_sa = %self.id, peer = %from, "peer deleted the IKE_SA");
-            if let Some((peer_sa, _)) = self.peer_rekey.take() {
-                // §2.8.2: "If the peer that did notice the simultaneous
-                // rekey gets the delete request from the other peer for the
-                // old IKE SA, it knows that the other peer did not detect
-                // the simultaneous rekey, and the first peer can forget its
-                // own rekey attempt." The peer's new SA inherits.
-                self.superseded = true;
-                self.successor = Some(peer_sa);
-                ctx.actions.push(Action::Inherit {
-                    from: self.id.0,
-                    to: peer_sa,
-                });
-            }
-            self.die(ctx, Reason::DeletedByPeer);
-            return;
+            return self.peer_deletes_ike_sa(ctx);
         }
         if ours.is_empty() {
             // A liveness check, or deletes for SAs we no longer have.
@@ -133,5 +122,38 @@ impl IkeSa {
             });
             self.respond(ctx, ex, mid, &[d], from, to);
         }
+    }
+
+    /// §1.4.1: the SPIs of a Delete are the peer's inbound ones, i.e. our
+    /// outbound. Remove those Child SAs and add our inbound SPIs of the
+    /// pairs to the answer — except for deletes that cross ours, which get
+    /// no Delete back.
+    fn peer_deletes_children(&mut self, ctx: &mut Ctx<'_>, spis: &[u32], ours: &mut Vec<u32>) {
+        for spi in spis {
+            if let Some(i) = self.children.iter().position(|c| c.outbound_spi == *spi) {
+                if !matches!(self.children[i].state, ChildState::Deleting(_)) {
+                    ours.push(self.children[i].inbound_spi);
+                }
+                self.remove_child(ctx, i, Reason::DeletedByPeer);
+            }
+        }
+    }
+
+    /// The peer deleted this IKE SA.
+    fn peer_deletes_ike_sa(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some((peer_sa, _)) = self.peer_rekey.take() {
+            // §2.8.2: "If the peer that did notice the simultaneous
+            // rekey gets the delete request from the other peer for the
+            // old IKE SA, it knows that the other peer did not detect
+            // the simultaneous rekey, and the first peer can forget its
+            // own rekey attempt." The peer's new SA inherits.
+            self.superseded = true;
+            self.successor = Some(peer_sa);
+            ctx.actions.push(Action::Inherit {
+                from: self.id.0,
+                to: peer_sa,
+            });
+        }
+        self.die(ctx, Reason::DeletedByPeer);
     }
 }

@@ -6,9 +6,10 @@
 //! request that the responder accepts, and from then on every datagram
 //! with its SPI and every timer that fires for it comes here.
 //!
-//! Messages we *send* as requests are driven by tasks ([`crate::task`]):
-//! one exchange per task, strongSwan style, with a queue for what waits
-//! its turn. Message IDs and the window are kept as §2.3 says: requests
+//! Messages we *send* as requests are driven by tasks
+//! ([`crate::exchange::Task`]): one exchange per task, strongSwan style,
+//! with a queue for what waits its turn; the peer's requests are answered
+//! by the same exchange's responder half (`requests.rs` dispatches). Message IDs and the window are kept as §2.3 says: requests
 //! carry consecutive IDs from 0, responses echo the request's ID, and a
 //! peer's request whose ID we already answered gets the cached response
 //! again (§2.1: the responder retransmits its response when the request
@@ -28,18 +29,18 @@ mod requests;
 mod resources;
 mod timers;
 
-pub(crate) use requests::{Dropped, notify};
+pub(crate) use requests::{Dropped, Refusal, notify};
 
 use crate::child::ChildSa;
 use crate::config::{Connection, EndpointConfig};
 use crate::ctx::Ctx;
 use crate::event::{Event, IkeSaId, Reason, Transmit};
+use crate::exchange::Task;
 use crate::identity::Identity;
 use crate::keys::IkeKeys;
 use crate::lifetime::MAX_WINDOW;
 use crate::nat::NatState;
 use crate::proposal::Selected;
-use crate::exchange::Task;
 use core::net::SocketAddr;
 use core::ops::Range;
 use esparto_crypto::ike::IkeCipher;
@@ -621,4 +622,3 @@ pub(crate) fn window_notify(config: &EndpointConfig) -> Option<[u8; 4]> {
 pub(crate) fn peer_window(announced: Option<u32>) -> u32 {
     announced.unwrap_or(1).clamp(1, MAX_WINDOW)
 }
-

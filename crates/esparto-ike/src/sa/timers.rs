@@ -13,10 +13,10 @@ use super::{IkeSa, State};
 use crate::child::ChildState;
 use crate::ctx::Ctx;
 use crate::event::{Reason, Transmit};
-use crate::lifetime::RETIRE_AFTER;
 use crate::exchange::Task;
 use crate::exchange::create_child::CreateChild;
 use crate::exchange::rekey_ike::RekeyIke;
+use crate::lifetime::RETIRE_AFTER;
 use std::time::Instant;
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
