@@ -1,7 +1,6 @@
 //! What the COOKIE defence (RFC 7296 §2.6) costs per request, and what it
-//! saves. Seed 003 — the Linux thread on keyed hashes for TCP sequence
-//! numbers — is the reason to measure: a keyed hash run for every packet
-//! of a flood has to stay cheap (there, 10k–300k connections/s).
+//! saves: a keyed hash run for every packet of a flood has to stay cheap
+//! (floods of 10k–300k connections/s are what TCP SYN cookies face).
 //!
 //! - `cookie/make`, `cookie/verify` (valid and wrong): [`CookieJar`] alone,
 //!   HMAC-SHA-256 with its key schedule precomputed per secret, 32-octet Ni.

@@ -7,22 +7,27 @@
 //! its ESP proposals matches ([`select_child`]); the order of the errors
 //! follows what the RFC asks to report (TS_UNACCEPTABLE when no selector
 //! fits any child, NO_PROPOSAL_CHOSEN when the selectors fit but the
-//! transforms do not). The initiator checks the answer ([`check_answer`]):
-//! one proposal from our list, selectors inside what we proposed.
-//! Both sides then cut KEYMAT with [`crate::keys::ChildKeys`] and report a
-//! `ChildSaEstablished` event ([`install`]).
+//! transforms do not). [`IkeSa::negotiate_child`] is the whole responder
+//! step, RFC 9611 accounting and SPI allocation included. The initiator
+//! checks the answer ([`check_answer`]): one proposal from our list,
+//! selectors inside what we proposed. Both sides then cut KEYMAT with
+//! [`crate::keys::ChildKeys`] and report a `ChildSaEstablished` event
+//! ([`install`]).
 
-use crate::config::{ChildConfig, Connection};
+use crate::config::{ChildConfig, Connection, PerCpuSas};
 use crate::ctx::Ctx;
 use crate::event::{ChildSaEstablished, Event, IkeSaId, Reason};
 use crate::keys::{ChildKeys, esp_suite};
 use crate::lifetime::rekey_deadline;
-use crate::proposal::{Proposal, Selected};
+use crate::proposal::{Proposal, Protocol, Selected};
+use crate::sa::IkeSa;
 use crate::ts::{TrafficSelector, is_subset_of_any, narrow};
 use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::EspSuite;
 use esparto_crypto::ike::{KeGroup, Prf};
-use esparto_wire::ike::{ProposalRepr, Spi, TrafficSelectorRepr, TsRepr};
+use esparto_wire::ike::{
+    NotifyType, PayloadRepr, ProposalRepr, SaRepr, Spi, TrafficSelectorRepr, TsRepr,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -342,4 +347,177 @@ pub(crate) fn announce(ctx: &mut Ctx<'_>, child: &mut ChildSa, event: Box<ChildS
     );
     child.announced = true;
     ctx.events.push_back(Event::ChildSaEstablished(event));
+}
+
+impl IkeSa {
+    /// Responder: negotiate and install a Child SA for the initiator's
+    /// request, in IKE_AUTH or CREATE_CHILD_SA (`g_ir` with PFS). Returns
+    /// what to answer with: the SA and selectors chosen, or the notify
+    /// refusing the request.
+    pub(crate) fn negotiate_child(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        q: &ChildQuery<'_>,
+        opts: ChildOpts,
+        g_ir: Option<&[u8]>,
+        ni: &[u8],
+        nr: &[u8],
+    ) -> Result<ChildAnswer, NotifyType> {
+        let conn = self.conn.clone();
+        let choice = self.choose_child(ctx, &conn, q)?;
+        let Spi::U32(outbound_spi) = choice.selected.spi else {
+            return Err(NotifyType::NO_PROPOSAL_CHOSEN);
+        };
+        let cfg = choice.config;
+        let (resource_info, per_resource) = self.resource_role(cfg, &opts)?;
+        let Some(keys) = self.keys.as_ref() else {
+            return Err(NotifyType::NO_PROPOSAL_CHOSEN);
+        };
+        // A rekey keeps the old SA's worker (its SPI steers there).
+        let inbound_spi = ctx.spis.allocate(ctx.rng, opts.resource);
+        let answer = ChildAnswer {
+            sa: SaRepr {
+                proposals: vec![
+                    choice
+                        .selected
+                        .to_wire(Protocol::Esp, Spi::U32(inbound_spi)),
+                ],
+            },
+            tsi: ts_repr(&choice.tsi),
+            tsr: ts_repr(&choice.tsr),
+            child: cfg.name.clone(),
+            resource_info,
+        };
+        let installed = install(
+            ctx,
+            Install {
+                ike_sa: self.id,
+                connection: conn.name.clone(),
+                child: cfg.name.clone(),
+                initiator: false,
+                inbound_spi,
+                outbound_spi,
+                suite: choice.suite,
+                esn: choice.selected.esn,
+                prf: keys.prf,
+                sk_d: keys.sk_d(),
+                g_ir,
+                ni,
+                nr,
+                local_ts: choice.tsr,
+                remote_ts: choice.tsi,
+                local: self.local,
+                remote: self.remote,
+                encap: self.encap(),
+                resource: opts.resource,
+                rekeys: opts.rekeys,
+                per_resource,
+                // §2.8: the initiator installs the new SA only when our
+                // answer arrives; hold the outbound side back until it
+                // deletes the old SA (see `event.rs`).
+                outbound_active: opts.rekeys.is_none(),
+                ke: opts.ke,
+                config: cfg,
+            },
+        );
+        match installed {
+            Ok((mut c, event)) => {
+                announce(ctx, &mut c, event);
+                self.add_child(c);
+                Ok(answer)
+            }
+            Err(_) => {
+                ctx.spis.release(inbound_spi);
+                Err(NotifyType::NO_PROPOSAL_CHOSEN)
+            }
+        }
+    }
+
+    /// [`select_child`], with a refusal reported to the driver and turned
+    /// into the notify that answers it.
+    fn choose_child<'c>(
+        &self,
+        ctx: &mut Ctx<'_>,
+        conn: &'c Connection,
+        q: &ChildQuery<'_>,
+    ) -> Result<ChildChoice<'c>, NotifyType> {
+        select_child(conn, q, self.local.ip(), self.remote.ip()).map_err(|reason| {
+            tracing::info!(ike_sa = %self.id, ?reason, "CHILD_SA request refused");
+            ctx.events.push_back(Event::ChildSaFailed {
+                ike_sa: self.id,
+                connection: conn.name.clone(),
+                child: None,
+                reason,
+            });
+            match reason {
+                Reason::TsUnacceptable => NotifyType::TS_UNACCEPTABLE,
+                _ => NotifyType::NO_PROPOSAL_CHOSEN,
+            }
+        })
+    }
+
+    /// RFC 9611 for a request carrying SA_RESOURCE_INFO with a per-CPU
+    /// child: the group's first SA is its fallback; later ones are the
+    /// peer's sub-SAs, up to our maximum, then TS_MAX_QUEUE. Without
+    /// per-CPU configuration the notify is ignored and a duplicate SA is
+    /// simply another Child SA. Returns whether to answer with
+    /// SA_RESOURCE_INFO and whether the new SA is a per-resource one.
+    fn resource_role(
+        &mut self,
+        cfg: &ChildConfig,
+        opts: &ChildOpts,
+    ) -> Result<(bool, bool), NotifyType> {
+        let per_cpu = cfg.per_cpu_sas != PerCpuSas::No;
+        let resource_info = opts.resource_info && per_cpu;
+        let first = !self.children.iter().any(|c| c.name == cfg.name);
+        let mut per_resource = opts.per_resource;
+        if resource_info && !first {
+            if !self.accepts_peer_sub_sa(&cfg.name, cfg.per_cpu_max) {
+                tracing::info!(ike_sa = %self.id, child = %cfg.name, max = cfg.per_cpu_max,
+                    "per-resource CHILD_SA refused: TS_MAX_QUEUE");
+                return Err(NotifyType::TS_MAX_QUEUE);
+            }
+            per_resource = true;
+        }
+        if resource_info {
+            self.resource_group(&cfg.name).supported = true;
+        }
+        Ok((resource_info, per_resource))
+    }
+}
+
+/// What a responder's Child SA negotiation needs beyond the request.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ChildOpts {
+    /// The inbound SPI of the SA a rekey replaces.
+    pub(crate) rekeys: Option<u32>,
+    /// The replaced SA's resource (worker).
+    pub(crate) resource: Option<u16>,
+    /// The replaced SA was a per-resource SA.
+    pub(crate) per_resource: bool,
+    /// The request carried SA_RESOURCE_INFO (and is not a rekey).
+    pub(crate) resource_info: bool,
+    /// The PFS group of this exchange.
+    pub(crate) ke: Option<KeGroup>,
+}
+
+/// The payloads of a successful Child SA answer.
+pub(crate) struct ChildAnswer {
+    pub(crate) sa: SaRepr,
+    pub(crate) tsi: TsRepr,
+    pub(crate) tsr: TsRepr,
+    /// The child configuration chosen.
+    pub(crate) child: Arc<str>,
+    /// Answer with SA_RESOURCE_INFO (RFC 9611).
+    pub(crate) resource_info: bool,
+}
+
+impl ChildAnswer {
+    pub(crate) fn payloads(&self) -> [PayloadRepr<'static>; 3] {
+        [
+            PayloadRepr::Sa(self.sa.clone()),
+            PayloadRepr::TsI(self.tsi.clone()),
+            PayloadRepr::TsR(self.tsr.clone()),
+        ]
+    }
 }

@@ -13,7 +13,7 @@
 //! knobs (ports, retransmission, timeouts, window size, workers) are in
 //! [`EndpointConfig`]. Defaults are swanctl's (see [`crate::lifetime`]).
 //!
-//! Core crates take validated structs (STYLE.md habit 9): the parsers here
+//! Core crates take validated structs: the parsers here
 //! turn strings into typed values and report what is wrong; they never
 //! read files.
 

@@ -23,9 +23,8 @@
 //!   2104), rather than a hash over a secret suffix, truncated to
 //!   [`COOKIE_HASH_LEN`] octets (128 bits: forging one means guessing it).
 //!   The HMAC key schedule (the inner and outer pad blocks) is computed
-//!   once per secret, not per packet: seed 003 (the Linux thread on keyed
-//!   hashes for TCP sequence numbers) is why — a function that runs for
-//!   every packet of a flood must stay cheap. What remains per cookie is
+//!   once per secret, not per packet: a function that runs for every
+//!   packet of a flood must stay cheap. What remains per cookie is
 //!   three SHA-256 compressions for a 32-octet Ni; `benches/cookie.rs`
 //!   measures it.
 //! * `IPi` is always hashed as 16 octets (IPv4 as `::ffff:a.b.c.d`, RFC

@@ -4,7 +4,7 @@
 //! Child SAs, and hands the resulting ESP keys to whoever installs them.
 //! It does no I/O and reads no clock: [`Endpoint`] takes datagrams and
 //! timer ticks with the current time, and gives back datagrams to send and
-//! events (quinn's `handle`/`poll` shape, STYLE.md habit 1). Randomness —
+//! events (quinn's `handle`/`poll` shape). Randomness —
 //! SPIs, nonces, key exchange secrets — comes through the injected
 //! [`esparto_crypto::Rng`], and inbound ESP SPIs through a [`SpiAllocator`]
 //! the daemon implements so that each SPI steers to the worker that owns
@@ -66,20 +66,20 @@
 //! key, SK_pi/SK_pr. Not kept at all: SK payload cipher contexts (about
 //! 600 bytes each in aws-lc, two per SA), built per message instead
 //! (`keys`). Child SA keys go out in the event and are not held here.
-//! Before this accounting a tunnel cost 2.5–3 KB of heap and 1.2 KB more
-//! of cipher contexts: SAs stored inline in the table (808 bytes, up to
-//! twice that with the table's slack), the handshake state kept for life,
-//! and a timer-heap entry per deadline change.
+//! SAs are boxed: inline, the table would hold a whole `IkeSa` in every
+//! empty slot too, and move them all each time it grows.
 //!
 //! Layout: [`config`] (typed configuration), [`proposal`], [`identity`],
 //! [`ts`] (selectors, narrowing), [`keys`] (derivation), [`auth`] (PSK),
 //! [`nat`], [`rules`], [`spi`], [`event`], [`lifetime`], [`Endpoint`]
 //! (with `endpoint/recovery.rs`, and `ratelimit` for what it sends in
 //! answer to unauthenticated messages);
-//! internally `sa` (one IKE SA: the responder side of its exchanges, its
-//! timers, Child SA bookkeeping and collisions, IKE SA rekeying, RFC
-//! 9611), `task` (the exchanges we initiate), `child` (Child SA
-//! negotiation), `connections` and `psk` (the indexes over configuration).
+//! internally `sa` (one IKE SA: its message-ID windows and response cache,
+//! timers, Child SA bookkeeping and collisions, RFC 9611), `exchange` (one
+//! file per exchange, initiator and responder: IKE_SA_INIT, IKE_AUTH,
+//! CREATE_CHILD_SA, the IKE SA rekey, INFORMATIONAL), `child` (the Child
+//! SA negotiation both IKE_AUTH and CREATE_CHILD_SA use), `connections`
+//! and `psk` (the indexes over configuration).
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -90,6 +90,7 @@ pub mod cookie;
 mod ctx;
 mod endpoint;
 pub mod event;
+mod exchange;
 pub mod identity;
 pub mod keys;
 pub mod lifetime;
@@ -100,7 +101,6 @@ mod ratelimit;
 pub mod rules;
 mod sa;
 pub mod spi;
-mod task;
 pub mod ts;
 
 pub use config::{

@@ -11,8 +11,8 @@
 //! PRF-HMAC-SHA2-256), and several keywords of one type in one string are
 //! alternatives (`aes128-aes256-sha256-x25519-ecp256`).
 //!
-//! Selection follows §2.7 and the brief: the responder walks the
-//! initiator's proposals in order and takes the first one that every
+//! Selection follows §2.7: the responder walks the initiator's proposals
+//! in order and takes the first one that every
 //! required transform type can be satisfied from its own set, picking, per
 //! type, the first offered transform it accepts (the initiator lists them
 //! in its order of preference). The answer is one proposal with exactly

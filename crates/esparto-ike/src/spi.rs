@@ -8,7 +8,7 @@
 //!
 //! Inbound ESP SPIs have a second job: the data plane steers each inbound
 //! packet to the worker that owns its SA *by its SPI* (a cBPF program on
-//! the reuseport group reads it, DESIGN.md). So ESP SPI allocation is a
+//! the reuseport group reads it). So ESP SPI allocation is a
 //! trait the daemon implements: it knows the steering function and which
 //! SPIs are live in the SAD. [`RandomSpiAllocator`] is the default for
 //! tests and for daemons without steering: random, never 0–255 (RFC 4303

@@ -34,7 +34,10 @@ fn pos(net: &sim::Net, i: usize, f: impl Fn(&Event) -> bool) -> usize {
         .unwrap_or_else(|| panic!("peer {i}: event not found"))
 }
 
-/// Rekey the only Child SA from `who` and check everything the brief asks.
+/// Rekey the only Child SA from `who` and check both ends: one new Child SA
+/// naming the old one, announced before the old one is deleted (the
+/// responder's outbound side activated in between), both halves agreeing,
+/// fresh keys, nothing leaked.
 fn child_rekey_from(who: usize, esp: &str, seed: u64) {
     let s = Setup {
         esp_i: esp.into(),

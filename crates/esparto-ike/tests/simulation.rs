@@ -1,5 +1,5 @@
 //! Two IKE endpoints over a simulated network (fake clock, seeded RNG,
-//! loss, duplication, reordering, NAT): the brief's scenarios, end to end
+//! loss, duplication, reordering, NAT): the protocol's scenarios, end to end
 //! through `Endpoint::handle_datagram` / `poll_*`.
 
 #![allow(clippy::unwrap_used)]

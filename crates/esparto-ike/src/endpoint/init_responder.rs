@@ -43,17 +43,16 @@ use crate::config::EndpointConfig;
 use crate::cookie::CookieJar;
 use crate::ctx::Ctx;
 use crate::event::{IkeSaId, Transmit};
-use crate::nat::{NatState, fake_nat_hash, nat_hash};
-use crate::proposal::{Proposal, Protocol};
+use crate::exchange::ike_init::{self, InitChoice, InitPayloads, InitRefusal};
+use crate::nat::NatState;
 use crate::rules;
 use crate::sa::{Handshake, IkeSa, Role, State};
 use crate::spi::ike_spi;
 use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::Rng;
-use esparto_crypto::ike::KeGroup;
 use esparto_wire::ike::{
-    ExchangeType, Header, HeaderRepr, KeRepr, Message, NonceRepr, NotifyRepr, NotifyType,
-    PayloadRepr, PayloadType, SaRepr, Spi, emit_message,
+    ExchangeType, Header, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType,
+    emit_message,
 };
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -263,8 +262,9 @@ impl Endpoint {
         }
     }
 
-    /// Responder side of IKE_SA_INIT (§1.2): stateless refusals, or a new
-    /// half-open IKE SA with keys.
+    /// Responder side of IKE_SA_INIT (§1.2): the same answer again for a
+    /// retransmitted request, stateless refusals, or a new half-open IKE SA
+    /// with keys.
     pub(super) fn respond_init(
         &mut self,
         now: Instant,
@@ -281,140 +281,71 @@ impl Endpoint {
             }
             return;
         }
-        if rules::check(ExchangeType::IKE_SA_INIT, false, &msg.payloads, false, &[]).is_err() {
-            // Unauthenticated and malformed: drop; INVALID_SYNTAX is only for
-            // messages whose checksum verified (§3.10.1).
-            self.stats.malformed += 1;
+        if !self.admit_init(now, local, remote, msg) {
             return;
         }
-        if self.sas.len() >= self.config.max_ike_sas {
-            self.stats.init_refused += 1;
-            return;
-        }
-        // §2.6: the initiator puts the COOKIE "as the first payload"; we
-        // take it wherever it is (the hash binds it to this request anyway).
-        let (mut cookie, mut nonce) = (None, None);
-        for p in &msg.payloads {
-            match p {
-                PayloadRepr::Notify(n) if n.kind == NotifyType::COOKIE => {
-                    cookie = cookie.or(Some(n.data))
-                }
-                PayloadRepr::Nonce(n) => nonce = Some(n.data),
-                _ => {}
-            }
-        }
-        // The rules table demands exactly one Nonce; be safe anyway.
-        let Some(nonce) = nonce else { return };
-        if !self.admit(now, local, remote, spi_i, nonce, cookie) {
-            return;
-        }
-        let (mut offered, mut ke, mut ni, mut src, mut dst) = (None, None, None, Vec::new(), None);
-        for p in &msg.payloads {
-            match p {
-                PayloadRepr::Sa(s) => offered = Some(s),
-                PayloadRepr::Ke(k) => ke = Some(*k),
-                PayloadRepr::Nonce(n) => ni = Some(n.data),
-                PayloadRepr::Notify(n) if n.kind == NotifyType::NAT_DETECTION_SOURCE_IP => {
-                    src.push(n.data)
-                }
-                PayloadRepr::Notify(n) if n.kind == NotifyType::NAT_DETECTION_DESTINATION_IP => {
-                    dst = Some(n.data)
-                }
-                _ => {}
-            }
-        }
-        let (Some(offered), Some(ke), Some(ni)) = (offered, ke, ni) else {
+        let m = InitPayloads::collect(&msg.payloads);
+        let (Some(offered), Some(kei), Some(_)) = (m.sa, m.ke, m.nonce) else {
             return;
         };
-        let ke_group = KeGroup::from_iana(ke.group);
-        let chosen = self
-            .connections
-            .for_addrs(local.ip(), remote.ip())
-            .find_map(|c| {
-                Proposal::select(&c.proposals, &offered.proposals, false, ke_group)
-                    .map(|s| (c.clone(), s))
-            });
-        let Some((conn, selected)) = chosen else {
-            self.stats.init_refused += 1;
-            tracing::info!(peer = %remote, "IKE_SA_INIT: no proposal chosen");
-            let n = PayloadRepr::Notify(NotifyRepr::new(NotifyType::NO_PROPOSAL_CHOSEN, &[]));
-            return self.stateless_reply(local, remote, spi_i, &[n]);
+        let candidates = self.connections.for_addrs(local.ip(), remote.ip());
+        let choice = match ike_init::choose(candidates, offered, kei) {
+            Ok(c) => c,
+            Err(refusal) => return self.refuse_init(local, remote, spi_i, refusal),
         };
-        let Some(group) = selected.ke else { return };
-        if ke_group != Some(group) {
-            // §1.2: tell the initiator which group we want, keep no state.
-            self.stats.init_refused += 1;
-            tracing::debug!(peer = %remote, %group, "IKE_SA_INIT: asking for another group");
-            let d = group.iana_id().to_be_bytes();
-            let n = PayloadRepr::Notify(NotifyRepr::new(NotifyType::INVALID_KE_PAYLOAD, &d));
-            return self.stateless_reply(local, remote, spi_i, &[n]);
+        if let Some((sa, packet)) = self.new_half_open(now, local, remote, spi_i, data, &m, choice)
+        {
+            self.hold_half_open(now, sa, packet);
         }
-        let Ok(ours) = group.generate(&mut *self.rng) else {
-            return;
+    }
+
+    /// The half-open IKE SA for an admitted request and its response: our
+    /// KE, SPI and nonce, the keys (§2.14), NAT detection (§2.23). `None`
+    /// (dropped) if the KE value is invalid or the keys cannot be made.
+    #[allow(clippy::too_many_arguments)]
+    fn new_half_open(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        spi_i: u64,
+        data: &[u8],
+        m: &InitPayloads<'_>,
+        choice: InitChoice,
+    ) -> Option<(Box<IkeSa>, Vec<u8>)> {
+        let (Some(kei), Some(ni)) = (m.ke, m.nonce) else {
+            return None;
         };
+        let ours = choice.group.generate(&mut *self.rng).ok()?;
         let public = ours.public_value().to_vec();
-        let Ok(g_ir) = ours.agree(ke.data) else {
+        let Ok(g_ir) = ours.agree(kei.data) else {
             self.stats.malformed += 1;
-            return;
+            return None;
         };
         let sas = &self.sas;
         let spi_r = ike_spi(&mut *self.rng, |s| sas.contains_key(&s));
         let mut nr = vec![0u8; self.config.nonce_len];
         self.rng.fill_public(&mut nr);
-        let Ok(keys) =
-            crate::keys::IkeKeys::derive(&selected, ni, &nr, g_ir.as_slice(), spi_i, spi_r)
-        else {
-            return;
-        };
-        let nat = NatState::detect(spi_i, 0, &src, dst, remote, local);
-        let id = IkeSaId(spi_r);
+        let keys =
+            crate::keys::IkeKeys::derive(&choice.selected, ni, &nr, g_ir.as_slice(), spi_i, spi_r)
+                .ok()?;
         let mut sa = Box::new(IkeSa::new(
-            id,
+            IkeSaId(spi_r),
             Role::Responder,
             spi_i,
             spi_r,
-            conn.clone(),
+            choice.conn,
             local,
             remote,
             now,
         ));
         sa.state = State::Auth;
-        sa.suite = Some(selected);
+        sa.suite = Some(choice.selected);
         sa.keys = Some(keys);
-        sa.nat = nat;
+        sa.nat = NatState::detect(spi_i, 0, &m.nat_src, m.nat_dst, remote, local);
         sa.expected_mid = 1;
-
-        let answer = SaRepr {
-            proposals: vec![selected.to_wire(Protocol::Ike, Spi::None)],
-        };
-        let src_hash = if conn.encap {
-            fake_nat_hash(&mut *self.rng)
-        } else {
-            nat_hash(spi_i, spi_r, local)
-        };
-        let dst_hash = nat_hash(spi_i, spi_r, remote);
-        let mut payloads = vec![
-            PayloadRepr::Sa(answer),
-            PayloadRepr::Ke(KeRepr {
-                group: group.iana_id(),
-                data: &public,
-            }),
-            PayloadRepr::Nonce(NonceRepr { data: &nr }),
-        ];
-        // §2.23: NAT detection only if the initiator started it.
-        if nat.supported {
-            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
-                NotifyType::NAT_DETECTION_SOURCE_IP,
-                &src_hash,
-            )));
-            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
-                NotifyType::NAT_DETECTION_DESTINATION_IP,
-                &dst_hash,
-            )));
-        }
-        let Ok(packet) = sa.encode(ExchangeType::IKE_SA_INIT, true, 0, &payloads) else {
-            return;
-        };
+        let packet =
+            ike_init::response(&mut sa, &mut *self.rng, choice.group, &public, &nr).ok()?;
         sa.handshake = Some(Box::new(Handshake {
             ni: ni.to_vec(),
             nr,
@@ -423,16 +354,80 @@ impl Endpoint {
             half_open_deadline: Some(now + self.config.half_open_timeout),
             half_open_key: Some((remote, spi_i)),
         }));
+        Some((sa, packet))
+    }
+
+    /// Whether a new IKE_SA_INIT request may cost a key exchange: it
+    /// follows the payload rules, the SA table has room, and it passes the
+    /// denial-of-service gate ([`Endpoint::admit`]). Counted if not.
+    fn admit_init(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        msg: &Message<'_>,
+    ) -> bool {
+        if rules::check(ExchangeType::IKE_SA_INIT, false, &msg.payloads, false, &[]).is_err() {
+            // Unauthenticated and malformed: drop; INVALID_SYNTAX is only for
+            // messages whose checksum verified (§3.10.1).
+            self.stats.malformed += 1;
+            return false;
+        }
+        if self.sas.len() >= self.config.max_ike_sas {
+            self.stats.init_refused += 1;
+            return false;
+        }
+        let (cookie, nonce) = ike_init::cookie_and_nonce(&msg.payloads);
+        // The rules table demands exactly one Nonce; be safe anyway.
+        let Some(nonce) = nonce else {
+            return false;
+        };
+        self.admit(now, local, remote, msg.header.spi_i, nonce, cookie)
+    }
+
+    /// A request we will not hold an IKE SA for: answered statelessly
+    /// (§1.2, §2.7) or dropped.
+    fn refuse_init(
+        &mut self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        spi_i: u64,
+        refusal: InitRefusal,
+    ) {
+        match refusal {
+            InitRefusal::NoProposalChosen => {
+                self.stats.init_refused += 1;
+                tracing::info!(peer = %remote, "IKE_SA_INIT: no proposal chosen");
+                let n = PayloadRepr::Notify(NotifyRepr::new(NotifyType::NO_PROPOSAL_CHOSEN, &[]));
+                self.stateless_reply(local, remote, spi_i, &[n]);
+            }
+            InitRefusal::InvalidKe(group) => {
+                // §1.2: tell the initiator which group we want, keep no state.
+                self.stats.init_refused += 1;
+                tracing::debug!(peer = %remote, %group, "IKE_SA_INIT: asking for another group");
+                let d = group.iana_id().to_be_bytes();
+                let n = PayloadRepr::Notify(NotifyRepr::new(NotifyType::INVALID_KE_PAYLOAD, &d));
+                self.stateless_reply(local, remote, spi_i, &[n]);
+            }
+            InitRefusal::Drop => {}
+        }
+    }
+
+    /// Send the response of a new half-open SA, keep it for retransmitted
+    /// requests, and hold the SA: in the table, and by `(peer, SPIi)`
+    /// until it is established.
+    fn hold_half_open(&mut self, now: Instant, mut sa: Box<IkeSa>, packet: Vec<u8>) {
         let mut ctx = ctx!(self, now);
         sa.transmit(&mut ctx, &packet);
         // One slot: the IKE_AUTH response replaces it (window one, §2.3).
         sa.responses.reserve_exact(1);
         sa.responses.push_back((0, packet));
         self.stats.responder_sas += 1;
-        tracing::debug!(ike_sa = %id, peer = %remote, nat = ?nat, "IKE_SA_INIT answered");
+        let (id, spi_i, spi_r, remote) = (sa.id, sa.spi_i, sa.spi_r, sa.remote);
+        tracing::debug!(ike_sa = %id, peer = %remote, nat = ?sa.nat, "IKE_SA_INIT answered");
         self.sas.insert(spi_r, sa);
         let fresh = self.half_open.insert((remote, spi_i), spi_r);
-        // Looked up at the top of this function and nothing inserted since.
+        // `respond_init` found no SA under this key and inserted none since.
         debug_assert!(fresh, "half-open key taken");
         self.after(now, spi_r);
     }

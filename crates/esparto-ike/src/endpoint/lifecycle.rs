@@ -13,9 +13,9 @@ use super::{Endpoint, InitiateError};
 use crate::child::ChildState;
 use crate::ctx::{Action, Ctx};
 use crate::event::{IkeSaId, Reason};
+use crate::exchange::Task;
+use crate::exchange::rekey_ike::RekeyIke;
 use crate::sa::{IkeSa, State};
-use crate::task::Task;
-use crate::task::rekey_ike::RekeyIke;
 use std::cmp::Reverse;
 use std::time::Instant;
 

@@ -26,8 +26,8 @@
 //!
 //! Timers: each SA knows its next deadline; the endpoint keeps a min-heap
 //! of `(deadline, SA)` with lazy invalidation, so `poll_timeout` and
-//! `handle_timeout` cost O(log n) per SA touched, not O(n) per call — this
-//! matters at the 10k SAs/s the brief targets. An SA has one live entry,
+//! `handle_timeout` cost O(log n) per SA touched, not O(n) per call, which
+//! matters at ten thousand SAs set up per second. An SA has one live entry,
 //! at or before its deadline: a deadline that moves later (a response
 //! came, the SA is up) leaves the entry to fire early and re-arm, so an
 //! SA does not leave an entry behind for every change.
@@ -42,12 +42,12 @@ use crate::config::{ConfigError, Connection, EndpointConfig, PerCpuSas, Secrets,
 use crate::connections::Connections;
 use crate::ctx::{Action, Ctx};
 use crate::event::{Event, IkeSaId, Transmit};
+use crate::exchange::Task;
+use crate::exchange::create_child::CreateChild;
+use crate::exchange::ike_init::IkeInit;
 use crate::psk::Psks;
 use crate::sa::{Dropped, IkeSa, Role, State};
 use crate::spi::{SpiAllocator, ike_spi};
-use crate::task::Task;
-use crate::task::create_child::CreateChild;
-use crate::task::ike_init::IkeInit;
 use core::net::SocketAddr;
 use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
@@ -605,7 +605,7 @@ impl Endpoint {
             return;
         };
         // An unprotected INVALID_IKE_SPI (§2.21.4) counts apart: taken only
-        // as the answer to a request of ours (`task::on_response`).
+        // as the answer to a request of ours (`exchange::on_response`).
         let invalid_ike_spi = h.response
             && msg.sk.is_none()
             && msg.payloads.iter().any(

@@ -60,6 +60,7 @@
 use super::Endpoint;
 use crate::ctx::Ctx;
 use crate::event::{Reason, Transmit};
+use crate::exchange::Task;
 use crate::lifetime::{
     HINT_CHECKS_PER_PEER, HINT_CHECKS_PER_SEC, INVALID_IKE_SPI_PER_SEC, INVALID_IKE_SPI_PER_SOURCE,
     INVALID_SPI_HINTS_PER_PEER, INVALID_SPI_HINTS_PER_SEC, REINITIATE_STABLE, random_up_to,
@@ -67,7 +68,6 @@ use crate::lifetime::{
 };
 use crate::ratelimit::RateLimiter;
 use crate::sa::State;
-use crate::task::Task;
 use core::net::SocketAddr;
 use esparto_wire::ike::{
     ExchangeType, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType, Spi,

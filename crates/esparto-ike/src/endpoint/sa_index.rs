@@ -1,6 +1,5 @@
 //! Which IKE SAs belong to a connection, and which join a pair of
-//! identities: the two questions the endpoint used to answer by walking
-//! every SA it holds.
+//! identities, answered without walking every SA the endpoint holds.
 //!
 //! * `initiate` sends INITIAL_CONTACT only if no other IKE SA of the
 //!   connection is up (RFC 7296 §2.4), and `acquire` adds a Child SA to

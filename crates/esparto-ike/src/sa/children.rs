@@ -26,9 +26,9 @@ use super::IkeSa;
 use crate::child::{ChildSa, ChildState, announce};
 use crate::ctx::Ctx;
 use crate::event::{ChildSaEstablished, Event, Reason};
+use crate::exchange::Task;
+use crate::exchange::create_child::CreateChild;
 use crate::lifetime::{RETIRE_AFTER, retry_deadline};
-use crate::task::Task;
-use crate::task::create_child::CreateChild;
 use esparto_wire::ike::NotifyType;
 
 impl IkeSa {

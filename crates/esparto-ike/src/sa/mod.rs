@@ -6,9 +6,10 @@
 //! request that the responder accepts, and from then on every datagram
 //! with its SPI and every timer that fires for it comes here.
 //!
-//! Messages we *send* as requests are driven by tasks ([`crate::task`]):
-//! one exchange per task, strongSwan style, with a queue for what waits
-//! its turn. Message IDs and the window are kept as §2.3 says: requests
+//! Messages we *send* as requests are driven by tasks
+//! ([`crate::exchange::Task`]): one exchange per task, strongSwan style,
+//! with a queue for what waits its turn; the peer's requests are answered
+//! by the same exchange's responder half (`requests.rs` dispatches). Message IDs and the window are kept as §2.3 says: requests
 //! carry consecutive IDs from 0, responses echo the request's ID, and a
 //! peer's request whose ID we already answered gets the cached response
 //! again (§2.1: the responder retransmits its response when the request
@@ -23,26 +24,23 @@
 //! the SK payload is opened in place, so the caller's datagram stays
 //! untouched, and nothing is processed before the ICV has verified.
 
-mod auth_responder;
-mod child_responder;
 mod children;
-mod ike_rekey;
 mod requests;
 mod resources;
 mod timers;
 
-pub(crate) use ike_rekey::{peer_window, window_notify};
-pub(crate) use requests::Dropped;
+pub(crate) use requests::{Dropped, Refusal, notify};
 
 use crate::child::ChildSa;
-use crate::config::Connection;
+use crate::config::{Connection, EndpointConfig};
 use crate::ctx::Ctx;
 use crate::event::{Event, IkeSaId, Reason, Transmit};
+use crate::exchange::Task;
 use crate::identity::Identity;
 use crate::keys::IkeKeys;
+use crate::lifetime::MAX_WINDOW;
 use crate::nat::NatState;
 use crate::proposal::Selected;
-use crate::task::Task;
 use core::net::SocketAddr;
 use core::ops::Range;
 use esparto_crypto::ike::IkeCipher;
@@ -551,7 +549,7 @@ impl IkeSa {
             let Some(task) = self.queue.pop_front() else {
                 return;
             };
-            crate::task::send(self, ctx, task);
+            crate::exchange::send(self, ctx, task);
         }
     }
 
@@ -609,4 +607,18 @@ impl IkeSa {
         };
         &mut self.resources[i]
     }
+}
+
+/// SET_WINDOW_SIZE's data for our window, if above one (§2.3: "The data
+/// associated with a SET_WINDOW_SIZE notification MUST be 4 octets long
+/// and contain the big endian representation of the number of messages the
+/// sender promises to keep").
+pub(crate) fn window_notify(config: &EndpointConfig) -> Option<[u8; 4]> {
+    let w = config.window_size.clamp(1, MAX_WINDOW);
+    (w > 1).then(|| w.to_be_bytes())
+}
+
+/// The peer's window from its SET_WINDOW_SIZE (1 without one).
+pub(crate) fn peer_window(announced: Option<u32>) -> u32 {
+    announced.unwrap_or(1).clamp(1, MAX_WINDOW)
 }

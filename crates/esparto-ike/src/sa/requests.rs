@@ -1,7 +1,7 @@
 //! Requests from the peer on an existing IKE SA: the message-ID window and
 //! the response cache (§2.1, §2.3) in front of the responder side of
-//! IKE_AUTH, CREATE_CHILD_SA and INFORMATIONAL (RFC 7296 §1.2–§1.4; see
-//! `auth_responder.rs` and `child_responder.rs`).
+//! IKE_AUTH, CREATE_CHILD_SA and INFORMATIONAL (RFC 7296 §1.2–§1.4; the
+//! exchanges themselves are in `crate::exchange`).
 //!
 //! Order of checks, cheapest and safest first: message ID (a repeat gets
 //! the cached response and nothing else; anything outside the window is
@@ -18,8 +18,9 @@ use crate::event::{Event, Transmit};
 use crate::lifetime::MAX_WINDOW;
 use crate::rules;
 use core::net::SocketAddr;
+use esparto_crypto::ike::KeGroup;
 use esparto_wire::ike::{
-    Error as WireError, ExchangeType, Message, NotifyRepr, NotifyType, PayloadRepr,
+    Error as WireError, ExchangeType, Message, NotifyRepr, NotifyType, PayloadRepr, ProtocolId, Spi,
 };
 
 /// Why a datagram for an existing SA was not processed (for counters).
@@ -44,8 +45,27 @@ pub(crate) enum RequestDrop {
     State,
 }
 
-pub(super) fn notify(kind: NotifyType, data: &[u8]) -> PayloadRepr<'_> {
+/// A notify payload without SPI.
+pub(crate) fn notify(kind: NotifyType, data: &[u8]) -> PayloadRepr<'_> {
     PayloadRepr::Notify(NotifyRepr::new(kind, data))
+}
+
+/// The error notify a request is refused with (§3.10.1): what the checks
+/// of a request return, step by step, for [`IkeSa::refuse`] to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// A notify without data.
+    Error(NotifyType),
+    /// INVALID_KE_PAYLOAD naming the group we want (§1.2, §1.3).
+    InvalidKe(KeGroup),
+    /// CHILD_SA_NOT_FOUND for the SPI a REKEY_SA named (§2.25).
+    ChildSaNotFound(u32),
+}
+
+impl From<NotifyType> for Refusal {
+    fn from(kind: NotifyType) -> Self {
+        Refusal::Error(kind)
+    }
 }
 
 impl IkeSa {
@@ -59,12 +79,12 @@ impl IkeSa {
         to: SocketAddr,
     ) -> Result<(), Dropped> {
         if msg.header.response {
-            crate::task::on_response(self, ctx, data, msg, from, to).map_err(|why| {
+            crate::exchange::on_response(self, ctx, data, msg, from, to).map_err(|why| {
                 tracing::debug!(ike_sa = %self.id, ?why, "response ignored");
                 match why {
-                    crate::task::Ignored::Integrity => Dropped::Integrity,
-                    crate::task::Ignored::Unexpected => Dropped::OutOfWindow,
-                    crate::task::Ignored::Malformed => Dropped::Malformed,
+                    crate::exchange::Ignored::Integrity => Dropped::Integrity,
+                    crate::exchange::Ignored::Unexpected => Dropped::OutOfWindow,
+                    crate::exchange::Ignored::Malformed => Dropped::Malformed,
                 }
             })
         } else {
@@ -84,7 +104,7 @@ impl IkeSa {
         }
     }
 
-    pub(super) fn transmit_to(
+    pub(crate) fn transmit_to(
         &self,
         ctx: &mut Ctx<'_>,
         local: SocketAddr,
@@ -134,7 +154,7 @@ impl IkeSa {
 
     /// Seal a response, cache it for retransmissions, send it where the
     /// request came from (§2.11), and move the window.
-    pub(super) fn respond(
+    pub(crate) fn respond(
         &mut self,
         ctx: &mut Ctx<'_>,
         exchange: ExchangeType,
@@ -171,6 +191,40 @@ impl IkeSa {
             Err(reason) => tracing::warn!(ike_sa = %self.id, ?reason, "cannot build response"),
         }
         self.mark_answered(mid);
+    }
+
+    /// Answer request `mid` with the notify that refuses it.
+    pub(crate) fn refuse(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        exchange: ExchangeType,
+        mid: u32,
+        refusal: Refusal,
+        from: SocketAddr,
+        to: SocketAddr,
+    ) {
+        match refusal {
+            Refusal::Error(kind) => {
+                self.respond(ctx, exchange, mid, &[notify(kind, &[])], from, to);
+            }
+            Refusal::InvalidKe(group) => {
+                let d = group.iana_id().to_be_bytes();
+                let n = notify(NotifyType::INVALID_KE_PAYLOAD, &d);
+                self.respond(ctx, exchange, mid, &[n], from, to);
+            }
+            Refusal::ChildSaNotFound(spi) => {
+                // §2.25: "The SA that the initiator attempted to rekey is
+                // indicated by the SPI field in the Notify payload, which is
+                // copied from the SPI field in the REKEY_SA notification."
+                let n = PayloadRepr::Notify(NotifyRepr {
+                    protocol: ProtocolId::ESP,
+                    spi: Spi::U32(spi),
+                    kind: NotifyType::CHILD_SA_NOT_FOUND,
+                    data: &[],
+                });
+                self.respond(ctx, exchange, mid, &[n], from, to);
+            }
+        }
     }
 
     /// A repeated IKE_SA_INIT request on a half-open SA: answer from the cache.

@@ -8,8 +8,7 @@
 //! to create more additional Child SAs for this particular negotiated
 //! Traffic Selector combination."
 //!
-//! How Esparto uses it (DESIGN.md, seed 002's "head SA + one sub-SA per
-//! CPU"):
+//! How Esparto uses it (a fallback SA and one sub-SA per CPU):
 //! - The first Child SA of a per-CPU child — in IKE_AUTH or the first
 //!   CREATE_CHILD_SA for it — is the group's **fallback** SA, which any
 //!   worker may use; we send SA_RESOURCE_INFO with it. A peer that answers
@@ -27,14 +26,14 @@
 //!   (it replaces an SA). The sub-SAs the peer made carry `per_resource:
 //!   true, resource: None`: the daemon installs them for a worker of its
 //!   own that has none, or inbound-only (fewer local workers than the
-//!   peer's, seed 002).
+//!   peer's).
 
 use super::IkeSa;
 use crate::config::PerCpuSas;
 use crate::ctx::Ctx;
 use crate::event::{Event, Reason};
-use crate::task::Task;
-use crate::task::create_child::CreateChild;
+use crate::exchange::Task;
+use crate::exchange::create_child::CreateChild;
 use std::sync::Arc;
 
 impl IkeSa {

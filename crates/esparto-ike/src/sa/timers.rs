@@ -13,10 +13,10 @@ use super::{IkeSa, State};
 use crate::child::ChildState;
 use crate::ctx::Ctx;
 use crate::event::{Reason, Transmit};
+use crate::exchange::Task;
+use crate::exchange::create_child::CreateChild;
+use crate::exchange::rekey_ike::RekeyIke;
 use crate::lifetime::RETIRE_AFTER;
-use crate::task::Task;
-use crate::task::create_child::CreateChild;
-use crate::task::rekey_ike::RekeyIke;
 use std::time::Instant;
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

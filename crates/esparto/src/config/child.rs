@@ -120,6 +120,10 @@ pub(crate) struct Parsed {
 }
 
 /// Parse one child table. Returns `None` if it had errors.
+///
+/// Errors come in the order the keys are checked here (selectors,
+/// proposals, mode, replay window, lifetimes, negotiation keys, static
+/// SAs, `rand_time`), which the loader's tests rely on.
 pub(crate) fn parse(
     cx: &mut Cx<'_>,
     conn: &ConnCtx<'_>,
@@ -132,7 +136,6 @@ pub(crate) fn parse(
     let static_field = node.field(path, "static_sas");
     let is_static = static_field.is_some();
 
-    // Selectors.
     let mut seen = ChildSeen {
         name: format!("{}/{}", conn.name, name),
         connection: conn.name.to_string(),
@@ -141,7 +144,79 @@ pub(crate) fn parse(
         in_spis: vec![],
         out_spis: vec![],
     };
-    let local_cfg = selectors(
+    let (local_cfg, remote_cfg) = traffic_selectors(cx, conn, node, path, is_static, &mut seen);
+    let proposals = esp_proposals(cx, node, path, is_static);
+    check_mode(cx, node, path);
+    let replay_window = replay_window(cx, node, path);
+    let lifetime = lifetimes(cx, node, path, is_static);
+    let mut negotiation = if is_static {
+        refuse_negotiation_keys(cx, node, path);
+        Negotiation::new(conn.workers)
+    } else {
+        negotiation(cx, node, path, conn.workers)
+    };
+    let static_sas = static_field.and_then(|f| static_sas(cx, &f, &proposals, &mut seen));
+    if let Some(s) = &static_sas {
+        // The pairs fix the SAs: the first is the fallback, each further
+        // one a worker's sub-SA.
+        negotiation.per_cpu_sas = if s.pairs.len() > 1 {
+            PerCpuSas::Eager
+        } else {
+            PerCpuSas::No
+        };
+        negotiation.per_cpu_max = s.pairs.len().saturating_sub(1).max(1);
+    }
+
+    if cx.error_count() != errors_before {
+        return None;
+    }
+    let rand_time = rand_time(cx, node, path, lifetime.soft_time);
+    let ike = if is_static {
+        None
+    } else {
+        let c = ike_config(
+            name,
+            local_cfg,
+            remote_cfg,
+            proposals,
+            &negotiation,
+            &lifetime,
+            rand_time,
+        );
+        if let Err(e) = c.validate() {
+            cx.err(&node.span, path, e.to_string());
+            return None;
+        }
+        Some(c)
+    };
+    let child = Child {
+        name: name.to_string(),
+        local_ts: seen.local.iter().map(|l| l.value).collect(),
+        remote_ts: seen.remote.iter().map(|l| l.value).collect(),
+        replay_window,
+        lifetime,
+        per_cpu_sas: negotiation.per_cpu_sas,
+        per_cpu_max: negotiation.per_cpu_max,
+        static_sas,
+    };
+    Some(Parsed { child, ike, seen })
+}
+
+/// An ESP proposal with the text it came from and where it was written.
+type EspProposal<'n> = (Field<'n>, &'n str, Proposal);
+
+/// `local_ts` and `remote_ts`: their IKE forms, and the resolved selectors
+/// pushed to `seen`. Refuses a pair of sides with no address family in
+/// common, which no packet could match.
+fn traffic_selectors(
+    cx: &mut Cx<'_>,
+    conn: &ConnCtx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    is_static: bool,
+    seen: &mut ChildSeen,
+) -> (Vec<TsConfig>, Vec<TsConfig>) {
+    let local = selectors(
         cx,
         node,
         path,
@@ -150,7 +225,7 @@ pub(crate) fn parse(
         conn.local,
         &mut seen.local,
     );
-    let remote_cfg = selectors(
+    let remote = selectors(
         cx,
         node,
         path,
@@ -159,228 +234,265 @@ pub(crate) fn parse(
         conn.remote,
         &mut seen.remote,
     );
-    if !seen.local.is_empty() && !seen.remote.is_empty() {
-        let common = seen.local.iter().any(|l| {
-            seen.remote
-                .iter()
-                .any(|r| l.value.addrs.family() == r.value.addrs.family())
-        });
-        if !common {
-            let f = seen
-                .remote
-                .first()
-                .map(|r| (r.span.clone(), r.path.clone()));
-            if let Some((span, p)) = f {
-                cx.err(
-                    &span,
-                    &p,
-                    "no address family in common with local_ts: no packet could match",
-                );
-            }
+    if seen.local.is_empty() || seen.remote.is_empty() {
+        return (local, remote);
+    }
+    let common = seen.local.iter().any(|l| {
+        seen.remote
+            .iter()
+            .any(|r| l.value.addrs.family() == r.value.addrs.family())
+    });
+    if !common {
+        if let Some(r) = seen.remote.first() {
+            cx.err(
+                &r.span,
+                &r.path,
+                "no address family in common with local_ts: no packet could match",
+            );
         }
     }
+    (local, remote)
+}
 
-    // Proposals.
-    let mut proposals: Vec<(Field<'_>, &str, Proposal)> = Vec::new();
-    match node.field(path, "esp_proposals") {
-        Some(f) => {
-            let items = cx.str_list(&f);
-            if items.is_empty() && !matches!(f.node.kind, Kind::Str(_) | Kind::Array(_)) {
-                // Type error already reported.
-            } else if items.is_empty() {
-                cx.err_at(&f, "no proposals");
-            }
-            for (fld, s) in items {
-                if s == "default" {
-                    for d in DEFAULT_ESP_PROPOSALS {
-                        if let Ok(p) = parse_esp_proposal(d) {
-                            proposals.push((fld.clone(), d, p));
-                        }
-                    }
-                    continue;
-                }
-                match parse_esp_proposal(s) {
-                    Ok(p) => proposals.push((fld, s, p)),
-                    Err(e) => cx.err_at(&fld, e),
-                }
+/// `esp_proposals`, with `default` expanded to [`DEFAULT_ESP_PROPOSALS`];
+/// absent: the defaults for an IKE child, an error for a static one.
+fn esp_proposals<'n>(
+    cx: &mut Cx<'_>,
+    node: &'n Node,
+    path: &KeyPath,
+    is_static: bool,
+) -> Vec<EspProposal<'n>> {
+    let mut proposals = Vec::new();
+    let defaults = |at: &Field<'n>, out: &mut Vec<EspProposal<'n>>| {
+        for d in DEFAULT_ESP_PROPOSALS {
+            if let Ok(p) = parse_esp_proposal(d) {
+                out.push((at.clone(), d, p));
             }
         }
-        None if is_static => cx.err(
-            &node.span,
-            &path.key("esp_proposals"),
-            "missing: a statically keyed child needs exactly one ESP proposal",
-        ),
-        None => {
-            for d in DEFAULT_ESP_PROPOSALS {
-                if let Ok(p) = parse_esp_proposal(d) {
-                    proposals.push((
-                        Field {
-                            node,
-                            path: path.key("esp_proposals"),
-                        },
-                        d,
-                        p,
-                    ));
-                }
-            }
+    };
+    let Some(f) = node.field(path, "esp_proposals") else {
+        if is_static {
+            cx.err(
+                &node.span,
+                &path.key("esp_proposals"),
+                "missing: a statically keyed child needs exactly one ESP proposal",
+            );
+        } else {
+            let at = Field {
+                node,
+                path: path.key("esp_proposals"),
+            };
+            defaults(&at, &mut proposals);
+        }
+        return proposals;
+    };
+    let items = cx.str_list(&f);
+    // An empty list of the wrong type has had its type error already.
+    if items.is_empty() && matches!(f.node.kind, Kind::Str(_) | Kind::Array(_)) {
+        cx.err_at(&f, "no proposals");
+    }
+    for (fld, s) in items {
+        if s == "default" {
+            defaults(&fld, &mut proposals);
+            continue;
+        }
+        match parse_esp_proposal(s) {
+            Ok(p) => proposals.push((fld, s, p)),
+            Err(e) => cx.err_at(&fld, e),
         }
     }
+    proposals
+}
 
-    if let Some(f) = node.field(path, "mode") {
-        if let Some(m) = cx.str(&f) {
-            if m != "tunnel" {
-                cx.err_at(&f, format!("'{m}': only tunnel mode is implemented"));
-            }
+/// `mode`: only `tunnel` is implemented.
+fn check_mode(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) {
+    let Some(f) = node.field(path, "mode") else {
+        return;
+    };
+    if let Some(m) = cx.str(&f) {
+        if m != "tunnel" {
+            cx.err_at(&f, format!("'{m}': only tunnel mode is implemented"));
         }
     }
+}
 
-    let replay_window = match node.field(path, "replay_window") {
+/// `replay_window` in packets (default [`DEFAULT_WINDOW`]).
+fn replay_window(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) -> u32 {
+    match node.field(path, "replay_window") {
         Some(f) => cx
             .int::<u32>(&f, i64::from(MIN_REPLAY_WINDOW)..=i64::from(MAX_WINDOW))
             .unwrap_or(DEFAULT_WINDOW),
         None => DEFAULT_WINDOW,
-    };
-    let lifetime = lifetimes(cx, node, path, is_static);
+    }
+}
 
-    // Per-CPU SAs and start action: IKE children only.
-    let mut per_cpu_sas = PerCpuSas::default();
-    let mut per_cpu_max = conn.workers;
-    let mut start_action = StartAction::None;
-    if is_static {
-        // Nothing negotiates a static child: no jitter to apply, no peer to
-        // declare dead.
-        for key in ["rand_time", "dpd_action", "close_action"] {
-            if let Some(f) = node.field(path, key) {
-                cx.err_at(&f, "has no effect on a statically keyed child (nothing negotiates it)");
+/// How IKE negotiates the child's SAs.
+struct Negotiation {
+    per_cpu_sas: PerCpuSas,
+    per_cpu_max: usize,
+    start_action: StartAction,
+}
+
+impl Negotiation {
+    /// The defaults: per-CPU SAs on demand, up to one per worker; started
+    /// by nothing.
+    fn new(workers: usize) -> Self {
+        Negotiation {
+            per_cpu_sas: PerCpuSas::default(),
+            per_cpu_max: workers,
+            start_action: StartAction::None,
+        }
+    }
+}
+
+/// `per_cpu_sas`, `per_cpu_max` and `start_action` of an IKE child.
+fn negotiation(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, workers: usize) -> Negotiation {
+    let mut n = Negotiation::new(workers);
+    if let Some(f) = node.field(path, "per_cpu_sas") {
+        if let Some(s) = cx.str(&f) {
+            match s {
+                "no" => n.per_cpu_sas = PerCpuSas::No,
+                "eager" => n.per_cpu_sas = PerCpuSas::Eager,
+                "on-demand" => n.per_cpu_sas = PerCpuSas::OnDemand,
+                _ => cx.err_at(&f, format!("'{s}': expected no, eager or on-demand")),
             }
         }
     }
+    if let Some(f) = node.field(path, "per_cpu_max") {
+        if let Some(max) = cx.int::<usize>(&f, 1..=MAX_WORKERS as i64) {
+            n.per_cpu_max = max;
+        }
+    }
+    if let Some(f) = node.field(path, "start_action") {
+        if let Some(s) = cx.str(&f) {
+            match s {
+                "none" => n.start_action = StartAction::None,
+                "start" => n.start_action = StartAction::Start,
+                "trap" => n.start_action = StartAction::Trap,
+                _ => cx.err_at(&f, format!("'{s}': expected none, start or trap")),
+            }
+        }
+    }
+    n
+}
+
+/// A statically keyed child refuses the keys that only mean something to
+/// IKE, rather than ignore them.
+fn refuse_negotiation_keys(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) {
+    // Nothing negotiates a static child: no jitter to apply, no peer to
+    // declare dead.
+    for key in ["rand_time", "dpd_action", "close_action"] {
+        if let Some(f) = node.field(path, key) {
+            cx.err_at(
+                &f,
+                "has no effect on a statically keyed child (nothing negotiates it)",
+            );
+        }
+    }
     for key in ["per_cpu_sas", "per_cpu_max", "start_action"] {
-        let Some(f) = node.field(path, key) else {
-            continue;
-        };
-        if is_static {
+        if let Some(f) = node.field(path, key) {
             cx.err_at(
                 &f,
                 "has no effect on a statically keyed child (its static_sas pairs fix the SAs)",
             );
-            continue;
-        }
-        match key {
-            "per_cpu_sas" => {
-                if let Some(s) = cx.str(&f) {
-                    match s {
-                        "no" => per_cpu_sas = PerCpuSas::No,
-                        "eager" => per_cpu_sas = PerCpuSas::Eager,
-                        "on-demand" => per_cpu_sas = PerCpuSas::OnDemand,
-                        _ => cx.err_at(&f, format!("'{s}': expected no, eager or on-demand")),
-                    }
-                }
-            }
-            "per_cpu_max" => {
-                if let Some(n) = cx.int::<usize>(&f, 1..=MAX_WORKERS as i64) {
-                    per_cpu_max = n;
-                }
-            }
-            _ => {
-                if let Some(s) = cx.str(&f) {
-                    match s {
-                        "none" => start_action = StartAction::None,
-                        "start" => start_action = StartAction::Start,
-                        "trap" => start_action = StartAction::Trap,
-                        _ => cx.err_at(&f, format!("'{s}': expected none, start or trap")),
-                    }
-                }
-            }
         }
     }
+}
 
-    let mut static_sas = None;
-    if let Some(f) = static_field {
-        if proposals.len() > 1 {
-            let (fld, _, _) = &proposals[1];
-            cx.err_at(
-                fld,
-                format!(
-                    "a statically keyed child takes exactly one ESP proposal, found {}",
-                    proposals.len()
-                ),
-            );
-        } else if let Some((fld, text, p)) = proposals.first() {
-            match static_suite(text, p) {
-                Ok((suite, esn)) => {
-                    let pairs = static_sas::parse(cx, &f, suite, &mut seen);
-                    if pairs.len() > MAX_WORKERS + 1 {
-                        cx.err_at(
-                            &f,
-                            format!(
-                                "{} pairs: at most one fallback and {MAX_WORKERS} per-worker pairs",
-                                pairs.len()
-                            ),
-                        );
-                    }
-                    per_cpu_sas = if pairs.len() > 1 {
-                        PerCpuSas::Eager
-                    } else {
-                        PerCpuSas::No
-                    };
-                    per_cpu_max = pairs.len().saturating_sub(1).max(1);
-                    static_sas = Some(StaticSas { suite, esn, pairs });
-                }
-                Err(e) => cx.err_at(fld, e),
-            }
-        }
-    }
-
-    if cx.error_count() != errors_before {
+/// `static_sas` of field `f`, keyed for the child's single ESP proposal.
+/// `None` if the proposals do not give one suite (reported).
+fn static_sas(
+    cx: &mut Cx<'_>,
+    f: &Field<'_>,
+    proposals: &[EspProposal<'_>],
+    seen: &mut ChildSeen,
+) -> Option<StaticSas> {
+    if proposals.len() > 1 {
+        let (fld, _, _) = &proposals[1];
+        cx.err_at(
+            fld,
+            format!(
+                "a statically keyed child takes exactly one ESP proposal, found {}",
+                proposals.len()
+            ),
+        );
         return None;
     }
-    // The IKE engine rekeys by time (with jitter) and deletes at life_time;
-    // byte and packet limits are counted by the data plane, which asks for
-    // the rekey. See `crate::daemon::ike` for how the two split the work.
-    let rand_time = limit(cx, node, path, "rand_time", true).filter(|&s| s > 0).map(Duration::from_secs);
-    if let (Some(j), Some(r)) = (rand_time, lifetime.soft_time) {
+    let (fld, text, p) = proposals.first()?;
+    let (suite, esn) = match static_suite(text, p) {
+        Ok(s) => s,
+        Err(e) => {
+            cx.err_at(fld, e);
+            return None;
+        }
+    };
+    let pairs = static_sas::parse(cx, f, suite, seen);
+    if pairs.len() > MAX_WORKERS + 1 {
+        cx.err_at(
+            f,
+            format!(
+                "{} pairs: at most one fallback and {MAX_WORKERS} per-worker pairs",
+                pairs.len()
+            ),
+        );
+    }
+    Some(StaticSas { suite, esn, pairs })
+}
+
+/// `rand_time`: how much the IKE engine may take off `rekey_time` at
+/// random (0 or absent: nothing). It must be shorter than `rekey_time`.
+fn rand_time(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    rekey_time: Option<Duration>,
+) -> Option<Duration> {
+    let rand_time = limit(cx, node, path, "rand_time", true)
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs);
+    if let (Some(j), Some(r)) = (rand_time, rekey_time) {
         if j >= r {
             if let Some(f) = node.field(path, "rand_time") {
-                cx.err_at(&f, "rand_time must be shorter than rekey_time (it is subtracted from it)");
+                cx.err_at(
+                    &f,
+                    "rand_time must be shorter than rekey_time (it is subtracted from it)",
+                );
             }
         }
     }
-    let ike = (!is_static).then(|| ChildConfig {
+    rand_time
+}
+
+/// The IKE engine's view of a negotiated child. The engine rekeys by time
+/// (with jitter) and deletes at `life_time`; byte and packet limits are
+/// counted by the data plane, which asks the engine for the rekey.
+fn ike_config(
+    name: &str,
+    local_ts: Vec<TsConfig>,
+    remote_ts: Vec<TsConfig>,
+    proposals: Vec<EspProposal<'_>>,
+    negotiation: &Negotiation,
+    lifetime: &Lifetime,
+    rand_time: Option<Duration>,
+) -> ChildConfig {
+    ChildConfig {
         name: name.into(),
-        local_ts: local_cfg,
-        remote_ts: remote_cfg,
+        local_ts,
+        remote_ts,
         esp_proposals: proposals.into_iter().map(|(_, _, p)| p).collect(),
-        start_action,
+        start_action: negotiation.start_action,
         rekey_time: lifetime.soft_time,
         life_time: lifetime.hard_time,
         rand_time,
         rekey_bytes: lifetime.soft_bytes.unwrap_or(0),
         rekey_packets: lifetime.soft_packets.unwrap_or(0),
-        per_cpu_sas: match per_cpu_sas {
+        per_cpu_sas: match negotiation.per_cpu_sas {
             PerCpuSas::No => esparto_ike::PerCpuSas::No,
             PerCpuSas::Eager => esparto_ike::PerCpuSas::Eager,
             PerCpuSas::OnDemand => esparto_ike::PerCpuSas::OnDemand,
         },
-        per_cpu_max: u16::try_from(per_cpu_max).unwrap_or(u16::MAX),
-    });
-    if let Some(c) = &ike {
-        if let Err(e) = c.validate() {
-            cx.err(&node.span, path, e.to_string());
-            return None;
-        }
+        per_cpu_max: u16::try_from(negotiation.per_cpu_max).unwrap_or(u16::MAX),
     }
-    let child = Child {
-        name: name.to_string(),
-        local_ts: seen.local.iter().map(|l| l.value).collect(),
-        remote_ts: seen.remote.iter().map(|l| l.value).collect(),
-        replay_window,
-        lifetime,
-        per_cpu_sas,
-        per_cpu_max,
-        static_sas,
-    };
-    Some(Parsed { child, ike, seen })
 }
 
 /// Parse `local_ts`/`remote_ts`: returns the IKE form, and pushes resolved
@@ -525,7 +637,10 @@ fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> L
                 };
                 (s, h)
             }
-            (None, None) => (default_soft, default_soft.saturating_add((default_soft / 10).max(u64::from(default_soft > 0)))),
+            (None, None) => (
+                default_soft,
+                default_soft.saturating_add((default_soft / 10).max(u64::from(default_soft > 0))),
+            ),
         };
         let nz = |v: u64| (v > 0).then_some(v);
         if time {

@@ -22,7 +22,7 @@ use esparto_ike::proposal::Proposal;
 use super::check::ChildSeen;
 use super::child::{self, ConnCtx};
 use super::error::KeyPath;
-use super::model::{Connection, Daemon};
+use super::model::{Child, Connection, Daemon};
 use super::tree::{Cx, Field, Kind, Node, Span};
 use super::value::{parse_addr, parse_duration, parse_ike_proposal};
 
@@ -64,8 +64,14 @@ const IKE_KEYS: &[&str] = &[
 ];
 
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("reauth_time", "reauthentication is not implemented (IKE SAs are rekeyed instead)"),
-    ("over_time", "the IKE SA's hard lifetime is not configurable"),
+    (
+        "reauth_time",
+        "reauthentication is not implemented (IKE SAs are rekeyed instead)",
+    ),
+    (
+        "over_time",
+        "the IKE SA's hard lifetime is not configurable",
+    ),
     ("local_port", "the local IKE port is daemon.ike_port"),
     ("mobike", "MOBIKE (RFC 4555) is not implemented"),
     (
@@ -243,62 +249,14 @@ fn parse_one(
         Some(f) => cx.int::<u16>(&f, 1..=65535).unwrap_or(DEFAULT_REMOTE_PORT),
         None => DEFAULT_REMOTE_PORT,
     };
-
-    // Children.
-    let mut children = Vec::new();
-    let mut ike_children = Vec::new();
-    let mut seen = Vec::new();
     let cctx = ConnCtx {
         name,
         local: local_addrs.first().copied(),
         remote: remote_addrs.first().copied(),
         workers: daemon.workers,
     };
-    match node.field(path, "children") {
-        None => cx.err(
-            &node.span,
-            &path.key("children"),
-            "missing: a connection needs at least one child",
-        ),
-        Some(f) => {
-            if let Some(t) = cx.table(&f) {
-                if t.entries().is_empty() {
-                    cx.err_at(&f, "no children");
-                }
-                for e in t.entries() {
-                    let cp = f.path.key(&e.key);
-                    let Some(cn) = cx.table(&Field {
-                        node: &e.value,
-                        path: cp.clone(),
-                    }) else {
-                        continue;
-                    };
-                    if cn.get("static_sas").is_some() && addrs_missing {
-                        cx.err(&cn.span, &cp, "a statically keyed child needs explicit local_addrs and remote_addrs on its connection (nothing negotiates them)");
-                    }
-                    if let Some(p) = child::parse(cx, &cctx, &e.key, cn, &cp) {
-                        if let Some(ic) = p.ike {
-                            ike_children.push(ic);
-                        }
-                        children.push(p.child);
-                        seen.push(p.seen);
-                    }
-                }
-            }
-        }
-    }
-
-    // IKE, if any child is negotiated.
-    let uses_ike = node
-        .get("children")
-        .map(|c| {
-            c.value
-                .entries()
-                .iter()
-                .any(|e| e.value.get("static_sas").is_none())
-        })
-        .unwrap_or(false);
-    let ike = if uses_ike {
+    let children = children(cx, &cctx, node, path, addrs_missing);
+    let ike = if uses_ike(node) {
         ike_settings(
             cx,
             daemon,
@@ -307,7 +265,7 @@ fn parse_one(
             path,
             &local_addrs,
             &remote_addrs,
-            ike_children,
+            children.ike,
         )
     } else {
         for k in IKE_KEYS {
@@ -328,10 +286,80 @@ fn parse_one(
             remote_addrs,
             remote_port,
             ike,
-            children,
+            children: children.children,
         },
-        seen,
+        children.seen,
     ))
+}
+
+/// A connection's parsed children.
+#[derive(Default)]
+struct Children {
+    /// Every child without errors.
+    children: Vec<Child>,
+    /// The IKE configuration of those that are negotiated.
+    ike: Vec<esparto_ike::ChildConfig>,
+    /// What the checks across the file need of each.
+    seen: Vec<ChildSeen>,
+}
+
+/// `children`: at least one. A statically keyed child needs the
+/// connection's addresses spelled out (`addrs_missing` says they are not).
+fn children(
+    cx: &mut Cx<'_>,
+    cctx: &ConnCtx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    addrs_missing: bool,
+) -> Children {
+    let mut out = Children::default();
+    let Some(f) = node.field(path, "children") else {
+        cx.err(
+            &node.span,
+            &path.key("children"),
+            "missing: a connection needs at least one child",
+        );
+        return out;
+    };
+    let Some(t) = cx.table(&f) else {
+        return out;
+    };
+    if t.entries().is_empty() {
+        cx.err_at(&f, "no children");
+    }
+    for e in t.entries() {
+        let cp = f.path.key(&e.key);
+        let Some(cn) = cx.table(&Field {
+            node: &e.value,
+            path: cp.clone(),
+        }) else {
+            continue;
+        };
+        if cn.get("static_sas").is_some() && addrs_missing {
+            cx.err(&cn.span, &cp, "a statically keyed child needs explicit local_addrs and remote_addrs on its connection (nothing negotiates them)");
+        }
+        if let Some(p) = child::parse(cx, cctx, &e.key, cn, &cp) {
+            if let Some(ic) = p.ike {
+                out.ike.push(ic);
+            }
+            out.children.push(p.child);
+            out.seen.push(p.seen);
+        }
+    }
+    out
+}
+
+/// Does any child of the connection use IKE (has no `static_sas`)? Read
+/// from the file, so it holds for children with errors too.
+fn uses_ike(node: &Node) -> bool {
+    node.get("children")
+        .map(|c| {
+            c.value
+                .entries()
+                .iter()
+                .any(|e| e.value.get("static_sas").is_none())
+        })
+        .unwrap_or(false)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -345,18 +373,72 @@ fn ike_settings(
     remote_addrs: &[IpAddr],
     children: Vec<esparto_ike::ChildConfig>,
 ) -> Option<esparto_ike::Connection> {
-    if let Some(f) = node.field(path, "version") {
-        if let Some(v) = cx.int::<u8>(&f, 0..=255) {
-            if v != 2 {
+    check_version(cx, node, path);
+    let proposals = ike_proposals(cx, node, path);
+    let encap = match node.field(path, "encap") {
+        Some(f) => cx.bool(&f).unwrap_or(true),
+        None => true,
+    };
+    let dpd_delay = duration(cx, node, path, "dpd_delay", 86_400);
+    let dpd_timeout = duration(cx, node, path, "dpd_timeout", 86_400);
+    let rekey_time = duration(cx, node, path, "rekey_time", 365 * 86_400);
+    let rand_time = duration(cx, node, path, "rand_time", 365 * 86_400);
+    if let (Some(r), Some(j)) = (rekey_time, rand_time) {
+        if j >= r {
+            if let Some(f) = node.field(path, "rand_time") {
                 cx.err_at(
                     &f,
-                    format!(
-                        "IKE version {v}: only IKEv2 (RFC 7296) is implemented; write version = 2"
-                    ),
+                    "rand_time must be shorter than rekey_time (it is subtracted from it)",
                 );
             }
         }
     }
+    let (dpd_action, close_action) = after_death(cx, node, path, &children);
+    let local = auth(cx, node, path, "local");
+    let remote = auth(cx, node, path, "remote");
+    if matches!(local.id, Some(Identity::Any)) {
+        if let Some(f) = node.field(path, "local") {
+            cx.err_at(&f, "local id cannot be %any (it is sent to the peer)");
+        }
+    }
+    let conn = esparto_ike::Connection {
+        name: name.into(),
+        local_addrs: local_addrs.to_vec(),
+        remote_addrs: remote_addrs.to_vec(),
+        remote_port: daemon.ike_port,
+        proposals,
+        encap,
+        local,
+        remote,
+        children,
+        dpd_delay,
+        dpd_timeout,
+        dpd_action,
+        close_action,
+        rekey_time,
+        rand_time,
+    };
+    Some(conn)
+}
+
+/// `version`: only 2.
+fn check_version(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) {
+    let Some(f) = node.field(path, "version") else {
+        return;
+    };
+    if let Some(v) = cx.int::<u8>(&f, 0..=255) {
+        if v != 2 {
+            cx.err_at(
+                &f,
+                format!("IKE version {v}: only IKEv2 (RFC 7296) is implemented; write version = 2"),
+            );
+        }
+    }
+}
+
+/// `proposals`, with `default` expanded to [`DEFAULT_IKE_PROPOSALS`]
+/// (also what an absent key means).
+fn ike_proposals(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) -> Vec<Proposal> {
     let mut proposals: Vec<Proposal> = Vec::new();
     match node.field(path, "proposals") {
         Some(f) => {
@@ -391,66 +473,62 @@ fn ike_settings(
             "more than 255 proposals (RFC 7296 §3.3: the proposal number is one octet)",
         );
     }
-    let encap = match node.field(path, "encap") {
-        Some(f) => cx.bool(&f).unwrap_or(true),
-        None => true,
-    };
-    let dpd_delay = duration(cx, node, path, "dpd_delay", 86_400);
-    let dpd_timeout = duration(cx, node, path, "dpd_timeout", 86_400);
-    let rekey_time = duration(cx, node, path, "rekey_time", 365 * 86_400);
-    let rand_time = duration(cx, node, path, "rand_time", 365 * 86_400);
-    if let (Some(r), Some(j)) = (rekey_time, rand_time) {
-        if j >= r {
-            if let Some(f) = node.field(path, "rand_time") {
-                cx.err_at(&f, "rand_time must be shorter than rekey_time (it is subtracted from it)");
-            }
-        }
-    }
-    // swanctl sets dpd_action and close_action per child; the engine
-    // applies them per IKE SA, so the children of a connection must agree.
-    let dpd_action = shared_action(cx, node, path, "dpd_action", |v| match v {
-        "clear" => Some(esparto_ike::DpdAction::Clear),
-        "restart" => Some(esparto_ike::DpdAction::Restart),
-        "trap" => Some(esparto_ike::DpdAction::Trap),
-        _ => None,
-    }, "clear, restart or trap");
-    let close_action = shared_action(cx, node, path, "close_action", |v| match v {
-        "none" => Some(esparto_ike::CloseAction::None),
-        "start" => Some(esparto_ike::CloseAction::Start),
-        "trap" => Some(esparto_ike::CloseAction::Trap),
-        _ => None,
-    }, "none, start or trap");
+    proposals
+}
+
+/// What to do when the IKE SA dies (`dpd_action`) or the peer closes it
+/// (`close_action`). swanctl sets them per child; the engine applies them
+/// per IKE SA, so the children of a connection must agree.
+fn after_death(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    children: &[esparto_ike::ChildConfig],
+) -> (esparto_ike::DpdAction, esparto_ike::CloseAction) {
+    use esparto_ike::{CloseAction, DpdAction};
+    let dpd_action = shared_action(
+        cx,
+        node,
+        path,
+        "dpd_action",
+        |v| match v {
+            "clear" => Some(DpdAction::Clear),
+            "restart" => Some(DpdAction::Restart),
+            "trap" => Some(DpdAction::Trap),
+            _ => None,
+        },
+        "clear, restart or trap",
+    );
+    let close_action = shared_action(
+        cx,
+        node,
+        path,
+        "close_action",
+        |v| match v {
+            "none" => Some(CloseAction::None),
+            "start" => Some(CloseAction::Start),
+            "trap" => Some(CloseAction::Trap),
+            _ => None,
+        },
+        "none, start or trap",
+    );
     // A connection we start ourselves is meant to stay up: unless set, a
     // dead peer restarts it and a peer's Delete starts it again (with
     // back-off, see esparto_ike::lifetime). Otherwise swanctl's defaults.
-    let starts = children.iter().any(|c| c.start_action == esparto_ike::StartAction::Start);
-    let dpd_action = dpd_action.unwrap_or(if starts { esparto_ike::DpdAction::Restart } else { esparto_ike::DpdAction::Clear });
-    let close_action = close_action.unwrap_or(if starts { esparto_ike::CloseAction::Start } else { esparto_ike::CloseAction::None });
-    let local = auth(cx, node, path, "local");
-    let remote = auth(cx, node, path, "remote");
-    if matches!(local.id, Some(Identity::Any)) {
-        if let Some(f) = node.field(path, "local") {
-            cx.err_at(&f, "local id cannot be %any (it is sent to the peer)");
-        }
-    }
-    let conn = esparto_ike::Connection {
-        name: name.into(),
-        local_addrs: local_addrs.to_vec(),
-        remote_addrs: remote_addrs.to_vec(),
-        remote_port: daemon.ike_port,
-        proposals,
-        encap,
-        local,
-        remote,
-        children,
-        dpd_delay,
-        dpd_timeout,
-        dpd_action,
-        close_action,
-        rekey_time,
-        rand_time,
-    };
-    Some(conn)
+    let starts = children
+        .iter()
+        .any(|c| c.start_action == esparto_ike::StartAction::Start);
+    let dpd_action = dpd_action.unwrap_or(if starts {
+        DpdAction::Restart
+    } else {
+        DpdAction::Clear
+    });
+    let close_action = close_action.unwrap_or(if starts {
+        CloseAction::Start
+    } else {
+        CloseAction::None
+    });
+    (dpd_action, close_action)
 }
 
 /// A per-child action key (`dpd_action`, `close_action`) that the children
@@ -469,16 +547,21 @@ fn shared_action<T: Copy + PartialEq>(
     let table = cx.table(&cf);
     for e in table.map(|t| t.entries()).unwrap_or_default() {
         let cpath = cf.path.key(&e.key);
-        let Some(f) = e.value.field(&cpath, key) else { continue };
+        let Some(f) = e.value.field(&cpath, key) else {
+            continue;
+        };
         let Some(v) = cx.str(&f) else { continue };
         let Some(a) = parse(v) else {
             cx.err_at(&f, format!("'{v}': expected {expected}"));
             continue;
         };
         match action {
-            Some(prev) if prev != a => {
-                cx.err_at(&f, format!("the children of one connection must share a {key} (it acts on the IKE SA)"))
-            }
+            Some(prev) if prev != a => cx.err_at(
+                &f,
+                format!(
+                    "the children of one connection must share a {key} (it acts on the IKE SA)"
+                ),
+            ),
             _ => action = Some(a),
         }
     }
@@ -487,14 +570,23 @@ fn shared_action<T: Copy + PartialEq>(
 
 /// A duration key (`"30s"`, `"4h"`, or seconds, at most `max_secs`); 0 or
 /// absent is `None`.
-fn duration(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str, max_secs: i64) -> Option<Duration> {
+fn duration(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    key: &str,
+    max_secs: i64,
+) -> Option<Duration> {
     let f = node.field(path, key)?;
     let d = match &f.node.kind {
         Kind::Int(_) => cx.int::<u64>(&f, 0..=max_secs).map(Duration::from_secs),
         Kind::Str(s) => match parse_duration(s) {
             Ok(d) if d.as_secs() as i64 <= max_secs => Some(d),
             Ok(d) => {
-                cx.err_at(&f, format!("{} is too long (at most {max_secs} s)", d.as_secs()));
+                cx.err_at(
+                    &f,
+                    format!("{} is too long (at most {max_secs} s)", d.as_secs()),
+                );
                 None
             }
             Err(e) => {
@@ -503,7 +595,10 @@ fn duration(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, key: &str, max_secs: i
             }
         },
         _ => {
-            cx.err_at(&f, format!("expected a duration, found {}", f.node.type_name()));
+            cx.err_at(
+                &f,
+                format!("expected a duration, found {}", f.node.type_name()),
+            );
             None
         }
     };

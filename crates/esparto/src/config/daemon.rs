@@ -74,16 +74,28 @@ pub fn default_workers() -> usize {
 /// `cpus = [0, 1, ...]`: distinct CPU numbers, at least one.
 fn cpu_list(cx: &mut Cx<'_>, f: &Field<'_>) -> Vec<usize> {
     let Kind::Array(items) = &f.node.kind else {
-        cx.err_at(f, format!("expected an array of CPU numbers, found {}", f.node.type_name()));
+        cx.err_at(
+            f,
+            format!(
+                "expected an array of CPU numbers, found {}",
+                f.node.type_name()
+            ),
+        );
         return Vec::new();
     };
     if items.is_empty() {
-        cx.err_at(f, "empty list: leave `cpus` out to use every CPU the process may run on");
+        cx.err_at(
+            f,
+            "empty list: leave `cpus` out to use every CPU the process may run on",
+        );
         return Vec::new();
     }
     let mut cpus = Vec::with_capacity(items.len());
     for (i, n) in items.iter().enumerate() {
-        let fld = Field { node: n, path: f.path.index(i) };
+        let fld = Field {
+            node: n,
+            path: f.path.index(i),
+        };
         if let Some(c) = cx.int::<usize>(&fld, 0..=MAX_CPU as i64) {
             if cpus.contains(&c) {
                 cx.err_at(&fld, format!("CPU {c} is listed twice"));
@@ -131,65 +143,19 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
             d.workers = w;
         }
     }
-    if let Some(f) = t.field(&path, "control") {
-        if let Some(s) = cx.str(&f) {
-            let p = cx.dir.join(s);
-            if s.is_empty() {
-                cx.err_at(&f, "empty path");
-            } else if p.as_os_str().len() > MAX_SOCKET_PATH {
-                cx.err_at(
-                    &f,
-                    format!(
-                        "socket path is {} bytes long; Unix sockets allow at most {MAX_SOCKET_PATH}",
-                        p.as_os_str().len()
-                    ),
-                );
-            } else {
-                d.control = p;
-            }
-        }
+    if let Some(p) = t
+        .field(&path, "control")
+        .and_then(|f| control_socket(cx, &f))
+    {
+        d.control = p;
     }
-    if let Some(f) = t.field(&path, "state_dir") {
-        if let Some(s) = cx.str(&f) {
-            if s.is_empty() {
-                cx.err_at(&f, "empty path");
-            } else {
-                d.state_dir = cx.dir.join(s);
-            }
-        }
+    if let Some(p) = t.field(&path, "state_dir").and_then(|f| state_dir(cx, &f)) {
+        d.state_dir = p;
     }
-    if let Some(f) = t.field(&path, "tun") {
-        if let Some(s) = cx.str(&f) {
-            let ok_chars = s
-                .chars()
-                .all(|c| c.is_ascii_graphic() && c != '/' && c != ':');
-            if s.is_empty() || s.len() > MAX_IFNAME || !ok_chars || s == "." || s == ".." {
-                cx.err_at(
-                    &f,
-                    format!("'{s}' is not a valid interface name (1 to {MAX_IFNAME} printable characters, no '/' or ':')"),
-                );
-            } else {
-                d.tun = s.to_string();
-            }
-        }
+    if let Some(name) = t.field(&path, "tun").and_then(|f| interface_name(cx, &f)) {
+        d.tun = name;
     }
-    if let Some(f) = t.field(&path, "port") {
-        if let Some(p) = cx.int::<u16>(&f, 1..=65535) {
-            d.port = p;
-        }
-    }
-    if let Some(f) = t.field(&path, "ike_port") {
-        if let Some(p) = cx.int::<u16>(&f, 1..=65535) {
-            if p == d.port {
-                // RFC 3948 §2.2: datagrams on the NAT-T port carry a non-ESP
-                // marker before IKE; on the IKE port they do not. One port
-                // cannot be both.
-                cx.err_at(&f, format!("ike_port must differ from port ({p}): the NAT-T port frames IKE differently (RFC 3948 §2.2)"));
-            } else {
-                d.ike_port = p;
-            }
-        }
-    }
+    ports(cx, t, &path, &mut d);
     if let Some(f) = t.field(&path, "path_mtu") {
         if let Some(m) = cx.int::<u16>(&f, i64::from(MIN_PATH_MTU)..=65535) {
             d.path_mtu = m;
@@ -200,26 +166,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
             d.tun_queue_len = q;
         }
     }
-    // IKE endpoint limits (strongSwan: charon.cookie_threshold,
-    // cookie_threshold_ip, block_threshold, init_limit_half_open).
-    let ike_limits: [(&str, i64, &mut usize); 4] = [
-        ("cookie_threshold", 1_000_000, &mut d.ike.cookie_threshold),
-        ("cookie_threshold_per_source", 1_000_000, &mut d.ike.cookie_threshold_per_source),
-        ("half_open_per_source", 1_000_000, &mut d.ike.half_open_per_source),
-        ("max_half_open", 10_000_000, &mut d.ike.max_half_open),
-    ];
-    for (key, max, slot) in ike_limits {
-        if let Some(f) = t.field(&path, key) {
-            if let Some(v) = cx.int::<usize>(&f, 1..=max) {
-                *slot = v;
-            }
-        }
-    }
-    if let Some(f) = t.field(&path, "window_size") {
-        if let Some(v) = cx.int::<u32>(&f, 1..=64) {
-            d.ike.window_size = v;
-        }
-    }
+    ike_limits(cx, t, &path, &mut d.ike);
     if let Some(f) = t.field(&path, "log") {
         if let Some(s) = cx.str(&f) {
             match tracing_subscriber::EnvFilter::try_new(s) {
@@ -229,4 +176,114 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         }
     }
     d
+}
+
+/// `control`: the control socket's path, relative to the file's directory,
+/// short enough for a Unix socket address.
+fn control_socket(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<PathBuf> {
+    let s = cx.str(f)?;
+    let p = cx.dir.join(s);
+    if s.is_empty() {
+        cx.err_at(f, "empty path");
+        None
+    } else if p.as_os_str().len() > MAX_SOCKET_PATH {
+        cx.err_at(
+            f,
+            format!(
+                "socket path is {} bytes long; Unix sockets allow at most {MAX_SOCKET_PATH}",
+                p.as_os_str().len()
+            ),
+        );
+        None
+    } else {
+        Some(p)
+    }
+}
+
+/// `state_dir`, relative to the file's directory.
+fn state_dir(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<PathBuf> {
+    let s = cx.str(f)?;
+    if s.is_empty() {
+        cx.err_at(f, "empty path");
+        return None;
+    }
+    Some(cx.dir.join(s))
+}
+
+/// `tun`: a name the kernel accepts for a network interface.
+fn interface_name(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<String> {
+    let s = cx.str(f)?;
+    let ok_chars = s
+        .chars()
+        .all(|c| c.is_ascii_graphic() && c != '/' && c != ':');
+    if s.is_empty() || s.len() > MAX_IFNAME || !ok_chars || s == "." || s == ".." {
+        cx.err_at(
+            f,
+            format!(
+                "'{s}' is not a valid interface name (1 to {MAX_IFNAME} printable characters, no '/' or ':')"
+            ),
+        );
+        return None;
+    }
+    Some(s.to_string())
+}
+
+/// `port` and `ike_port`, which must differ.
+fn ports(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, d: &mut Daemon) {
+    if let Some(f) = t.field(path, "port") {
+        if let Some(p) = cx.int::<u16>(&f, 1..=65535) {
+            d.port = p;
+        }
+    }
+    let Some(f) = t.field(path, "ike_port") else {
+        return;
+    };
+    let Some(p) = cx.int::<u16>(&f, 1..=65535) else {
+        return;
+    };
+    if p == d.port {
+        // RFC 3948 §2.2: datagrams on the NAT-T port carry a non-ESP
+        // marker before IKE; on the IKE port they do not. One port
+        // cannot be both.
+        cx.err_at(
+            &f,
+            format!(
+                "ike_port must differ from port ({p}): the NAT-T port frames IKE differently (RFC 3948 §2.2)"
+            ),
+        );
+    } else {
+        d.ike_port = p;
+    }
+}
+
+/// The IKE endpoint's limits (strongSwan: charon.cookie_threshold,
+/// cookie_threshold_ip, block_threshold, init_limit_half_open) and its
+/// window size.
+fn ike_limits(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, ike: &mut IkeLimits) {
+    let limits: [(&str, i64, &mut usize); 4] = [
+        ("cookie_threshold", 1_000_000, &mut ike.cookie_threshold),
+        (
+            "cookie_threshold_per_source",
+            1_000_000,
+            &mut ike.cookie_threshold_per_source,
+        ),
+        (
+            "half_open_per_source",
+            1_000_000,
+            &mut ike.half_open_per_source,
+        ),
+        ("max_half_open", 10_000_000, &mut ike.max_half_open),
+    ];
+    for (key, max, slot) in limits {
+        if let Some(f) = t.field(path, key) {
+            if let Some(v) = cx.int::<usize>(&f, 1..=max) {
+                *slot = v;
+            }
+        }
+    }
+    if let Some(f) = t.field(path, "window_size") {
+        if let Some(v) = cx.int::<u32>(&f, 1..=64) {
+            ike.window_size = v;
+        }
+    }
 }

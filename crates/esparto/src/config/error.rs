@@ -5,7 +5,7 @@
 //! west.toml:14:15: connections.site.children.lan.remote_ts[0]: '10.2.0.0/33': prefix length /33 too long for 10.2.0.0
 //! ```
 //!
-//! These are local faults (STYLE.md habit 5): the operator wrote something
+//! These are local faults: the operator wrote something
 //! Esparto cannot run. The loader collects all of them before giving up, so
 //! one `check-config` run shows every mistake in the file. Messages never
 //! contain key material: a bad key is described by its length or by the

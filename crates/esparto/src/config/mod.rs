@@ -17,8 +17,7 @@
 //! children with overlapping selectors and SPIs used twice ([`check`]).
 //!
 //! The validated types are in [`model`]; the core crates receive them, or
-//! the `esparto_ike` configuration built from them, and never see the file
-//! (STYLE.md habit 9).
+//! the `esparto_ike` configuration built from them, and never see the file.
 
 mod check;
 mod child;

@@ -95,7 +95,7 @@ pub struct Connection {
     pub remote_addrs: Vec<IpAddr>,
     /// The peer's UDP port for ESP-in-UDP (default 4500).
     pub remote_port: u16,
-    /// IKE settings, when any child is negotiated by IKE (issue 4).
+    /// IKE settings, when any child is negotiated by IKE.
     pub ike: Option<esparto_ike::Connection>,
     /// Children.
     pub children: Vec<Child>,
@@ -143,7 +143,7 @@ pub struct StaticSas {
     pub esn: bool,
     /// SA pairs: the first is the fallback SA, each further one the sub-SA
     /// of worker 0, 1, … (a gateway with fewer workers than pairs installs
-    /// the extra pairs inbound only, DESIGN.md).
+    /// the extra pairs inbound only).
     pub pairs: Vec<StaticPair>,
 }
 

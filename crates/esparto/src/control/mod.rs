@@ -1,5 +1,5 @@
-//! The control socket: how `esparto status` (and later `up`/`down`/`sas`)
-//! talks to a running daemon.
+//! The control socket: how `esparto status`, `sas`, `up`, `down` and
+//! `rekey` talk to a running daemon.
 //!
 //! A Unix stream socket, mode 0600 (only root — or whoever runs the daemon
 //! — may ask), one JSON request per line and one JSON response per line:
@@ -8,7 +8,7 @@
 //! → {"cmd":"status"}
 //! ← {"ok":true,"status":{"version":"0.1.0","pid":1234,…}}
 //! → {"cmd":"up","name":"site"}
-//! ← {"ok":false,"error":"not implemented yet (issue 4)"}
+//! ← {"ok":false,"error":"site: no IKE connections are configured"}
 //! ```
 //!
 //! The server side ([`ControlServer`], in `server`) is for the daemon's control loop and
@@ -62,14 +62,14 @@ const REQUESTS_PER_POLL: usize = 16;
 pub enum Request {
     /// The whole status: workers, SAs, drops.
     Status,
-    /// The SAs only (issue 4: `esparto sas`).
+    /// The SAs only (`esparto sas`).
     Sas,
-    /// Bring a connection up (initiate IKE; issue 4).
+    /// Bring a connection up (initiate IKE).
     Up {
         /// Connection name.
         name: String,
     },
-    /// Take a connection down (delete its SAs; issue 4).
+    /// Take a connection down (delete its SAs).
     Down {
         /// Connection name.
         name: String,

@@ -1,25 +1,33 @@
-//! Exchanges we initiate, as tasks (strongSwan's libcharon habit).
+//! The IKE exchanges, one file each with both roles (strongSwan's
+//! libcharon tasks: `build_i`, `process_r`, `build_r`, `process_i`).
 //!
-//! A [`Task`] owns everything one request/response exchange needs: it
-//! builds the request (`build`), and when the matching response arrives it
-//! processes it (`process`) and says what happens next ([`Outcome`]):
-//! nothing, another task first (IKE_AUTH after IKE_SA_INIT, a retry after
-//! INVALID_KE_PAYLOAD or COOKIE), or the end of the IKE SA. The IKE SA
-//! keeps a queue of tasks and sends them as its window allows, assigns
-//! message IDs, retransmits (see [`crate::sa::IkeSa::on_timeout`]) and
-//! matches responses by message ID ([`on_response`]).
+//! | file | exchange | initiator | responder | RFC 7296 |
+//! | --- | --- | --- | --- | --- |
+//! | [`ike_init`] | IKE_SA_INIT | [`ike_init::IkeInit`] | `Endpoint::respond_init` with [`ike_init::choose`], [`ike_init::response`] | §1.2, §2.6, §2.23 |
+//! | [`ike_auth`] | IKE_AUTH | [`ike_auth::IkeAuth`] | `IkeSa::respond_ike_auth` | §1.2, §2.15 |
+//! | [`create_child`] | CREATE_CHILD_SA | [`create_child::CreateChild`] | `IkeSa::respond_create_child` | §1.3.1, §1.3.3 (rekey), RFC 9611 |
+//! | [`rekey_ike`] | CREATE_CHILD_SA | [`rekey_ike::RekeyIke`] | `IkeSa::respond_rekey_ike` | §1.3.2, §2.18, §2.8.2 |
+//! | `informational` | INFORMATIONAL | `DeleteChild`, `DeleteIke`, `Liveness` | `IkeSa::respond_informational` | §1.4 |
 //!
-//! | task | exchange | RFC 7296 |
-//! | --- | --- | --- |
-//! | [`ike_init::IkeInit`] | IKE_SA_INIT | §1.2, §2.6, §2.23 |
-//! | [`ike_auth::IkeAuth`] | IKE_AUTH | §1.2, §2.15 |
-//! | [`create_child::CreateChild`] | CREATE_CHILD_SA | §1.3.1, §1.3.3 (rekey), RFC 9611 |
-//! | [`rekey_ike::RekeyIke`] | CREATE_CHILD_SA | §1.3.2, §2.18, §2.8.2 |
-//! | `DeleteChild`, `DeleteIke`, `Liveness` | INFORMATIONAL | §1.4 |
+//! Initiator. A [`Task`] owns everything one request/response exchange
+//! needs: it builds the request (`build`), and when the matching response
+//! arrives it processes it (`process`) and says what happens next
+//! ([`Outcome`]): nothing, another task first (IKE_AUTH after IKE_SA_INIT,
+//! a retry after INVALID_KE_PAYLOAD or COOKIE), or the end of the IKE SA.
+//! The IKE SA keeps a queue of tasks and sends them as its window allows,
+//! assigns message IDs, retransmits (see [`crate::sa::IkeSa::on_timeout`])
+//! and matches responses by message ID ([`on_response`]). Several tasks
+//! may be in flight at once, up to the peer's window (§2.3); an IKE SA
+//! rekey or delete is *exclusive*: it waits for the window to drain and
+//! nothing follows it until it is answered.
 //!
-//! Several tasks may be in flight at once, up to the peer's window (§2.3);
-//! an IKE SA rekey or delete is *exclusive*: it waits for the window to
-//! drain and nothing follows it until it is answered.
+//! Responder. A request that passed the IKE SA's message-ID window, its
+//! integrity check and the payload rules (`sa/requests.rs`) goes to the
+//! exchange's `respond_*`, which checks it step by step — each step
+//! returns the notify that refuses it ([`crate::sa::Refusal`]) — and
+//! answers once. The first IKE_SA_INIT request has no IKE SA yet: the
+//! endpoint admits it (`endpoint/init_responder.rs`) before the exchange
+//! code chooses and answers.
 
 pub(crate) mod create_child;
 pub(crate) mod ike_auth;

@@ -1,0 +1,829 @@
+//! IKE_AUTH (RFC 7296 §1.2, §2.15), both roles, with the first Child SA.
+//!
+//! ```text
+//! HDR, SK {IDi, [CERT,] [CERTREQ,] [IDr,] AUTH, [N(INITIAL_CONTACT),] SAi2, TSi, TSr}  -->
+//!                          <--  HDR, SK {IDr, [CERT,] AUTH, SAr2, TSi, TSr}
+//! ```
+//!
+//! Each side proves that it holds the PSK for the pair of identities with
+//! an AUTH payload over its own IKE_SA_INIT message, the other side's
+//! nonce and its own identity ([`crate::auth`]), and checks the other's.
+//! Neither side looks at the Child SA part before the peer is
+//! authenticated, so an unauthenticated peer never gets a Child SA
+//! installed.
+//!
+//! Initiator ([`IkeAuth`]). `build` sends our identity, the IDr we expect
+//! (if the connection names one) and our AUTH, with INITIAL_CONTACT when we
+//! hold no other IKE SA with this peer (§2.4: it "asserts that this IKE SA
+//! is the only IKE SA currently active between the authenticated
+//! identities [...] MUST be in the first IKE_AUTH request or response").
+//! `process` counts the IKE SA as established only once the responder's
+//! AUTH has verified with the PSK we hold for the identity it presents, and
+//! that identity is one the connection accepts. A Child SA failure
+//! (NO_PROPOSAL_CHOSEN, TS_UNACCEPTABLE) leaves the IKE SA up: §2.21.2 has
+//! the IKE SA created as usual when only the Child SA part fails. If *our*
+//! check of the answer fails after the responder installed its half, we
+//! delete it with an INFORMATIONAL.
+//!
+//! Responder ([`IkeSa::respond_ike_auth`]). The connection is chosen by the
+//! identity the peer proves, not just claims: candidates must accept IDi
+//! (and offer IDr if asked), then the PSK for the identity pair must verify
+//! the peer's AUTH. A failed authentication is logged once with the peer
+//! and the identity, answered with AUTHENTICATION_FAILED (§2.21.2), and
+//! ends the IKE SA. The first Child SA is negotiated as CREATE_CHILD_SA
+//! would, without a key exchange of its own ([`IkeSa::negotiate_child`]).
+//!
+//! Both, once authenticated: SET_WINDOW_SIZE (§2.3: "The window size is
+//! always one until the initial exchanges complete"), INITIAL_CONTACT acted
+//! on (§2.4: the peer "MAY use this information to delete any other IKE SAs
+//! it has to the same authenticated identity without waiting for a
+//! timeout"), SA_RESOURCE_INFO with a per-CPU child, whose first SA is its
+//! group's fallback SA (RFC 9611).
+
+use super::{Outcome, Received, Task, informational_notify, reason_for};
+use crate::auth::{psk_auth, verify_psk_auth};
+use crate::child::{
+    ChildAnswer, ChildOpts, ChildQuery, ChildSa, Install, check_answer, install, offer, ts_from,
+    ts_repr,
+};
+use crate::config::{ChildConfig, Connection, PerCpuSas};
+use crate::ctx::{Action, Ctx};
+use crate::event::{AuthFailure, ChildSaEstablished, Event, Reason};
+use crate::identity::Identity;
+use crate::lifetime::{MAX_WINDOW, rekey_deadline};
+use crate::proposal::{Proposal, Protocol};
+use crate::sa::{IkeSa, State, notify, peer_window, window_notify};
+use crate::ts::TrafficSelector;
+use core::net::SocketAddr;
+use esparto_crypto::SecretBytes;
+use esparto_crypto::ike::PrfOutput;
+use esparto_wire::ike::{
+    AuthMethod, AuthRepr, ExchangeType, IdRepr, IdType, NotifyRepr, NotifyType, PayloadRepr,
+    SaRepr, Spi,
+};
+use std::sync::Arc;
+
+/// The payloads of an IKE_AUTH message that either role reads (the
+/// payload rules have checked which may appear, [`crate::rules`]).
+struct AuthPayloads<'a> {
+    idi: Option<IdRepr<'a>>,
+    idr: Option<IdRepr<'a>>,
+    auth: Option<AuthRepr<'a>>,
+    sa: Option<&'a SaRepr>,
+    tsi: Option<Vec<TrafficSelector>>,
+    tsr: Option<Vec<TrafficSelector>>,
+    /// SET_WINDOW_SIZE (§2.3).
+    window: Option<u32>,
+    /// INITIAL_CONTACT (§2.4).
+    initial_contact: bool,
+    /// SA_RESOURCE_INFO (RFC 9611).
+    resource_info: bool,
+}
+
+impl<'a> AuthPayloads<'a> {
+    fn collect(payloads: &'a [PayloadRepr<'a>]) -> Self {
+        let mut m = AuthPayloads {
+            idi: None,
+            idr: None,
+            auth: None,
+            sa: None,
+            tsi: None,
+            tsr: None,
+            window: None,
+            initial_contact: false,
+            resource_info: false,
+        };
+        for p in payloads {
+            match p {
+                PayloadRepr::IdI(i) => m.idi = Some(*i),
+                PayloadRepr::IdR(i) => m.idr = Some(*i),
+                PayloadRepr::Auth(a) => m.auth = Some(*a),
+                PayloadRepr::Sa(s) => m.sa = Some(s),
+                PayloadRepr::TsI(t) => m.tsi = Some(ts_from(t)),
+                PayloadRepr::TsR(t) => m.tsr = Some(ts_from(t)),
+                PayloadRepr::Notify(n) => match n.kind {
+                    NotifyType::SET_WINDOW_SIZE => m.window = n.u32_data(),
+                    NotifyType::INITIAL_CONTACT => m.initial_contact = true,
+                    NotifyType::SA_RESOURCE_INFO => m.resource_info = true,
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        m
+    }
+}
+
+impl IkeSa {
+    /// Both roles, once the peer is authenticated: the IKE SA is
+    /// established and the driver hears of it, the peer's window applies
+    /// (§2.3), the rekey timer starts, and INITIAL_CONTACT from the peer
+    /// deletes its older IKE SAs (§2.4). Our own window is left to the
+    /// caller: a responder keeps it at one until its answer is out.
+    fn established(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        peer: SocketAddr,
+        local_id: Identity,
+        remote_id: Identity,
+        window: Option<u32>,
+        initial_contact: bool,
+    ) {
+        // The IKE_SA_INIT state goes when this step ends (`Endpoint::after`).
+        self.state = State::Established;
+        self.announced = true;
+        tracing::info!(ike_sa = %self.id, peer = %peer, identity = %remote_id, connection = %self.conn.name, "IKE_SA established");
+        ctx.events.push_back(Event::IkeSaEstablished {
+            ike_sa: self.id,
+            connection: self.conn.name.clone(),
+            local: self.local,
+            remote: self.remote,
+            local_id: local_id.clone(),
+            remote_id: remote_id.clone(),
+            initiator: self.is_initiator(),
+        });
+        self.local_id = Some(local_id);
+        self.remote_id = Some(remote_id);
+        self.peer_window = peer_window(window);
+        self.rekey_at = rekey_deadline(ctx, self.conn.rekey_time, self.conn.jitter());
+        if initial_contact {
+            ctx.actions.push(Action::InitialContact { keep: self.id.0 });
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Initiator
+
+/// The first Child SA we ask for.
+struct ChildOffer {
+    name: Arc<str>,
+    resource: Option<u16>,
+    inbound_spi: u32,
+    tsi: Vec<TrafficSelector>,
+    tsr: Vec<TrafficSelector>,
+}
+
+/// The IKE_AUTH task.
+pub(crate) struct IkeAuth {
+    child: Option<(Arc<str>, Option<u16>)>,
+    offer: Option<ChildOffer>,
+}
+
+impl IkeAuth {
+    pub(super) fn new(child: Option<(Arc<str>, Option<u16>)>) -> Self {
+        IkeAuth { child, offer: None }
+    }
+
+    /// The child configuration this IKE_AUTH creates, if any.
+    pub(crate) fn child_name(&self) -> Option<&Arc<str>> {
+        self.child.as_ref().map(|(n, _)| n)
+    }
+
+    pub(super) fn release(self, ctx: &mut Ctx<'_>) {
+        if let Some(o) = self.offer {
+            ctx.spis.release(o.inbound_spi);
+        }
+    }
+
+    pub(super) fn build(
+        &mut self,
+        sa: &mut IkeSa,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+    ) -> Result<Vec<u8>, Reason> {
+        let conn = sa.conn.clone();
+        let local_id = conn.local_id(sa.local.ip());
+        let (id_type, id_data) = local_id
+            .to_wire()
+            .ok_or(Reason::Local("local identity %any"))?;
+        let idi = IdRepr {
+            id_type,
+            data: &id_data,
+        };
+        let auth = initiator_auth(sa, ctx, &local_id, &idi)?;
+        let idr_wire = conn.remote.id.as_ref().and_then(Identity::to_wire);
+        self.prepare_offer(sa, ctx)?;
+
+        let mut payloads = vec![PayloadRepr::IdI(idi)];
+        if let Some((t, d)) = &idr_wire {
+            payloads.push(PayloadRepr::IdR(IdRepr {
+                id_type: *t,
+                data: d,
+            }));
+        }
+        payloads.push(PayloadRepr::Auth(AuthRepr {
+            method: AuthMethod::SHARED_KEY_MIC,
+            data: auth.as_slice(),
+        }));
+        if sa.initial_contact {
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::INITIAL_CONTACT,
+                &[],
+            )));
+        }
+        let window = window_notify(ctx.config);
+        if let Some(w) = &window {
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::SET_WINDOW_SIZE,
+                w,
+            )));
+        }
+        if let Some(o) = &self.offer {
+            let cfg = conn.child(&o.name).ok_or(Reason::Local("unknown child"))?;
+            payloads.extend(o.payloads(cfg));
+        }
+        let packet = sa.encode(ExchangeType::IKE_AUTH, false, mid, &payloads)?;
+        sa.local_id = Some(local_id);
+        Ok(packet)
+    }
+
+    /// The Child SA to offer, made once (a rebuilt request offers the same
+    /// SPI): an inbound SPI for its resource, the configured selectors.
+    fn prepare_offer(&mut self, sa: &IkeSa, ctx: &mut Ctx<'_>) -> Result<(), Reason> {
+        if self.offer.is_some() {
+            return Ok(());
+        }
+        let Some((name, resource)) = self.child.clone() else {
+            return Ok(());
+        };
+        let cfg = sa.conn.child(&name).ok_or(Reason::Local("unknown child"))?;
+        self.offer = Some(ChildOffer {
+            inbound_spi: ctx.spis.allocate(ctx.rng, resource),
+            tsi: cfg.local_selectors(sa.local.ip()),
+            tsr: cfg.remote_selectors(sa.remote.ip()),
+            name,
+            resource,
+        });
+        Ok(())
+    }
+
+    pub(super) fn process(
+        mut self,
+        sa: &mut IkeSa,
+        ctx: &mut Ctx<'_>,
+        rx: &Received<'_>,
+    ) -> Outcome {
+        let m = AuthPayloads::collect(&rx.payloads);
+        let (local_id, peer_id) = match authenticate_responder(sa, ctx, rx, &m) {
+            Ok(ids) => ids,
+            Err(outcome) => {
+                self.release(ctx);
+                return outcome;
+            }
+        };
+        let peer = sa.remote;
+        sa.established(ctx, peer, local_id, peer_id, m.window, m.initial_contact);
+        sa.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
+        if let Some(o) = self.offer.take() {
+            o.complete(sa, ctx, rx, m);
+        }
+        Outcome::Done
+    }
+}
+
+/// Our AUTH (§2.15: over RealMessage1 | NonceRData | MACedIDForI), with the
+/// PSK for our identity and the one we expect of the responder.
+fn initiator_auth(
+    sa: &IkeSa,
+    ctx: &mut Ctx<'_>,
+    local_id: &Identity,
+    idi: &IdRepr<'_>,
+) -> Result<PrfOutput, Reason> {
+    let remote_hint = sa.conn.remote.id.clone().unwrap_or(Identity::Any);
+    let Some(psk) = ctx.psks.find(local_id, &remote_hint) else {
+        tracing::warn!(ike_sa = %sa.id, local_id = %local_id, remote_id = %remote_hint,
+            "no PSK found for these identities");
+        ctx.events.push_back(Event::AuthFailed {
+            ike_sa: sa.id,
+            peer: sa.remote,
+            identity: None,
+            reason: AuthFailure::NoSecret,
+        });
+        return Err(Reason::AuthenticationFailed);
+    };
+    let keys = sa.keys.as_ref().ok_or(Reason::Local("no keys"))?;
+    let hs = sa
+        .handshake
+        .as_deref()
+        .ok_or(Reason::Local("IKE_SA_INIT state gone"))?;
+    let sk_pi = keys.sk_pi().ok_or(Reason::Local("SK_pi gone"))?;
+    Ok(psk_auth(
+        keys.prf,
+        psk.as_slice(),
+        &hs.init_request,
+        &hs.nr,
+        sk_pi,
+        idi,
+    ))
+}
+
+/// Check the responder's IDr and AUTH (§2.15: over RealMessage2 |
+/// NonceIData | MACedIDForR). Returns our identity and the responder's, or
+/// what the failure means for the IKE SA (reported to the driver).
+fn authenticate_responder(
+    sa: &mut IkeSa,
+    ctx: &mut Ctx<'_>,
+    rx: &Received<'_>,
+    m: &AuthPayloads<'_>,
+) -> Result<(Identity, Identity), Outcome> {
+    if rx.notify(NotifyType::AUTHENTICATION_FAILED).is_some() {
+        tracing::warn!(ike_sa = %sa.id, peer = %sa.remote,
+            local_id = %sa.local_id.as_ref().map_or_else(String::new, ToString::to_string),
+            "peer rejected our authentication (AUTHENTICATION_FAILED)");
+        return Err(auth_failed(sa, ctx, None, AuthFailure::RejectedByPeer));
+    }
+    let (Some(idr), Some(auth)) = (m.idr, m.auth) else {
+        let reason = rx.error().map_or(
+            Reason::ProtocolError("IKE_AUTH response without IDr/AUTH"),
+            |(k, _)| reason_for(k),
+        );
+        return Err(Outcome::Fail(reason));
+    };
+    let Some(peer_id) = Identity::from_wire(idr.id_type, idr.data) else {
+        return Err(auth_failed(sa, ctx, None, AuthFailure::UnknownIdentity));
+    };
+    if !sa.conn.accepts_remote_id(&peer_id) {
+        tracing::warn!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id, "peer identity not accepted by the connection");
+        let reason = AuthFailure::UnknownIdentity;
+        return Err(auth_failed(sa, ctx, Some(peer_id), reason));
+    }
+    if auth.method != AuthMethod::SHARED_KEY_MIC {
+        let reason = AuthFailure::UnsupportedMethod;
+        return Err(auth_failed(sa, ctx, Some(peer_id), reason));
+    }
+    let local_id = sa
+        .local_id
+        .clone()
+        .unwrap_or_else(|| sa.conn.local_id(sa.local.ip()));
+    let Some(psk) = ctx.psks.find(&local_id, &peer_id) else {
+        return Err(auth_failed(sa, ctx, Some(peer_id), AuthFailure::NoSecret));
+    };
+    let (Some(keys), Some(hs)) = (sa.keys.as_ref(), sa.handshake.as_deref()) else {
+        return Err(Outcome::Fail(Reason::Local("no keys")));
+    };
+    let Some(sk_pr) = keys.sk_pr() else {
+        return Err(Outcome::Fail(Reason::Local("SK_pr gone")));
+    };
+    let verified = verify_psk_auth(
+        keys.prf,
+        psk.as_slice(),
+        &hs.init_response,
+        &hs.ni,
+        sk_pr,
+        &idr,
+        auth.data,
+    );
+    if !verified {
+        tracing::warn!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id,
+            "authentication of the responder failed: its AUTH does not verify with our PSK");
+        // §2.21.2: the initiator MAY tell the responder in an INFORMATIONAL.
+        informational_notify(sa, ctx, NotifyType::AUTHENTICATION_FAILED);
+        return Err(auth_failed(sa, ctx, Some(peer_id), AuthFailure::BadAuth));
+    }
+    Ok((local_id, peer_id))
+}
+
+/// Report a failed authentication; the IKE SA ends.
+fn auth_failed(
+    sa: &IkeSa,
+    ctx: &mut Ctx<'_>,
+    identity: Option<Identity>,
+    reason: AuthFailure,
+) -> Outcome {
+    ctx.events.push_back(Event::AuthFailed {
+        ike_sa: sa.id,
+        peer: sa.remote,
+        identity,
+        reason,
+    });
+    Outcome::Fail(Reason::AuthenticationFailed)
+}
+
+impl ChildOffer {
+    /// `[N(SA_RESOURCE_INFO),] SAi2, TSi, TSr`. §1.2: the first Child SA
+    /// takes its keys from the IKE SA; its proposals carry no KE
+    /// transforms.
+    fn payloads(&self, cfg: &ChildConfig) -> Vec<PayloadRepr<'static>> {
+        let mut out = Vec::with_capacity(4);
+        if cfg.per_cpu_sas != PerCpuSas::No {
+            out.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::SA_RESOURCE_INFO,
+                &[],
+            )));
+        }
+        out.push(PayloadRepr::Sa(SaRepr {
+            proposals: offer(&cfg.esp_proposals, self.inbound_spi, false),
+        }));
+        out.push(PayloadRepr::TsI(ts_repr(&self.tsi)));
+        out.push(PayloadRepr::TsR(ts_repr(&self.tsr)));
+        out
+    }
+
+    /// The responder's answer to our offer, on an authenticated IKE SA:
+    /// install the Child SA, or report why not. Either way the RFC 9611
+    /// group learns whether its fallback SA exists.
+    fn complete(self, sa: &mut IkeSa, ctx: &mut Ctx<'_>, rx: &Received<'_>, m: AuthPayloads<'_>) {
+        let name = self.name.clone();
+        let echoed = rx.notify(NotifyType::SA_RESOURCE_INFO).is_some();
+        match self.install(sa, ctx, rx, m) {
+            Ok((mut child, event)) => {
+                crate::child::announce(ctx, &mut child, event);
+                sa.add_child(child);
+                sa.fallback_done(ctx, &name, Some(echoed));
+            }
+            Err(reason) => {
+                tracing::info!(ike_sa = %sa.id, child = %self.name, ?reason, "CHILD_SA not created");
+                ctx.spis.release(self.inbound_spi);
+                ctx.events.push_back(Event::ChildSaFailed {
+                    ike_sa: sa.id,
+                    connection: sa.conn.name.clone(),
+                    child: Some(self.name.clone()),
+                    reason,
+                });
+                sa.fallback_done(ctx, &name, None);
+            }
+        }
+    }
+
+    /// Check SAr2/TSi/TSr against our offer (one of our proposals;
+    /// selectors narrowed, never widened, §2.9) and derive the Child SA
+    /// from the IKE SA's SK_d and the IKE_SA_INIT nonces (§2.17).
+    fn install(
+        &self,
+        sa: &mut IkeSa,
+        ctx: &mut Ctx<'_>,
+        rx: &Received<'_>,
+        m: AuthPayloads<'_>,
+    ) -> Result<(ChildSa, Box<ChildSaEstablished>), Reason> {
+        let (Some(sa_p), Some(tsi), Some(tsr)) = (m.sa, m.tsi, m.tsr) else {
+            return Err(rx.error().map_or(
+                Reason::ProtocolError("no Child SA in IKE_AUTH response"),
+                |(k, _)| reason_for(k),
+            ));
+        };
+        let cfg = sa
+            .conn
+            .child(&self.name)
+            .cloned()
+            .ok_or(Reason::Local("child configuration vanished"))?;
+        let answer = check_answer(
+            &cfg.esp_proposals,
+            &sa_p.proposals,
+            true,
+            &self.tsi,
+            &self.tsr,
+            &tsi,
+            &tsr,
+        );
+        let (selected, suite) = match answer {
+            Ok(x) => x,
+            Err(reason) => {
+                // The responder installed its half: delete it.
+                sa.queue
+                    .push_back(Task::DeleteChild(vec![self.inbound_spi]));
+                return Err(reason);
+            }
+        };
+        let Spi::U32(outbound_spi) = selected.spi else {
+            return Err(Reason::ProtocolError("no SPI"));
+        };
+        let (Some(keys), Some(hs)) = (sa.keys.as_ref(), sa.handshake.as_deref()) else {
+            return Err(Reason::Local("IKE_SA_INIT state gone"));
+        };
+        install(
+            ctx,
+            Install {
+                ike_sa: sa.id,
+                connection: sa.conn.name.clone(),
+                child: self.name.clone(),
+                initiator: true,
+                inbound_spi: self.inbound_spi,
+                outbound_spi,
+                suite,
+                esn: selected.esn,
+                prf: keys.prf,
+                sk_d: keys.sk_d(),
+                g_ir: None,
+                ni: &hs.ni,
+                nr: &hs.nr,
+                local_ts: tsi,
+                remote_ts: tsr,
+                local: sa.local,
+                remote: sa.remote,
+                encap: sa.encap(),
+                resource: self.resource,
+                rekeys: None,
+                per_resource: false,
+                outbound_active: true,
+                ke: None,
+                config: &cfg,
+            },
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Responder
+
+/// An initiator that passed the responder's checks.
+struct Verified<'p> {
+    /// The connection its proven identity selects.
+    conn: Arc<Connection>,
+    local_id: Identity,
+    peer_id: Identity,
+    psk: &'p SecretBytes,
+}
+
+/// Why the responder does not authenticate an IKE_AUTH request.
+enum Unverified {
+    /// No IDi, or the IKE SA's keys are gone: dropped unanswered.
+    Drop,
+    /// Answered with AUTHENTICATION_FAILED (§2.21.2).
+    Refuse(Option<Identity>, AuthFailure),
+}
+
+/// Our answer's proof: IDr and AUTH over RealMessage2 | NonceIData |
+/// MACedIDForR (§2.15).
+struct Proof {
+    id_type: IdType,
+    id_data: Vec<u8>,
+    auth: PrfOutput,
+}
+
+impl IkeSa {
+    /// An IKE_AUTH request: authenticate the initiator, answer with our
+    /// own proof, and negotiate the first Child SA if it asks for one.
+    pub(crate) fn respond_ike_auth(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+        payloads: &[PayloadRepr<'_>],
+        from: SocketAddr,
+        to: SocketAddr,
+    ) {
+        let m = AuthPayloads::collect(payloads);
+        let verified = match self.verify_initiator(ctx, &m, from) {
+            Ok(v) => v,
+            Err(Unverified::Drop) => return,
+            Err(Unverified::Refuse(identity, reason)) => {
+                return self.fail_auth(ctx, mid, from, to, identity, reason);
+            }
+        };
+        let Some(proof) = self.prove_responder(&verified) else {
+            return;
+        };
+        // Kept for the first Child SA's KEYMAT (§2.17) past the borrow.
+        let Some((ni, nr)) = self
+            .handshake
+            .as_deref()
+            .map(|h| (h.ni.clone(), h.nr.clone()))
+        else {
+            return;
+        };
+        let Verified {
+            conn,
+            local_id,
+            peer_id,
+            ..
+        } = verified;
+        self.conn = conn;
+        self.established(ctx, from, local_id, peer_id, m.window, m.initial_contact);
+        if self.nat.local_behind_nat {
+            self.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
+        }
+        let child = self.first_child(ctx, &m, &ni, &nr);
+        let window = window_notify(ctx.config);
+        let out = auth_response(&proof, window.as_ref(), child.as_ref());
+        // Window one until this answer is out (§2.3), so only it is kept
+        // (the IKE_SA_INIT response is of no use any more); ours from now.
+        self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
+        self.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
+        if let Some(Ok(answer)) = &child {
+            let name = answer.child.clone();
+            self.fallback_done(ctx, &name, Some(answer.resource_info));
+        }
+    }
+
+    /// The responder's checks, cheapest first: a usable IDi, an AUTH
+    /// payload (none means EAP, which we do not offer), a connection for
+    /// this identity, the PSK method, a PSK for the pair, and last the
+    /// AUTH value itself (§2.15: over RealMessage1 | NonceRData |
+    /// MACedIDForI).
+    fn verify_initiator<'p>(
+        &self,
+        ctx: &Ctx<'p>,
+        m: &AuthPayloads<'_>,
+        from: SocketAddr,
+    ) -> Result<Verified<'p>, Unverified> {
+        let Some(idi) = m.idi else {
+            return Err(Unverified::Drop);
+        };
+        let Some(peer_id) = Identity::from_wire(idi.id_type, idi.data) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, "authentication failed: unusable identity type {}", idi.id_type);
+            return Err(Unverified::Refuse(None, AuthFailure::UnknownIdentity));
+        };
+        let Some(auth) = m.auth else {
+            return Err(Unverified::Refuse(
+                Some(peer_id),
+                AuthFailure::UnsupportedMethod,
+            ));
+        };
+        let want_idr = m.idr.and_then(|i| Identity::from_wire(i.id_type, i.data));
+        let Some(conn) = self.pick_connection(ctx, &peer_id, want_idr.as_ref()) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no connection for this identity");
+            return Err(Unverified::Refuse(
+                Some(peer_id),
+                AuthFailure::UnknownIdentity,
+            ));
+        };
+        let local_id = conn.local_id(self.local.ip());
+        if auth.method != AuthMethod::SHARED_KEY_MIC {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, method = %auth.method, "authentication failed: unsupported method");
+            return Err(Unverified::Refuse(
+                Some(peer_id),
+                AuthFailure::UnsupportedMethod,
+            ));
+        }
+        let psks = ctx.psks;
+        let Some(psk) = psks.find(&local_id, &peer_id) else {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no PSK for '{}' - '{}'", local_id, peer_id);
+            return Err(Unverified::Refuse(Some(peer_id), AuthFailure::NoSecret));
+        };
+        let (Some(keys), Some(hs)) = (self.keys.as_ref(), self.handshake.as_deref()) else {
+            return Err(Unverified::Drop);
+        };
+        let (Some(sk_pi), Some(_)) = (keys.sk_pi(), keys.sk_pr()) else {
+            return Err(Unverified::Drop);
+        };
+        let verified = verify_psk_auth(
+            keys.prf,
+            psk.as_slice(),
+            &hs.init_request,
+            &hs.nr,
+            sk_pi,
+            &idi,
+            auth.data,
+        );
+        if !verified {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id,
+                "authentication of '{}' failed: AUTH payload does not verify with the PSK (wrong PSK?)", peer_id);
+            return Err(Unverified::Refuse(Some(peer_id), AuthFailure::BadAuth));
+        }
+        Ok(Verified {
+            conn,
+            local_id,
+            peer_id,
+            psk,
+        })
+    }
+
+    /// The connection for an authenticating peer: matching addresses, the
+    /// peer's identity, the IDr it asked for, and the IKE suite already
+    /// chosen. The candidate from IKE_SA_INIT wins ties.
+    fn pick_connection(
+        &self,
+        ctx: &Ctx<'_>,
+        peer: &Identity,
+        idr: Option<&Identity>,
+    ) -> Option<Arc<Connection>> {
+        let suite = self.suite.as_ref()?;
+        let answer = suite.to_wire(Protocol::Ike, Spi::None);
+        let fits = |c: &Arc<Connection>| {
+            c.matches_addrs(self.local.ip(), self.remote.ip())
+                && c.accepts_remote_id(peer)
+                && idr.is_none_or(|want| want.matches(&c.local_id(self.local.ip())))
+                && Proposal::select(&c.proposals, std::slice::from_ref(&answer), false, None)
+                    .is_some()
+        };
+        if fits(&self.conn) {
+            return Some(self.conn.clone());
+        }
+        // Only connections accepting this IDi can fit: the index hands
+        // those, in configuration order.
+        ctx.connections
+            .for_remote_id(peer)
+            .find(|c| fits(c))
+            .cloned()
+    }
+
+    /// Our IDr and AUTH for a verified initiator.
+    fn prove_responder(&self, v: &Verified<'_>) -> Option<Proof> {
+        let keys = self.keys.as_ref()?;
+        let hs = self.handshake.as_deref()?;
+        let sk_pr = keys.sk_pr()?;
+        let (id_type, id_data) = v.local_id.to_wire()?;
+        let idr = IdRepr {
+            id_type,
+            data: &id_data,
+        };
+        let auth = psk_auth(
+            keys.prf,
+            v.psk.as_slice(),
+            &hs.init_response,
+            &hs.ni,
+            sk_pr,
+            &idr,
+        );
+        Some(Proof {
+            id_type,
+            id_data,
+            auth,
+        })
+    }
+
+    /// The first Child SA, if the request asks for one: negotiated as in
+    /// CREATE_CHILD_SA, but without a KE of its own (§1.2).
+    fn first_child(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        m: &AuthPayloads<'_>,
+        ni: &[u8],
+        nr: &[u8],
+    ) -> Option<Result<ChildAnswer, NotifyType>> {
+        let (Some(sa_p), Some(tsi), Some(tsr)) = (m.sa, &m.tsi, &m.tsr) else {
+            return None;
+        };
+        let q = ChildQuery {
+            offered: &sa_p.proposals,
+            tsi,
+            tsr,
+            ignore_ke: true,
+            prefer_ke: None,
+            only: None,
+        };
+        let opts = ChildOpts {
+            resource_info: m.resource_info,
+            ..ChildOpts::default()
+        };
+        Some(self.negotiate_child(ctx, &q, opts, None, ni, nr))
+    }
+
+    /// Authentication failed: tell the driver and the peer (§2.21.2), and
+    /// end the IKE SA.
+    fn fail_auth(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        mid: u32,
+        from: SocketAddr,
+        to: SocketAddr,
+        identity: Option<Identity>,
+        reason: AuthFailure,
+    ) {
+        ctx.events.push_back(Event::AuthFailed {
+            ike_sa: self.id,
+            peer: from,
+            identity,
+            reason,
+        });
+        self.respond(
+            ctx,
+            ExchangeType::IKE_AUTH,
+            mid,
+            &[notify(NotifyType::AUTHENTICATION_FAILED, &[])],
+            from,
+            to,
+        );
+        self.announced = true;
+        self.die(ctx, Reason::AuthenticationFailed);
+    }
+}
+
+/// `IDr, AUTH, [N(SET_WINDOW_SIZE),]` then the Child SA's answer —
+/// `[N(SA_RESOURCE_INFO),] SAr2, TSi, TSr` — or the notify refusing it.
+fn auth_response<'a>(
+    proof: &'a Proof,
+    window: Option<&'a [u8; 4]>,
+    child: Option<&'a Result<ChildAnswer, NotifyType>>,
+) -> Vec<PayloadRepr<'a>> {
+    let mut out = vec![
+        PayloadRepr::IdR(IdRepr {
+            id_type: proof.id_type,
+            data: &proof.id_data,
+        }),
+        PayloadRepr::Auth(AuthRepr {
+            method: AuthMethod::SHARED_KEY_MIC,
+            data: proof.auth.as_slice(),
+        }),
+    ];
+    if let Some(w) = window {
+        out.push(PayloadRepr::Notify(NotifyRepr::new(
+            NotifyType::SET_WINDOW_SIZE,
+            w,
+        )));
+    }
+    match child {
+        Some(Ok(answer)) => {
+            if answer.resource_info {
+                out.push(PayloadRepr::Notify(NotifyRepr::new(
+                    NotifyType::SA_RESOURCE_INFO,
+                    &[],
+                )));
+            }
+            out.extend(answer.payloads());
+        }
+        Some(Err(kind)) => out.push(notify(*kind, &[])),
+        None => {}
+    }
+    out
+}
