@@ -3,7 +3,9 @@
 #   make demo   two gateways in network namespaces, traffic through the tunnel, live figures
 #   make test   every test: unit, property, netns (root), strongSwan interop, fuzz smoke runs
 #
-# Both install what they need first (scripts/setup.sh).
+# Both install what they need first (scripts/setup.sh). `make build` builds the
+# gateway (target/release/esparto) and the test bed that runs it
+# (target/release/esparto-testbed: the demo and the end-to-end benchmarks).
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -17,10 +19,10 @@ setup:
 	@scripts/setup.sh
 
 build: setup
-	$(CARGO) build --release -p esparto
+	$(CARGO) build --release -p esparto -p esparto-testbed
 
 demo: build
-	target/release/esparto demo
+	target/release/esparto-testbed demo
 
 test: setup
 	scripts/test.sh

@@ -20,6 +20,8 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy --workspace --all-targets --quiet "${TEST_FEATURES[@]}" -- -D warnings
 
 step "tests"
+# One cargo run for the whole workspace: it builds the `esparto` binary that
+# the test bed's tests (crates/esparto-testbed) find next to their own.
 cargo test --workspace --quiet "${TEST_FEATURES[@]}"
 
 step "fuzz smoke runs (${FUZZ_SECONDS}s each)"

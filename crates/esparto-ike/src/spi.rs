@@ -9,8 +9,9 @@
 //! Inbound ESP SPIs have a second job: the data plane steers each inbound
 //! packet to the worker that owns its SA *by its SPI* (a cBPF program on
 //! the reuseport group reads it). So ESP SPI allocation is a
-//! trait the daemon implements: it knows the steering function and which
-//! SPIs are live in the SAD. [`RandomSpiAllocator`] is the default for
+//! trait: the daemon uses [`SteeringSpiAllocator`] with its data plane's
+//! steering function, and tells it which SPIs are released from the SAD.
+//! [`RandomSpiAllocator`] is the default for
 //! tests and for daemons without steering: random, never 0–255 (RFC 4303
 //! §2.1 reserves 1–255; 0 is "no SA"), never a value still allocated.
 
@@ -53,6 +54,56 @@ impl SpiAllocator for RandomSpiAllocator {
             let spi = u32::from_be_bytes(b);
             if spi >= MIN_ESP_SPI && self.live.insert(spi) {
                 return spi;
+            }
+        }
+    }
+
+    fn release(&mut self, spi: u32) {
+        self.live.remove(&spi);
+    }
+}
+
+/// How a data plane that steers inbound ESP by SPI maps a random value to
+/// an SPI its steering rule sends to `worker` of `workers`, keeping the
+/// value's other bits (`None` if `worker` is out of range).
+pub type SteerFn = fn(random: u32, worker: usize, workers: usize) -> Option<u32>;
+
+/// Inbound SPIs that steer to a chosen worker: random in every bit the
+/// steering rule (`steer`) leaves free, so each SA is processed by the
+/// worker asked for (or, for `None`, the next one round-robin, spreading
+/// tunnels over cores) yet stays unpredictable; unique among those
+/// allocated and not yet released, never below [`MIN_ESP_SPI`].
+#[derive(Debug)]
+pub struct SteeringSpiAllocator {
+    workers: usize,
+    next: usize,
+    steer: SteerFn,
+    live: HashSet<u32>,
+}
+
+impl SteeringSpiAllocator {
+    /// An allocator for `workers` workers and the data plane's steering rule.
+    pub fn new(workers: usize, steer: SteerFn) -> Self {
+        Self { workers: workers.max(1), next: 0, steer, live: HashSet::new() }
+    }
+}
+
+impl SpiAllocator for SteeringSpiAllocator {
+    fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32 {
+        let w = match worker {
+            Some(k) => usize::from(k) % self.workers,
+            None => {
+                self.next = (self.next + 1) % self.workers;
+                self.next
+            }
+        };
+        loop {
+            let mut b = [0u8; 4];
+            rng.fill_public(&mut b);
+            if let Some(spi) = (self.steer)(u32::from_be_bytes(b), w, self.workers) {
+                if spi >= MIN_ESP_SPI && self.live.insert(spi) {
+                    return spi;
+                }
             }
         }
     }
@@ -106,6 +157,42 @@ mod tests {
             256,
             "released SPIs may come back"
         );
+    }
+
+    /// A steering rule by residue, as the data plane's: `spi % workers`.
+    fn by_residue(random: u32, worker: usize, workers: usize) -> Option<u32> {
+        let (n, k) = (u32::try_from(workers).ok()?, u32::try_from(worker).ok()?);
+        (k < n).then(|| random - random % n + k)
+    }
+
+    #[test]
+    fn steering_spis_reach_the_worker_asked_for() {
+        let mut rng = esparto_crypto::SystemRng;
+        let mut a = SteeringSpiAllocator::new(4, by_residue);
+        let mut seen = HashSet::new();
+        for k in 0..64u16 {
+            let spi = a.allocate(&mut rng, Some(k));
+            assert_eq!(spi % 4, u32::from(k % 4), "{spi:#x} for worker {k}");
+            assert!(spi >= MIN_ESP_SPI);
+            assert!(seen.insert(spi), "{spi:#x} twice");
+        }
+        // Without a worker: round-robin over all of them.
+        let rr: Vec<u32> = (0..8).map(|_| a.allocate(&mut rng, None) % 4).collect();
+        assert_eq!(rr, [1, 2, 3, 0, 1, 2, 3, 0]);
+    }
+
+    #[test]
+    fn steering_spis_redraw_reserved_and_taken_values() {
+        // 0x00000007 steers to worker 3 of 4 but is reserved; then 0x104
+        // (worker 0) twice: the second draw is taken, so the third is used.
+        let mut rng = Script(vec![0, 0, 0, 7, 0, 0, 1, 3, 0, 0, 1, 4, 0, 0, 1, 4, 0, 0, 2, 4]);
+        let mut a = SteeringSpiAllocator::new(4, by_residue);
+        assert_eq!(a.allocate(&mut rng, Some(3)), 0x103);
+        assert_eq!(a.allocate(&mut rng, Some(0)), 0x104);
+        assert_eq!(a.allocate(&mut rng, Some(0)), 0x204);
+        a.release(0x104);
+        let mut rng = Script(vec![0, 0, 1, 4]);
+        assert_eq!(a.allocate(&mut rng, Some(0)), 0x104, "released SPIs may come back");
     }
 
     #[test]

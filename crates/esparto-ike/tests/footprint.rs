@@ -1,6 +1,6 @@
 //! Heap per established tunnel (one IKE SA and its first Child SA pair),
 //! each side apart, held to a budget: the figure the crate essay's memory
-//! table explains, measured the way `esparto bench setup` does (live heap
+//! table explains, measured the way `esparto-testbed bench setup` does (live heap
 //! bytes through a counting global allocator), in-process and seeded.
 //!
 //! Each side's share is what dropping its endpoint frees, less what

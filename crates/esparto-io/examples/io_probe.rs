@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use esparto_io::netns::{Netns, Pair};
+use esparto_netns::{Netns, Pair};
 use esparto_io::tun::{TunConfig, TunDevice, VNET_HDR_LEN};
 use esparto_io::udp::{GRO_SLOT_LEN, UdpConfig, UdpSocket};
 use esparto_io::{RxBatch, TxBatch};
@@ -283,7 +283,7 @@ fn udp4(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), payload: &[u8]) -> Vec<u8> {
 }
 
 fn main() {
-    if !esparto_io::netns::available() {
+    if !esparto_netns::available() {
         eprintln!("io_probe needs root and iproute2 (network namespaces)");
         std::process::exit(2);
     }

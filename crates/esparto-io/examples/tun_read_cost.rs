@@ -31,7 +31,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::AsRawFd;
 
 use esparto_io::RxBatch;
-use esparto_io::netns::Netns;
+use esparto_netns::Netns;
 use esparto_io::tun::{TunConfig, TunDevice, TunQueue, VNET_HDR_LEN};
 
 const FILL: usize = 4_000;

@@ -22,7 +22,7 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use esparto_io::TxBatch;
-use esparto_io::netns::Netns;
+use esparto_netns::Netns;
 use esparto_io::tun::{TunConfig, TunDevice, TunQueue, VNET_HDR_LEN};
 
 const BATCH: usize = 64;

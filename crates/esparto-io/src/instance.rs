@@ -386,12 +386,12 @@ mod tests {
 
     #[test]
     fn namespaces_do_not_block_each_other() {
-        if !crate::netns::available() {
+        if !esparto_netns::available() {
             eprintln!("SKIP: needs root and iproute2");
             return;
         }
         let dir = tempdir("netns");
-        let (a, b) = (crate::netns::Netns::new("lock-a").unwrap(), crate::netns::Netns::new("lock-b").unwrap());
+        let (a, b) = (esparto_netns::Netns::new("lock-a").unwrap(), esparto_netns::Netns::new("lock-b").unwrap());
         let claims = [Claim::Tun("esparto0".into()), Claim::Udp { v6: false, port: 4500 }];
         let in_a = a.run(|| InstanceLock::acquire(&dir, &claims)).unwrap().unwrap();
         let in_b = b.run(|| InstanceLock::acquire(&dir, &claims)).unwrap();
@@ -404,11 +404,11 @@ mod tests {
 
     #[test]
     fn an_attached_tun_device_is_refused_and_a_detached_one_is_free() {
-        if !crate::netns::available() {
+        if !esparto_netns::available() {
             eprintln!("SKIP: needs root and iproute2");
             return;
         }
-        let ns = crate::netns::Netns::new("tunchk").unwrap();
+        let ns = esparto_netns::Netns::new("tunchk").unwrap();
         assert!(ns.run(|| check_tun_free("esparto0")).unwrap().is_ok());
         let dev = ns
             .run(|| crate::tun::TunDevice::create(&crate::tun::TunConfig { queues: 2, ..Default::default() }))

@@ -16,9 +16,6 @@
 //! (`UDP_SEGMENT`), inbound ones arrive coalesced by UDP GRO and are split by
 //! segment size, and packets written back to the TUN are coalesced again
 //! (virtio-net header GSO) where that pays.
-//!
-//! [`netns`] creates network namespaces and veth pairs for the tests, the demo
-//! and the end-to-end benchmark, and removes exactly what it created.
 
 pub mod batch;
 pub mod control;
@@ -27,7 +24,6 @@ pub mod esp;
 pub mod gro;
 pub mod instance;
 pub mod netlink;
-pub mod netns;
 pub mod poll;
 pub mod privs;
 pub mod route;

@@ -271,7 +271,7 @@ fn kind_name(k: &InfoKind) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::netns::{self, Netns};
+    use esparto_netns::{self as netns, Netns};
 
     #[test]
     fn loopback_is_found_and_a_missing_device_is_none() {

@@ -292,7 +292,7 @@ impl DeviceRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netns::{self, Netns};
+    use esparto_netns::{self as netns, Netns};
 
     fn p(s: &str) -> IpAddr {
         s.parse().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))

@@ -17,7 +17,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use esparto_io::control::{CONTROL_POOL, control_channel};
-use esparto_io::netns::Netns;
+use esparto_netns::Netns;
 use esparto_io::tun::{TunConfig, TunDevice, VNET_HDR_LEN};
 use esparto_io::udp::{GRO_SLOT_LEN, UdpConfig, UdpSocket};
 use esparto_io::{RxBatch, TxBatch};

@@ -10,7 +10,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use esparto_io::netns::Pair;
+use esparto_netns::Pair;
 use esparto_io::udp::{UdpConfig, UdpGroup, UdpSocket};
 use esparto_io::{TxBatch, spi_for_worker, spi_to_worker};
 

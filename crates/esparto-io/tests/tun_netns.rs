@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use esparto_io::netns::Netns;
+use esparto_netns::Netns;
 use esparto_io::tun::{Steering, TunConfig, TunDevice, TunQueue, VNET_HDR_LEN};
 use esparto_io::udp::{UdpConfig, UdpSocket};
 use esparto_io::{RxBatch, TxBatch};

@@ -8,7 +8,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use esparto_io::netns::Pair;
+use esparto_netns::Pair;
 use esparto_io::udp::{GRO_SLOT_LEN, UdpConfig, UdpSocket};
 use esparto_io::{RxBatch, TxBatch};
 

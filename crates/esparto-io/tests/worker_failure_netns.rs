@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use esparto_io::netns::Netns;
+use esparto_netns::Netns;
 use esparto_io::tun::{TunConfig, TunDevice};
 use esparto_io::udp::{UdpConfig, UdpGroup};
 use esparto_io::worker::{FailureCause, WorkerConfig, WorkerFailure, WorkerReport};

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use esparto_io::netns::{Netns, Pair};
+use esparto_netns::{Netns, Pair};
 use esparto_io::tun::{TunConfig, TunDevice};
 use esparto_io::udp::{UdpConfig, UdpGroup};
 use esparto_io::control::{CONTROL_POOL, ControlTx, control_channel};

@@ -15,7 +15,14 @@ use crate::render;
 
 /// Esparto: a site-to-site IPsec gateway in userspace.
 #[derive(Debug, Parser)]
-#[command(name = "esparto", version, about, long_about = None)]
+#[command(
+    name = "esparto",
+    version,
+    about,
+    long_about = None,
+    after_help = "The demo and the end-to-end benchmarks (two gateways in network namespaces) are \
+                  `esparto-testbed demo` and `esparto-testbed bench tunnel|setup` (`make demo`)."
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -23,11 +30,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Measure Esparto.
+    /// Measure the data plane on this machine.
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// Two gateways in network namespaces, IKEv2, ping, iperf3 TCP and UDP, live figures.
-    Demo(DemoArgs),
     /// Validate a configuration file: every error with file, line, column and key.
     CheckConfig(CheckConfigArgs),
     /// Run the gateway.
@@ -69,19 +74,6 @@ struct UpDownArgs {
 }
 
 #[derive(Debug, Args)]
-struct DemoArgs {
-    /// Seconds of each traffic phase (TCP, UDP).
-    #[arg(long, default_value_t = 5)]
-    seconds: u32,
-    /// Workers per gateway (default: the CPUs esparto may use).
-    #[arg(long)]
-    workers: Option<usize>,
-    /// Print a JSON summary (ping_ok, tcp_mbps, udp_1400_mbps, per-worker packets) instead.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
 struct CheckConfigArgs {
     /// The configuration file (TOML).
     file: PathBuf,
@@ -114,13 +106,6 @@ struct StatusArgs {
 enum BenchCmd {
     /// In-process ESP throughput against the raw cipher, by packet size and worker count.
     Dataplane(DataplaneArgs),
-    /// End to end through two gateways in namespaces: Esparto vs strongSwan, per-CPU SAs vs one pair.
-    Tunnel(crate::bench::tunnel::Args),
-    /// IKE tunnel set-up rate, memory per tunnel, SPI cost and config load scaling (two processes in namespaces).
-    Setup(crate::bench::setup::Args),
-    /// One side of `bench setup` (started by it).
-    #[command(hide = true)]
-    SetupPeer(crate::bench::setup::PeerArgs),
 }
 
 #[derive(Debug, Args)]
@@ -152,11 +137,7 @@ struct DataplaneArgs {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = dispatch(cli);
-    // A signal is being handled: its cleanup ends the process (the failure
-    // this thread saw is the cleanup stopping the gateways).
-    crate::testbed::wait_if_interrupted();
-    match r {
+    match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("esparto: {e:#}");
@@ -168,10 +149,6 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Bench(BenchCmd::Dataplane(a)) => bench_dataplane(a),
-        Cmd::Bench(BenchCmd::Tunnel(a)) => crate::bench::tunnel::main(&a),
-        Cmd::Bench(BenchCmd::Setup(a)) => crate::bench::setup::main(&a),
-        Cmd::Bench(BenchCmd::SetupPeer(a)) => crate::bench::setup::peer_main(&a),
-        Cmd::Demo(a) => demo(a),
         Cmd::CheckConfig(a) => check_config(a),
         Cmd::Run(a) => run(a),
         Cmd::Status(a) => status(a),
@@ -303,19 +280,6 @@ fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn demo(a: DemoArgs) -> Result<ExitCode> {
-    if a.seconds == 0 || a.seconds > 3600 {
-        anyhow::bail!("--seconds must be between 1 and 3600");
-    }
-    let bin = std::env::current_exe().context("locating the esparto binary")?;
-    crate::testbed::clean_up_on_signal("esparto demo")?;
-    let summary = crate::demo::run(&bin, &crate::demo::Options { seconds: a.seconds, workers: a.workers, json: a.json })?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    }
-    Ok(if summary.ping_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn rekey(a: RekeyArgs) -> Result<ExitCode> {

@@ -2,15 +2,17 @@
 //!
 //! This crate is the binary's library: the command line ([`cli`]), the
 //! configuration ([`config`]), the daemon, the status model ([`status`]) and
-//! the benchmarks ([`bench`]). It is the only crate that reads files, the
-//! environment and flags; the core crates take typed, validated values.
+//! the in-process data-plane benchmark ([`bench`]), which measures the
+//! machine the gateway runs on. It is the only crate of the gateway that
+//! reads files, the environment and flags; the core crates take typed,
+//! validated values. The test bed (two gateways in network namespaces, the
+//! demo, the end-to-end benchmarks) is the `esparto-testbed` crate, which
+//! runs this binary as a separate process.
 
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
-pub mod demo;
 pub mod render;
 pub mod status;
-pub mod testbed;

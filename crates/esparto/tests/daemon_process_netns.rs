@@ -12,10 +12,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair, run_to_exit};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, skip, traffic};
-use esparto_io::netns::Netns;
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair, run_to_exit};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::{Family, skip, traffic};
+use esparto_netns::Netns;
 
 /// `CAP_NET_ADMIN` as a bit of the `/proc/PID/status` masks.
 const CAP_NET_ADMIN: u64 = 1 << 12;

@@ -16,8 +16,8 @@ use esparto::config::{Child, Config, Connection, Daemon, PerCpuSas, StaticPair, 
 use esparto::daemon::Gateway;
 use esparto_crypto::{EspSuite, SecretBytes};
 use esparto_esp::Lifetime;
-use esparto::testbed::topology::{Node, Topology};
-use esparto_io::netns::{self, Netns};
+use esparto_testbed::topology::{Node, Topology};
+use esparto_netns::{self as netns, Netns};
 
 fn key(tag: u8, suite: EspSuite) -> SecretBytes {
     SecretBytes::from_slice(&(0..suite.keymat_len()).map(|i| (i as u8) ^ tag).collect::<Vec<_>>())

@@ -11,9 +11,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use esparto::status::IkeSaStatus;
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, skip, traffic};
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::{Family, skip, traffic};
 
 fn keying(initiator: bool, west: bool, psk: &str) -> Keying {
     let (l, r) = if west { ("@west", "@east") } else { ("@east", "@west") };

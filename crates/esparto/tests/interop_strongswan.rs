@@ -19,10 +19,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
-use esparto::testbed::strongswan::{Charon, SwanConfig};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, skip, traffic};
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
+use esparto_testbed::strongswan::{Charon, SwanConfig};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::{Family, skip, traffic};
 
 const PSK: &str = "interop test key, namespaces only";
 const IKE: [&str; 3] = ["aes256gcm16-prfsha256-x25519", "aes128-sha256-ecp256", "aes256-sha256-modp2048"];

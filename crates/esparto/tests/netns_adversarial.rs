@@ -15,10 +15,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::traffic;
-use esparto::testbed::{Family, skip};
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::traffic;
+use esparto_testbed::{Family, skip};
 use esparto_crypto::{EspSuite, SecretBytes};
 use esparto_esp::{HEADROOM, Lifetime, OutboundSa, SaConfig, TAILROOM};
 

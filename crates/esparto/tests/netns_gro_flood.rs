@@ -41,11 +41,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::udpgen::UdpGen;
-use esparto::testbed::{Family, cpu, loadavg, mem, skip, traffic, wait_for};
-use esparto_io::netns::Netns;
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::udpgen::UdpGen;
+use esparto_testbed::{Family, cpu, loadavg, mem, skip, traffic, wait_for};
+use esparto_netns::Netns;
 use esparto_io::{TxBatch, UdpConfig, UdpSocket, spi_for_worker};
 use esparto_wire::ike::{Message, PayloadRepr};
 

@@ -78,10 +78,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use esparto::status::IkeSaStatus;
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, WorkDir, cpu, loadavg, mem, skip, traffic, wait_for};
-use esparto_io::netns::Netns;
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::{Family, WorkDir, cpu, loadavg, mem, skip, traffic, wait_for};
+use esparto_netns::Netns;
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr, Message, NotifyType, PayloadRepr};
 
 /// The two tests share two cores with each other otherwise.

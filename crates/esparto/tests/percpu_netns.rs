@@ -17,10 +17,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use esparto::status::{IkeSaStatus, Status};
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::udpgen::UdpGen;
-use esparto::testbed::{Family, skip};
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::udpgen::UdpGen;
+use esparto_testbed::{Family, skip};
 
 fn keying(west: bool) -> Keying {
     Keying::Ike {

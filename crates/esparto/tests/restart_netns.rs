@@ -21,10 +21,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
-use esparto::testbed::pinger::{Pinger, unix_secs};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, skip};
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
+use esparto_testbed::pinger::{Pinger, unix_secs};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::{Family, skip};
 
 /// Pings per second from each host.
 const PING_INTERVAL: Duration = Duration::from_millis(50);

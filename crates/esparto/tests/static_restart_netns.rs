@@ -30,9 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use esparto::testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
-use esparto::testbed::topology::{Net, Node, Topology};
-use esparto::testbed::{Family, WorkDir, skip, wait_for};
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::{Family, WorkDir, skip, wait_for};
 
 /// Crash-and-restart cycles of the first test.
 const RESTARTS: usize = 100;

@@ -13,9 +13,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use esparto::daemon::fault;
-use esparto::testbed::esparto::{EspartoConfig, Keying, StaticPair, run_to_exit};
-use esparto::testbed::skip;
-use esparto::testbed::topology::{Node, Topology};
+use esparto_testbed::esparto::{EspartoConfig, Keying, StaticPair, run_to_exit};
+use esparto_testbed::skip;
+use esparto_testbed::topology::{Node, Topology};
 
 #[test]
 fn a_worker_panic_stops_the_daemon_with_the_reason() {

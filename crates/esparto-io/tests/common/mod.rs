@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 #[macro_export]
 macro_rules! require_netns {
     ($name:expr) => {
-        if !esparto_io::netns::available() {
+        if !esparto_netns::available() {
             eprintln!(
                 "SKIP {}: needs root and iproute2 (network namespaces)",
                 $name

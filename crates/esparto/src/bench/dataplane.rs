@@ -15,7 +15,7 @@
 //! Each figure is the median of `runs` measurements of `seconds` each; the
 //! kinds are interleaved within a run so drift on a shared machine hits them
 //! alike. Threads are pinned one per CPU. Cycles are TSC reference cycles
-//! ([`esparto_io::cpu::tsc_hz`]).
+//! ([`super::tsc::tsc_hz`]).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Barrier};
@@ -140,7 +140,7 @@ pub struct Row {
 /// Runs the benchmark.
 pub fn run(opts: &Options) -> Result<Vec<Row>> {
     let cpus = esparto_io::cpu::allowed_cpus().context("reading the CPU affinity mask")?;
-    let hz = esparto_io::cpu::tsc_hz();
+    let hz = super::tsc::tsc_hz();
     let mut rows = Vec::new();
     for &size in &opts.sizes {
         let mut raw_w = Vec::new();
@@ -518,7 +518,7 @@ pub fn print_table(rows: &[Row]) {
         "esparto bench dataplane: suite {}, {} worker(s), TSC {:.2} GHz{}",
         first.suite,
         first.workers,
-        esparto_io::cpu::tsc_hz() / 1e9,
+        super::tsc::tsc_hz() / 1e9,
         if esparto_io::cpu::HAS_TSC { "" } else { " (no TSC: nanoseconds)" }
     );
     println!(

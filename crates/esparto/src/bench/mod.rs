@@ -1,5 +1,6 @@
-//! Benchmarks: `esparto bench dataplane` (in process), and later `tunnel`
-//! (two gateways in namespaces) and `setup` (IKE tunnels per second).
+//! `esparto bench dataplane`: the data plane measured in process, on the
+//! machine the gateway runs on. (The end-to-end benchmarks through two
+//! gateways are the test bed's: `esparto-testbed bench tunnel|setup`.)
 //!
 //! Speed is measured here and not in tests: these machines are shared and
 //! noisy, so every benchmark reports ratios measured side by side in one
@@ -7,8 +8,7 @@
 
 pub mod dataplane;
 pub mod packet;
-pub mod setup;
-pub mod tunnel;
+pub mod tsc;
 
 /// The median of `xs` (0 for none).
 pub fn median(xs: &[f64]) -> f64 {

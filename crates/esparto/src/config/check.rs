@@ -12,7 +12,7 @@
 //! check covers both. The error names both children and where the other
 //! one is. The check indexes selectors by address interval instead of
 //! comparing every pair of children, so a 10,000-spoke hub loads in linear
-//! time (see [`overlaps`]; `esparto bench setup` measures it).
+//! time (see [`overlaps`]; `esparto-testbed bench setup` measures it).
 //!
 //! **SPIs.** Inbound SAs are found by SPI alone (RFC 4301 §4.1: "the SPI
 //! alone suffices to specify an SA" for unicast), so an inbound SPI used

@@ -49,7 +49,7 @@ use tree::{Cx, Kind};
 
 /// Largest configuration file accepted (a typo'd path to a disk image
 /// should fail fast, not be read into memory). A hub's spoke takes about
-/// 500 bytes (`esparto bench setup`'s generated files), so this admits
+/// 500 bytes (`esparto-testbed bench setup`'s generated files), so this admits
 /// some 100,000 tunnels; 4 MiB refused a 10,000-spoke hub.
 pub const MAX_FILE_SIZE: u64 = 64 << 20;
 

@@ -19,9 +19,11 @@
 //! inbound SA lingers a moment after its delete to catch packets in flight.
 //! That is what makes rekeying lossless.
 //!
-//! Inbound ESP SPIs are chosen by [`SteeringSpis`]: random in every bit the
-//! steering rule does not fix, so each SA is processed by a chosen worker
-//! (round-robin, spreading tunnels over cores) yet stays unpredictable.
+//! Inbound ESP SPIs are chosen by a [`SteeringSpiAllocator`] with the data
+//! plane's steering function ([`esparto_io::spi_for_worker`]): random in
+//! every bit the steering rule does not fix, so each SA is processed by a
+//! chosen worker (round-robin, spreading tunnels over cores) yet stays
+//! unpredictable.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -30,9 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use esparto_crypto::{Rng, SecretBytes, SystemRng};
+use esparto_crypto::{SecretBytes, SystemRng};
 use esparto_esp::GroupId;
-use esparto_ike::{CloseAction, DpdAction, Endpoint, EndpointConfig, IkeSaId, SpiAllocator, StartAction};
+use esparto_ike::{CloseAction, DpdAction, Endpoint, EndpointConfig, IkeSaId, StartAction, SteeringSpiAllocator};
 use esparto_io::udp::UdpConfig;
 use tracing::{info, warn};
 
@@ -59,46 +61,6 @@ const MAX_IKE_DATAGRAM: usize = 65_535;
 /// of IKE_SA_INIT (each answered with a COOKIE, RFC 7296 §2.6) the system
 /// calls, not the IKE work, are most of the cost.
 const IKE_BATCH: usize = 16;
-
-/// Inbound SPIs that steer to a chosen worker (see the module docs).
-#[derive(Debug)]
-pub struct SteeringSpis {
-    workers: usize,
-    next: usize,
-    live: HashSet<u32>,
-}
-
-impl SteeringSpis {
-    /// An allocator for `workers` workers.
-    pub fn new(workers: usize) -> Self {
-        Self { workers: workers.max(1), next: 0, live: HashSet::new() }
-    }
-}
-
-impl SpiAllocator for SteeringSpis {
-    fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32 {
-        let w = match worker {
-            Some(k) => usize::from(k) % self.workers,
-            None => {
-                self.next = (self.next + 1) % self.workers;
-                self.next
-            }
-        };
-        loop {
-            let mut b = [0u8; 4];
-            rng.fill_public(&mut b);
-            if let Some(spi) = esparto_io::spi_for_worker(u32::from_be_bytes(b), w, self.workers) {
-                if self.live.insert(spi) {
-                    return spi;
-                }
-            }
-        }
-    }
-
-    fn release(&mut self, spi: u32) {
-        self.live.remove(&spi);
-    }
-}
 
 /// The daemon-side settings of a negotiated child.
 #[derive(Debug, Clone)]
@@ -203,7 +165,7 @@ impl Ike {
             max_half_open: limits.max_half_open,
             ..EndpointConfig::default()
         };
-        let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpis::new(gw.workers())));
+        let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), esparto_io::spi_for_worker)));
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
         let sock500 = esparto_io::UdpSocket::bind(bind, &UdpConfig::default(), false)

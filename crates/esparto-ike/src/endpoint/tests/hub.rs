@@ -14,7 +14,7 @@ fn spoke_id(i: usize) -> Identity {
 
 /// The hub (responder, `initiator == false`) or the spokes' side: one
 /// connection and one PSK per spoke, all between the same two addresses,
-/// as `esparto bench setup --connections` has them. The hub's keys are
+/// as `esparto-testbed bench setup --connections` has them. The hub's keys are
 /// loaded in reverse and after a key listing only the hub, so a spoke
 /// finds its key by the pair, not by position.
 fn side(seed: u64, initiator: bool) -> Endpoint {

@@ -1,0 +1,14 @@
+//! The end-to-end benchmarks: `esparto-testbed bench tunnel` (two gateways
+//! in namespaces, Esparto against strongSwan) and `bench setup` (IKE
+//! tunnels per second, memory per tunnel, config load scaling). The
+//! in-process data-plane benchmark is the gateway's own, `esparto bench
+//! dataplane`: it measures the machine the gateway runs on.
+//!
+//! Speed is measured here and not in tests: these machines are shared and
+//! noisy, so every benchmark reports ratios measured side by side in one
+//! run and medians of several runs.
+
+pub mod setup;
+pub mod tunnel;
+
+pub use esparto::bench::median;

@@ -1,0 +1,93 @@
+//! The command line: `esparto-testbed <command>`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use crate::bench::{setup, tunnel};
+
+/// Esparto's test bed: two gateways in network namespaces, the demo and the
+/// end-to-end benchmarks. The gateways are the `esparto` binary, run as
+/// separate processes.
+#[derive(Debug, Parser)]
+#[command(name = "esparto-testbed", version, about, long_about = None)]
+pub struct Cli {
+    /// The `esparto` binary to run the gateways with (default: the one next to this executable).
+    #[arg(long, global = true, value_name = "PATH")]
+    esparto: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Two gateways in network namespaces, IKEv2, ping, iperf3 TCP and UDP, live figures.
+    Demo(DemoArgs),
+    /// Measure Esparto end to end.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Seconds of each traffic phase (TCP, UDP).
+    #[arg(long, default_value_t = 5)]
+    seconds: u32,
+    /// Workers per gateway (default: the CPUs esparto may use).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Print a JSON summary (ping_ok, tcp_mbps, udp_1400_mbps, per-worker packets) instead.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// End to end through two gateways in namespaces: Esparto vs strongSwan, per-CPU SAs vs one pair.
+    Tunnel(tunnel::Args),
+    /// IKE tunnel set-up rate, memory per tunnel, SPI cost and config load scaling (two processes in namespaces).
+    Setup(setup::Args),
+    /// One side of `bench setup` (started by it).
+    #[command(hide = true)]
+    SetupPeer(setup::PeerArgs),
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = dispatch(cli);
+    // A signal is being handled: its cleanup ends the process (the failure
+    // this thread saw is the cleanup stopping the gateways).
+    crate::wait_if_interrupted();
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("esparto-testbed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Cmd::Demo(a) => demo(a, cli.esparto),
+        Cmd::Bench(BenchCmd::Tunnel(a)) => tunnel::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
+        Cmd::Bench(BenchCmd::Setup(a)) => setup::main(&a),
+        Cmd::Bench(BenchCmd::SetupPeer(a)) => setup::peer_main(&a),
+    }
+}
+
+fn demo(a: DemoArgs, esparto: Option<PathBuf>) -> Result<ExitCode> {
+    if a.seconds == 0 || a.seconds > 3600 {
+        anyhow::bail!("--seconds must be between 1 and 3600");
+    }
+    let bin = crate::esparto_binary(esparto.as_deref())?;
+    crate::clean_up_on_signal("esparto-testbed demo")?;
+    let summary = crate::demo::run(&bin, &crate::demo::Options { seconds: a.seconds, workers: a.workers, json: a.json })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    Ok(if summary.ping_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
