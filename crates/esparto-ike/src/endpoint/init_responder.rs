@@ -50,6 +50,7 @@ use crate::sa::{Handshake, IkeSa, Role, State};
 use crate::spi::ike_spi;
 use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::Rng;
+use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
     ExchangeType, Header, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType,
     emit_message,
@@ -228,7 +229,7 @@ impl Endpoint {
         }
         if local.port() == self.config.natt_port {
             // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
-            data.splice(0..0, [0u8; 4]);
+            data.splice(0..0, NON_ESP_MARKER);
         }
         self.transmits.push_back(Transmit {
             local,

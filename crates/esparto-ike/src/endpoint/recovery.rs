@@ -69,6 +69,7 @@ use crate::lifetime::{
 use crate::ratelimit::RateLimiter;
 use crate::sa::State;
 use core::net::SocketAddr;
+use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
     ExchangeType, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType, Spi,
     emit_message,
@@ -217,7 +218,7 @@ impl Endpoint {
         }
         if local.port() == self.config.natt_port {
             // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
-            data.splice(0..0, [0u8; 4]);
+            data.splice(0..0, NON_ESP_MARKER);
         }
         self.transmits.push_back(Transmit {
             local,
