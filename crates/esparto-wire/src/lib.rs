@@ -15,6 +15,13 @@
 //! plane calls these per packet, on bytes from the network. Malformed input is
 //! an [`Error`] value saying which field was wrong.
 //!
+//! This is the one crate that knows where a field lies. The other crates
+//! read and write packets through these views (`new_checked` once, then
+//! accessors; `new_unchecked` where a length was checked just before), and
+//! the few places that must name an offset rather than read a value — the
+//! checksum offset of an offloaded packet, the loads of a BPF program the
+//! kernel runs — take it from a module's `field` table.
+//!
 //! | module | format | RFC |
 //! | --- | --- | --- |
 //! | [`checksum`] | Internet checksum | 1071, 1624 |
