@@ -35,7 +35,8 @@ use std::time::Instant;
 
 use esparto_crypto::{EspCipher, EspSuite, KeyLengthError, SecretBytes};
 use esparto_wire::esp::{self as wesp, Trailer};
-use esparto_wire::ip::FlowKey;
+use esparto_wire::ip::{self, FlowKey, IpVersion};
+use esparto_wire::{ipv4, ipv6, udp};
 
 use crate::counters::{DropReason, SaCounters};
 use crate::lifetime::{Expiry, Lifetime, LifetimeState, Verdict};
@@ -50,14 +51,17 @@ pub type Spi = u32;
 pub const MAX_IV_LEN: usize = 16;
 /// Largest ICV any suite uses (HMAC-SHA-512-256).
 pub const MAX_ICV_LEN: usize = 32;
+/// Largest cipher block any suite pads to (AES-CBC).
+const MAX_BLOCK_LEN: usize = 16;
 /// Bytes a caller must leave in front of an inner packet for the ESP header and IV.
 pub const HEADROOM: usize = wesp::HEADER_LEN + MAX_IV_LEN;
-/// Bytes a caller must leave after an inner packet for padding, trailer and ICV.
-pub const TAILROOM: usize = 15 + wesp::TRAILER_LEN + MAX_ICV_LEN;
+/// Bytes a caller must leave after an inner packet for padding (at most a
+/// block less one byte), trailer and ICV.
+pub const TAILROOM: usize = (MAX_BLOCK_LEN - 1) + wesp::TRAILER_LEN + MAX_ICV_LEN;
 
-/// Outer header bytes of ESP-in-UDP besides ESP itself: UDP (8) + IPv4 (20) or IPv6 (40).
+/// Outer header bytes of ESP-in-UDP besides ESP itself: UDP and IPv4 or IPv6.
 pub fn outer_overhead(peer: &SocketAddr) -> usize {
-    8 + if peer.is_ipv4() { 20 } else { 40 }
+    udp::HEADER_LEN + if peer.is_ipv4() { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN }
 }
 
 /// Everything needed to install one SA (one direction).
@@ -335,8 +339,14 @@ impl OutboundSa {
             return Err(DropReason::Malformed.into());
         }
         let packet = &mut buf[start..end];
-        packet[0..4].copy_from_slice(&self.spi.to_be_bytes());
-        packet[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+        // Unchecked: `packet` begins `hdr_len` (the ESP header and the IV)
+        // before the inner packet, so it holds the header.
+        debug_assert!(packet.len() >= wesp::HEADER_LEN);
+        let mut esp = wesp::Packet::new_unchecked(&mut *packet);
+        esp.set_spi(self.spi);
+        // RFC 4303 §2.2.1: only the low 32 bits are sent (with ESN the
+        // high half is authenticated, never sent).
+        esp.set_seq(seq as u32);
         if self.cipher.seal(seq, self.esn, packet).is_err() {
             return Err(DropReason::Malformed.into());
         }
@@ -486,7 +496,8 @@ impl InboundSa {
         if self.lifetime.is_dead() {
             return Err(DropReason::LifetimeExpired);
         }
-        let seq_lo = u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]);
+        // Unchecked: `min_len` (checked above) covers the ESP header.
+        let seq_lo = wesp::Packet::new_unchecked(&*packet).seq();
         // RFC 4303 §3.4.3: check before the (expensive) integrity check…
         let seq = match &self.replay {
             Some(w) => w.check(seq_lo).map_err(|_| DropReason::Replay)?,
@@ -563,29 +574,22 @@ fn any_match(ts: &[TrafficSelector], family: Family, addr: u128, proto: u8, port
 }
 
 /// The length of the inner IP packet at the start of `data`, from its own
-/// header; anything after it is TFC padding (RFC 4303 §2.7).
+/// header; anything after it is TFC padding (RFC 4303 §2.7). Its version
+/// must be the one the Next Header field announced.
 #[inline]
 fn inner_ip_len(next_header: u8, data: &[u8]) -> Result<usize, DropReason> {
-    let len = match (next_header, data.first().map(|b| b >> 4)) {
-        (wesp::NEXT_HEADER_IPV4, Some(4)) if data.len() >= 20 => usize::from(u16::from_be_bytes([data[2], data[3]])),
-        (wesp::NEXT_HEADER_IPV6, Some(6)) if data.len() >= 40 => {
-            40 + usize::from(u16::from_be_bytes([data[4], data[5]]))
-        }
-        _ => return Err(DropReason::Malformed),
-    };
-    if len > data.len() || len < 20 {
+    if next_header_for(data) != Some(next_header) {
         return Err(DropReason::Malformed);
     }
-    Ok(len)
+    ip::packet_len(data).map_err(|_| DropReason::Malformed)
 }
 
 /// The ESP next-header value for an inner packet, from its version nibble.
 #[inline]
 pub fn next_header_for(inner: &[u8]) -> Option<u8> {
-    match inner.first().map(|b| b >> 4) {
-        Some(4) => Some(wesp::NEXT_HEADER_IPV4),
-        Some(6) => Some(wesp::NEXT_HEADER_IPV6),
-        _ => None,
+    match IpVersion::of(inner).ok()? {
+        IpVersion::V4 => Some(wesp::NEXT_HEADER_IPV4),
+        IpVersion::V6 => Some(wesp::NEXT_HEADER_IPV6),
     }
 }
 

@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use esparto_wire::esp as wesp;
 
 use crate::counters::{DropReason, Drops, SaCounters};
 use crate::group::SaGroup;
@@ -330,11 +331,8 @@ impl Worker {
     }
 
     fn decapsulate_inner(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
-        let hdr = buf.get(esp.start..esp.start.saturating_add(4)).ok_or(DropReason::Malformed)?;
-        if esp.end > buf.len() || esp.len() < esparto_wire::esp::HEADER_LEN {
-            return Err(DropReason::Malformed);
-        }
-        let spi = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        let packet = buf.get(esp.clone()).ok_or(DropReason::Malformed)?;
+        let spi = wesp::Packet::new_checked(packet).map_err(|_| DropReason::Malformed)?.spi();
         let sa = self.sad.get_mut(spi).ok_or(DropReason::UnknownSpi)?;
         let Decapsulated { inner, expiry } = sa.decapsulate(now, buf, esp)?;
         if let Some(kind) = expiry {

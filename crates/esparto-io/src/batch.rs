@@ -21,8 +21,8 @@
 //! exception saves a copy per packet: a TUN read batch has one packet per
 //! slot, so a packet encapsulated in place in its read slot moves to the
 //! UDP send batch with its slot ([`TxBatch::push_from_rx`], a buffer
-//! swap; the send batch's packet then starts where ESP begins in that
-//! slot, not at the headroom).
+//! swap; the send batch's packet then starts where the datapath's header
+//! begins in that slot, not at the headroom).
 
 use std::net::SocketAddr;
 
@@ -172,7 +172,7 @@ impl RxBatch {
 
     /// Entry `i` with its whole slot, mutably: `(slot, range of the packet
     /// within it)`. For processing in place with the slot's headroom and
-    /// tailroom (ESP encapsulation grows a packet at both ends).
+    /// tailroom (encapsulation may grow a packet at both ends).
     pub fn slot_mut(&mut self, i: usize) -> Option<(&mut [u8], core::ops::Range<usize>)> {
         let e = *self.entries.get(i)?;
         let slot = self.slots.get_mut(e.slot as usize)?;
@@ -191,6 +191,34 @@ impl RxBatch {
     /// Iterate over `(bytes, peer)` of every packet.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<SocketAddr>)> + '_ {
         (0..self.entries.len()).filter_map(move |i| Some((self.packet(i)?, self.entries[i].peer)))
+    }
+
+    /// Appends one read as the kernel would have left it, into the next
+    /// unused slot: `segments` back to back after the headroom, one entry
+    /// each, from `peer` — a TUN read is one segment, a UDP GRO read may be
+    /// many. For datapaths' tests and benchmarks, which run without a
+    /// device; refuses (and adds nothing) when the slots, a slot's room or
+    /// the entries run out.
+    pub fn push_read(&mut self, segments: &[&[u8]], peer: Option<SocketAddr>) -> Result<(), BatchFull> {
+        let slot = self.entries.last().map_or(0, |e| e.slot as usize + 1);
+        let headroom = self.headroom;
+        let Some(buf) = self.slots.get_mut(slot) else {
+            return Err(BatchFull);
+        };
+        let total: usize = segments.iter().map(|s| s.len()).sum();
+        if headroom + total > buf.capacity() || self.entries.len() + segments.len() > self.entries.capacity() {
+            return Err(BatchFull);
+        }
+        // Only one packet per slot lets a slot move on to a send batch.
+        let single = segments.len() == 1;
+        self.exclusive = single && (self.entries.is_empty() || self.exclusive);
+        let mut at = headroom;
+        for s in segments {
+            buf.storage_mut()[at..at + s.len()].copy_from_slice(s);
+            self.entries.push(RxEntry { slot: slot as u32, start: at as u32, len: s.len() as u32, peer });
+            at += s.len();
+        }
+        Ok(())
     }
 
     /// Restore every slot to full length before a receive call.
@@ -307,7 +335,7 @@ impl TxBatch {
     }
 
     /// Append bytes `range` of the slot holding `rx`'s entry `i`, built in
-    /// place there (ESP encapsulation in the TUN read slot): when `rx`'s
+    /// place there (encapsulation in the TUN read slot): when `rx`'s
     /// slots are exclusive and as large as ours, the two buffers are
     /// swapped — no copy — and the entry must not be read from `rx` again;
     /// otherwise the bytes are copied as by [`TxBatch::push`].
@@ -384,6 +412,24 @@ impl TxBatch {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn reads_pushed_as_the_kernel_leaves_them() {
+        let peer: SocketAddr = "192.0.2.1:4500".parse().unwrap();
+        let mut b = RxBatch::new(2, 4, 8, 4);
+        b.push_read(&[b"abc", b"de"], Some(peer)).unwrap();
+        assert!(!b.exclusive, "a GRO read shares its slot");
+        b.push_read(&[b"fgh"], None).unwrap();
+        assert_eq!(b.push_read(&[b"x"], None), Err(BatchFull), "no slot left");
+        let got: Vec<_> = b.iter().collect();
+        assert_eq!(got, [(&b"abc"[..], Some(peer)), (&b"de"[..], Some(peer)), (&b"fgh"[..], None)]);
+        assert_eq!((b.entries()[1].slot, b.entries()[1].start, b.entries()[2].slot), (0, 7, 1));
+        let mut tun = RxBatch::new(2, 4, 8, 4);
+        tun.push_read(&[b"abc"], None).unwrap();
+        assert!(tun.exclusive, "one packet per slot");
+        assert_eq!(tun.push_read(&[b"123456789"], None), Err(BatchFull), "longer than a slot");
+        assert_eq!(tun.len(), 1);
+    }
 
     #[test]
     fn tx_push_and_read_back() {

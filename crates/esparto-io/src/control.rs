@@ -1,16 +1,18 @@
-//! The hand-over of non-ESP datagrams from the workers to the control
-//! thread: bounded, and without an allocation per datagram.
+//! The hand-over of datagrams that belong to the control thread from the
+//! workers to it: bounded, and without an allocation per datagram.
 //!
-//! A worker sees IKE (behind the non-ESP marker, RFC 3948 §2.2) only when
-//! UDP GRO coalesced it behind ESP: the steering program looks at the first
-//! datagram of a GRO train alone ([`crate::steer`]), and the worker then
-//! classifies every datagram of the train by its own bytes. For honest
-//! peers that is rare, but anyone can build such trains: a GSO super-packet
-//! whose first segment carries an SPI and whose 59 others carry the marker
-//! is steered whole to a worker (veth and loopback keep it whole; with
-//! `UDP_GRO` on the data sockets a NIC's GRO builds the same from the
-//! wire). So this path must take whatever arrives at line rate without
-//! growing, and without making the worker wait:
+//! A datagram for the control socket reaches a worker only when UDP GRO
+//! coalesced it behind data traffic: the steering program looks at the
+//! first datagram of a GRO train alone ([`crate::steer`]), and the
+//! datapath then takes every datagram of the train for what its own bytes
+//! say, passing on what is not its own (for the gateway: IKE behind the
+//! non-ESP marker, RFC 3948 §2.2). For honest peers that is rare, but
+//! anyone can build such trains: a GSO super-packet whose first segment
+//! carries a steering key and whose 59 others do not is steered whole to a
+//! worker (veth and loopback keep it whole; with `UDP_GRO` on the data
+//! sockets a NIC's GRO builds the same from the wire). So this path must
+//! take whatever arrives at line rate without growing, and without making
+//! the worker wait:
 //!
 //! - each worker owns a pool of at most [`CONTROL_POOL`] buffers, made on
 //!   first use (an idle gateway holds none) and reused from then on. A
@@ -24,22 +26,22 @@
 //!   dropped and counted: `control_queue_full` in `esparto status`.
 //!
 //! So memory stays at workers × [`CONTROL_POOL`] × [`MAX_CONTROL_DATAGRAM`]
-//! at most, however fast the trains come, and the worker keeps
-//! decrypting. An IKE peer whose message is dropped here retransmits
-//! (RFC 7296 §2.1); IKE reaching the control socket directly (port 500, or
-//! 4500 with the marker first) does not pass through here.
+//! at most, however fast the trains come, and the worker keeps on with its
+//! own traffic. A control protocol must bear the loss of a datagram
+//! dropped here (IKE retransmits, RFC 7296 §2.1); datagrams reaching the
+//! control socket directly do not pass through here.
 
 use std::net::SocketAddr;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 
-/// Buffers per worker: non-ESP datagrams one worker may have on their way
-/// to the control thread at once.
+/// Buffers per worker: datagrams one worker may have on their way to the
+/// control thread at once.
 pub const CONTROL_POOL: usize = 64;
 
 /// Largest datagram forwarded (the largest UDP payload fits).
 pub const MAX_CONTROL_DATAGRAM: usize = 65_535;
 
-/// A non-ESP datagram a worker received, for the control (IKE) thread. Its
+/// A datagram a worker received for the control thread. Its
 /// buffer goes back to the worker's pool when this is dropped.
 pub struct ControlDatagram {
     worker: usize,

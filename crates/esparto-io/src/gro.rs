@@ -24,6 +24,10 @@
 //!   without options or fragments, IPv6 without extension headers; TCP
 //!   flags ACK (and PSH on the last); anything else is written alone.
 //!
+//! Headers are read through `esparto-wire`'s views, once per packet: what
+//! a packet must share with its head is kept from that reading and
+//! compared without reading either packet again (but for TCP options).
+//!
 //! A packet that is not merged but belongs to a flow with an open head
 //! (a pure ACK, a FIN, a corrupt segment) closes that head, so no later
 //! segment of the flow overtakes it. Packets go out in the order their
@@ -34,6 +38,8 @@
 
 use std::io::{self, IoSlice};
 
+use esparto_wire::ip::{FlowKey, IpVersion, proto};
+use esparto_wire::{ipv4, ipv6, tcp, udp};
 use tun_rs::{VIRTIO_NET_HDR_GSO_TCPV4, VIRTIO_NET_HDR_GSO_TCPV6, VIRTIO_NET_HDR_GSO_UDP_L4, VirtioNetHdr};
 
 use crate::batch::TxBatch;
@@ -50,35 +56,23 @@ const MAX_LEN: usize = 65_535;
 const MAX_HEADS: usize = 16;
 
 const NONE: u32 = u32::MAX;
-const TCP: u8 = 6;
-const UDP: u8 = 17;
-const TCP_FLAG_ACK: u8 = 0x10;
-const TCP_FLAG_PSH: u8 = 0x08;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
-
-/// What identifies a flow for merging.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FlowKey {
-    proto: u8,
-    v6: bool,
-    /// Source then destination address (IPv4 in the first 8 bytes).
-    addrs: [u8; 32],
-    /// Source and destination port.
-    ports: [u8; 4],
-    /// TCP ACK number (0 for UDP).
-    ack: u32,
-}
-
-impl FlowKey {
-    fn same_flow(&self, o: &FlowKey) -> bool {
-        self.proto == o.proto && self.v6 == o.v6 && self.addrs == o.addrs && self.ports == o.ports
-    }
-}
 
 /// A packet's headers, as far as merging needs them.
 #[derive(Debug, Clone, Copy)]
 struct Parsed {
+    /// The flow: addresses, protocol, ports.
     key: FlowKey,
+    /// TCP ACK number (0 for UDP): segments of one super-packet share it.
+    ack: u32,
+    /// The IP header fields segments of one super-packet share (its
+    /// segmentation copies the head's headers into every segment), packed
+    /// for one comparison: IPv4 DSCP and ECN, DF, TTL; or IPv6 traffic
+    /// class, flow label, hop limit.
+    ip_shared: u64,
+    /// The same for TCP: window and urgent pointer (the options are
+    /// compared apart, [`headers_agree`]).
+    tcp_shared: u32,
     ip_hlen: usize,
     l4_hlen: usize,
     payload: usize,
@@ -89,81 +83,79 @@ struct Parsed {
     mergeable: bool,
 }
 
-fn be16(b: &[u8], at: usize) -> usize {
-    usize::from(u16::from_be_bytes([b[at], b[at + 1]]))
-}
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
 /// The flow and headers of a TCP or UDP packet over IPv4 (no options, not a
 /// fragment) or IPv6 (no extension headers); `None` for anything else.
 fn parse(p: &[u8]) -> Option<Parsed> {
-    let first = *p.first()?;
-    let mut addrs = [0u8; 32];
-    let (v6, ip_hlen, proto) = match first >> 4 {
-        4 => {
-            if p.len() < 20 || first & 0x0f != 5 || be16(p, 2) != p.len() {
-                return None;
-            }
+    // The flow's ports are filled in from the transport header below.
+    let (ip_hlen, ip_shared, mut key) = match IpVersion::of(p).ok()? {
+        IpVersion::V4 => {
+            let ip = ipv4::Packet::new_checked(p).ok()?;
             // Of the flags and fragment offset, only DF may be set: no
             // fragment, no reserved bit (the kernel's GRO flushes them too).
-            if be16(p, 6) & !0x4000 != 0 {
+            if ip.header_len() != ipv4::HEADER_LEN
+                || usize::from(ip.total_len()) != p.len()
+                || ip.is_fragment()
+                || ip.reserved_flag()
+            {
                 return None;
             }
-            addrs[..8].copy_from_slice(&p[12..20]);
-            (false, 20, p[9])
+            let shared = u64::from(ip.dscp_ecn()) << 16 | u64::from(ip.dont_frag()) << 8 | u64::from(ip.ttl());
+            let (src, dst) = (u32::from(ip.src_addr()).into(), u32::from(ip.dst_addr()).into());
+            let key = FlowKey { v6: false, src, dst, proto: ip.protocol(), src_port: 0, dst_port: 0 };
+            (ipv4::HEADER_LEN, shared, key)
         }
-        6 => {
-            if p.len() < 40 || be16(p, 4) + 40 != p.len() {
+        IpVersion::V6 => {
+            let ip = ipv6::Packet::new_checked(p).ok()?;
+            if ip.total_len() != p.len() {
                 return None;
             }
-            addrs.copy_from_slice(&p[8..40]);
-            (true, 40, p[6])
+            let shared =
+                u64::from(ip.traffic_class()) << 28 | u64::from(ip.flow_label()) << 8 | u64::from(ip.hop_limit());
+            let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
+            let key = FlowKey { v6: true, src, dst, proto: ip.next_header(), src_port: 0, dst_port: 0 };
+            (ipv6::HEADER_LEN, shared, key)
         }
-        _ => return None,
     };
     let l4 = &p[ip_hlen..];
-    let mut ports = [0u8; 4];
-    match proto {
-        TCP => {
-            if l4.len() < 20 {
-                return None;
-            }
-            let l4_hlen = usize::from(l4[12] >> 4) * 4;
-            if l4_hlen < 20 || l4_hlen > l4.len() {
-                return None;
-            }
-            ports.copy_from_slice(&l4[..4]);
-            let flags = l4[13];
+    match key.proto {
+        proto::TCP => {
+            let tcp = tcp::Packet::new_checked(l4).ok()?;
+            (key.src_port, key.dst_port) = (tcp.src_port(), tcp.dst_port());
+            let l4_hlen = tcp.header_len();
+            let flags = tcp.flags();
             let payload = l4.len() - l4_hlen;
             Some(Parsed {
-                key: FlowKey { proto, v6, addrs, ports, ack: be32(l4, 8) },
+                key,
+                ack: tcp.ack_number(),
+                ip_shared,
+                tcp_shared: u32::from(tcp.window()) << 16 | u32::from(tcp.urgent_ptr()),
                 ip_hlen,
                 l4_hlen,
                 payload,
-                seq: be32(l4, 4),
-                psh: flags & TCP_FLAG_PSH != 0,
-                mergeable: payload > 0 && flags & !TCP_FLAG_PSH == TCP_FLAG_ACK,
+                seq: tcp.seq_number(),
+                psh: flags & tcp::flags::PSH != 0,
+                mergeable: payload > 0 && flags & !tcp::flags::PSH == tcp::flags::ACK,
             })
         }
-        UDP => {
-            if l4.len() < 8 || be16(l4, 4) != l4.len() {
+        proto::UDP => {
+            let udp = udp::Packet::new_checked(l4).ok()?;
+            if usize::from(udp.len()) != l4.len() {
                 return None;
             }
-            ports.copy_from_slice(&l4[..4]);
-            let payload = l4.len() - 8;
-            // A zero UDP checksum (IPv4: none sent) cannot be verified.
-            let has_csum = l4[6] != 0 || l4[7] != 0;
+            (key.src_port, key.dst_port) = (udp.src_port(), udp.dst_port());
+            let payload = l4.len() - udp::HEADER_LEN;
             Some(Parsed {
-                key: FlowKey { proto, v6, addrs, ports, ack: 0 },
+                key,
+                ack: 0,
+                ip_shared,
+                tcp_shared: 0,
                 ip_hlen,
-                l4_hlen: 8,
+                l4_hlen: udp::HEADER_LEN,
                 payload,
                 seq: 0,
                 psh: false,
-                mergeable: payload > 0 && has_csum,
+                // A zero UDP checksum (IPv4: none sent) cannot be verified.
+                mergeable: payload > 0 && udp.checksum() != 0,
             })
         }
         _ => None,
@@ -171,41 +163,32 @@ fn parse(p: &[u8]) -> Option<Parsed> {
 }
 
 // Checksums are tun-rs's (AVX2 where the CPU has it; the read path's
-// splitting uses the same): `checksum_no_fold` sums big-endian 16-bit
-// words (RFC 1071) without folding, `checksum` folds to 16 bits (not
-// complemented).
-use tun_rs::{checksum, checksum_no_fold};
-
-/// The pseudo-header sum (addresses, protocol, transport length), unfolded.
-fn pseudo(key: &FlowKey, l4_len: usize) -> u64 {
-    let addrs = if key.v6 { &key.addrs[..] } else { &key.addrs[..8] };
-    checksum_no_fold(addrs, u64::from(key.proto) + l4_len as u64)
-}
+// splitting uses the same): `checksum` sums big-endian 16-bit words
+// (RFC 1071) onto an initial sum and folds to 16 bits (not complemented).
+use tun_rs::checksum;
 
 /// Whether the packet's TCP or UDP checksum is right.
 fn l4_csum_ok(p: &[u8], h: &Parsed) -> bool {
     let l4 = &p[h.ip_hlen..];
-    checksum(l4, pseudo(&h.key, l4.len())) == 0xffff
+    // A transport length past 16 bits never reaches here: the packet's IP
+    // length field bounds it.
+    checksum(l4, u64::from(h.key.pseudo_header(l4.len() as u32))) == 0xffff
 }
 
 /// Whether `p` may follow the head `hp` as far as IP and transport headers
 /// go (not the sequence or sizes).
 fn headers_agree(hp: &[u8], h: &Parsed, p: &[u8], c: &Parsed) -> bool {
-    let ip_ok = if h.key.v6 {
-        // Version, traffic class, flow label; hop limit.
-        hp[..4] == p[..4] && hp[7] == p[7]
-    } else {
-        // TOS; DF; TTL.
-        hp[1] == p[1] && hp[6] & 0x40 == p[6] & 0x40 && hp[8] == p[8]
-    };
-    // TCP: the same window and urgent pointer (segmentation copies the
-    // head's header into every segment) and the same options, byte for
-    // byte (timestamps included).
-    let (ht, pt) = (&hp[h.ip_hlen..], &p[c.ip_hlen..]);
-    ip_ok
-        && h.l4_hlen == c.l4_hlen
-        && (h.key.proto != TCP
-            || (ht[14..16] == pt[14..16] && ht[18..20] == pt[18..20] && ht[20..h.l4_hlen] == pt[20..c.l4_hlen]))
+    if h.ip_shared != c.ip_shared || h.tcp_shared != c.tcp_shared || h.l4_hlen != c.l4_hlen {
+        return false;
+    }
+    // TCP: the same options, byte for byte (timestamps included). Both
+    // segments were parsed ([`parse`]): the views are made unchecked.
+    h.key.proto != proto::TCP || tcp_options(hp, h) == tcp_options(p, c)
+}
+
+/// The options of a parsed TCP packet.
+fn tcp_options<'a>(p: &'a [u8], h: &Parsed) -> &'a [u8] {
+    tcp::Packet::new_unchecked(&p[h.ip_hlen..]).options()
 }
 
 /// An open head: the first packet of a super-packet in the making.
@@ -282,8 +265,8 @@ impl Gro {
             let Some(c) = parse(&slot[headroom..]) else {
                 continue;
             };
-            let candidate = c.mergeable && (c.key.proto == TCP || udp);
-            let found = self.heads.iter().position(|h| h.hdr.key.same_flow(&c.key));
+            let candidate = c.mergeable && (c.key.proto == proto::TCP || udp);
+            let found = self.heads.iter().position(|h| h.hdr.key == c.key);
             if !candidate {
                 if let Some(k) = found {
                     self.heads[k].closed = true;
@@ -333,11 +316,11 @@ impl Gro {
         let hp = &batch.slots[h.pkt as usize].as_ref()[headroom..];
         let p = &batch.slots[i].as_ref()[headroom..];
         let fits = !h.closed
-            && h.hdr.key == c.key
+            && h.hdr.ack == c.ack
             && c.payload <= h.gso_size
             && h.segs < MAX_SEGMENTS
             && h.hdr.ip_hlen + h.hdr.l4_hlen + h.payload + c.payload <= MAX_LEN
-            && (c.key.proto != TCP || c.seq == h.next_seq)
+            && (c.key.proto != proto::TCP || c.seq == h.next_seq)
             && headers_agree(hp, &h.hdr, p, c);
         if !fits {
             return Join::No;
@@ -448,29 +431,35 @@ fn finish(batch: &mut TxBatch, h: &Head) {
     let slot = batch.slots[h.pkt as usize].as_mut();
     let (vnet, p) = slot[headroom - VNET_HDR_LEN..].split_at_mut(VNET_HDR_LEN);
     let ip_hlen = h.hdr.ip_hlen;
+    // At most MAX_LEN (checked as segments joined): fits the length fields.
     let l4_len = h.hdr.l4_hlen + h.payload;
+    // The head was parsed ([`parse`]) and its slot holds it whole: the
+    // views are made unchecked.
     if h.hdr.key.v6 {
-        p[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+        ipv6::Packet::new_unchecked(&mut *p).set_payload_len(l4_len as u16);
     } else {
-        p[2..4].copy_from_slice(&((ip_hlen + l4_len) as u16).to_be_bytes());
-        p[10..12].fill(0);
-        let c = !checksum(&p[..20], 0);
-        p[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut ip = ipv4::Packet::new_unchecked(&mut *p);
+        ip.set_total_len((ip_hlen + l4_len) as u16);
+        ip.fill_checksum();
     }
-    let (gso_type, csum_offset) = if h.hdr.key.proto == TCP {
+    // CHECKSUM_PARTIAL: the checksum field holds the pseudo-header sum;
+    // the kernel (or the NIC) adds the rest and complements.
+    let pseudo = h.hdr.key.pseudo_header(l4_len as u32);
+    let l4 = &mut p[ip_hlen..];
+    let (gso_type, csum_offset) = if h.hdr.key.proto == proto::TCP {
+        let mut tcp = tcp::Packet::new_unchecked(l4);
         if h.psh {
-            p[ip_hlen + 13] |= TCP_FLAG_PSH;
+            tcp.set_flags(tcp.flags() | tcp::flags::PSH);
         }
+        tcp.set_checksum(pseudo);
         let t = if h.hdr.key.v6 { VIRTIO_NET_HDR_GSO_TCPV6 } else { VIRTIO_NET_HDR_GSO_TCPV4 };
-        (t, 16)
+        (t, tcp::field::CHECKSUM)
     } else {
-        p[ip_hlen + 4..ip_hlen + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
-        (VIRTIO_NET_HDR_GSO_UDP_L4, 6)
+        let mut udp = udp::Packet::new_unchecked(l4);
+        udp.set_len(l4_len as u16);
+        udp.set_checksum(pseudo);
+        (VIRTIO_NET_HDR_GSO_UDP_L4, udp::field::CHECKSUM)
     };
-    // CHECKSUM_PARTIAL: the field holds the pseudo-header sum; the kernel
-    // (or the NIC) adds the rest and complements.
-    let at = ip_hlen + csum_offset;
-    p[at..at + 2].copy_from_slice(&checksum(&[], pseudo(&h.hdr.key, l4_len)).to_be_bytes());
     let hdr = VirtioNetHdr {
         flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
         gso_type,
@@ -489,6 +478,10 @@ mod tests {
     use super::*;
 
     const HEADROOM: usize = 16;
+    const TCP: u8 = proto::TCP;
+    const UDP: u8 = proto::UDP;
+    const TCP_FLAG_ACK: u8 = tcp::flags::ACK;
+    const TCP_FLAG_PSH: u8 = tcp::flags::PSH;
     const A4: [u8; 4] = [10, 1, 0, 10];
     const B4: [u8; 4] = [10, 2, 0, 10];
 

@@ -3,12 +3,19 @@
 //! This is the only crate that makes syscalls and the only one allowed
 //! `unsafe` (each block carries a `// SAFETY:` comment). It gives each worker
 //! thread k its own queue k of a multi-queue TUN device ([`tun`]) and its own
-//! socket k of a `SO_REUSEPORT` group on UDP 4500 ([`udp`]), with a classic BPF
-//! program that steers inbound ESP by SPI to the worker that owns the SA
-//! ([`steer`]); the worker loop ([`worker`]) polls both plus a command queue and
-//! hands batches to a [`worker::Datapath`] (ESP, plugged in by the binary).
-//! Every queue between a worker and the control thread is bounded
-//! ([`worker`], [`control`]).
+//! socket k of a `SO_REUSEPORT` group ([`udp`]), with a classic BPF program
+//! that steers each datagram by a key it carries to one worker ([`steer`]);
+//! the worker loop ([`worker`]) polls both plus a command queue and hands
+//! batches to a [`worker::Datapath`], plugged in by the binary. Every queue
+//! between a worker and the control thread is bounded ([`worker`],
+//! [`control`]).
+//!
+//! It knows sockets, the TUN device, batching, steering programs and
+//! threads, and no protocol that runs over them, as `quinn-udp` knows
+//! nothing of QUIC: the datapath brings ESP (and says where its SPI lies,
+//! for the steering program). What it reads of a packet, for GRO on the
+//! TUN write path ([`gro`]) and the TUN steering program ([`tun_steer`]),
+//! it reads through the views and field tables of `esparto-wire`.
 //!
 //! Kernel I/O costs far more per packet than AES-GCM, so everything moves in
 //! batches ([`batch`]): TSO/USO super-packets from the TUN are split into
@@ -20,7 +27,6 @@
 pub mod batch;
 pub mod control;
 pub mod cpu;
-pub mod esp;
 pub mod gro;
 pub mod instance;
 pub mod netlink;
@@ -34,10 +40,9 @@ pub mod tun_steer;
 pub mod udp;
 pub mod worker;
 
-pub use esp::{EspCommand, EspDatapath, IcmpSources, Snapshot, WorkerEvent};
 pub use batch::{BatchFull, PacketBuf, RxBatch, RxEntry, TxBatch};
 pub use control::{ControlDatagram, ControlRx, ControlTx, control_channel};
-pub use steer::{spi_for_worker, spi_to_worker, steer_index};
+pub use steer::{SteeringKey, key_for_worker, socket_index, worker_for_key};
 pub use tun::{Steering, TunConfig, TunDevice, TunQueue};
 pub use udp::{UdpConfig, UdpGroup, UdpSocket};
 pub use worker::{Datapath, WorkerConfig, WorkerFailure, WorkerReport, Workers};

@@ -45,6 +45,25 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use esparto_wire::ip::proto;
+use esparto_wire::{ipv4, ipv6, udp};
+
+/// What the program loads, by packet offset (the TUN device has no link
+/// layer: offset 0 is the IP header): the version nibble, then IPv4's
+/// addresses, protocol, flags and fragment offset, or IPv6's addresses and
+/// next header, and the ports (TCP and UDP both open with them).
+const VERSION_AT: usize = ipv4::field::VER_IHL;
+const V4_SRC_AT: usize = ipv4::field::SRC.start;
+const V4_DST_AT: usize = ipv4::field::DST.start;
+const V4_PROTO_AT: usize = ipv4::field::PROTOCOL;
+const V4_FRAG_AT: usize = ipv4::field::FLG_OFF;
+/// More Fragments and the offset: set on any fragment.
+const V4_FRAGMENT: u16 = ipv4::flags::MF | ipv4::flags::OFFSET_MASK;
+const V6_ADDRS: core::ops::Range<usize> = ipv6::field::SRC.start..ipv6::field::DST.end;
+const V6_NEXT_AT: usize = ipv6::field::NXT_HDR;
+const V6_L4_AT: usize = ipv6::HEADER_LEN;
+const PORTS_AT: usize = udp::field::SRC_PORT;
+
 /// The multipliers of murmur3's 32-bit finaliser (`fmix32`). A full
 /// avalanche matters: the kernel keeps the low bits (`% queues`), and a
 /// single multiply leaves those depending on the input's low bits only —
@@ -69,28 +88,29 @@ pub fn flow_hash(p: &[u8]) -> u32 {
     let be16 = |o: usize| p.get(o..o + 2).map(|b| u32::from(u16::from_be_bytes([b[0], b[1]])));
     // A load beyond the packet ends the eBPF program with 0.
     let h = (|| -> Option<u32> {
-        let first = *p.first()?;
+        let first = *p.get(VERSION_AT)?;
+        let ported = |proto: u32| proto == u32::from(proto::TCP) || proto == u32::from(proto::UDP);
         let mut h;
         match first >> 4 {
             4 => {
                 let ihl = usize::from(first & 0xf) * 4;
-                h = be32(12)? ^ be32(16)?;
-                let proto = u32::from(*p.get(9)?);
+                h = be32(V4_SRC_AT)? ^ be32(V4_DST_AT)?;
+                let proto = u32::from(*p.get(V4_PROTO_AT)?);
                 h ^= proto;
-                let frag = be16(6)? & 0x3fff;
-                if frag == 0 && (proto == 6 || proto == 17) {
-                    h ^= be32(ihl)?;
+                let frag = be16(V4_FRAG_AT)? & u32::from(V4_FRAGMENT);
+                if frag == 0 && ported(proto) {
+                    h ^= be32(ihl + PORTS_AT)?;
                 }
             }
             6 => {
                 h = 0;
-                for o in (8..40).step_by(4) {
+                for o in V6_ADDRS.step_by(4) {
                     h ^= be32(o)?;
                 }
-                let nh = u32::from(*p.get(6)?);
+                let nh = u32::from(*p.get(V6_NEXT_AT)?);
                 h ^= nh;
-                if nh == 6 || nh == 17 {
-                    h ^= be32(40)?;
+                if ported(nh) {
+                    h ^= be32(V6_L4_AT + PORTS_AT)?;
                 }
             }
             _ => return Some(0),
@@ -274,8 +294,11 @@ pub(crate) fn program(table: Option<TableMaps>) -> Vec<Insn> {
     const R9: u8 = 9; // IPv4 header length
     let mut a = Asm::new();
     let (v4, v6, ports4, ports6, mix) = (a.label(), a.label(), a.label(), a.label(), a.label());
+    // Offsets are small constants: the casts cannot truncate.
+    let at = |o: usize| o as i32;
+    let (tcp, udp) = (i32::from(proto::TCP), i32::from(proto::UDP));
     a.op(ALU64 | MOV | X, R6, R1, 0, 0);
-    a.ld_abs(B, 0);
+    a.ld_abs(B, at(VERSION_AT));
     a.alu_x(MOV, R9, R0);
     a.alu_x(MOV, R8, R0);
     a.alu(RSH, R8, 4);
@@ -287,37 +310,37 @@ pub(crate) fn program(table: Option<TableMaps>) -> Vec<Insn> {
     a.bind(v4);
     a.alu(AND, R9, 0xf);
     a.alu(LSH, R9, 2);
-    a.ld_abs(W, 12);
+    a.ld_abs(W, at(V4_SRC_AT));
     a.alu_x(MOV, R7, R0);
-    a.ld_abs(W, 16);
+    a.ld_abs(W, at(V4_DST_AT));
     a.alu_x(XOR, R7, R0);
-    a.ld_abs(B, 9);
+    a.ld_abs(B, at(V4_PROTO_AT));
     a.alu_x(XOR, R7, R0);
     a.alu_x(MOV, R8, R0);
-    a.ld_abs(H, 6);
-    a.alu(AND, R0, 0x3fff);
+    a.ld_abs(H, at(V4_FRAG_AT));
+    a.alu(AND, R0, i32::from(V4_FRAGMENT));
     a.jmp_if(JNE, R0, 0, mix);
-    a.jmp_if(JEQ, R8, 6, ports4);
-    a.jmp_if(JEQ, R8, 17, ports4);
+    a.jmp_if(JEQ, R8, tcp, ports4);
+    a.jmp_if(JEQ, R8, udp, ports4);
     a.goto(mix);
     a.bind(ports4);
-    a.ld_ind(W, R9, 0);
+    a.ld_ind(W, R9, at(PORTS_AT));
     a.alu_x(XOR, R7, R0);
     a.goto(mix);
 
     a.bind(v6);
     a.alu(MOV, R7, 0);
-    for off in (8..40).step_by(4) {
-        a.ld_abs(W, off);
+    for off in V6_ADDRS.step_by(4) {
+        a.ld_abs(W, at(off));
         a.alu_x(XOR, R7, R0);
     }
-    a.ld_abs(B, 6);
+    a.ld_abs(B, at(V6_NEXT_AT));
     a.alu_x(XOR, R7, R0);
-    a.jmp_if(JEQ, R0, 6, ports6);
-    a.jmp_if(JEQ, R0, 17, ports6);
+    a.jmp_if(JEQ, R0, tcp, ports6);
+    a.jmp_if(JEQ, R0, udp, ports6);
     a.goto(mix);
     a.bind(ports6);
-    a.ld_abs(W, 40);
+    a.ld_abs(W, at(V6_L4_AT + PORTS_AT));
     a.alu_x(XOR, R7, R0);
 
     a.bind(mix);

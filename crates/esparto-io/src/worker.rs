@@ -7,14 +7,14 @@
 //!     eventfd:       drain commands       -> Datapath::on_command
 //!     TUN readable:  recv_batch (split)   -> Datapath::outbound -> UDP send_batch (GSO)
 //!     UDP readable:  recv_batch (GRO)     -> Datapath::inbound  -> TUN send_batch (GRO)
-//!                                                              \-> control channel (IKE)
+//!                                                              \-> control channel
 //!     tick due:      Datapath::on_tick
 //! }
 //! ```
 //!
 //! The shape follows quinn's driver/core split: the I/O loop here knows
-//! nothing of ESP; the [`Datapath`] (the ESP engine) sees batches and
-//! an explicit `now`, so it can be tested without sockets. All batches are
+//! nothing of the protocol; the [`Datapath`] (for the gateway, ESP) sees
+//! batches and an explicit `now`, so it can be tested without sockets. All batches are
 //! allocated when the thread starts; the loop itself does not allocate, lock
 //! or log. Threads are pinned round-robin to the CPUs the process may use
 //! (`sched_setaffinity`), so more workers than cores still works.
@@ -32,13 +32,12 @@
 //!   control thread. If the worker has stopped, the send fails at once
 //!   (the channel is closed) and the command comes back to the caller.
 //!   Commands come from the control plane itself (installs by
-//!   authenticated IKE peers, `status`), not from packets, so waiting is
+//!   authenticated peers, `status`), not from packets, so waiting is
 //!   back-pressure on the control plane, not something a sender can force;
-//! - *non-ESP datagrams* (worker → control): a bounded pool per worker,
+//! - *control datagrams* (worker → control): a bounded pool per worker,
 //!   dropped and counted when spent ([`crate::control`]);
 //! - *events* (worker → control): bounded by the datapath, which holds an
-//!   event back when the channel is full and retries later
-//!   ([`crate::esp`]).
+//!   event back when the channel is full and retries later.
 //!
 //! A worker that stops without being told to — it panicked, or its TUN
 //! queue was closed under it — records why ([`Workers::failure`]); the
@@ -46,8 +45,8 @@
 //! and stop the whole process with that reason, rather than run on with
 //! part of its data plane gone.
 //!
-//! Datagrams that reach a worker but are not ESP — an IKE message or a
-//! keepalive coalesced behind ESP by UDP GRO (see [`crate::steer`]) — go to
+//! Datagrams that reach a worker but belong to the control socket —
+//! coalesced behind data traffic by UDP GRO (see [`crate::steer`]) — go to
 //! the `to_control` batch and from there, copied into the pool, to the
 //! control thread.
 
@@ -66,7 +65,7 @@ use crate::sys::{self, EventFd};
 use crate::tun::{TunQueue, TunStats, VNET_HDR_LEN};
 use crate::udp::{GRO_SLOT_LEN, MAX_GRO_SEGMENTS, UdpSocket, UdpStats};
 
-/// The data path a worker drives; implemented by the ESP engine.
+/// The data path a worker drives: for the gateway, ESP.
 pub trait Datapath: Send + 'static {
     /// Control-plane messages (install SA, delete SA, ...).
     type Command: Send + 'static;
@@ -75,8 +74,8 @@ pub trait Datapath: Send + 'static {
     /// the worker's I/O counters as of now (for statistics snapshots).
     fn on_command(&mut self, now: Instant, cmd: Self::Command, io: &WorkerReport);
 
-    /// Plain IP packets read from this worker's TUN queue; push ESP-in-UDP
-    /// datagrams (with their destination) into `out`, and packets for the
+    /// Plain IP packets read from this worker's TUN queue; push datagrams
+    /// (with their destination) into `out`, and packets for the
     /// TUN itself (ICMP errors about packets too big for the tunnel) into
     /// `to_tun`.
     ///
@@ -87,7 +86,7 @@ pub trait Datapath: Send + 'static {
     -> usize;
 
     /// Datagrams read from this worker's UDP socket; push decrypted inner
-    /// packets into `to_tun`, and non-ESP datagrams (IKE, keepalives) with
+    /// packets into `to_tun`, and datagrams for the control thread with
     /// their source address as destination into `to_control`.
     ///
     /// Like `outbound`, process from index `from` and return where it
@@ -126,7 +125,7 @@ pub struct WorkerConfig {
     pub tun_tx_slots: usize,
     /// Bytes per TUN write slot: bounds GRO coalescing (64 KiB = full).
     pub tun_tx_slot_len: usize,
-    /// Non-ESP datagrams per inbound batch.
+    /// Datagrams for the control thread per inbound batch.
     pub control_slots: usize,
     /// Interval of [`Datapath::on_tick`].
     pub tick: Duration,
@@ -178,7 +177,7 @@ pub struct WorkerReport {
     pub udp_tx_dropped: u64,
     /// Outbound datagrams dropped because the send failed outright.
     pub udp_tx_failed: u64,
-    /// Non-ESP datagrams dropped because the worker's pool for the control
+    /// Control datagrams dropped because the worker's pool for the control
     /// thread was spent ([`crate::control`]).
     pub control_queue_full: u64,
     /// Control datagrams dropped (no control channel, or it was closed).
@@ -231,13 +230,13 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 impl WorkerReport {
     /// The I/O layer's drops by reason, as `esparto status` names them
-    /// beside the ESP engine's: every datagram or packet that a worker
+    /// beside the datapath's: every datagram or packet that a worker
     /// received or was given and did not deliver.
     pub fn drops(&self) -> [(&'static str, u64); 8] {
         [
-            // Non-ESP datagrams the control thread had no room for.
+            // Control datagrams the control thread had no room for.
             ("control_queue_full", self.control_queue_full),
-            // Non-ESP datagrams with no control thread to take them.
+            // Control datagrams with no control thread to take them.
             ("control_closed", self.control_dropped),
             // Outbound datagrams: socket send buffer full, or the send failed.
             ("send_buffer_full", self.udp_tx_dropped),
@@ -279,8 +278,9 @@ impl<C: Send + 'static> std::fmt::Debug for Workers<C> {
 
 impl<C: Send + 'static> Workers<C> {
     /// Spawn one worker per `(tun queue, udp socket, datapath)` triple; all
-    /// three vectors must have the same length. `control` receives non-ESP
-    /// datagrams (each worker gets its own pool of buffers).
+    /// three vectors must have the same length. `control` receives the
+    /// datagrams a datapath passes on (each worker gets its own pool of
+    /// buffers).
     pub fn spawn<D: Datapath<Command = C>>(
         cfg: &WorkerConfig,
         tun: Vec<TunQueue>,
@@ -610,7 +610,7 @@ impl<D: Datapath> Worker<D> {
         }
     }
 
-    /// Hands the non-ESP datagrams of `ctl_tx` to the control thread, as far
+    /// Hands the datagrams of `ctl_tx` to the control thread, as far
     /// as the worker's pool allows; the rest is dropped and counted.
     fn forward_control(&mut self) {
         for i in 0..self.ctl_tx.len() {
@@ -665,10 +665,5 @@ mod tests {
                 ("tun_write_error", 8),
             ]
         );
-        // No name collides with the ESP engine's reasons, so the two sets
-        // can share one map in `esparto status`.
-        for (name, _) in d {
-            assert!(esparto_esp::DropReason::ALL.iter().all(|r| r.name() != name), "{name}");
-        }
     }
 }

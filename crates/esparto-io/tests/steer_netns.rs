@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use esparto_netns::Pair;
 use esparto_io::udp::{UdpConfig, UdpGroup, UdpSocket};
-use esparto_io::{TxBatch, spi_for_worker, spi_to_worker};
+use esparto_io::{TxBatch, worker_for_key};
 
 /// Drain every socket of the group until `done` says so (or 5 s pass);
 /// returns the messages per socket index.
@@ -94,7 +94,7 @@ fn spi_steering_in_kernel() {
         let bind: SocketAddr = format!("{dst}:{port}").parse().unwrap();
         let group = pair
             .b
-            .run(|| UdpGroup::bind(bind, workers, &UdpConfig::default()))
+            .run(|| UdpGroup::bind(bind, workers, &common::steered()))
             .unwrap()
             .unwrap();
         let tx = pair
@@ -114,8 +114,8 @@ fn spi_steering_in_kernel() {
                 0xffff_ffff,
                 0x8000_0001,
             ] {
-                let spi = spi_for_worker(r, k, workers).unwrap();
-                assert_eq!(spi_to_worker(spi, workers), k);
+                let spi = common::key_for_worker(r, k, workers).unwrap();
+                assert_eq!(worker_for_key(spi, workers), k);
                 seq += 1;
                 expected[k].push(esp(spi, seq, 60 + seq as usize));
             }
@@ -151,8 +151,8 @@ fn spi_steering_in_kernel() {
 
 /// UDP GRO/GSO merge datagrams of one 4-tuple without looking at the payload,
 /// and the steering program runs once per skb: a GSO super-packet mixing SPIs
-/// lands whole on the socket of its *first* SPI. With `gso_split_on_spi` the
-/// sender never builds such a super-packet.
+/// lands whole on the socket of its *first* SPI. Splitting runs on the
+/// steering key, the sender never builds such a super-packet.
 #[test]
 fn gso_super_packet_is_steered_by_its_first_datagram() {
     require_netns!("gso_super_packet_is_steered_by_its_first_datagram");
@@ -160,15 +160,15 @@ fn gso_super_packet_is_steered_by_its_first_datagram() {
     let bind: SocketAddr = "10.202.0.2:4500".parse().unwrap();
     let group = pair
         .b
-        .run(|| UdpGroup::bind(bind, 2, &UdpConfig::default()))
+        .run(|| UdpGroup::bind(bind, 2, &common::steered()))
         .unwrap()
         .unwrap();
-    let spi0 = spi_for_worker(0x5555_0000, 0, 2).unwrap();
-    let spi1 = spi_for_worker(0x7777_0000, 1, 2).unwrap();
+    let spi0 = common::key_for_worker(0x5555_0000, 0, 2).unwrap();
+    let spi1 = common::key_for_worker(0x7777_0000, 1, 2).unwrap();
 
     for split in [false, true] {
         let cfg = UdpConfig {
-            gso_split_on_spi: split,
+            steering: split.then_some(common::KEY),
             ..UdpConfig::default()
         };
         let mut tx = pair

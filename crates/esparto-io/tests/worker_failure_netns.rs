@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use esparto_netns::Netns;
 use esparto_io::tun::{TunConfig, TunDevice};
-use esparto_io::udp::{UdpConfig, UdpGroup};
+use esparto_io::udp::UdpGroup;
 use esparto_io::worker::{FailureCause, WorkerConfig, WorkerFailure, WorkerReport};
 use esparto_io::{Datapath, RxBatch, TxBatch, Workers};
 
@@ -58,7 +58,7 @@ fn workers(ns: &Netns, tun: &str) -> Workers<Cmd> {
     let (tun, group) = ns
         .run(|| {
             let tun = TunDevice::create(&TunConfig { name: tun.into(), queues: WORKERS, ..TunConfig::default() })?;
-            let group = UdpGroup::bind(bind, WORKERS, &UdpConfig::default())?;
+            let group = UdpGroup::bind(bind, WORKERS, &common::steered())?;
             std::io::Result::Ok((tun, group))
         })
         .unwrap()

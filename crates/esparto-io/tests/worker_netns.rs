@@ -24,7 +24,7 @@ use esparto_io::tun::{TunConfig, TunDevice};
 use esparto_io::udp::{UdpConfig, UdpGroup};
 use esparto_io::control::{CONTROL_POOL, ControlTx, control_channel};
 use esparto_io::worker::{COMMAND_QUEUE, WorkerConfig, WorkerReport};
-use esparto_io::{Datapath, RxBatch, TxBatch, Workers, spi_for_worker, steer_index};
+use esparto_io::{Datapath, RxBatch, TxBatch, Workers, socket_index};
 
 const WORKERS: usize = 2;
 
@@ -99,7 +99,7 @@ impl Datapath for PlainTunnel {
             if to_tun.is_full() || to_control.is_full() {
                 return i;
             }
-            let idx = steer_index(d, WORKERS);
+            let idx = socket_index(&common::KEY, d, WORKERS);
             if idx == WORKERS {
                 let _ = to_control.push(peer, d);
                 continue;
@@ -139,7 +139,7 @@ fn gateway(
                 ipv4: Some((tun_addr, 24)),
                 ..TunConfig::default()
             })?;
-            let group = UdpGroup::bind(bind, WORKERS, &UdpConfig::default())?;
+            let group = UdpGroup::bind(bind, WORKERS, &common::steered())?;
             std::io::Result::Ok((tun, group))
         })
         .unwrap()
@@ -149,7 +149,7 @@ fn gateway(
         .map(|k| PlainTunnel {
             index: k,
             // Per-worker SA: an SPI the peer steers to its worker k.
-            spi: spi_for_worker(0x5eed_0000 + 977 * k as u32, k, WORKERS).unwrap(),
+            spi: common::key_for_worker(0x5eed_0000 + 977 * k as u32, k, WORKERS).unwrap(),
             seq: 0,
             peer: None,
             counters: counters.clone(),
@@ -321,13 +321,13 @@ fn ike_trains_behind_esp_are_bounded_by_the_pool_and_counted() {
     let east = gateway(&pair.b, "tunT", Ipv4Addr::new(10, 91, 0, 2), east_ul, ctl_tx);
     // The attacker: GSO sends of TRAIN equal-sized datagrams, the first
     // with an SPI that steers to worker 1, the others IKE-marked.
-    let cfg = UdpConfig { gro: false, gso: true, gso_split_on_spi: false, ..UdpConfig::default() };
+    let cfg = UdpConfig { gro: false, gso: true, steering: None, ..UdpConfig::default() };
     let mut src = pair
         .a
         .run(|| esparto_io::UdpSocket::bind("10.206.0.1:0".parse().unwrap(), &cfg, false))
         .unwrap()
         .unwrap();
-    let spi = spi_for_worker(0x7777_0000, 1, WORKERS).unwrap();
+    let spi = common::key_for_worker(0x7777_0000, 1, WORKERS).unwrap();
     let mut train = TxBatch::new(TRAIN, 0, 64);
     let send_trains = |src: &mut esparto_io::UdpSocket, train: &mut TxBatch, n: usize| {
         for t in 0..n {

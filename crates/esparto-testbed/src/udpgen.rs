@@ -231,8 +231,8 @@ impl Source {
             send_buffer: 4 << 20,
             gro: false,
             gso: true,
-            // Our payloads start with the magic, not an SPI.
-            gso_split_on_spi: false,
+            // Our payloads start with the magic, not a steering key.
+            steering: None,
             ..UdpConfig::default()
         };
         let sock = ns.run(|| UdpSocket::bind(SocketAddr::new(bind, 0), &cfg, false))??;

@@ -57,20 +57,29 @@ pub const NEXT_HEADER_NO_NEXT: u8 = 59;
 /// Next Header for an IPComp-compressed payload (RFC 3173).
 pub const NEXT_HEADER_IPCOMP: u8 = 108;
 
-/// RFC 4303 §2.1: "The SPI value of zero (0) is reserved for local,
-/// implementation-specific use and MUST NOT be sent on the wire", and 1–255
-/// "are reserved by the Internet Assigned Numbers Authority (IANA) for future
-/// use". An SA must never be given one of these.
+/// The smallest SPI an SA may have. RFC 4303 §2.1: "The SPI value of zero
+/// (0) is reserved for local, implementation-specific use and MUST NOT be
+/// sent on the wire", and 1–255 "are reserved by the Internet Assigned
+/// Numbers Authority (IANA) for future use".
+pub const MIN_SPI: u32 = 256;
+
+/// Whether no SA may be given `spi` (it is below [`MIN_SPI`]).
 #[inline]
 pub const fn is_reserved_spi(spi: u32) -> bool {
-    spi <= 255
+    spi < MIN_SPI
 }
 
-mod field {
+/// Byte offsets of the header fields, for code that must name a position
+/// rather than read a value: checksum offload (where the checksum field
+/// lies), steering programs the kernel runs on the raw bytes.
+pub mod field {
     use core::ops::{Range, RangeFrom};
-    pub(super) const SPI: Range<usize> = 0..4;
-    pub(super) const SEQ: Range<usize> = 4..8;
-    pub(super) const PAYLOAD: RangeFrom<usize> = 8..;
+    /// Security Parameters Index.
+    pub const SPI: Range<usize> = 0..4;
+    /// Sequence Number.
+    pub const SEQ: Range<usize> = 4..8;
+    /// Payload Data (IV, ciphertext, ICV).
+    pub const PAYLOAD: RangeFrom<usize> = 8..;
 }
 
 /// A view of an ESP packet: the cleartext header and the opaque rest.

@@ -20,10 +20,10 @@
 //! The protocol of an IPv6 packet is the one found after the extension
 //! headers ([`crate::ipv6::ext::walk`]), not the fixed header's Next Header.
 
-use core::net::IpAddr;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::bytes::u16_at;
-use crate::{Error, Result, ipv4, ipv6};
+use crate::{Error, Result, checksum, ipv4, ipv6};
 
 /// IANA "Assigned Internet Protocol Numbers" used across the crate.
 pub mod proto {
@@ -84,6 +84,19 @@ impl IpVersion {
     }
 }
 
+/// The length of the IP packet at the start of `packet`, by its own header
+/// (IPv4 Total Length; IPv6 fixed header plus Payload Length), after the
+/// checks of [`ipv4::Packet::new_checked`] / [`ipv6::Packet::new_checked`]:
+/// whatever follows it in `packet` is not part of it (the TFC padding of
+/// an ESP payload, RFC 4303 §2.7).
+#[inline]
+pub fn packet_len(packet: &[u8]) -> Result<usize> {
+    match IpVersion::of(packet)? {
+        IpVersion::V4 => ipv4::Packet::new_checked(packet).map(|p| usize::from(p.total_len())),
+        IpVersion::V6 => ipv6::Packet::new_checked(packet).map(|p| p.total_len()),
+    }
+}
+
 /// The RFC 4301 selector fields of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FiveTuple {
@@ -132,10 +145,10 @@ impl From<FlowKey> for FiveTuple {
     fn from(k: FlowKey) -> Self {
         let addr = |bits: u128| {
             if k.v6 {
-                IpAddr::V6(core::net::Ipv6Addr::from(bits))
+                IpAddr::V6(Ipv6Addr::from(bits))
             } else {
                 // Built from an IPv4 address: fits in 32 bits.
-                IpAddr::V4(core::net::Ipv4Addr::from(bits as u32))
+                IpAddr::V4(Ipv4Addr::from(bits as u32))
             }
         };
         FiveTuple { src: addr(k.src), dst: addr(k.dst), proto: k.proto, src_port: k.src_port, dst_port: k.dst_port }
@@ -170,6 +183,22 @@ impl FlowKey {
         match IpVersion::of(packet)? {
             IpVersion::V4 => Self::extract_v4(packet),
             IpVersion::V6 => Self::extract_v6(packet),
+        }
+    }
+
+    /// The sum of the pseudo header that this packet's TCP or UDP checksum
+    /// covers (RFC 768, RFC 9293 §3.1, RFC 8200 §8.1), for an upper-layer
+    /// length of `len` bytes: folded, not complemented (see [`checksum`]).
+    /// `len` is cut to 16 bits for IPv4, whose pseudo header has no room
+    /// for more.
+    #[inline]
+    pub fn pseudo_header(&self, len: u32) -> u16 {
+        if self.v6 {
+            checksum::pseudo_header_v6(Ipv6Addr::from(self.src), Ipv6Addr::from(self.dst), self.proto, len)
+        } else {
+            // Built from an IPv4 address: fits in 32 bits.
+            let (src, dst) = (Ipv4Addr::from(self.src as u32), Ipv4Addr::from(self.dst as u32));
+            checksum::pseudo_header_v4(src, dst, self.proto, len as u16)
         }
     }
 
@@ -258,7 +287,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::testutil::hex;
-    use core::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
     fn version_nibble() {
@@ -360,6 +388,31 @@ mod tests {
     fn sctp_ports() {
         let t = FiveTuple::extract(&v6(132, &[0x0b, 0x59, 0x0b, 0x5a, 0, 0, 0, 0])).unwrap();
         assert_eq!((t.src_port, t.dst_port), (2905, 2906));
+    }
+
+    #[test]
+    fn packet_len_by_the_header_not_the_buffer() {
+        let mut b = hex(include_str!("../testdata/ipv4_udp_dns.hex"));
+        let n = b.len();
+        b.extend_from_slice(&[0xee; 7]); // TFC padding
+        assert_eq!(packet_len(&b), Ok(n));
+        let p = v6(17, &[0, 1, 0, 2, 0, 8, 0, 0]);
+        assert_eq!(packet_len(&[&p[..], &[0u8; 3][..]].concat()), Ok(48));
+        assert_eq!(packet_len(&p[..47]), Err(Error::Truncated));
+        assert_eq!(packet_len(&[0x44; 20]), Err(Error::Malformed("ipv4 ihl < 5")));
+        assert_eq!(packet_len(&[0x10; 40]), Err(Error::Malformed("ip version")));
+    }
+
+    #[test]
+    fn pseudo_header_sums_as_the_checksum_module_does() {
+        let b = hex(include_str!("../testdata/ipv4_udp_dns.hex"));
+        let k = FlowKey::extract(&b).unwrap();
+        let ip = ipv4::Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(k.pseudo_header(36), checksum::pseudo_header_v4(ip.src_addr(), ip.dst_addr(), proto::UDP, 36));
+        let p = v6(17, &[0, 1, 0, 2, 0, 8, 0, 0]);
+        let k = FlowKey::extract(&p).unwrap();
+        let ip = ipv6::Packet::new_checked(&p[..]).unwrap();
+        assert_eq!(k.pseudo_header(8), checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), proto::UDP, 8));
     }
 
     #[test]

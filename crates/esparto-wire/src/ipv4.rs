@@ -44,24 +44,46 @@ pub const MAX_HEADER_LEN: usize = 60;
 /// Largest payload a header without options allows (Total Length is 16 bits).
 pub const MAX_PAYLOAD_LEN: usize = u16::MAX as usize - HEADER_LEN;
 
-mod field {
+/// Byte offsets of the header fields, for code that must name a position
+/// rather than read a value: checksum offload (where the checksum field
+/// lies), steering programs the kernel runs on the raw bytes.
+pub mod field {
     use core::ops::Range;
-    pub(super) const VER_IHL: usize = 0;
-    pub(super) const DSCP_ECN: usize = 1;
-    pub(super) const LENGTH: usize = 2;
-    pub(super) const IDENT: usize = 4;
-    pub(super) const FLG_OFF: usize = 6;
-    pub(super) const TTL: usize = 8;
-    pub(super) const PROTOCOL: usize = 9;
-    pub(super) const CHECKSUM: usize = 10;
-    pub(super) const SRC: Range<usize> = 12..16;
-    pub(super) const DST: Range<usize> = 16..20;
+    /// Version (high four bits) and IHL (low four bits).
+    pub const VER_IHL: usize = 0;
+    /// DSCP (high six bits) and ECN (low two bits).
+    pub const DSCP_ECN: usize = 1;
+    /// Total Length.
+    pub const LENGTH: usize = 2;
+    /// Identification.
+    pub const IDENT: usize = 4;
+    /// Flags (high three bits) and Fragment Offset.
+    pub const FLG_OFF: usize = 6;
+    /// Time to Live.
+    pub const TTL: usize = 8;
+    /// Protocol.
+    pub const PROTOCOL: usize = 9;
+    /// Header Checksum.
+    pub const CHECKSUM: usize = 10;
+    /// Source Address.
+    pub const SRC: Range<usize> = 12..16;
+    /// Destination Address.
+    pub const DST: Range<usize> = 16..20;
 }
 
-/// Flag bits in the Flags/Fragment Offset word (RFC 791 §3.1).
-const FLAG_DF: u16 = 0x4000;
-const FLAG_MF: u16 = 0x2000;
-const OFFSET_MASK: u16 = 0x1fff;
+/// Flag bits and the offset mask of the Flags/Fragment Offset word
+/// (RFC 791 §3.1), as a steering program tests them.
+pub mod flags {
+    /// Reserved, "must be zero".
+    pub const RESERVED: u16 = 0x8000;
+    /// Don't Fragment.
+    pub const DF: u16 = 0x4000;
+    /// More Fragments.
+    pub const MF: u16 = 0x2000;
+    /// The Fragment Offset, in 8-octet units.
+    pub const OFFSET_MASK: u16 = 0x1fff;
+}
+use flags::{DF as FLAG_DF, MF as FLAG_MF, OFFSET_MASK, RESERVED as FLAG_RESERVED};
 
 /// A view of an IPv4 packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +163,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.buffer.as_ref()[field::DSCP_ECN] & 0x03
     }
 
+    /// DSCP and ECN together: the second byte as it is (RFC 791's Type of
+    /// Service), for comparing two headers.
+    #[inline]
+    pub fn dscp_ecn(&self) -> u8 {
+        self.buffer.as_ref()[field::DSCP_ECN]
+    }
+
     /// Total Length: header and data, in bytes.
     #[inline]
     pub fn total_len(&self) -> u16 {
@@ -161,6 +190,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
     #[inline]
     pub fn dont_frag(&self) -> bool {
         self.flags_offset() & FLAG_DF != 0
+    }
+
+    /// The reserved flag bit (RFC 791: "must be zero").
+    #[inline]
+    pub fn reserved_flag(&self) -> bool {
+        self.flags_offset() & FLAG_RESERVED != 0
     }
 
     /// More Fragments flag.

@@ -15,6 +15,13 @@
 //! plane calls these per packet, on bytes from the network. Malformed input is
 //! an [`Error`] value saying which field was wrong.
 //!
+//! This is the one crate that knows where a field lies. The other crates
+//! read and write packets through these views (`new_checked` once, then
+//! accessors; `new_unchecked` where a length was checked just before), and
+//! the few places that must name an offset rather than read a value — the
+//! checksum offset of an offloaded packet, the loads of a BPF program the
+//! kernel runs — take it from a module's `field` table.
+//!
 //! | module | format | RFC |
 //! | --- | --- | --- |
 //! | [`checksum`] | Internet checksum | 1071, 1624 |
@@ -26,7 +33,6 @@
 //! | [`icmp`] | ICMPv4/ICMPv6, "packet too big" errors | 792, 1191, 4443 |
 //! | [`esp`] | ESP header and trailer | 4303 |
 //! | [`espinudp`] | ESP-in-UDP classification | 3948 |
-//! | [`ipcomp`] | IPComp header | 3173 |
 #![forbid(unsafe_code)]
 
 mod bytes;
@@ -40,7 +46,6 @@ pub mod espinudp;
 pub mod icmp;
 pub mod ike;
 pub mod ip;
-pub mod ipcomp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod tcp;

@@ -45,11 +45,18 @@ use crate::{Error, Result};
 /// Length of the UDP header.
 pub const HEADER_LEN: usize = 8;
 
-mod field {
-    pub(super) const SRC_PORT: usize = 0;
-    pub(super) const DST_PORT: usize = 2;
-    pub(super) const LENGTH: usize = 4;
-    pub(super) const CHECKSUM: usize = 6;
+/// Byte offsets of the header fields, for code that must name a position
+/// rather than read a value: checksum offload (where the checksum field
+/// lies), steering programs the kernel runs on the raw bytes.
+pub mod field {
+    /// Source Port.
+    pub const SRC_PORT: usize = 0;
+    /// Destination Port.
+    pub const DST_PORT: usize = 2;
+    /// Length.
+    pub const LENGTH: usize = 4;
+    /// Checksum.
+    pub const CHECKSUM: usize = 6;
 }
 
 /// A view of a UDP datagram (header and payload).

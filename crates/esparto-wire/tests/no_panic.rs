@@ -9,7 +9,7 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 use esparto_wire::espinudp::Datagram;
 use esparto_wire::ip::{FiveTuple, IpVersion};
 use esparto_wire::ipv6::ext;
-use esparto_wire::{esp, icmp, ipcomp, ipv4, ipv6, tcp, udp};
+use esparto_wire::{esp, icmp, ipv4, ipv6, tcp, udp};
 use proptest::prelude::*;
 
 /// Runs every reader in the crate over `b`; each must return, not panic.
@@ -99,10 +99,6 @@ fn exercise(b: &[u8]) {
     }
     let _ = esp::Trailer::split(b);
     let _ = Datagram::classify(b);
-    if let Ok(p) = ipcomp::Packet::new_checked(b) {
-        let _ = (p.next_header(), p.flags(), p.cpi(), p.payload());
-        let _ = ipcomp::Repr::parse(&p);
-    }
     let _ = IpVersion::of(b);
     let _ = FiveTuple::extract(b);
     let mut out = [0u8; 1400];

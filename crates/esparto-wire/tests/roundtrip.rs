@@ -7,7 +7,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::ip::{FiveTuple, proto};
 use esparto_wire::ipv6::ext;
-use esparto_wire::{esp, icmp, ipcomp, ipv4, ipv6, tcp, udp};
+use esparto_wire::{esp, icmp, ipv4, ipv6, tcp, udp};
 use proptest::prelude::*;
 
 fn v4_addr() -> impl Strategy<Value = Ipv4Addr> {
@@ -232,16 +232,6 @@ proptest! {
             Kind::Esp(p) => prop_assert_eq!(esp::Repr::parse(&p).unwrap(), esp::Repr { spi, seq }),
             other => prop_assert!(false, "classified as {:?}", other),
         }
-    }
-
-    #[test]
-    fn ipcomp(next_header in any::<u8>(), cpi in prop_oneof![0u16..64, 256u16..]) {
-        let repr = ipcomp::Repr { next_header, cpi };
-        let mut buf = vec![0xffu8; repr.buffer_len()];
-        repr.emit(&mut ipcomp::Packet::new_unchecked(&mut buf[..])).unwrap();
-        let p = ipcomp::Packet::new_checked(&buf[..]).unwrap();
-        prop_assert_eq!(p.flags(), 0);
-        prop_assert_eq!(ipcomp::Repr::parse(&p).unwrap(), repr);
     }
 
     /// Build a packet from a tuple with the emitters; extraction gives it back.

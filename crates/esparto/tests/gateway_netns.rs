@@ -185,7 +185,7 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
     // Every inbound SA is processed by the worker its SPI steers to.
     for sa in east_st.sas.iter().filter(|s| s.direction == "in") {
         let spi = u32::from_str_radix(&sa.spi, 16).unwrap();
-        assert_eq!(usize::from(sa.worker), esparto_io::spi_to_worker(spi, 2));
+        assert_eq!(usize::from(sa.worker), esparto::datapath::spi_to_worker(spi, 2));
     }
     assert_eq!(east_st.drops.get("unknown_spi"), None, "{:?}", east_st.drops);
     assert_eq!(st.steering, "flow table", "outbound flows are dealt out by the steering program's flow table");

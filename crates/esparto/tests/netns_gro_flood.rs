@@ -46,7 +46,8 @@ use esparto_testbed::topology::{Net, Node, Topology};
 use esparto_testbed::udpgen::UdpGen;
 use esparto_testbed::{Family, cpu, loadavg, mem, skip, traffic, wait_for};
 use esparto_netns::Netns;
-use esparto_io::{TxBatch, UdpConfig, UdpSocket, spi_for_worker};
+use esparto::datapath::spi_for_worker;
+use esparto_io::{TxBatch, UdpConfig, UdpSocket};
 use esparto_wire::ike::{Message, PayloadRepr};
 
 const PSK: &str = "correct horse battery staple";
@@ -276,7 +277,7 @@ fn gso_trains_of_ike_behind_esp_are_bounded_and_the_tunnel_keeps_its_traffic() {
     let cpu0 = cpu::sample(east.pid()).unwrap();
     let rcvbuf0 = rcvbuf_errors(topo.ns(Node::GwEast));
 
-    let cfg = UdpConfig { gro: false, gso: true, gso_split_on_spi: false, ..UdpConfig::default() };
+    let cfg = UdpConfig { gro: false, gso: true, steering: None, ..UdpConfig::default() };
     let sock = flood_ns.run(|| UdpSocket::bind("10.99.0.2:0".parse().unwrap(), &cfg, false)).unwrap().unwrap();
     let target = SocketAddr::new(Topology::addr(Node::GwEast, Net::Transit, Family::V4), 4500);
     let watch = mem::Watch::start(east.pid(), Duration::from_millis(100));

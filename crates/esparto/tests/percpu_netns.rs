@@ -126,7 +126,7 @@ fn asymmetric_workers_each_send_on_their_own_sub_sa() {
     for (st, n) in [(&ws, 2usize), (&es, 4)] {
         for sa in st.sas.iter().filter(|s| s.direction == "in") {
             let spi = u32::from_str_radix(&sa.spi, 16).unwrap();
-            assert_eq!(usize::from(sa.worker), esparto_io::spi_to_worker(spi, n));
+            assert_eq!(usize::from(sa.worker), esparto::datapath::spi_to_worker(spi, n));
         }
         assert_eq!(st.drops.get("unknown_spi"), None, "{:?}", st.drops);
     }

@@ -23,12 +23,11 @@
 
 use core::ops::Range;
 
+use esparto_wire::esp::{HEADER_LEN, field};
+
 use crate::primitive::{AEAD_IV_LEN, AEAD_TAG_LEN, AES_BLOCK, AeadAlg, AesCbc, Hmac, SaltedAead};
 
 use super::{EspSuite, IcvError, KeyLengthError, SealError};
-
-/// SPI (4) + Sequence Number (4): the cleartext ESP header.
-const HEADER_LEN: usize = 8;
 
 /// One direction's ESP keys, ready for per-packet use. Key material we hold
 /// is wiped when the cipher is dropped (the aws-lc key objects clean up
@@ -123,7 +122,7 @@ impl EspCipher {
     #[inline]
     pub fn seal(&self, seq: u64, esn: bool, packet: &mut [u8]) -> Result<(), SealError> {
         debug_assert!(
-            packet.len() < HEADER_LEN || packet[4..8] == (seq as u32).to_be_bytes(),
+            packet.len() < HEADER_LEN || packet[field::SEQ] == (seq as u32).to_be_bytes(),
             "the header's sequence number must be the low 32 bits of `seq`"
         );
         let seq_hi = esn.then_some((seq >> 32) as u32);
@@ -164,12 +163,12 @@ fn esp_aad(header: &[u8], seq_hi: Option<u32>) -> ([u8; 12], usize) {
     match seq_hi {
         None => {
             aad[..HEADER_LEN].copy_from_slice(&header[..HEADER_LEN]);
-            (aad, 8)
+            (aad, HEADER_LEN)
         }
         Some(hi) => {
-            aad[..4].copy_from_slice(&header[..4]);
+            aad[..4].copy_from_slice(&header[field::SPI]);
             aad[4..8].copy_from_slice(&hi.to_be_bytes());
-            aad[8..12].copy_from_slice(&header[4..HEADER_LEN]);
+            aad[8..12].copy_from_slice(&header[field::SEQ]);
             (aad, 12)
         }
     }

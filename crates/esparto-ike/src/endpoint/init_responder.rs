@@ -50,17 +50,19 @@ use crate::sa::{Handshake, IkeSa, Role, State};
 use crate::spi::ike_spi;
 use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::Rng;
+use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
-    ExchangeType, Header, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType,
+    ExchangeType, HEADER_LEN, Header, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType,
     emit_message,
 };
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::time::Instant;
 
-/// Initial capacity of a stateless reply: a header, one notify with up to
-/// 64 octets of data (§3.10.1's maximum), and the NAT-T marker.
-const STATELESS_REPLY_CAPACITY: usize = 28 + 8 + 64 + 4;
+/// Initial capacity of a stateless reply: a header, one notify (8 octets
+/// before its data) with up to 64 octets of data (§3.10.1's maximum), and
+/// the NAT-T marker.
+const STATELESS_REPLY_CAPACITY: usize = HEADER_LEN + 8 + 64 + NON_ESP_MARKER.len();
 
 /// The responder's half-open IKE SAs (created by IKE_SA_INIT, not yet
 /// authenticated), by `(peer, SPIi)` for retransmitted requests, and how
@@ -228,7 +230,7 @@ impl Endpoint {
         }
         if local.port() == self.config.natt_port {
             // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
-            data.splice(0..0, [0u8; 4]);
+            data.splice(0..0, NON_ESP_MARKER);
         }
         self.transmits.push_back(Transmit {
             local,

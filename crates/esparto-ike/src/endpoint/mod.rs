@@ -51,6 +51,7 @@ use crate::spi::{SpiAllocator, ike_spi};
 use core::net::SocketAddr;
 use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
+use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::ike::{Error as WireError, ExchangeType, Message, NotifyType, PayloadRepr};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -552,12 +553,12 @@ impl Endpoint {
     ) {
         self.stats.datagrams += 1;
         let data = if local.port() == self.config.natt_port {
-            match data {
+            match Datagram::classify(data) {
                 // RFC 3948 §2.3: a NAT keepalive; nothing to do.
-                [0xff] => return,
+                Ok(Kind::NatKeepalive) => return,
                 // RFC 3948 §2.2: the non-ESP marker precedes IKE on 4500.
-                [0, 0, 0, 0, rest @ ..] => rest,
-                _ => {
+                Ok(Kind::Ike(rest)) => rest,
+                Ok(Kind::Esp(_)) | Err(_) => {
                     self.stats.malformed += 1;
                     return;
                 }

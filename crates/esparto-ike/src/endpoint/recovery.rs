@@ -69,8 +69,9 @@ use crate::lifetime::{
 use crate::ratelimit::RateLimiter;
 use crate::sa::State;
 use core::net::SocketAddr;
+use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
-    ExchangeType, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType, Spi,
+    ExchangeType, HEADER_LEN, HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, PayloadType, Spi,
     emit_message,
 };
 use std::cmp::Reverse;
@@ -78,9 +79,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Room for an unprotected notify message: header, one notify with a
-/// four-octet SPI as data, the NAT-T marker.
-const NOTIFY_MESSAGE_CAPACITY: usize = 28 + 8 + 4 + 4;
+/// Room for an unprotected notify message: header, one notify (8 octets
+/// before its data) with a four-octet SPI as data, the NAT-T marker.
+const NOTIFY_MESSAGE_CAPACITY: usize = HEADER_LEN + 8 + 4 + NON_ESP_MARKER.len();
 
 /// A connection's re-initiation state.
 #[derive(Debug)]
@@ -217,7 +218,7 @@ impl Endpoint {
         }
         if local.port() == self.config.natt_port {
             // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
-            data.splice(0..0, [0u8; 4]);
+            data.splice(0..0, NON_ESP_MARKER);
         }
         self.transmits.push_back(Transmit {
             local,

@@ -44,6 +44,7 @@ use crate::proposal::Selected;
 use core::net::SocketAddr;
 use core::ops::Range;
 use esparto_crypto::ike::IkeCipher;
+use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
     ExchangeType, HeaderRepr, Message, PayloadRepr, PayloadType, SkLayout, emit_encrypted,
     emit_message, parse_payloads, strip_padding,
@@ -386,10 +387,10 @@ impl IkeSa {
 
     /// Queue a datagram to the peer, with the non-ESP marker on the NAT-T port.
     pub(crate) fn transmit(&self, ctx: &mut Ctx<'_>, packet: &[u8]) {
-        let mut data = Vec::with_capacity(packet.len() + 4);
+        let mut data = Vec::with_capacity(packet.len() + NON_ESP_MARKER.len());
         if self.local.port() == ctx.config.natt_port {
             // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
-            data.extend_from_slice(&[0; 4]);
+            data.extend_from_slice(&NON_ESP_MARKER);
         }
         data.extend_from_slice(packet);
         ctx.transmits.push_back(Transmit {

@@ -19,6 +19,7 @@ use crate::lifetime::MAX_WINDOW;
 use crate::rules;
 use core::net::SocketAddr;
 use esparto_crypto::ike::KeGroup;
+use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
     Error as WireError, ExchangeType, Message, NotifyRepr, NotifyType, PayloadRepr, ProtocolId, Spi,
 };
@@ -111,9 +112,9 @@ impl IkeSa {
         remote: SocketAddr,
         packet: &[u8],
     ) {
-        let mut data = Vec::with_capacity(packet.len() + 4);
+        let mut data = Vec::with_capacity(packet.len() + NON_ESP_MARKER.len());
         if local.port() == ctx.config.natt_port {
-            data.extend_from_slice(&[0; 4]);
+            data.extend_from_slice(&NON_ESP_MARKER);
         }
         data.extend_from_slice(packet);
         ctx.transmits.push_back(Transmit {

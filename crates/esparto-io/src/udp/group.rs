@@ -1,5 +1,6 @@
 //! The reuseport group: N worker sockets bound in order, then the control
-//! socket, then the steering program (see [`crate::steer`]).
+//! socket, then the steering program (see [`crate::steer`]) for the key
+//! [`UdpConfig::steering`] names.
 
 use std::io;
 use std::net::SocketAddr;
@@ -8,19 +9,20 @@ use super::{UdpConfig, UdpSocket};
 use crate::steer;
 
 /// The sockets of one reuseport group: `workers` data sockets and a control
-/// socket, with SPI steering attached.
+/// socket, with steering attached.
 #[derive(Debug)]
 pub struct UdpGroup {
     /// Worker sockets; index = group index = worker number.
     pub workers: Vec<UdpSocket>,
-    /// The control (IKE) socket, group index `workers.len()`.
+    /// The control socket, group index `workers.len()`.
     pub control: UdpSocket,
 }
 
 impl UdpGroup {
     /// Bind `workers` sockets and then the control socket to `addr` (port
     /// 4500 normally; port 0 picks one for all), and attach the steering
-    /// program. Must run in the network namespace the sockets belong to.
+    /// program for `cfg.steering`, which must be set. Must run in the
+    /// network namespace the sockets belong to.
     pub fn bind(addr: SocketAddr, workers: usize, cfg: &UdpConfig) -> io::Result<Self> {
         if workers == 0 {
             return Err(io::Error::new(
@@ -28,6 +30,9 @@ impl UdpGroup {
                 "at least one worker",
             ));
         }
+        let Some(steering) = cfg.steering else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a group needs a steering key"));
+        };
         let mut socks = Vec::with_capacity(workers);
         let first = UdpSocket::bind(addr, cfg, true)?;
         // With port 0 the first bind picks the port; the rest join it.
@@ -37,7 +42,7 @@ impl UdpGroup {
             socks.push(UdpSocket::bind(addr, cfg, true)?);
         }
         let control = UdpSocket::bind(addr, cfg, true)?;
-        steer::attach_steering(&socks[0], workers)?;
+        steer::attach_steering(&socks[0], &steering, workers)?;
         Ok(Self {
             workers: socks,
             control,

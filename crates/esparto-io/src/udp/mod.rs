@@ -1,12 +1,13 @@
-//! ESP-in-UDP sockets (RFC 3948): a `SO_REUSEPORT` group on port 4500 with
-//! batched I/O, UDP GSO on send and UDP GRO on receive.
+//! The data plane's UDP sockets: a `SO_REUSEPORT` group with batched I/O,
+//! UDP GSO on send and UDP GRO on receive.
 //!
 //! One socket per worker, plus one *control* socket that joins the group last
-//! (index N) and belongs to the IKE thread; the cBPF program of [`crate::steer`]
-//! chooses between them by SPI. The group index of a socket is the order of
-//! its `bind()`, so [`UdpGroup::bind`] binds the workers 0..N, then the control
-//! socket, then attaches the program. (If a member closes, the kernel moves the
-//! last member into its slot: indices only hold while the group is whole.)
+//! (index N) and belongs to the control thread; the cBPF program of
+//! [`crate::steer`] chooses between them by a key in the payload. The group
+//! index of a socket is the order of its `bind()`, so [`UdpGroup::bind`]
+//! binds the workers 0..N, then the control socket, then attaches the
+//! program. (If a member closes, the kernel moves the last member into its
+//! slot: indices only hold while the group is whole.)
 //!
 //! **Send.** [`UdpSocket::send_batch`] walks a [`TxBatch`] and folds runs of
 //! consecutive datagrams with the same destination and the same length (the
@@ -14,9 +15,8 @@
 //! `UDP_SEGMENT` control message: the kernel builds one super-packet and
 //! segments it as late as possible (GSO). A run also ends at 64 segments
 //! (`UDP_MAX_SEGMENTS`) or 65 507 bytes (the largest UDP payload over IPv4),
-//! and — unless disabled — when the first four payload bytes (the SPI) change,
-//! so that a super-packet that reaches the peer whole is steered correctly
-//! there. Each segment is one `iovec` pointing into its own slot: no copy.
+//! and — with a steering key configured — when the key changes, so that a
+//! super-packet that reaches the peer whole is steered correctly there. Each segment is one `iovec` pointing into its own slot: no copy.
 //! If the kernel refuses GSO (`EIO`: no checksum offload on the route;
 //! `EINVAL`: segment larger than the MTU) the socket turns GSO off and sends
 //! plain `sendmmsg` from then on.
@@ -37,6 +37,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::batch::{RxBatch, RxEntry, TxBatch};
+use crate::steer::SteeringKey;
 use crate::sys::{self, RawAddr};
 
 /// Most segments the kernel accepts in one GSO send (`UDP_MAX_SEGMENTS`).
@@ -71,8 +72,12 @@ pub struct UdpConfig {
     pub gro: bool,
     /// Use `UDP_SEGMENT` on send.
     pub gso: bool,
-    /// End a GSO run when the first four payload bytes (the SPI) change.
-    pub gso_split_on_spi: bool,
+    /// The key that steers datagrams among a group's sockets
+    /// ([`crate::steer`]): [`UdpGroup::bind`] attaches a program that steers
+    /// by it (a group needs one), and a socket sending GSO runs ends a run
+    /// where the key changes, so that a run reaching a peer whole is
+    /// steered right there. `None`: runs regardless of the payload.
+    pub steering: Option<SteeringKey>,
 }
 
 impl Default for UdpConfig {
@@ -82,7 +87,7 @@ impl Default for UdpConfig {
             send_buffer: 8 << 20,
             gro: true,
             gso: true,
-            gso_split_on_spi: true,
+            steering: None,
         }
     }
 }
@@ -126,7 +131,8 @@ pub struct UdpSocket {
     local: SocketAddr,
     gso: bool,
     gro: bool,
-    split_on_spi: bool,
+    /// End GSO runs where this key changes.
+    split_key: Option<SteeringKey>,
     scratch: Scratch,
     stats: UdpStats,
 }
@@ -171,7 +177,7 @@ impl UdpSocket {
             local,
             gso: cfg.gso,
             gro,
-            split_on_spi: cfg.gso_split_on_spi,
+            split_key: cfg.steering,
             scratch: Scratch::new(),
             stats: UdpStats::default(),
         })
@@ -202,7 +208,7 @@ impl UdpSocket {
         sys::getsockopt_int(self.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF).map(|v| v as usize)
     }
 
-    /// Send one datagram (control path: IKE, keepalives).
+    /// Send one datagram (the control path).
     pub fn send_to(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
         let raw = RawAddr::from_std(&dst);
         // SAFETY: buf and raw are live for the call and describe their sizes.
@@ -407,6 +413,7 @@ impl UdpSocket {
     /// of entries and whether any carries `UDP_SEGMENT`.
     fn build_send(&mut self, batch: &TxBatch, mut i: usize) -> (usize, bool) {
         let n = batch.len();
+        let split = self.split_key;
         let s = &mut self.scratch;
         s.groups.clear();
         let mut iov_at = 0;
@@ -419,7 +426,7 @@ impl UdpSocket {
             };
             let first = i;
             let seg_len = batch.packet_len(i);
-            let spi = spi_of(batch, i);
+            let key = key_of(split, batch, i);
             let mut bytes = seg_len;
             i += 1;
             if self.gso {
@@ -429,7 +436,7 @@ impl UdpSocket {
                     && bytes + batch.packet_len(i) <= MAX_GSO_BYTES
                 {
                     let len = batch.packet_len(i);
-                    if len > seg_len || (self.split_on_spi && spi_of(batch, i) != spi) {
+                    if len > seg_len || key_of(split, batch, i) != key {
                         break;
                     }
                     bytes += len;
@@ -474,10 +481,11 @@ impl UdpSocket {
     }
 }
 
-/// The first four payload bytes of datagram `i` (its SPI), if it has them.
-fn spi_of(batch: &TxBatch, i: usize) -> Option<[u8; 4]> {
-    let p = batch.packet(i)?;
-    p.get(..4).and_then(|b| b.try_into().ok())
+
+/// The steering key of datagram `i`, if runs `split` on one and the
+/// datagram is long enough to carry it.
+fn key_of(split: Option<SteeringKey>, batch: &TxBatch, i: usize) -> Option<u32> {
+    split.and_then(|k| k.of(batch.packet(i)?))
 }
 
 /// Ask for `bytes` of socket buffer, forcing past the sysctl cap if we may.
@@ -528,7 +536,8 @@ mod tests {
     /// back, split, byte for byte and in order.
     #[test]
     fn gso_runs_round_trip_on_loopback() {
-        let cfg = UdpConfig::default();
+        // Split runs on a key where ESP has its SPI.
+        let cfg = UdpConfig { steering: Some(SteeringKey::new(0, 8)), ..UdpConfig::default() };
         let (mut tx, mut rx) = lo_pair(&cfg);
         let dst = rx.local_addr();
         let mut batch = TxBatch::new(128, 0, 1500);

@@ -6,6 +6,26 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use esparto_io::steer::{self, SteeringKey};
+use esparto_io::udp::UdpConfig;
+
+/// The tests' datagrams are steered as ESP is: by the first four bytes,
+/// in datagrams of at least eight (the SPI and sequence number).
+pub const KEY: SteeringKey = SteeringKey::new(0, 8);
+
+/// The smallest key the tests hand out (ESP reserves the SPIs below 256).
+pub const MIN_KEY: u32 = 256;
+
+/// `UdpConfig::default()` steered by [`KEY`].
+pub fn steered() -> UdpConfig {
+    UdpConfig { steering: Some(KEY), ..UdpConfig::default() }
+}
+
+/// A key that datagrams carry to reach `worker` of `workers`.
+pub fn key_for_worker(random: u32, worker: usize, workers: usize) -> Option<u32> {
+    steer::key_for_worker(random, worker, workers, MIN_KEY)
+}
+
 /// Skip (return early, loudly) unless root with iproute2.
 #[macro_export]
 macro_rules! require_netns {

@@ -35,14 +35,23 @@ pub const MIN_MTU: usize = 1280;
 /// Largest Flow Label (20 bits).
 pub const MAX_FLOW_LABEL: u32 = 0x000f_ffff;
 
-mod field {
+/// Byte offsets of the header fields, for code that must name a position
+/// rather than read a value: checksum offload (where the checksum field
+/// lies), steering programs the kernel runs on the raw bytes.
+pub mod field {
     use core::ops::Range;
-    pub(super) const VER_TC_FLOW: usize = 0;
-    pub(super) const LENGTH: usize = 4;
-    pub(super) const NXT_HDR: usize = 6;
-    pub(super) const HOP_LIMIT: usize = 7;
-    pub(super) const SRC: Range<usize> = 8..24;
-    pub(super) const DST: Range<usize> = 24..40;
+    /// Version, Traffic Class and Flow Label (one 32-bit word).
+    pub const VER_TC_FLOW: usize = 0;
+    /// Payload Length.
+    pub const LENGTH: usize = 4;
+    /// Next Header.
+    pub const NXT_HDR: usize = 6;
+    /// Hop Limit.
+    pub const HOP_LIMIT: usize = 7;
+    /// Source Address.
+    pub const SRC: Range<usize> = 8..24;
+    /// Destination Address.
+    pub const DST: Range<usize> = 24..40;
 }
 
 /// A view of an IPv6 packet.

@@ -68,16 +68,28 @@ pub mod flags {
     pub const CWR: u8 = 0x80;
 }
 
-mod field {
-    pub(super) const SRC_PORT: usize = 0;
-    pub(super) const DST_PORT: usize = 2;
-    pub(super) const SEQ: usize = 4;
-    pub(super) const ACK: usize = 8;
-    pub(super) const OFFSET: usize = 12;
-    pub(super) const FLAGS: usize = 13;
-    pub(super) const WINDOW: usize = 14;
-    pub(super) const CHECKSUM: usize = 16;
-    pub(super) const URGENT: usize = 18;
+/// Byte offsets of the header fields, for code that must name a position
+/// rather than read a value: checksum offload (where the checksum field
+/// lies), steering programs the kernel runs on the raw bytes.
+pub mod field {
+    /// Source Port.
+    pub const SRC_PORT: usize = 0;
+    /// Destination Port.
+    pub const DST_PORT: usize = 2;
+    /// Sequence Number.
+    pub const SEQ: usize = 4;
+    /// Acknowledgment Number.
+    pub const ACK: usize = 8;
+    /// Data Offset (high four bits) and reserved bits.
+    pub const OFFSET: usize = 12;
+    /// Control bits.
+    pub const FLAGS: usize = 13;
+    /// Window.
+    pub const WINDOW: usize = 14;
+    /// Checksum.
+    pub const CHECKSUM: usize = 16;
+    /// Urgent Pointer.
+    pub const URGENT: usize = 18;
 }
 
 /// A view of a TCP segment (header, options, data).

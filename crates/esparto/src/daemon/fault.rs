@@ -9,7 +9,7 @@
 //! worker `K` panic at its first tick `MS` milliseconds or more after
 //! start (`K` alone: at its first tick).
 
-use esparto_io::EspDatapath;
+use crate::datapath::EspDatapath;
 
 /// The environment variable that arms the fault.
 #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
@@ -33,7 +33,9 @@ mod imp {
     use std::time::{Duration, Instant};
 
     use esparto_io::worker::WorkerReport;
-    use esparto_io::{Datapath, EspCommand, EspDatapath, RxBatch, TxBatch};
+    use esparto_io::{Datapath, RxBatch, TxBatch};
+
+    use crate::datapath::{EspCommand, EspDatapath};
 
     /// An [`EspDatapath`] that may be armed to panic.
     pub(crate) struct Faulty {

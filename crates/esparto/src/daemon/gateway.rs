@@ -32,16 +32,13 @@ use esparto_io::udp::UdpConfig;
 use esparto_io::route::DeviceRoutes;
 use esparto_io::worker::{ControlDatagram, WorkerFailure, WorkerReport};
 use esparto_io::{ControlRx, control_channel};
-use esparto_io::{
-    EspCommand, EspDatapath, IcmpSources, Snapshot, Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig,
-    WorkerEvent,
-    Workers,
-};
+use esparto_io::{Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, Workers};
 use tracing::{info, warn};
 
 use super::install::{ChildState, SaLabel};
 use super::seqstate::{self, Claims, FsStore, Reservations, Store};
 use crate::config::Config;
+use crate::datapath::{self, EspCommand, EspDatapath, IcmpSources, SPI_STEERING, Snapshot, WorkerEvent};
 use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
 
 /// TUN MTU when no SA suite is known yet (IKE children before negotiation).
@@ -172,9 +169,10 @@ impl Gateway {
             }
         }
         let bind = bind_addr(cfg)?;
-        let group = UdpGroup::bind(bind, n, &UdpConfig::default())
+        let udp = UdpConfig { steering: Some(SPI_STEERING), ..UdpConfig::default() };
+        let group = UdpGroup::bind(bind, n, &udp)
             .with_context(|| format!("binding {n}+1 UDP sockets to {bind} (is another esparto or an IKE daemon running?)"))?;
-        let (ev_tx, events) = esparto_io::esp::event_channel();
+        let (ev_tx, events) = datapath::event_channel();
         let (ctl_tx, control_dgrams) = control_channel(n);
         // ICMP errors about packets too big for the tunnel come from the
         // packet's destination (see `IcmpSources`).

@@ -20,7 +20,7 @@
 //! That is what makes rekeying lossless.
 //!
 //! Inbound ESP SPIs are chosen by a [`SteeringSpiAllocator`] with the data
-//! plane's steering function ([`esparto_io::spi_for_worker`]): random in
+//! plane's steering function ([`crate::datapath::spi_for_worker`]): random in
 //! every bit the steering rule does not fix, so each SA is processed by a
 //! chosen worker (round-robin, spreading tunnels over cores) yet stays
 //! unpredictable.
@@ -165,7 +165,7 @@ impl Ike {
             max_half_open: limits.max_half_open,
             ..EndpointConfig::default()
         };
-        let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), esparto_io::spi_for_worker)));
+        let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), crate::datapath::spi_for_worker)));
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
         let sock500 = esparto_io::UdpSocket::bind(bind, &UdpConfig::default(), false)

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use esparto_esp::{Direction, Event as DpEvent, Expiry, GroupId};
 use esparto_ike::{AfterDeath, ChildSaEstablished, Event, InitiateError, Reason};
-use esparto_io::WorkerEvent;
+use crate::datapath::WorkerEvent;
 use tracing::{debug, info, warn};
 
 use super::Gateway;

@@ -23,7 +23,7 @@ use esparto_esp::{
     Action, Command, Direction, GroupId, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, SharedSeq, Spd,
     TrafficSelector,
 };
-use esparto_io::spi_to_worker;
+use crate::datapath::spi_to_worker;
 use tracing::{info, warn};
 
 use super::Gateway;

@@ -336,7 +336,7 @@ pub fn run(o: &PeerOptions) -> Result<PeerReport> {
     let mut ep = Endpoint::new(
         endpoint_config(o),
         Box::new(SystemRng),
-        Box::new(SteeringSpiAllocator::new(o.workers, esparto_io::spi_for_worker)),
+        Box::new(SteeringSpiAllocator::new(o.workers, ::esparto::datapath::spi_for_worker)),
     );
     let names: Vec<String> = (0..o.connections).map(connection_name).collect();
     for (i, (c, ids)) in connections(o)?.into_iter().enumerate() {

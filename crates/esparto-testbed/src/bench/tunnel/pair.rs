@@ -11,7 +11,7 @@
 //! anything is measured, so a broken tunnel is an error, not a zero.
 //!
 //! Statically keyed per-CPU pairs choose their SPIs with
-//! [`esparto_io::spi_for_worker`], as the daemon's IKE SPI allocator does:
+//! [`::esparto::datapath::spi_for_worker`], as the daemon's IKE SPI allocator does:
 //! the sub-SA of worker *k* is received on an SPI that the steering program
 //! hands to worker *k* on **both** gateways (west's outbound SPI is east's
 //! inbound SPI), so decryption spreads over the workers like encryption.
@@ -109,7 +109,7 @@ pub fn static_pairs(n: usize, workers: usize) -> Result<Vec<StaticPair>> {
             let worker = i.saturating_sub(1) % workers.max(1);
             let tag = u32::try_from(i).context("too many pairs")? << 8;
             let spi = |base: u32| {
-                esparto_io::spi_for_worker(base | tag, worker, workers.max(1))
+                ::esparto::datapath::spi_for_worker(base | tag, worker, workers.max(1))
                     .context("no SPI for that worker")
             };
             Ok(StaticPair {
@@ -379,7 +379,7 @@ fn configs(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use esparto_io::spi_to_worker;
+    use ::esparto::datapath::spi_to_worker;
 
     #[test]
     fn static_per_cpu_spis_steer_to_their_worker_on_both_sides() {

@@ -1,5 +1,18 @@
 //! The ESP engine as a [`Datapath`]: what each worker thread runs.
 //!
+//! **Why here.** `esparto-esp` is the ESP engine without I/O (it works in
+//! the caller's buffers, with the time passed in), `esparto-io` drives
+//! sockets, the TUN device and worker threads and knows no protocol. This
+//! module is the glue between the two, as the `quinn` crate is between
+//! `quinn-proto` and `quinn-udp`: it turns the I/O layer's batches into
+//! the engine's calls, and the engine's results into datagrams, packets for
+//! the TUN, events and statistics for the control thread. In the engine
+//! it would make the sans-IO crate depend on the syscall crate; in the I/O
+//! crate it made the packet path run io → esp → io. The daemon is its one
+//! user. The rule that steers inbound ESP to the worker holding its SA
+//! lives here too ([`steering`]): the I/O layer runs a steering program
+//! built from where this module says the SPI lies.
+//!
 //! Outbound, every packet read from the worker's TUN queue is encapsulated
 //! in place in its read slot (the slot has headroom for the ESP header and
 //! IV and tailroom for padding and ICV), and the slot itself is swapped
@@ -23,11 +36,11 @@
 //! we lost.
 //!
 //! **A GRO train is classified datagram by datagram.** The steering
-//! program saw only the train's first datagram ([`crate::steer`]), so a
+//! program saw only the train's first datagram ([`steering`]), so a
 //! train may mix kinds, and each datagram is taken for what its own bytes
 //! say: ESP is decrypted here (or dropped under its reason), a keepalive
 //! counted, IKE handed to the control thread through the worker's bounded
-//! pool ([`crate::control`]: dropped and counted as `control_queue_full`
+//! pool ([`esparto_io::control`]: dropped and counted as `control_queue_full`
 //! when the control thread is behind), anything else dropped as
 //! `malformed`. A train of one ESP-looking datagram and 59 IKE ones, at any
 //! rate, thus costs the worker a copy of each IKE datagram into its control
@@ -52,11 +65,16 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use esparto_esp::{Command, DropReason, Event, Worker, WorkerStats};
+use esparto_io::batch::{RxBatch, TxBatch};
+use esparto_io::worker::{Datapath, WorkerReport};
 use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::icmp as too_big;
+use esparto_wire::ip::IpVersion;
+use esparto_wire::{ipv4, ipv6};
 
-use crate::batch::{RxBatch, TxBatch};
-use crate::worker::{Datapath, WorkerReport};
+pub mod steering;
+
+pub use steering::{SPI_STEERING, spi_for_worker, spi_to_worker};
 
 /// ICMP errors a worker sends per second at most.
 pub const ICMP_ERRORS_PER_SEC: u32 = 100;
@@ -213,23 +231,25 @@ impl EspDatapath {
         if self.icmp_tokens == 0 {
             return;
         }
-        let n = match offending.first().map(|b| b >> 4) {
-            Some(4) => {
+        let n = match IpVersion::of(offending) {
+            Ok(IpVersion::V4) => {
                 // RFC 1191: only a packet with DF set asks for PMTU discovery;
                 // without DF the sender gets nothing (and the packet is
                 // dropped, counted as too_big).
-                let df = offending.get(6).is_some_and(|b| b & 0x40 != 0);
-                let src = self.icmp.v4.or_else(|| dst_v4(offending));
-                match (df, src) {
-                    (true, Some(src)) => too_big::frag_needed_v4(offending, mtu, src, &mut self.icmp_buf).ok(),
+                match ipv4::Packet::new_checked(offending) {
+                    Ok(ip) if ip.dont_frag() => {
+                        let src = self.icmp.v4.unwrap_or_else(|| ip.dst_addr());
+                        too_big::frag_needed_v4(offending, mtu, src, &mut self.icmp_buf).ok()
+                    }
                     _ => None,
                 }
             }
-            Some(6) => {
-                let src = self.icmp.v6.or_else(|| dst_v6(offending));
+            Ok(IpVersion::V6) => {
+                let ip = ipv6::Packet::new_checked(offending).ok();
+                let src = self.icmp.v6.or_else(|| ip.map(|ip| ip.dst_addr()));
                 src.and_then(|src| too_big::packet_too_big_v6(offending, u32::from(mtu), src, &mut self.icmp_buf).ok())
             }
-            _ => None,
+            Err(_) => None,
         };
         if let Some(n) = n {
             if to_tun.push(None, &self.icmp_buf[..n]).is_ok() {
@@ -238,18 +258,6 @@ impl EspDatapath {
             }
         }
     }
-}
-
-/// The destination of an IPv4 packet: the default ICMP source (see
-/// [`IcmpSources`]).
-fn dst_v4(p: &[u8]) -> Option<Ipv4Addr> {
-    let b: [u8; 4] = p.get(16..20)?.try_into().ok()?;
-    Some(Ipv4Addr::from(b))
-}
-
-fn dst_v6(p: &[u8]) -> Option<Ipv6Addr> {
-    let b: [u8; 16] = p.get(24..40)?.try_into().ok()?;
-    Some(Ipv6Addr::from(b))
 }
 
 impl Datapath for EspDatapath {
@@ -369,203 +377,4 @@ impl Datapath for EspDatapath {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use crate::batch::RxEntry;
-    use esparto_esp::{EspSuite, InboundSa, Lifetime, OutboundSa, SaConfig, SecretBytes, HEADROOM, TAILROOM};
-
-    const SPI: u32 = 0x0100_0001;
-
-    fn config(spi: u32, lifetime: Lifetime) -> SaConfig {
-        SaConfig {
-            spi,
-            suite: EspSuite::Aes256Gcm16,
-            keymat: SecretBytes::from_slice(&[7u8; 36]),
-            esn: false,
-            replay_window: 64,
-            lifetime,
-            local_ts: vec!["10.2.0.0/16".parse().unwrap()],
-            remote_ts: vec!["10.1.0.0/16".parse().unwrap()],
-            peer: "192.0.2.1:4500".parse().unwrap(),
-            path_mtu: 1500,
-        }
-    }
-
-    /// An IPv4/UDP packet 10.1.0.1 → 10.2.0.1.
-    fn inner(len: usize) -> Vec<u8> {
-        let total = 28 + len;
-        let mut p = vec![0u8; total];
-        p[0] = 0x45;
-        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        p[8] = 64;
-        p[9] = 17;
-        p[12..16].copy_from_slice(&[10, 1, 0, 1]);
-        p[16..20].copy_from_slice(&[10, 2, 0, 1]);
-        p[24..26].copy_from_slice(&((8 + len) as u16).to_be_bytes());
-        p
-    }
-
-    fn seal(out: &mut OutboundSa, next_header: u8, inner: &[u8]) -> Vec<u8> {
-        let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
-        buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(inner);
-        let r = out.encapsulate(Instant::now(), &mut buf, HEADROOM..HEADROOM + inner.len(), next_header, &mut None).unwrap();
-        buf[r].to_vec()
-    }
-
-    /// One receive slot holding `dgrams` back to back, one entry each: what
-    /// a UDP GRO read of a mixed train looks like.
-    fn train(dgrams: &[Vec<u8>]) -> RxBatch {
-        let mut b = RxBatch::new(1, 0, 4096, 64);
-        let peer = Some("192.0.2.1:4500".parse().unwrap());
-        let mut at = 0;
-        for d in dgrams {
-            b.slots[0].storage_mut()[at..at + d.len()].copy_from_slice(d);
-            b.entries.push(RxEntry { slot: 0, start: at as u32, len: d.len() as u32, peer });
-            at += d.len();
-        }
-        b
-    }
-
-    fn datapath(events: SyncSender<WorkerEvent>) -> EspDatapath {
-        EspDatapath::new(0, events, IcmpSources::default())
-    }
-
-    #[test]
-    fn a_mixed_gro_train_is_classified_datagram_by_datagram() {
-        let (tx, _rx) = event_channel();
-        let mut dp = datapath(tx);
-        let now = Instant::now();
-        let cfg = config(SPI, Lifetime::default());
-        dp.on_command(now, EspCommand::Esp(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).unwrap()))), &WorkerReport::default());
-        let mut out = OutboundSa::owned(&cfg, now).unwrap();
-        let mut ike = vec![0u8; 4];
-        ike.extend_from_slice(&[0x11; 28]);
-        let mut other_spi = seal(&mut out, 4, &inner(10));
-        other_spi[..4].copy_from_slice(&0x0200_0002u32.to_be_bytes());
-        let mut batch = train(&[
-            seal(&mut out, 4, &inner(10)),
-            ike.clone(),
-            seal(&mut out, 59, &[0u8; 16]), // RFC 4303 §2.6: a dummy packet
-            ike.clone(),
-            other_spi,                       // an SA this worker does not own
-            vec![1, 2, 3],                   // too short for anything
-            vec![0xff],                      // RFC 3948 §2.3: NAT keepalive
-        ]);
-        let mut to_tun = TxBatch::new(16, 16, 2048);
-        let mut to_control = TxBatch::new(16, 0, 2048);
-        assert_eq!(dp.inbound(now, &mut batch, 0, &mut to_tun, &mut to_control), 7);
-        assert_eq!(to_tun.len(), 1);
-        assert_eq!(to_tun.packet(0).unwrap(), &inner(10)[..]);
-        assert_eq!(to_control.len(), 2);
-        assert_eq!(to_control.packet(1).unwrap(), &ike[..], "marker included, for the IKE thread");
-        assert_eq!(to_control.dst(0), Some("192.0.2.1:4500".parse().unwrap()));
-        assert_eq!(dp.keepalives, 1);
-        let d = dp.worker().drops();
-        assert_eq!(
-            (d.get(DropReason::Dummy), d.get(DropReason::UnknownSpi), d.get(DropReason::Malformed), d.total()),
-            (1, 1, 1, 3)
-        );
-    }
-
-    #[test]
-    fn a_full_control_batch_stops_the_pass_and_loses_nothing() {
-        let (tx, _rx) = event_channel();
-        let mut dp = datapath(tx);
-        let ike: Vec<Vec<u8>> = (0..5u8).map(|i| vec![0, 0, 0, 0, i, i, i, i]).collect();
-        let mut batch = train(&ike);
-        let mut to_tun = TxBatch::new(4, 16, 2048);
-        let mut to_control = TxBatch::new(2, 0, 2048);
-        let now = Instant::now();
-        // The worker loop forwards what was queued and calls again from
-        // where the datapath stopped.
-        let mut from = 0;
-        let mut seen = Vec::new();
-        while from < batch.len() {
-            to_control.clear();
-            from = dp.inbound(now, &mut batch, from, &mut to_tun, &mut to_control);
-            seen.extend((0..to_control.len()).map(|i| to_control.packet(i).unwrap()[4]));
-        }
-        assert_eq!(seen, [0, 1, 2, 3, 4]);
-        assert_eq!(dp.worker().drops().total(), 0);
-    }
-
-    #[test]
-    fn events_wait_for_room_in_the_channel_and_none_is_lost() {
-        let (tx, rx) = mpsc::sync_channel(1);
-        let mut dp = datapath(tx);
-        let now = Instant::now();
-        // Three inbound SAs whose soft time limit passes at the first tick.
-        let lifetime = Lifetime { soft_time: Some(Duration::from_secs(1)), ..Lifetime::default() };
-        for spi in [0x100, 0x200, 0x300] {
-            let sa = InboundSa::new(&config(spi, lifetime), now).unwrap();
-            dp.on_command(now, EspCommand::Esp(Command::AddInbound(Box::new(sa))), &WorkerReport::default());
-        }
-        let later = now + Duration::from_secs(2);
-        dp.on_tick(later);
-        let mut got = Vec::new();
-        for _ in 0..3 {
-            // One fits the channel at a time; the others wait in the worker.
-            let ev = rx.try_recv().unwrap();
-            assert!(rx.try_recv().is_err(), "the channel holds one");
-            got.push(ev.event);
-            dp.on_tick(later);
-        }
-        assert!(rx.try_recv().is_err());
-        let mut spis: Vec<u32> = got
-            .iter()
-            .map(|e| match e {
-                Event::Expire { spi, .. } => *spi,
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        spis.sort_unstable();
-        assert_eq!(spis, [0x100, 0x200, 0x300]);
-        assert_eq!(dp.worker().stats().events_dropped, 0);
-    }
-
-    #[test]
-    fn a_snapshot_carries_keepalives_and_never_waits() {
-        let (tx, _rx) = event_channel();
-        let mut dp = datapath(tx);
-        let now = Instant::now();
-        let mut batch = train(&[vec![0xff], vec![0xff]]);
-        dp.inbound(now, &mut batch, 0, &mut TxBatch::new(2, 16, 64), &mut TxBatch::new(2, 0, 64));
-        let (reply, answers) = mpsc::sync_channel(1);
-        dp.on_command(now, EspCommand::Snapshot(reply.clone()), &WorkerReport::default());
-        // A second request while the first answer is unread: dropped, not a wait.
-        dp.on_command(now, EspCommand::Snapshot(reply), &WorkerReport::default());
-        let s = answers.try_recv().unwrap();
-        assert_eq!((s.keepalives, s.esp.worker), (2, 0));
-        assert!(answers.try_recv().is_err());
-    }
-
-    #[test]
-    fn unknown_spis_are_reported_with_their_source_within_the_rate_limit() {
-        let (tx, rx) = mpsc::sync_channel(64);
-        let mut dp = EspDatapath::new(3, tx, IcmpSources::default());
-        let peer: SocketAddr = "192.0.2.2:4500".parse().unwrap();
-        let n = 2 * UNKNOWN_SPI_REPORTS_PER_SEC as usize;
-        let mut dgrams = RxBatch::new(1, 0, 64 * (n + 1), n + 1);
-        for i in 0..=n {
-            let off = 64 * i;
-            let esp = &mut dgrams.slots[0].storage_mut()[off..off + 64];
-            esp[..4].copy_from_slice(&0xc0de_0100_u32.to_be_bytes());
-            esp[4..8].copy_from_slice(&1u32.to_be_bytes());
-            // The last one arrived without a known source.
-            let peer = (i < n).then_some(peer);
-            dgrams.entries.push(RxEntry { slot: 0, start: off as u32, len: 64, peer });
-        }
-        let (mut to_tun, mut to_control) = (TxBatch::new(4, 0, 64), TxBatch::new(4, 0, 64));
-        let now = Instant::now();
-        assert_eq!(dp.inbound(now, &mut dgrams, 0, &mut to_tun, &mut to_control), n + 1);
-        let events: Vec<WorkerEvent> = rx.try_iter().collect();
-        assert_eq!(events.len(), UNKNOWN_SPI_REPORTS_PER_SEC as usize, "rate-limited");
-        assert!(events.iter().all(|e| e.worker == 3 && e.event == Event::UnknownSpi { spi: 0xc0de_0100, peer }));
-        assert_eq!(dp.worker().stats().drops.get(DropReason::UnknownSpi), n as u64 + 1, "all counted");
-        // A second later the worker reports again.
-        dgrams.entries.truncate(1);
-        dp.inbound(now + Duration::from_secs(1), &mut dgrams, 0, &mut to_tun, &mut to_control);
-        assert_eq!(rx.try_iter().count(), 1);
-    }
-}
+mod tests;
