@@ -104,8 +104,8 @@ impl Harness {
 /// A Child SA of connection `conn`'s child `net`.
 pub(super) struct Est {
     pub(super) ike: u64,
-    pub(super) conn: &'static str,
-    pub(super) remote: &'static str,
+    pub(super) conn: Arc<str>,
+    pub(super) remote: esparto_ike::TrafficSelector,
     pub(super) in_spi: u32,
     pub(super) out_spi: u32,
     pub(super) resource: Option<u16>,
@@ -115,11 +115,11 @@ pub(super) struct Est {
 }
 
 impl Est {
-    pub(super) fn new(ike: u64, conn: &'static str, in_spi: u32, out_spi: u32) -> Self {
+    pub(super) fn new(ike: u64, conn: &str, in_spi: u32, out_spi: u32) -> Self {
         Self {
             ike,
-            conn,
-            remote: "10.2.0.0/16",
+            conn: Arc::from(conn),
+            remote: ike_ts("10.2.0.0/16"),
             in_spi,
             out_spi,
             resource: None,
@@ -132,7 +132,7 @@ impl Est {
     pub(super) fn event(&self) -> ChildSaEstablished {
         ChildSaEstablished {
             ike_sa: IkeSaId(self.ike),
-            connection: Arc::from(self.conn),
+            connection: self.conn.clone(),
             child: Arc::from("net"),
             inbound_spi: self.in_spi,
             outbound_spi: self.out_spi,
@@ -141,7 +141,7 @@ impl Est {
             inbound_key: key(self.in_spi as u8),
             outbound_key: key(self.out_spi as u8),
             local_ts: vec![ike_ts("10.1.0.0/16")],
-            remote_ts: vec![ike_ts(self.remote)],
+            remote_ts: vec![self.remote],
             local: "192.0.2.1:500".parse().unwrap(),
             remote: "192.0.2.2:500".parse().unwrap(),
             encap: true,
@@ -296,7 +296,7 @@ fn an_ike_sa_deleted_takes_its_child_sas_and_only_them() {
     h.establish(&Est { resource: Some(0), per_resource: true, ..Est::new(1, "a", 0x1002, 0x2002) });
     // A peer's rekey waiting for activation goes too.
     h.establish(&Est { rekeys: Some(0x1001), outbound_active: false, ..Est::new(1, "a", 0x1003, 0x2003) });
-    h.establish(&Est { remote: "10.3.0.0/16", ..Est::new(2, "b", 0x1005, 0x2005) });
+    h.establish(&Est { remote: ike_ts("10.3.0.0/16"), ..Est::new(2, "b", 0x1005, 0x2005) });
     assert_eq!(h.table.ike_sa_deleted(IkeSaId(1)), h.table.conn_id("a"));
     h.apply();
     assert!(!h.receives(0x1001) && !h.receives(0x1002) && !h.receives(0x1003));
@@ -347,7 +347,7 @@ fn a_trap_raises_one_acquire_until_its_sa_arrives() {
     assert_eq!(h.table.acquire(h.now, g, None).map(|r| r.worker), Some(None), "the SA came: no longer in flight");
     // A group with no trap never initiates the child as a whole.
     let other = h.conn("b", false, "10.3.0.0/16");
-    h.establish(&Est { remote: "10.3.0.0/16", ..Est::new(2, "b", 0x1003, 0x2003) });
+    h.establish(&Est { remote: ike_ts("10.3.0.0/16"), ..Est::new(2, "b", 0x1003, 0x2003) });
     assert_eq!(h.table.acquire(h.now, h.group(other), None), None);
     assert_eq!(h.table.acquire(h.now, 9999, None), None, "unknown group");
 }
@@ -455,7 +455,7 @@ fn outbound_spis_of_two_peers_may_collide() {
     let a = h.conn("a", false, "10.2.0.0/16");
     let b = h.conn("b", false, "10.3.0.0/16");
     h.establish(&Est::new(1, "a", 0x1000, 0x2000));
-    h.establish(&Est { remote: "10.3.0.0/16", ..Est::new(2, "b", 0x1001, 0x2000) });
+    h.establish(&Est { remote: ike_ts("10.3.0.0/16"), ..Est::new(2, "b", 0x1001, 0x2000) });
     assert_eq!(h.table.label(0x2000, Direction::Outbound, Some(h.group(a))).unwrap().connection, "a");
     assert_eq!(h.table.label(0x2000, Direction::Outbound, Some(h.group(b))).unwrap().connection, "b");
     assert_eq!(h.table.soft_expire(0x2000, Direction::Outbound).len(), 2);
@@ -496,7 +496,7 @@ fn removing_a_connection_removes_its_children_policies_groups_and_sas() {
     h.establish(&Est { resource: Some(1), per_resource: true, ..Est::new(1, "a", 0x1003, 0x2003) });
     h.establish(&Est { rekeys: Some(0x1001), ..Est::new(1, "a", 0x1005, 0x2005) });
     h.delete(0x1001, true);
-    h.establish(&Est { remote: "10.3.0.0/16", ..Est::new(2, "b", 0x1007, 0x2007) });
+    h.establish(&Est { remote: ike_ts("10.3.0.0/16"), ..Est::new(2, "b", 0x1007, 0x2007) });
     let ga = h.group(a);
     let conn = h.table.conn_id("a").unwrap();
     h.table.remove_conn(conn);
@@ -517,7 +517,7 @@ fn removing_a_connection_removes_its_children_policies_groups_and_sas() {
     assert_eq!(h.table.expire_lingering(h.now + LINGER), 0);
     // A new connection gets a new group id.
     let c = h.conn("c", false, "10.4.0.0/16");
-    h.establish(&Est { remote: "10.4.0.0/16", ..Est::new(3, "c", 0x1009, 0x2009) });
+    h.establish(&Est { remote: ike_ts("10.4.0.0/16"), ..Est::new(3, "c", 0x1009, 0x2009) });
     assert_ne!(h.group(c), ga);
 }
 
@@ -526,7 +526,7 @@ fn changed_selectors_replace_the_policies() {
     let mut h = Harness::new(1);
     let child = h.conn("a", false, "10.2.0.0/16");
     h.establish(&Est::new(1, "a", 0x1000, 0x2000));
-    h.establish(&Est { remote: "10.2.1.0/24", rekeys: Some(0x1000), ..Est::new(1, "a", 0x1002, 0x2002) });
+    h.establish(&Est { remote: ike_ts("10.2.1.0/24"), rekeys: Some(0x1000), ..Est::new(1, "a", 0x1002, 0x2002) });
     let spd = h.workers[0].spd();
     assert_eq!(spd.len(), 1);
     let p = spd.iter().next().unwrap().1;
