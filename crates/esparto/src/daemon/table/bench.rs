@@ -61,6 +61,7 @@ struct Bed {
     /// anything is timed).
     names: Vec<Arc<str>>,
     remotes: Vec<esparto_ike::TrafficSelector>,
+    remotes_esp: Vec<esparto_esp::TrafficSelector>,
     /// The rekey clock: each rekey is `LINGER` after the previous one.
     clock: Instant,
 }
@@ -75,6 +76,7 @@ impl Bed {
             ike: vec![0; all],
             names: (0..all).map(|i| Arc::from(format!("t{i}").as_str())).collect(),
             remotes: (0..all).map(|i| ike_ts(&remote(i))).collect(),
+            remotes_esp: (0..all).map(|i| remote(i).parse().unwrap()).collect(),
             clock: Instant::now(),
         };
         for i in 0..tunnels {
@@ -91,7 +93,7 @@ impl Bed {
     /// Tunnel `i` comes up.
     fn add(&mut self, i: usize) {
         let conn = self.names[i].clone();
-        self.h.conn(&conn, false, &remote(i));
+        self.h.conn_ts(&conn, false, self.remotes_esp[i]);
         let id = self.h.table.conn_id(&conn).unwrap();
         let ike = self.spi().into();
         let up = IkeSaUp {

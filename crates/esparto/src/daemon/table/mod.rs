@@ -54,7 +54,7 @@ mod tests;
 #[cfg(test)]
 mod bench;
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 use std::cmp::Reverse;
 use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
@@ -156,7 +156,7 @@ pub(crate) struct Table {
     by_in: SpiMap<SaId>,
     /// Outbound SPIs are the peers' choice: two peers may pick the same.
     by_out: SpiMap<smallvec::SmallVec<[SaId; 1]>>,
-    ike_sas: BTreeMap<IkeSaId, IkeRecord>,
+    ike_sas: HashMap<IkeSaId, IkeRecord>,
     /// Policy ids in use (the workers' SPDs are indexed by them).
     policies: Slab<ChildId>,
     /// Lingering inbound SAs by when they go (checked against the SA, so
@@ -179,16 +179,11 @@ impl Table {
             sas: Slab::new(),
             by_in: SpiMap::default(),
             by_out: SpiMap::default(),
-            ike_sas: BTreeMap::new(),
+            ike_sas: HashMap::new(),
             policies: Slab::new(),
             lingering: BinaryHeap::new(),
             effects: Vec::new(),
         }
-    }
-
-    /// Number of workers.
-    pub(crate) fn workers(&self) -> u16 {
-        self.workers
     }
 
     pub(super) fn emit(&mut self, e: Effect) {
@@ -276,6 +271,7 @@ impl Table {
     }
 
     /// The Child SA we receive on with `spi`.
+    #[cfg(test)]
     pub(crate) fn by_in_spi(&self, spi: u32) -> Option<(SaId, &ChildSa)> {
         self.by_in.get(&spi).map(|id| (*id, &self.sas[id.0]))
     }
@@ -290,12 +286,8 @@ impl Table {
         self.ike_sas.get(&id)
     }
 
-    /// The child of a group.
-    pub(crate) fn child_of_group(&self, group: GroupId) -> Option<ChildId> {
-        self.groups.get(&group).copied()
-    }
-
     /// Numbers of children, Child SAs and IKE SAs.
+    #[cfg(test)]
     pub(crate) fn counts(&self) -> (usize, usize, usize) {
         (self.children.len(), self.sas.len(), self.ike_sas.len())
     }
@@ -383,6 +375,7 @@ impl Table {
 
     /// Removes a child: its policies first (so no packet is encapsulated
     /// on an SA about to go), then its group and every SA.
+    #[cfg_attr(not(test), expect(dead_code, reason = "configuration reload is not built yet; tests and the benchmark use it"))]
     pub(crate) fn remove_child(&mut self, child: ChildId) {
         if !self.children.contains(child.0) {
             return;
@@ -404,7 +397,10 @@ impl Table {
     }
 
     /// Removes a connection with its children and whatever IKE SA records
-    /// are left (the engine deletes the IKE SAs themselves).
+    /// are left (the engine deletes the IKE SAs themselves): what a
+    /// configuration reload does to a connection it drops, in the time of
+    /// its children.
+    #[cfg_attr(not(test), expect(dead_code, reason = "configuration reload is not built yet; tests and the benchmark use it"))]
     pub(crate) fn remove_conn(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get(conn.0) else { return };
         let (children, ike_sas) = (c.children.clone(), c.ike_sas.clone());

@@ -63,8 +63,10 @@ impl Table {
 
     /// The IKE SAs with their Child SAs and each one's traffic.
     pub(crate) fn ike_sas_status(&self, now: Instant, counters: &Counters) -> Vec<IkeSaStatus> {
-        self.ike_sas
-            .iter()
+        let mut ids: Vec<_> = self.ike_sas.keys().copied().collect();
+        ids.sort_unstable();
+        ids.iter()
+            .filter_map(|id| self.ike_sas.get(id).map(|r| (id, r)))
             .map(|(id, r)| IkeSaStatus {
                 id: id.to_string(),
                 connection: self.conns.get(r.conn.0).map_or_else(String::new, |c| c.name.to_string()),

@@ -42,8 +42,12 @@ pub(super) fn ike_ts(s: &str) -> esparto_ike::TrafficSelector {
     esparto_ike::TrafficSelector::subnet(addr.parse().unwrap(), len.parse().unwrap()).unwrap()
 }
 
+fn ike_subnet(a: [u8; 4], len: u8) -> esparto_ike::TrafficSelector {
+    esparto_ike::TrafficSelector::subnet(std::net::Ipv4Addr::from(a).into(), len).unwrap()
+}
+
 pub(super) fn peer() -> SocketAddr {
-    "192.0.2.2:4500".parse().unwrap()
+    SocketAddr::new(std::net::Ipv4Addr::new(192, 0, 2, 2).into(), 4500)
 }
 
 impl Harness {
@@ -69,10 +73,15 @@ impl Harness {
     /// A connection `name` with one child `net` (per-CPU or not) to
     /// `remote`.
     pub(super) fn conn(&mut self, name: &str, per_cpu: bool, remote: &str) -> ChildId {
+        self.conn_ts(name, per_cpu, ts(remote))
+    }
+
+    /// The same, with the peer's selector parsed.
+    pub(super) fn conn_ts(&mut self, name: &str, per_cpu: bool, remote: TrafficSelector) -> ChildId {
         let c = self.table.add_conn(name);
         let settings = Settings {
-            local_ts: vec![ts("10.1.0.0/16")],
-            remote_ts: vec![ts(remote)],
+            local_ts: vec![TrafficSelector::addrs(esparto_esp::IpRange::prefix(std::net::Ipv4Addr::new(10, 1, 0, 0).into(), 16).unwrap())],
+            remote_ts: vec![remote],
             peer: peer(),
             replay_window: 64,
             lifetime: Lifetime::default(),
@@ -119,7 +128,7 @@ impl Est {
         Self {
             ike,
             conn: Arc::from(conn),
-            remote: ike_ts("10.2.0.0/16"),
+            remote: ike_subnet([10, 2, 0, 0], 16),
             in_spi,
             out_spi,
             resource: None,
@@ -140,10 +149,10 @@ impl Est {
             esn: false,
             inbound_key: key(self.in_spi as u8),
             outbound_key: key(self.out_spi as u8),
-            local_ts: vec![ike_ts("10.1.0.0/16")],
+            local_ts: vec![ike_subnet([10, 1, 0, 0], 16)],
             remote_ts: vec![self.remote],
-            local: "192.0.2.1:500".parse().unwrap(),
-            remote: "192.0.2.2:500".parse().unwrap(),
+            local: SocketAddr::new(std::net::Ipv4Addr::new(192, 0, 2, 1).into(), 500),
+            remote: SocketAddr::new(std::net::Ipv4Addr::new(192, 0, 2, 2).into(), 500),
             encap: true,
             resource: self.resource,
             initiator: true,
