@@ -5,27 +5,29 @@
 //!
 //! - *install*: a new connection, its IKE SA and its first Child SA
 //!   (group, policy into each worker's SPD, inbound and outbound SAs);
-//! - *rekey*: a Child SA of a random tunnel rekeyed make-before-break (new
-//!   pair in, old one deleted) and the inbound SA of the previous rekey
-//!   removed when its `LINGER` is up;
-//! - *delete*: an IKE SA deleted with its Child SA, and its connection
-//!   removed (policy, group).
+//! - *delete*: that IKE SA deleted with its Child SA, and its connection
+//!   removed (policy, group), so the table holds N tunnels before every
+//!   install and every delete;
+//! - *rekey*: a Child SA of a tunnel picked across all N rekeyed
+//!   make-before-break (new pair in, old one deleted) and the inbound SA
+//!   of the previous rekey removed when its `LINGER` is up.
 //!
-//! Each figure is the median over [`RUNS`] runs of a batch of [`BATCH`]
-//! events. Run it optimized:
+//! Each figure is the median over [`RUNS`] runs of [`BATCH`] events each.
+//! Run it optimized:
 //!
 //! ```sh
 //! cargo test --release -p esparto --lib table::bench -- --ignored --nocapture
 //! ```
 //!
 //! For instruction counts, which the shared machine's load does not move,
-//! `ESPARTO_TABLE_BENCH_TUNNELS=N` runs one size, and callgrind counts the
-//! three `#[inline(never)]` batch functions:
+//! `ESPARTO_TABLE_BENCH_TUNNELS=N` runs one size, and callgrind counts
+//! each of the `#[inline(never)]` functions `install_one`, `rekey_one` and
+//! `delete_one` (inclusive, divided by `RUNS * BATCH` events):
 //!
 //! ```sh
-//! ESPARTO_TABLE_BENCH_TUNNELS=10000 valgrind --tool=callgrind \
-//!   --toggle-collect='*bench*install_batch*' --toggle-collect='*bench*rekey_batch*' \
-//!   --toggle-collect='*bench*delete_batch*' target/release/deps/esparto-… table::bench --ignored
+//! ESPARTO_TABLE_BENCH_TUNNELS=10000 valgrind --tool=callgrind --toggle-collect='*bench*_one' \
+//!   target/release/deps/esparto-… table::bench --ignored
+//! callgrind_annotate --inclusive=yes callgrind.out.* | grep _one
 //! ```
 
 #![allow(clippy::unwrap_used)]
@@ -41,9 +43,9 @@ use super::{IkeSaUp, LINGER};
 /// Tunnels present before each measurement.
 const SIZES: [usize; 3] = [100, 1_000, 10_000];
 /// Events per batch.
-const BATCH: usize = 200;
+const BATCH: usize = 1000;
 /// Batches measured per figure (the median is reported).
-const RUNS: usize = 7;
+const RUNS: usize = 9;
 
 /// Remote selectors of tunnel `i`.
 fn remote(i: usize) -> String {
@@ -68,7 +70,7 @@ struct Bed {
 
 impl Bed {
     fn new(tunnels: usize) -> Self {
-        let all = tunnels + BATCH;
+        let all = tunnels + 1;
         let mut b = Self {
             h: Harness::new(2),
             next_spi: 0x1000_0000,
@@ -141,31 +143,45 @@ impl Bed {
     }
 }
 
+/// Installs tunnel `n` and deletes it again, [`BATCH`] times: the table
+/// holds `n` tunnels before each event. Returns the time of the installs
+/// and of the deletes.
 #[inline(never)]
-fn install_batch(b: &mut Bed, first: usize) -> Duration {
-    let t = Instant::now();
-    for i in first..first + BATCH {
-        b.add(i);
+fn install_delete_batch(b: &mut Bed, n: usize) -> (Duration, Duration) {
+    let (mut ins, mut del) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..BATCH {
+        let t = Instant::now();
+        install_one(b, n);
+        let u = Instant::now();
+        delete_one(b, n);
+        ins += u - t;
+        del += u.elapsed();
     }
-    t.elapsed()
+    (ins, del)
+}
+
+#[inline(never)]
+fn install_one(b: &mut Bed, i: usize) {
+    b.add(i);
+}
+
+#[inline(never)]
+fn delete_one(b: &mut Bed, i: usize) {
+    b.remove(i);
 }
 
 #[inline(never)]
 fn rekey_batch(b: &mut Bed, tunnels: usize, run: usize) -> Duration {
     let t = Instant::now();
     for j in 0..BATCH {
-        b.rekey((run * BATCH + j) * 7919 % tunnels);
+        rekey_one(b, (run * BATCH + j) * 7919 % tunnels);
     }
     t.elapsed()
 }
 
 #[inline(never)]
-fn delete_batch(b: &mut Bed, first: usize) -> Duration {
-    let t = Instant::now();
-    for i in first..first + BATCH {
-        b.remove(i);
-    }
-    t.elapsed()
+fn rekey_one(b: &mut Bed, i: usize) {
+    b.rekey(i);
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -187,9 +203,10 @@ fn per_event_cost() {
         let (mut ins, mut rek, mut del) = (Vec::new(), Vec::new(), Vec::new());
         let per = |d: Duration| d.as_secs_f64() * 1e6 / BATCH as f64;
         for run in 0..RUNS {
-            ins.push(per(install_batch(&mut b, n)));
+            let (i, d) = install_delete_batch(&mut b, n);
+            ins.push(per(i));
+            del.push(per(d));
             rek.push(per(rekey_batch(&mut b, n, run)));
-            del.push(per(delete_batch(&mut b, n)));
             // Back to n tunnels, nothing left behind.
             assert_eq!(b.h.table.counts().0, n);
             assert_eq!(b.h.workers[0].spd().len(), n);

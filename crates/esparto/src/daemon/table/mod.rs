@@ -375,7 +375,6 @@ impl Table {
 
     /// Removes a child: its policies first (so no packet is encapsulated
     /// on an SA about to go), then its group and every SA.
-    #[cfg_attr(not(test), expect(dead_code, reason = "configuration reload is not built yet; tests and the benchmark use it"))]
     pub(crate) fn remove_child(&mut self, child: ChildId) {
         if !self.children.contains(child.0) {
             return;

@@ -166,11 +166,11 @@ impl Table {
         };
         let c = &mut self.children[child.0];
         let held = match slot {
-            Slot::Fallback => &mut c.fallback,
-            Slot::Worker(k) => &mut c.subs[usize::from(k)],
-            Slot::InboundOnly => unreachable!("returned above"),
+            Slot::Fallback => Some(&mut c.fallback),
+            Slot::Worker(k) => c.subs.get_mut(usize::from(k)),
+            Slot::InboundOnly => None,
         };
-        if let Some(old) = held.replace(id).filter(|old| *old != id) {
+        if let Some(old) = held.and_then(|h| h.replace(id)).filter(|old| *old != id) {
             // Replaced in the workers by the commands below.
             self.sas[old.0].out = Out::Idle;
         }
