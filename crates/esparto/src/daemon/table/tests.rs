@@ -102,7 +102,7 @@ impl Harness {
     }
 
     fn receives(&self, spi: u32) -> bool {
-        self.workers[esparto_io::spi_to_worker(spi, self.workers.len())].sad().get(spi).is_some()
+        self.workers[crate::datapath::spi_to_worker(spi, self.workers.len())].sad().get(spi).is_some()
     }
 
     fn inbound_total(&self) -> usize {
