@@ -113,11 +113,58 @@ fn rank(by_id: &[Option<Stored>], id: PolicyId) -> (u32, u64) {
         .map_or((u32::MAX, u64::MAX), |s| (s.policy.priority, s.seq))
 }
 
+/// An address as an index key: `u32` for IPv4 (half the memory and
+/// cheaper comparisons on the lookup path), `u128` for IPv6.
+trait Key: Copy + Ord + Default + core::fmt::Debug {
+    /// The last address of the family.
+    const MAX: Self;
+    /// From the `u128` form selectors use (the family's bits only).
+    fn from_bits(bits: u128) -> Self;
+    /// The next address (never called on `MAX`).
+    fn next(self) -> Self;
+}
+
+impl Key for u32 {
+    const MAX: Self = u32::MAX;
+    fn from_bits(bits: u128) -> Self {
+        u32::try_from(bits).unwrap_or(u32::MAX)
+    }
+    fn next(self) -> Self {
+        self.saturating_add(1)
+    }
+}
+
+impl Key for u128 {
+    const MAX: Self = u128::MAX;
+    fn from_bits(bits: u128) -> Self {
+        bits
+    }
+    fn next(self) -> Self {
+        self.saturating_add(1)
+    }
+}
+
+/// The index of the last element of the ascending, non-empty `xs` that is
+/// at most `x` (0 if none is). A binary search without a data-dependent
+/// branch: the lookup path's searches are unpredictable by nature.
+#[inline]
+fn last_at_or_below<K: Key>(xs: &[K], x: K) -> usize {
+    let mut base = 0usize;
+    let mut size = xs.len();
+    while size > 1 {
+        let half = size / 2;
+        let mid = base + half;
+        base = if xs.get(mid).is_some_and(|&m| m <= x) { mid } else { base };
+        size -= half;
+    }
+    base
+}
+
 /// A run of consecutive elementary intervals.
 #[derive(Debug, Clone, Default)]
-struct Chunk {
+struct Chunk<K> {
     /// Each interval's first address, ascending.
-    starts: Vec<u128>,
+    starts: Vec<K>,
     /// Each interval's candidates.
     cands: Vec<Cands>,
 }
@@ -125,31 +172,29 @@ struct Chunk {
 /// One family's index: every address of the family lies in exactly one
 /// elementary interval (the first starts at 0).
 #[derive(Debug, Clone)]
-struct Index {
-    /// The last address of the family.
-    max: u128,
+struct Index<K> {
     /// `heads[c] == chunks[c].starts[0]`.
-    heads: Vec<u128>,
-    chunks: Vec<Chunk>,
+    heads: Vec<K>,
+    chunks: Vec<Chunk<K>>,
 }
 
-impl Index {
-    fn new(family: Family) -> Self {
-        let max = if family == Family::V4 { u128::from(u32::MAX) } else { u128::MAX };
-        Self { max, heads: vec![0], chunks: vec![Chunk { starts: vec![0], cands: vec![Cands::new()] }] }
+impl<K: Key> Index<K> {
+    fn new() -> Self {
+        Self { heads: vec![K::default()], chunks: vec![Chunk { starts: vec![K::default()], cands: vec![Cands::new()] }] }
     }
 
     /// The chunk and position of the interval holding `addr`.
     #[inline]
-    fn locate(&self, addr: u128) -> (usize, usize) {
-        // heads[0] == 0, so both searches find at least one entry.
-        let c = self.heads.partition_point(|&h| h <= addr).saturating_sub(1);
-        let i = self.chunks[c].starts.partition_point(|&s| s <= addr).saturating_sub(1);
+    fn locate(&self, addr: K) -> (usize, usize) {
+        // heads[0] is the family's first address, so both searches find
+        // at least one entry.
+        let c = last_at_or_below(&self.heads, addr);
+        let i = last_at_or_below(&self.chunks[c].starts, addr);
         (c, i)
     }
 
     #[inline]
-    fn candidates(&self, addr: u128) -> &[PolicyId] {
+    fn candidates(&self, addr: K) -> &[PolicyId] {
         let (c, i) = self.locate(addr);
         &self.chunks[c].cands[i]
     }
@@ -160,7 +205,7 @@ impl Index {
     }
 
     /// Makes `addr` the start of an interval (a copy of the one it cut).
-    fn split(&mut self, addr: u128) {
+    fn split(&mut self, addr: K) {
         let (c, i) = self.locate(addr);
         if self.chunks[c].starts[i] == addr {
             return;
@@ -171,9 +216,9 @@ impl Index {
 
     /// Merges the interval starting at `addr` into the one before it if
     /// both have the same candidates (no policy starts or ends there).
-    fn merge(&mut self, addr: u128) {
+    fn merge(&mut self, addr: K) {
         let (c, i) = self.locate(addr);
-        if addr == 0 || self.chunks[c].starts[i] != addr {
+        if addr == K::default() || self.chunks[c].starts[i] != addr {
             return;
         }
         let before = if i > 0 { self.chunks[c].cands.get(i - 1) } else { self.chunks[c - 1].cands.last() };
@@ -183,7 +228,7 @@ impl Index {
     }
 
     /// Calls `f` on the candidates of every interval within `start..=end`.
-    fn each_in(&mut self, start: u128, end: u128, mut f: impl FnMut(&mut Cands)) {
+    fn each_in(&mut self, start: K, end: K, mut f: impl FnMut(&mut Cands)) {
         let (mut c, mut i) = self.locate(start);
         while c < self.chunks.len() {
             let chunk = &mut self.chunks[c];
@@ -198,7 +243,7 @@ impl Index {
         }
     }
 
-    fn insert_at(&mut self, c: usize, i: usize, start: u128, cands: Cands) {
+    fn insert_at(&mut self, c: usize, i: usize, start: K, cands: Cands) {
         let chunk = &mut self.chunks[c];
         chunk.starts.insert(i, start);
         chunk.cands.insert(i, cands);
@@ -247,10 +292,10 @@ impl Index {
     }
 
     /// Adds policy `id` over `start..=end`, in priority order.
-    fn add(&mut self, by_id: &[Option<Stored>], id: PolicyId, start: u128, end: u128) {
+    fn add(&mut self, by_id: &[Option<Stored>], id: PolicyId, start: K, end: K) {
         self.split(start);
-        if end < self.max {
-            self.split(end + 1);
+        if end < K::MAX {
+            self.split(end.next());
         }
         let key = rank(by_id, id);
         self.each_in(start, end, |cands| {
@@ -260,12 +305,38 @@ impl Index {
     }
 
     /// Removes policy `id` from `start..=end` and the boundaries it alone made.
-    fn remove(&mut self, id: PolicyId, start: u128, end: u128) {
+    fn remove(&mut self, id: PolicyId, start: K, end: K) {
         self.each_in(start, end, |cands| cands.retain(|o| *o != id));
-        if end < self.max {
-            self.merge(end + 1);
+        if end < K::MAX {
+            self.merge(end.next());
         }
         self.merge(start);
+    }
+
+    /// Checks the invariants (tests).
+    #[cfg(test)]
+    fn check(&self, by_id: &[Option<Stored>]) {
+        assert_eq!(self.heads.len(), self.chunks.len());
+        assert_eq!(self.heads[0], K::default());
+        let mut prev: Option<(K, &Cands)> = None;
+        for (h, c) in self.heads.iter().zip(&self.chunks) {
+            assert_eq!(*h, c.starts[0]);
+            assert!(!c.starts.is_empty() && c.starts.len() <= CHUNK_MAX);
+            assert_eq!(c.starts.len(), c.cands.len());
+            if self.chunks.len() > 1 {
+                assert!(c.starts.len() >= CHUNK_MIN, "chunk of {}", c.starts.len());
+            }
+            for (s, cands) in c.starts.iter().zip(&c.cands) {
+                if let Some((p, pc)) = prev {
+                    assert!(p < *s, "starts ascend");
+                    assert_ne!(pc, cands, "no boundary without a policy starting or ending there");
+                }
+                for w in cands.windows(2) {
+                    assert!(rank(by_id, w[0]) < rank(by_id, w[1]), "candidates in priority order");
+                }
+                prev = Some((*s, cands));
+            }
+        }
     }
 }
 
@@ -276,13 +347,13 @@ pub struct Spd {
     by_id: Vec<Option<Stored>>,
     len: usize,
     next_seq: u64,
-    v4: Index,
-    v6: Index,
+    v4: Index<u32>,
+    v6: Index<u128>,
 }
 
 impl Default for Spd {
     fn default() -> Self {
-        Self { by_id: Vec::new(), len: 0, next_seq: 0, v4: Index::new(Family::V4), v6: Index::new(Family::V6) }
+        Self { by_id: Vec::new(), len: 0, next_seq: 0, v4: Index::new(), v6: Index::new() }
     }
 }
 
@@ -310,8 +381,10 @@ impl Spd {
         self.by_id[slot] = Some(Stored { policy, seq: self.next_seq });
         self.next_seq += 1;
         self.len += 1;
-        let index = if family == Family::V4 { &mut self.v4 } else { &mut self.v6 };
-        index.add(&self.by_id, id, start, end);
+        match family {
+            Family::V4 => self.v4.add(&self.by_id, id, u32::from_bits(start), u32::from_bits(end)),
+            Family::V6 => self.v6.add(&self.by_id, id, start, end),
+        }
         old
     }
 
@@ -320,8 +393,10 @@ impl Spd {
         let stored = self.by_id.get_mut(id as usize)?.take()?;
         self.len -= 1;
         let (start, end) = stored.policy.remote.addrs.bits();
-        let index = if stored.policy.remote.addrs.family() == Family::V4 { &mut self.v4 } else { &mut self.v6 };
-        index.remove(id, start, end);
+        match stored.policy.remote.addrs.family() {
+            Family::V4 => self.v4.remove(id, u32::from_bits(start), u32::from_bits(end)),
+            Family::V6 => self.v6.remove(id, start, end),
+        }
         // Keep the table no longer than its highest id.
         while matches!(self.by_id.last(), Some(None)) {
             self.by_id.pop();
@@ -358,9 +433,12 @@ impl Spd {
     /// The highest-priority policy matching an outbound packet.
     #[inline]
     pub fn lookup(&self, key: &FlowKey) -> Option<&Policy> {
-        let (index, family) = if key.v6 { (&self.v6, Family::V6) } else { (&self.v4, Family::V4) };
-        index
-            .candidates(key.dst)
+        let (cands, family) = if key.v6 {
+            (self.v6.candidates(key.dst), Family::V6)
+        } else {
+            (self.v4.candidates(u32::from_bits(key.dst)), Family::V4)
+        };
+        cands
             .iter()
             .filter_map(|&id| self.by_id.get(id as usize).and_then(Option::as_ref))
             .map(|s| &s.policy)
@@ -387,29 +465,8 @@ impl Spd {
     /// Checks the index's invariants (tests).
     #[cfg(test)]
     fn check(&self) {
-        for index in [&self.v4, &self.v6] {
-            assert_eq!(index.heads.len(), index.chunks.len());
-            assert_eq!(index.heads[0], 0);
-            let mut prev: Option<(u128, &Cands)> = None;
-            for (h, c) in index.heads.iter().zip(&index.chunks) {
-                assert_eq!(*h, c.starts[0]);
-                assert!(!c.starts.is_empty() && c.starts.len() <= CHUNK_MAX);
-                assert_eq!(c.starts.len(), c.cands.len());
-                if index.chunks.len() > 1 {
-                    assert!(c.starts.len() >= CHUNK_MIN, "chunk of {}", c.starts.len());
-                }
-                for (s, cands) in c.starts.iter().zip(&c.cands) {
-                    if let Some((p, pc)) = prev {
-                        assert!(p < *s, "starts ascend");
-                        assert_ne!(pc, cands, "no boundary without a policy starting or ending there");
-                    }
-                    for w in cands.windows(2) {
-                        assert!(rank(&self.by_id, w[0]) < rank(&self.by_id, w[1]), "candidates in priority order");
-                    }
-                    prev = Some((*s, cands));
-                }
-            }
-        }
+        self.v4.check(&self.by_id);
+        self.v6.check(&self.by_id);
     }
 }
 #[cfg(test)]
