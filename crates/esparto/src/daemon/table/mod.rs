@@ -61,7 +61,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use esparto_esp::{Action, Command, GroupId, Policy, SpiHasher, TrafficSelector};
+use esparto_esp::{Action, Command, GroupId, Policy, PolicyId, SpiHasher, TrafficSelector};
 use esparto_ike::IkeSaId;
 use slab::Slab;
 
@@ -329,7 +329,9 @@ impl Table {
             }
         };
         if changed {
-            self.remove_policies(child);
+            // The new policies go in before the old ones leave, so that no
+            // packet of the child finds no policy in between.
+            let old = self.children[child.0].group.as_mut().map(|g| std::mem::take(&mut g.policies)).unwrap_or_default();
             let mut ids = Vec::new();
             for l in local_ts {
                 for r in remote_ts.iter().filter(|r| r.addrs.family() == l.addrs.family()) {
@@ -341,6 +343,7 @@ impl Table {
                     }
                 }
             }
+            self.retire_policies(old);
             if let Some(g) = &mut self.children[child.0].group {
                 g.policies = ids;
                 g.local_ts = local_ts.to_vec();
@@ -352,10 +355,16 @@ impl Table {
 
     fn remove_policies(&mut self, child: ChildId) {
         let Some(g) = self.children[child.0].group.as_mut() else { return };
-        for pid in std::mem::take(&mut g.policies) {
+        let ids = std::mem::take(&mut g.policies);
+        self.retire_policies(ids);
+    }
+
+    /// Takes policies out of every worker's SPD and frees their ids.
+    fn retire_policies(&mut self, ids: Vec<PolicyId>) {
+        for pid in ids {
             self.policies.try_remove(pid as usize);
             for k in 0..self.workers {
-                self.effects.push(Effect::Worker(k, Command::RemovePolicy(pid)));
+                self.emit(Effect::Worker(k, Command::RemovePolicy(pid)));
             }
         }
     }
