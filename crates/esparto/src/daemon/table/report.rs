@@ -13,6 +13,7 @@ use esparto_esp::{Direction, GroupId, SaStats};
 
 use super::Table;
 use super::child::Role;
+use super::sa::Out;
 use crate::status::{ChildSaStatus, IkeSaStatus};
 
 /// Who an SA a worker reports belongs to.
@@ -94,6 +95,14 @@ impl Table {
                             role: sa.role.name().into(),
                             in_worker: Some(sa.in_worker),
                             out_worker: sa.out_worker(),
+                            out_state: match sa.out {
+                                Out::Sending => "sending",
+                                Out::Waiting(_) => "waiting",
+                                Out::Idle => "idle",
+                            }
+                            .into(),
+                            local_ts: c.group.iter().flat_map(|g| &g.local_ts).map(ToString::to_string).collect(),
+                            remote_ts: c.group.iter().flat_map(|g| &g.remote_ts).map(ToString::to_string).collect(),
                             age_s: now.saturating_duration_since(sa.since).as_secs_f64(),
                             in_bytes,
                             in_packets,

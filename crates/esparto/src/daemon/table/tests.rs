@@ -494,6 +494,8 @@ fn status_joins_worker_counters_by_spi() {
     let c: Vec<(&str, &str, Option<u16>, Option<u16>)> =
         s[0].children.iter().map(|c| (c.in_spi.as_str(), c.role.as_str(), c.in_worker, c.out_worker)).collect();
     assert_eq!(c, [("00001001", "fallback", Some(1), None), ("00001002", "sub", Some(0), Some(0))]);
+    let c = &s[0].children[0];
+    assert_eq!((c.out_state.as_str(), c.local_ts.as_slice(), c.remote_ts.as_slice()), ("sending", &["10.1.0.0/16".to_string()][..], &["10.2.0.0/16".to_string()][..]));
 }
 
 #[test]
