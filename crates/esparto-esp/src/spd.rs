@@ -83,7 +83,11 @@ impl Policy {
             let (s, e) = ts.addrs.bits();
             let host_bits = 128 - (e - s).leading_zeros(); // 0 for a single host
             let proto = if ts.proto == 0 { 1 } else { 0 };
-            let ports = if ts.port_start == 0 && ts.port_end == u16::MAX { 1 } else { 0 };
+            let ports = if ts.port_start == 0 && ts.port_end == u16::MAX {
+                1
+            } else {
+                0
+            };
             host_bits * 4 + proto * 2 + ports
         }
         1000 + weight(local) + weight(remote)
@@ -154,7 +158,11 @@ fn last_at_or_below<K: Key>(xs: &[K], x: K) -> usize {
     while size > 1 {
         let half = size / 2;
         let mid = base + half;
-        base = if xs.get(mid).is_some_and(|&m| m <= x) { mid } else { base };
+        base = if xs.get(mid).is_some_and(|&m| m <= x) {
+            mid
+        } else {
+            base
+        };
         size -= half;
     }
     base
@@ -180,7 +188,13 @@ struct Index<K> {
 
 impl<K: Key> Index<K> {
     fn new() -> Self {
-        Self { heads: vec![K::default()], chunks: vec![Chunk { starts: vec![K::default()], cands: vec![Cands::new()] }] }
+        Self {
+            heads: vec![K::default()],
+            chunks: vec![Chunk {
+                starts: vec![K::default()],
+                cands: vec![Cands::new()],
+            }],
+        }
     }
 
     /// The chunk and position of the interval holding `addr`.
@@ -221,7 +235,11 @@ impl<K: Key> Index<K> {
         if addr == K::default() || self.chunks[c].starts[i] != addr {
             return;
         }
-        let before = if i > 0 { self.chunks[c].cands.get(i - 1) } else { self.chunks[c - 1].cands.last() };
+        let before = if i > 0 {
+            self.chunks[c].cands.get(i - 1)
+        } else {
+            self.chunks[c - 1].cands.last()
+        };
         if before == Some(&self.chunks[c].cands[i]) {
             self.remove_at(c, i);
         }
@@ -252,7 +270,10 @@ impl<K: Key> Index<K> {
         }
         if chunk.starts.len() > CHUNK_MAX {
             let half = chunk.starts.len() / 2;
-            let tail = Chunk { starts: chunk.starts.split_off(half), cands: chunk.cands.split_off(half) };
+            let tail = Chunk {
+                starts: chunk.starts.split_off(half),
+                cands: chunk.cands.split_off(half),
+            };
             self.heads.insert(c + 1, tail.starts[0]);
             self.chunks.insert(c + 1, tail);
         }
@@ -285,7 +306,10 @@ impl<K: Key> Index<K> {
         chunk.cands.extend(next.cands);
         if chunk.starts.len() > CHUNK_MAX {
             let half = chunk.starts.len() / 2;
-            let tail = Chunk { starts: chunk.starts.split_off(half), cands: chunk.cands.split_off(half) };
+            let tail = Chunk {
+                starts: chunk.starts.split_off(half),
+                cands: chunk.cands.split_off(half),
+            };
             self.heads.insert(c + 1, tail.starts[0]);
             self.chunks.insert(c + 1, tail);
         }
@@ -353,7 +377,13 @@ pub struct Spd {
 
 impl Default for Spd {
     fn default() -> Self {
-        Self { by_id: Vec::new(), len: 0, next_seq: 0, v4: Index::new(), v6: Index::new() }
+        Self {
+            by_id: Vec::new(),
+            len: 0,
+            next_seq: 0,
+            v4: Index::new(),
+            v6: Index::new(),
+        }
     }
 }
 
@@ -378,7 +408,10 @@ impl Spd {
         }
         let (start, end) = policy.remote.addrs.bits();
         let family = policy.remote.addrs.family();
-        self.by_id[slot] = Some(Stored { policy, seq: self.next_seq });
+        self.by_id[slot] = Some(Stored {
+            policy,
+            seq: self.next_seq,
+        });
         self.next_seq += 1;
         self.len += 1;
         match family {
@@ -411,7 +444,9 @@ impl Spd {
 
     /// The policies with their ids, by id.
     pub fn iter(&self) -> impl Iterator<Item = (PolicyId, &Policy)> {
-        (0..).zip(&self.by_id).filter_map(|(id, s)| s.as_ref().map(|s| (id, &s.policy)))
+        (0..)
+            .zip(&self.by_id)
+            .filter_map(|(id, s)| s.as_ref().map(|s| (id, &s.policy)))
     }
 
     /// Number of policies.
@@ -488,7 +523,14 @@ mod tests {
     fn key(src: &str, dst: &str, proto: u8, sport: u16, dport: u16) -> FlowKey {
         let (family, src) = addr_bits(src.parse::<IpAddr>().unwrap());
         let (_, dst) = addr_bits(dst.parse::<IpAddr>().unwrap());
-        FlowKey { v6: family == Family::V6, src, dst, proto, src_port: sport, dst_port: dport }
+        FlowKey {
+            v6: family == Family::V6,
+            src,
+            dst,
+            proto,
+            src_port: sport,
+            dst_port: dport,
+        }
     }
 
     #[test]
@@ -503,10 +545,22 @@ mod tests {
             Some(Action::Protect(g)) => Some(g),
             _ => None,
         };
-        assert_eq!(g(key("10.1.0.1", "10.2.9.9", 6, 1000, 80)), Some(1), "insertion order breaks tie");
-        assert_eq!(g(key("10.1.0.1", "10.2.3.9", 6, 1000, 22)), Some(2), "same priority: first inserted");
+        assert_eq!(
+            g(key("10.1.0.1", "10.2.9.9", 6, 1000, 80)),
+            Some(1),
+            "insertion order breaks tie"
+        );
+        assert_eq!(
+            g(key("10.1.0.1", "10.2.3.9", 6, 1000, 22)),
+            Some(2),
+            "same priority: first inserted"
+        );
         assert_eq!(g(key("10.1.0.1", "10.2.3.9", 17, 1000, 53)), Some(2));
-        assert_eq!(g(key("10.9.0.1", "10.2.3.9", 17, 1000, 53)), None, "source outside local");
+        assert_eq!(
+            g(key("10.9.0.1", "10.2.3.9", 17, 1000, 53)),
+            None,
+            "source outside local"
+        );
         assert_eq!(g(key("10.1.0.1", "10.3.0.1", 17, 1000, 53)), None);
     }
 
@@ -517,9 +571,20 @@ mod tests {
             pol("::/0", "::/0", 2, 10),
             pol("fd00::/8", "fd00:2::/32", 3, 5),
         ]);
-        assert_eq!(spd.lookup(&key("1.2.3.4", "255.255.255.255", 0, 0, 0)).unwrap().action, Action::Protect(1));
-        assert_eq!(spd.lookup(&key("::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 0, 0, 0)).unwrap().action, Action::Protect(2));
-        assert_eq!(spd.lookup(&key("fd00::1", "fd00:2::1", 0, 0, 0)).unwrap().action, Action::Protect(3));
+        assert_eq!(
+            spd.lookup(&key("1.2.3.4", "255.255.255.255", 0, 0, 0)).unwrap().action,
+            Action::Protect(1)
+        );
+        assert_eq!(
+            spd.lookup(&key("::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 0, 0, 0))
+                .unwrap()
+                .action,
+            Action::Protect(2)
+        );
+        assert_eq!(
+            spd.lookup(&key("fd00::1", "fd00:2::1", 0, 0, 0)).unwrap().action,
+            Action::Protect(3)
+        );
         assert!(Spd::new(vec![]).lookup(&key("1.2.3.4", "5.6.7.8", 0, 0, 0)).is_none());
     }
 
@@ -538,7 +603,11 @@ mod tests {
             let len = 8 + (next() % 25) as u8;
             let base = (next() as u32) & (u32::MAX << (32 - len));
             let remote = format!("{}/{}", std::net::Ipv4Addr::from(base), len);
-            let local = if i % 3 == 0 { "10.0.0.0/8".to_string() } else { "0.0.0.0/0".to_string() };
+            let local = if i % 3 == 0 {
+                "10.0.0.0/8".to_string()
+            } else {
+                "0.0.0.0/0".to_string()
+            };
             let mut p = pol(&local, &remote, i, (next() % 20) as u32);
             if i % 5 == 0 {
                 p.remote.proto = 17;
@@ -628,12 +697,23 @@ mod tests {
         let mut spd = Spd::default();
         spd.insert(3, pol("0.0.0.0/0", "255.255.255.0/24", 1, 10));
         spd.insert(9, pol("::/0", "ffff::/16", 2, 10));
-        assert_eq!(spd.lookup(&key("1.2.3.4", "255.255.255.255", 0, 0, 0)).unwrap().action, Action::Protect(1));
-        assert_eq!(spd.lookup(&key("::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 0, 0, 0)).unwrap().action, Action::Protect(2));
+        assert_eq!(
+            spd.lookup(&key("1.2.3.4", "255.255.255.255", 0, 0, 0)).unwrap().action,
+            Action::Protect(1)
+        );
+        assert_eq!(
+            spd.lookup(&key("::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 0, 0, 0))
+                .unwrap()
+                .action,
+            Action::Protect(2)
+        );
         let old = spd.insert(3, pol("0.0.0.0/0", "1.0.0.0/8", 5, 10)).unwrap();
         assert_eq!(old.action, Action::Protect(1));
         assert!(spd.lookup(&key("1.2.3.4", "255.255.255.255", 0, 0, 0)).is_none());
-        assert_eq!(spd.lookup(&key("1.2.3.4", "1.9.9.9", 0, 0, 0)).unwrap().action, Action::Protect(5));
+        assert_eq!(
+            spd.lookup(&key("1.2.3.4", "1.9.9.9", 0, 0, 0)).unwrap().action,
+            Action::Protect(5)
+        );
         assert_eq!(spd.iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![3, 9]);
         spd.check();
         assert!(spd.remove(4).is_none());
@@ -649,7 +729,13 @@ mod tests {
         let mut spd = Spd::default();
         spd.insert(5, pol("10.1.0.0/16", "10.2.0.0/16", 1, 100));
         spd.insert(0, pol("10.1.0.0/16", "10.2.0.0/16", 2, 100));
-        assert_eq!(spd.lookup(&key("10.1.0.1", "10.2.0.1", 6, 1, 2)).unwrap().action, Action::Protect(1));
-        assert_eq!(spd.lookup_linear(&key("10.1.0.1", "10.2.0.1", 6, 1, 2)).unwrap().action, Action::Protect(1));
+        assert_eq!(
+            spd.lookup(&key("10.1.0.1", "10.2.0.1", 6, 1, 2)).unwrap().action,
+            Action::Protect(1)
+        );
+        assert_eq!(
+            spd.lookup_linear(&key("10.1.0.1", "10.2.0.1", 6, 1, 2)).unwrap().action,
+            Action::Protect(1)
+        );
     }
 }

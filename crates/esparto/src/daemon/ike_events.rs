@@ -19,9 +19,9 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use crate::datapath::WorkerEvent;
 use esparto_esp::{Event as DpEvent, Expiry, GroupId};
 use esparto_ike::{AfterDeath, ChildSaEstablished, Event, InitiateError, Reason};
-use crate::datapath::WorkerEvent;
 use tracing::{debug, info, warn};
 
 use super::Gateway;
@@ -39,20 +39,44 @@ fn apply(gw: &mut Gateway, what: &str) {
 impl Ike {
     pub(super) fn on_event(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
         match ev {
-            Event::IkeSaEstablished { ike_sa, connection, local, remote, local_id, remote_id, initiator } => {
+            Event::IkeSaEstablished {
+                ike_sa,
+                connection,
+                local,
+                remote,
+                local_id,
+                remote_id,
+                initiator,
+            } => {
                 info!(%ike_sa, %connection, %remote, %remote_id, "IKE SA established");
-                let Some(conn) = gw.table.conn_id(&connection) else { return };
-                let up = IkeSaUp { local, remote, local_id: local_id.to_string(), remote_id: remote_id.to_string(), initiator };
+                let Some(conn) = gw.table.conn_id(&connection) else {
+                    return;
+                };
+                let up = IkeSaUp {
+                    local,
+                    remote,
+                    local_id: local_id.to_string(),
+                    remote_id: remote_id.to_string(),
+                    initiator,
+                };
                 gw.table.ike_sa_up(now, ike_sa, conn, &up);
                 for child in self.start_after.remove(&conn).unwrap_or_default() {
-                    let Some(name) = gw.table.child(child).map(|c| c.name.clone()) else { continue };
+                    let Some(name) = gw.table.child(child).map(|c| c.name.clone()) else {
+                        continue;
+                    };
                     if let Err(e) = self.ep.acquire(now, &connection, &name, None) {
                         warn!(%connection, child = %name, error = ?e, "starting child failed");
                     }
                 }
             }
             Event::ChildSaEstablished(c) => self.install(now, gw, &c),
-            Event::ChildSaOutboundActive { ike_sa, connection, child, inbound_spi, outbound_spi } => {
+            Event::ChildSaOutboundActive {
+                ike_sa,
+                connection,
+                child,
+                inbound_spi,
+                outbound_spi,
+            } => {
                 match gw.table.outbound_active(now, inbound_spi, outbound_spi) {
                     Ok(Some(slot)) => {
                         debug!(%ike_sa, %connection, %child, out_spi = %format!("{outbound_spi:08x}"), ?slot, "sending on the rekeyed SA");
@@ -62,14 +86,25 @@ impl Ike {
                 }
                 apply(gw, "activating outbound SA");
             }
-            Event::ChildSaDeleted { ike_sa, connection, child, inbound_spi, outbound_spi, reason } => {
+            Event::ChildSaDeleted {
+                ike_sa,
+                connection,
+                child,
+                inbound_spi,
+                outbound_spi,
+                reason,
+            } => {
                 info!(%ike_sa, %connection, %child, in_spi = %format!("{inbound_spi:08x}"), out_spi = %format!("{outbound_spi:08x}"), ?reason, "Child SA deleted");
                 // The new SA (if this was a rekey) took the outbound slot
                 // already; the old inbound SA lingers for packets in flight.
                 gw.table.child_deleted(now, inbound_spi, reason == Reason::Rekeyed);
                 apply(gw, "removing a Child SA");
             }
-            Event::IkeSaDeleted { ike_sa, connection, reason } => {
+            Event::IkeSaDeleted {
+                ike_sa,
+                connection,
+                reason,
+            } => {
                 info!(%ike_sa, connection = ?connection, ?reason, "IKE SA deleted");
                 // Children die with their IKE SA (RFC 7296 §1.4.1).
                 gw.table.ike_sa_deleted(ike_sa);
@@ -82,14 +117,24 @@ impl Ike {
                     self.after_death(gw, conn, reason);
                 }
             }
-            Event::ChildSaFailed { ike_sa, connection, child, reason } => {
+            Event::ChildSaFailed {
+                ike_sa,
+                connection,
+                child,
+                reason,
+            } => {
                 // The peer's answer to each request: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
                 if let Some(id) = child.and_then(|ch| gw.table.child_id(&connection, &ch)) {
                     gw.table.child_failed(id);
                 }
             }
-            Event::AuthFailed { ike_sa, peer, identity, reason } => {
+            Event::AuthFailed {
+                ike_sa,
+                peer,
+                identity,
+                reason,
+            } => {
                 // Anyone can cause one per message: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
             }
@@ -98,7 +143,12 @@ impl Ike {
                 info!(%old, %new, %connection, "IKE SA rekeyed");
                 gw.table.ike_sa_rekeyed(old, new);
             }
-            Event::PerResourceUnavailable { ike_sa, connection, child, reason } => {
+            Event::PerResourceUnavailable {
+                ike_sa,
+                connection,
+                child,
+                reason,
+            } => {
                 info!(%ike_sa, %connection, %child, ?reason, "no (more) per-CPU Child SAs: workers without one use the fallback SA");
                 if let Some(id) = gw.table.child_id(&connection, &child) {
                     gw.table.per_cpu_unavailable(id);
@@ -116,7 +166,9 @@ impl Ike {
     /// `close_action` on the peer's Delete): a restart the engine schedules
     /// itself (with back-off); trap policies are ours to arm.
     fn after_death(&mut self, gw: &mut Gateway, conn: ConnId, reason: Reason) {
-        let Some(&(dpd, close)) = self.actions.get(&conn) else { return };
+        let Some(&(dpd, close)) = self.actions.get(&conn) else {
+            return;
+        };
         let name = gw.table.conn(conn).map(|c| c.name.clone()).unwrap_or_default();
         match esparto_ike::lifetime::after_death(dpd, close, reason) {
             AfterDeath::Nothing => {}
@@ -135,7 +187,11 @@ impl Ike {
 
     fn install(&mut self, now: Instant, gw: &mut Gateway, c: &ChildSaEstablished) {
         // ESP always travels in UDP (RFC 3948) to the peer's NAT-T port.
-        let peer_port = if c.remote.port() == self.ike_port { self.natt_port } else { c.remote.port() };
+        let peer_port = if c.remote.port() == self.ike_port {
+            self.natt_port
+        } else {
+            c.remote.port()
+        };
         let peer = SocketAddr::new(c.remote.ip(), peer_port);
         match gw.table.child_established(now, c, peer) {
             Ok(done) => {
@@ -159,7 +215,11 @@ impl Ike {
     pub fn on_dataplane(&mut self, now: Instant, gw: &mut Gateway, ev: WorkerEvent) {
         match ev.event {
             DpEvent::Acquire { group, worker } => self.on_acquire(now, gw, group, worker),
-            DpEvent::Expire { spi, direction, kind: Expiry::Soft } => {
+            DpEvent::Expire {
+                spi,
+                direction,
+                kind: Expiry::Soft,
+            } => {
                 for (ike_sa, in_spi) in gw.table.soft_expire(spi, direction) {
                     info!(%ike_sa, in_spi = %format!("{in_spi:08x}"), ?direction, "SA reached its byte/packet soft limit: rekeying");
                     if let Err(e) = self.ep.rekey_child(now, ike_sa, in_spi) {
@@ -169,7 +229,11 @@ impl Ike {
                 }
                 self.flush(now, gw);
             }
-            DpEvent::Expire { spi, direction, kind: Expiry::Hard } => {
+            DpEvent::Expire {
+                spi,
+                direction,
+                kind: Expiry::Hard,
+            } => {
                 warn!(spi = %format!("{spi:08x}"), ?direction, "SA reached a hard limit; it carries no more traffic");
             }
             DpEvent::UnknownSpi { spi, peer } => {
@@ -185,8 +249,12 @@ impl Ike {
     /// A worker has traffic for a group with no SA (a trap), or without
     /// its own sub-SA (per-CPU, RFC 9611).
     fn on_acquire(&mut self, now: Instant, gw: &mut Gateway, group: GroupId, worker: Option<u16>) {
-        let Some(req @ AcquireRequest { child, worker }) = gw.table.acquire(now, group, worker) else { return };
-        let Some((conn, name)) = gw.table.names(child).map(|(a, b)| (a.clone(), b.clone())) else { return };
+        let Some(req @ AcquireRequest { child, worker }) = gw.table.acquire(now, group, worker) else {
+            return;
+        };
+        let Some((conn, name)) = gw.table.names(child).map(|(a, b)| (a.clone(), b.clone())) else {
+            return;
+        };
         match self.ep.acquire(now, &conn, &name, worker) {
             Ok(id) => {
                 info!(connection = %conn, child = %name, ike_sa = %id, ?worker, "acquire: negotiating");

@@ -107,7 +107,11 @@ impl Bed {
         };
         self.h.table.ike_sa_up(self.h.now, IkeSaId(ike), id, &up);
         let (in_spi, out_spi) = (self.spi(), self.spi());
-        let e = Est { conn: conn.clone(), remote: self.remotes[i], ..Est::new(ike, "", in_spi, out_spi) };
+        let e = Est {
+            conn: conn.clone(),
+            remote: self.remotes[i],
+            ..Est::new(ike, "", in_spi, out_spi)
+        };
         self.h.establish(&e);
         self.current[i] = in_spi;
         self.ike[i] = ike;
@@ -196,7 +200,9 @@ fn per_event_cost() {
         Ok(n) => vec![n.parse().unwrap()],
         Err(_) => SIZES.to_vec(),
     };
-    println!("tunnels | install (us/event) | rekey (us/event) | delete (us/event)   [median of {RUNS} batches of {BATCH}]");
+    println!(
+        "tunnels | install (us/event) | rekey (us/event) | delete (us/event)   [median of {RUNS} batches of {BATCH}]"
+    );
     let mut rows = Vec::new();
     for n in sizes {
         let mut b = Bed::new(n);

@@ -171,7 +171,8 @@ impl Child {
     /// The slot of an SA the peer negotiated for one of its resources.
     pub(crate) fn peer_slot(&self) -> Slot {
         let idle = self.free().find(|&k| self.acquires[usize::from(k)].is_none());
-        idle.or_else(|| self.free().next()).map_or(Slot::InboundOnly, Slot::Worker)
+        idle.or_else(|| self.free().next())
+            .map_or(Slot::InboundOnly, Slot::Worker)
     }
 }
 

@@ -76,7 +76,12 @@ pub(crate) fn to_esp_ts(ts: &esparto_ike::TrafficSelector) -> esparto_esp::Traff
         // in order; fall back to the start host rather than panic.
         esparto_esp::IpRange::host(ts.start)
     });
-    esparto_esp::TrafficSelector { addrs, proto: ts.protocol, port_start: ts.start_port, port_end: ts.end_port }
+    esparto_esp::TrafficSelector {
+        addrs,
+        proto: ts.protocol,
+        port_start: ts.start_port,
+        port_end: ts.end_port,
+    }
 }
 
 impl Table {
@@ -108,8 +113,15 @@ impl Table {
 
     /// A Child SA is ready: installs it (see the module docs of `sa.rs`);
     /// `peer` is where its ESP goes.
-    pub(crate) fn child_established(&mut self, now: Instant, c: &ChildSaEstablished, peer: SocketAddr) -> Result<Established> {
-        let child = self.child_id(&c.connection, &c.child).ok_or_else(|| anyhow!("Child SA for an unknown child"))?;
+    pub(crate) fn child_established(
+        &mut self,
+        now: Instant,
+        c: &ChildSaEstablished,
+        peer: SocketAddr,
+    ) -> Result<Established> {
+        let child = self
+            .child_id(&c.connection, &c.child)
+            .ok_or_else(|| anyhow!("Child SA for an unknown child"))?;
         let conn = self.children[child.0].conn;
         let ch = &mut self.children[child.0];
         if let Some(a) = c.resource.and_then(|k| ch.acquires.get_mut(usize::from(k))) {
@@ -128,7 +140,13 @@ impl Table {
             .and_then(|old| self.by_in.get(&old))
             .map(|id| &self.sas[id.0])
             .filter(|old| old.child == child && old.linger.is_none())
-            .map(|old| if matches!(old.out, Out::Idle) { Slot::InboundOnly } else { old.slot });
+            .map(|old| {
+                if matches!(old.out, Out::Idle) {
+                    Slot::InboundOnly
+                } else {
+                    old.slot
+                }
+            });
         let ch = &self.children[child.0];
         let slot = match (inherited, c.resource, c.per_resource) {
             (Some(s), _, _) => s,
@@ -136,7 +154,13 @@ impl Table {
             (None, None, true) => ch.peer_slot(),
             (None, None, false) => Slot::Fallback,
         };
-        let up = IkeSaUp { local: c.local, remote: c.remote, local_id: String::new(), remote_id: String::new(), initiator: c.initiator };
+        let up = IkeSaUp {
+            local: c.local,
+            remote: c.remote,
+            local_id: String::new(),
+            remote_id: String::new(),
+            initiator: c.initiator,
+        };
         self.ike_record(now, c.ike_sa, conn, &up);
         let sa = ChildSa {
             child,
@@ -171,12 +195,16 @@ impl Table {
     /// The peer switched to the Child SA we receive on with `in_spi`:
     /// start sending on it. Returns its slot, or `None` if nothing waited.
     pub(crate) fn outbound_active(&mut self, now: Instant, in_spi: u32, out_spi: u32) -> Result<Option<Slot>> {
-        let Some(&id) = self.by_in.get(&in_spi) else { return Ok(None) };
+        let Some(&id) = self.by_in.get(&in_spi) else {
+            return Ok(None);
+        };
         let sa = &mut self.sas[id.0];
         if !matches!(sa.out, Out::Waiting(_)) {
             return Ok(None);
         }
-        let Out::Waiting(key) = std::mem::replace(&mut sa.out, Out::Idle) else { return Ok(None) };
+        let Out::Waiting(key) = std::mem::replace(&mut sa.out, Out::Idle) else {
+            return Ok(None);
+        };
         if sa.out_spi != out_spi {
             let old = std::mem::replace(&mut sa.out_spi, out_spi);
             self.unindex_out(id, old);
@@ -190,7 +218,9 @@ impl Table {
     /// still holds it); its inbound half goes now, or after [`LINGER`] when
     /// it was `rekeyed`. Returns whether the SA was known.
     pub(crate) fn child_deleted(&mut self, now: Instant, in_spi: u32, rekeyed: bool) -> bool {
-        let Some(&id) = self.by_in.get(&in_spi) else { return false };
+        let Some(&id) = self.by_in.get(&in_spi) else {
+            return false;
+        };
         if self.sas[id.0].linger.is_some() {
             return false;
         }
@@ -274,7 +304,9 @@ impl Table {
     /// The peer gives no (more) per-resource SAs for `child`: its workers
     /// stop asking and use the fallback SA.
     pub(crate) fn per_cpu_unavailable(&mut self, child: ChildId) {
-        let Some(c) = self.children.get_mut(child.0) else { return };
+        let Some(c) = self.children.get_mut(child.0) else {
+            return;
+        };
         c.per_cpu_off = true;
         self.set_per_cpu(child, false);
     }
@@ -313,7 +345,9 @@ impl Table {
 
     /// The engine took the acquire: it is in flight from `now`.
     pub(crate) fn acquire_started(&mut self, now: Instant, req: AcquireRequest) {
-        let Some(c) = self.children.get_mut(req.child.0) else { return };
+        let Some(c) = self.children.get_mut(req.child.0) else {
+            return;
+        };
         match req.worker {
             None => c.acquire_all = Some(now),
             Some(k) => {

@@ -27,7 +27,7 @@
 //! [`Table::install_static`], [`Table::remove_conn`]). It updates the
 //! table and queues the [`Effect`]s that make the workers agree: built SAs,
 //! policies added or removed one at a time (never a whole SPD), groups.
-//! The gateway drains and sends them ([`Table::drain`]); the table itself
+//! The gateway takes and sends them ([`Table::take_effects`]); the table itself
 //! does no I/O, so it is tested and benchmarked with plain
 //! [`esparto_esp::Worker`]s.
 //!
@@ -38,24 +38,26 @@
 //! was there — or, when the peer initiated a rekey, only once the peer has
 //! switched (make-before-break, RFC 7296 §2.8). A rekeyed SA takes its
 //! predecessor's slot; the predecessor's inbound SA lingers [`LINGER`]
-//! after its delete. The states of one SA are in [`sa`].
+//! after its delete. A static SA sends only within the sequence numbers
+//! reserved for it (`seqstate`: reserved durably ahead of use, extended by
+//! the gateway as it goes). The states of one SA are in [`sa`].
 //!
 //! **Cost.** No transition walks all children or all SAs: each touches one
 //! child, its SAs and its policies (and the workers, once each), so its
 //! cost does not grow with the number of tunnels. Removing a connection
 //! costs its children.
 
+#[cfg(test)]
+mod bench;
 mod child;
 mod events;
 pub(crate) mod report;
 mod sa;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod bench;
 
-use std::collections::{BinaryHeap, HashMap};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -231,14 +233,21 @@ impl Table {
             return id;
         }
         let name: Arc<str> = Arc::from(name);
-        let id = ConnId(self.conns.insert(Conn { name: name.clone(), children: Vec::new(), ike_sas: Vec::new() }));
+        let id = ConnId(self.conns.insert(Conn {
+            name: name.clone(),
+            children: Vec::new(),
+            ike_sas: Vec::new(),
+        }));
         self.conn_names.insert(name, id);
         id
     }
 
     /// Adds a child to a connection.
     pub(crate) fn add_child(&mut self, conn: ConnId, name: &str, settings: Settings) -> ChildId {
-        let id = ChildId(self.children.insert(Child::new(conn, Arc::from(name), settings, self.workers)));
+        let id = ChildId(
+            self.children
+                .insert(Child::new(conn, Arc::from(name), settings, self.workers)),
+        );
         self.conns[conn.0].children.push(id);
         id
     }
@@ -251,7 +260,10 @@ impl Table {
     /// The child `child` of connection `conn` (the engine's names).
     pub(crate) fn child_id(&self, conn: &str, child: &str) -> Option<ChildId> {
         let c = self.conns.get(self.conn_id(conn)?.0)?;
-        c.children.iter().copied().find(|id| &*self.children[id.0].name == child)
+        c.children
+            .iter()
+            .copied()
+            .find(|id| &*self.children[id.0].name == child)
     }
 
     /// A connection.
@@ -331,11 +343,20 @@ impl Table {
         if changed {
             // The new policies go in before the old ones leave, so that no
             // packet of the child finds no policy in between.
-            let old = self.children[child.0].group.as_mut().map(|g| std::mem::take(&mut g.policies)).unwrap_or_default();
+            let old = self.children[child.0]
+                .group
+                .as_mut()
+                .map(|g| std::mem::take(&mut g.policies))
+                .unwrap_or_default();
             let mut ids = Vec::new();
             for l in local_ts {
                 for r in remote_ts.iter().filter(|r| r.addrs.family() == l.addrs.family()) {
-                    let policy = Policy { local: *l, remote: *r, action: Action::Protect(id), priority: Policy::auto_priority(l, r) };
+                    let policy = Policy {
+                        local: *l,
+                        remote: *r,
+                        action: Action::Protect(id),
+                        priority: Policy::auto_priority(l, r),
+                    };
                     let pid = u32::try_from(self.policies.insert(child)).unwrap_or(u32::MAX);
                     ids.push(pid);
                     for k in 0..self.workers {
@@ -354,7 +375,9 @@ impl Table {
     }
 
     fn remove_policies(&mut self, child: ChildId) {
-        let Some(g) = self.children[child.0].group.as_mut() else { return };
+        let Some(g) = self.children[child.0].group.as_mut() else {
+            return;
+        };
         let ids = std::mem::take(&mut g.policies);
         self.retire_policies(ids);
     }
@@ -371,7 +394,9 @@ impl Table {
 
     /// Tells the workers whether to ask for their own sub-SAs of `child`.
     pub(super) fn set_per_cpu(&mut self, child: ChildId, on: bool) {
-        let Some(g) = self.children[child.0].group.as_mut() else { return };
+        let Some(g) = self.children[child.0].group.as_mut() else {
+            return;
+        };
         if g.per_cpu == on {
             return;
         }
@@ -408,7 +433,13 @@ impl Table {
     /// are left (the engine deletes the IKE SAs themselves): what a
     /// configuration reload does to a connection it drops, in the time of
     /// its children.
-    #[cfg_attr(not(test), expect(dead_code, reason = "configuration reload is not built yet; tests and the benchmark use it"))]
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "configuration reload is not built yet; tests and the benchmark use it"
+        )
+    )]
     pub(crate) fn remove_conn(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get(conn.0) else { return };
         let (children, ike_sas) = (c.children.clone(), c.ike_sas.clone());

@@ -53,13 +53,17 @@ impl Table {
         let sa = match direction {
             Direction::Inbound => self.by_in.get(&spi).map(|id| &self.sas[id.0]),
             Direction::Outbound => self.by_out.get(&spi).and_then(|ids| {
-                ids.iter().map(|id| &self.sas[id.0]).find(|sa| {
-                    self.children[sa.child.0].group.as_ref().map(|g| g.id) == group || group.is_none()
-                })
+                ids.iter()
+                    .map(|id| &self.sas[id.0])
+                    .find(|sa| self.children[sa.child.0].group.as_ref().map(|g| g.id) == group || group.is_none())
             }),
         }?;
         let (connection, child) = self.names(sa.child)?;
-        Some(Label { connection, child, role: sa.role })
+        Some(Label {
+            connection,
+            child,
+            role: sa.role,
+        })
     }
 
     /// The IKE SAs with their Child SAs and each one's traffic.
@@ -70,7 +74,10 @@ impl Table {
             .filter_map(|id| self.ike_sas.get(id).map(|r| (id, r)))
             .map(|(id, r)| IkeSaStatus {
                 id: id.to_string(),
-                connection: self.conns.get(r.conn.0).map_or_else(String::new, |c| c.name.to_string()),
+                connection: self
+                    .conns
+                    .get(r.conn.0)
+                    .map_or_else(String::new, |c| c.name.to_string()),
                 state: if r.established { "established" } else { "connecting" }.into(),
                 initiator: r.initiator,
                 local: r.local.to_string(),
@@ -101,8 +108,18 @@ impl Table {
                                 Out::Idle => "idle",
                             }
                             .into(),
-                            local_ts: c.group.iter().flat_map(|g| &g.local_ts).map(ToString::to_string).collect(),
-                            remote_ts: c.group.iter().flat_map(|g| &g.remote_ts).map(ToString::to_string).collect(),
+                            local_ts: c
+                                .group
+                                .iter()
+                                .flat_map(|g| &g.local_ts)
+                                .map(ToString::to_string)
+                                .collect(),
+                            remote_ts: c
+                                .group
+                                .iter()
+                                .flat_map(|g| &g.remote_ts)
+                                .map(ToString::to_string)
+                                .collect(),
                             age_s: now.saturating_duration_since(sa.since).as_secs_f64(),
                             in_bytes,
                             in_packets,

@@ -91,7 +91,14 @@ pub(super) fn key_err(e: KeyLengthError) -> anyhow::Error {
 
 impl Table {
     /// The data plane's configuration of one direction of an SA of `child`.
-    pub(super) fn sa_config(&self, child: ChildId, spi: u32, suite: EspSuite, esn: bool, key: &SecretBytes) -> Result<SaConfig> {
+    pub(super) fn sa_config(
+        &self,
+        child: ChildId,
+        spi: u32,
+        suite: EspSuite,
+        esn: bool,
+        key: &SecretBytes,
+    ) -> Result<SaConfig> {
         let c = &self.children[child.0];
         let g = c.group.as_ref().ok_or_else(|| anyhow!("{} has no group", c.name))?;
         Ok(SaConfig {
@@ -127,11 +134,19 @@ impl Table {
 
     /// Puts the outbound half of `sa` into its slot, replacing what was
     /// there; `reserved` continues the sequence numbers of a static SA.
-    pub(super) fn send_on(&mut self, now: Instant, id: SaId, key: &SecretBytes, reserved: Option<&Claimed>) -> Result<()> {
+    pub(super) fn send_on(
+        &mut self,
+        now: Instant,
+        id: SaId,
+        key: &SecretBytes,
+        reserved: Option<&Claimed>,
+    ) -> Result<()> {
         let sa = &self.sas[id.0];
         let (child, slot, spi, suite, esn) = (sa.child, sa.slot, sa.out_spi, sa.suite, sa.esn);
         let cfg = self.sa_config(child, spi, suite, esn, key)?;
-        let Some(group) = self.children[child.0].group.as_ref().map(|g| (g.id, g.per_cpu)) else { return Ok(()) };
+        let Some(group) = self.children[child.0].group.as_ref().map(|g| (g.id, g.per_cpu)) else {
+            return Ok(());
+        };
         let limit = |sa: OutboundSa| match reserved {
             Some(r) => sa.reserved(r.limit.clone()),
             None => sa,
@@ -146,11 +161,17 @@ impl Table {
                 return Ok(());
             }
             Slot::Worker(k) => {
-                vec![(k, Command::SetSub(group.0, Box::new(limit(OutboundSa::owned(&cfg, now).map_err(key_err)?))))]
+                vec![(
+                    k,
+                    Command::SetSub(group.0, Box::new(limit(OutboundSa::owned(&cfg, now).map_err(key_err)?))),
+                )]
             }
             // One worker and no sub-SAs: no counter to share.
             Slot::Fallback if self.workers == 1 && !group.1 => {
-                vec![(0, Command::SetFallback(group.0, Box::new(limit(OutboundSa::owned(&cfg, now).map_err(key_err)?))))]
+                vec![(
+                    0,
+                    Command::SetFallback(group.0, Box::new(limit(OutboundSa::owned(&cfg, now).map_err(key_err)?))),
+                )]
             }
             Slot::Fallback => {
                 // One counter for every worker's copy, continuing after
@@ -191,7 +212,9 @@ impl Table {
         sa.out = Out::Idle;
         let (child, slot, spi) = (sa.child, sa.slot, sa.out_spi);
         let c = &mut self.children[child.0];
-        let Some(group) = c.group.as_ref().map(|g| g.id) else { return };
+        let Some(group) = c.group.as_ref().map(|g| g.id) else {
+            return;
+        };
         match slot {
             Slot::Fallback if c.fallback == Some(id) => {
                 c.fallback = None;
