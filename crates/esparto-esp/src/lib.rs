@@ -7,8 +7,8 @@
 //!
 //! The pieces, as RFC 4301 names them:
 //!
-//! - [`Spd`]: the policy database, compiled into an index so lookups stay
-//!   logarithmic with thousands of policies;
+//! - [`Spd`]: the policy database, an index changed one policy at a time
+//!   so that lookups and changes stay logarithmic with thousands of policies;
 //! - [`Sad`]: inbound SAs by SPI;
 //! - [`OutboundSa`] / [`InboundSa`]: the two directions of an SA, with
 //!   sequence numbers (64-bit ESN), the [`ReplayWindow`] (RFC 6479-style,
@@ -49,7 +49,7 @@ pub use sa::{
 pub use sad::{Sad, SpiHasher};
 pub use selector::{Family, IpRange, SelectorError, TrafficSelector, addr_bits};
 pub use seqlimit::SeqLimit;
-pub use spd::{Action, FlowKey, GroupId, Policy, Spd};
+pub use spd::{Action, FlowKey, GroupId, Policy, PolicyId, Spd};
 pub use worker::{Command, Direction, Encapsulated, Event, MAX_PENDING_EVENTS, SaStats, Worker, WorkerStats};
 
 // Re-exported so users of the data plane name one crate for the suite.

@@ -1,17 +1,18 @@
-//! One worker's data plane: its SPD snapshot, its share of every SA group,
-//! its inbound SAs, its counters and events.
+//! One worker's data plane: its copy of the SPD, its share of every SA
+//! group, its inbound SAs, its counters and events.
 //!
 //! A `Worker` is owned by one thread and mutated only by it: the control
-//! plane sends [`Command`]s (built SAs, new SPD snapshots) that the thread
-//! applies between batches, and reads [`Event`]s and statistics back. So the
-//! per-packet path has no locks and no shared writes, except the sequence
-//! counter of a fallback SA, which is shared by design.
+//! plane sends [`Command`]s (built SAs, policies added or removed one at a
+//! time) that the thread applies between batches, and reads [`Event`]s and
+//! statistics back. So the per-packet path has no locks and no shared
+//! writes, except the sequence counter of a fallback SA, which is shared by
+//! design. Every command costs the same however many tunnels the worker
+//! holds: no command carries or rebuilds the whole database.
 
 use core::ops::Range;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use esparto_wire::esp as wesp;
@@ -21,7 +22,7 @@ use crate::group::SaGroup;
 use crate::lifetime::Expiry;
 use crate::sa::{Decapsulated, Dropped, InboundSa, OutboundSa, Spi, next_header_for};
 use crate::sad::{Sad, SpiHasher};
-use crate::spd::{Action, FlowKey, GroupId, Spd};
+use crate::spd::{Action, FlowKey, GroupId, Policy, PolicyId, Spd};
 
 /// Most events a worker queues before dropping new ones (they are rare:
 /// acquires are rate-limited, expiries happen once per SA).
@@ -30,8 +31,10 @@ pub const MAX_PENDING_EVENTS: usize = 4096;
 /// A change the control plane asks a worker to make.
 #[derive(Debug)]
 pub enum Command {
-    /// Replace the policy database.
-    SetSpd(Arc<Spd>),
+    /// Add a policy to the SPD (replacing one of the same id).
+    AddPolicy(PolicyId, Box<Policy>),
+    /// Remove a policy from the SPD.
+    RemovePolicy(PolicyId),
     /// Create (or reconfigure) a group.
     AddGroup {
         /// Its id, as policies name it.
@@ -156,8 +159,9 @@ type CachedFlow = Option<(FlowKey, Option<Action>)>;
 /// one; a hit costs a hash and a 40-byte compare instead of the SPD's
 /// binary search and selector matches. The cache holds the *outcome* of
 /// the SPD lookup only (protect with group g, discard, no policy), so it
-/// is cleared whenever the SPD changes, and a group's SAs are looked up
-/// fresh every time.
+/// is cleared whenever a policy is added or removed (64 slots: a cost
+/// that does not grow with the SPD), and a group's SAs are looked up fresh
+/// every time.
 #[derive(Debug)]
 struct FlowCache {
     slots: Box<[CachedFlow; FLOW_CACHE]>,
@@ -197,7 +201,7 @@ impl FlowCache {
 #[derive(Debug)]
 pub struct Worker {
     id: u16,
-    spd: Arc<Spd>,
+    spd: Spd,
     flows: FlowCache,
     groups: HashMap<GroupId, SaGroup, BuildHasherDefault<SpiHasher>>,
     sad: Sad,
@@ -213,7 +217,7 @@ impl Worker {
     pub fn new(id: u16) -> Self {
         Self {
             id,
-            spd: Arc::new(Spd::default()),
+            spd: Spd::default(),
             flows: FlowCache::new(),
             groups: HashMap::default(),
             sad: Sad::new(),
@@ -233,9 +237,14 @@ impl Worker {
     /// Applies a control-plane change.
     pub fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::SetSpd(spd) => {
-                self.spd = spd;
+            Command::AddPolicy(id, policy) => {
+                self.spd.insert(id, *policy);
                 self.flows.clear();
+            }
+            Command::RemovePolicy(id) => {
+                if self.spd.remove(id).is_some() {
+                    self.flows.clear();
+                }
             }
             Command::AddGroup { id, per_cpu } => {
                 let g = self.groups.entry(id).or_insert_with(|| SaGroup::new(id, per_cpu));
@@ -365,6 +374,11 @@ impl Worker {
     /// The next event for the control plane.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// The policy database.
+    pub fn spd(&self) -> &Spd {
+        &self.spd
     }
 
     /// The inbound SAs.

@@ -5,15 +5,15 @@
 
 use super::*;
 use crate::sa::{HEADROOM, SaConfig, SharedSeq, TAILROOM};
-use crate::spd::{FlowKey, Policy};
+use crate::spd::{FlowKey, Policy, Spd};
 use crate::testutil::*;
 use esparto_crypto::EspSuite;
 use proptest::prelude::*;
 
 const GROUP: GroupId = 7;
 
-fn spd() -> Arc<Spd> {
-    Arc::new(Spd::new(vec![
+fn policies() -> Vec<Policy> {
+    vec![
         Policy {
             local: "10.1.0.0/16".parse().unwrap(),
             remote: "10.2.0.0/16".parse().unwrap(),
@@ -26,14 +26,21 @@ fn spd() -> Arc<Spd> {
             action: Action::Discard,
             priority: 10,
         },
-    ]))
+    ]
+}
+
+/// Installs `policies` as ids `0..n`.
+fn set_policies(w: &mut Worker, policies: Vec<Policy>) {
+    for (id, p) in (0..).zip(policies) {
+        w.apply(Command::AddPolicy(id, Box::new(p)));
+    }
 }
 
 /// A sender worker with a per-CPU group, and a receiver worker holding the
 /// inbound side of `spis`.
 fn setup(per_cpu: bool, spis: &[u32], now: Instant) -> (Worker, Worker, Vec<SaConfig>) {
     let mut tx = Worker::new(0);
-    tx.apply(Command::SetSpd(spd()));
+    set_policies(&mut tx, policies());
     tx.apply(Command::AddGroup { id: GROUP, per_cpu });
     let mut rx = Worker::new(1);
     let cfgs: Vec<SaConfig> = spis.iter().map(|&s| config(EspSuite::Aes256Gcm16, s, true, false)).collect();
@@ -147,20 +154,25 @@ fn link_scope_ipv6_without_a_policy_is_discarded_not_a_policy_miss() {
 }
 
 #[test]
-fn a_new_spd_takes_effect_at_once_despite_the_flow_cache() {
+fn a_policy_change_takes_effect_at_once_despite_the_flow_cache() {
     let now = Instant::now();
     let (mut tx, _, cfgs) = setup(false, &[0x100], now);
     tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
     assert!(send(&mut tx, now, &udp4(10)).is_ok(), "cached as protect");
-    tx.apply(Command::SetSpd(Arc::new(Spd::new(vec![Policy {
+    let discard = Policy {
         local: "10.1.0.0/16".parse().unwrap(),
         remote: "10.2.0.0/16".parse().unwrap(),
         action: Action::Discard,
         priority: 1,
-    }]))));
+    };
+    tx.apply(Command::AddPolicy(5, Box::new(discard)));
     assert_eq!(send(&mut tx, now, &udp4(10)).unwrap_err().reason, DropReason::Discarded);
-    tx.apply(Command::SetSpd(spd()));
+    tx.apply(Command::RemovePolicy(5));
     assert!(send(&mut tx, now, &udp4(10)).is_ok());
+    // The group's own policy goes: no policy at all.
+    tx.apply(Command::RemovePolicy(0));
+    assert_eq!(send(&mut tx, now, &udp4(10)).unwrap_err().reason, DropReason::PolicyMismatch);
+    assert_eq!(tx.spd().len(), 1);
 }
 
 /// Many flows (so many collide in the cache): every decision equals the SPD's.
@@ -169,7 +181,7 @@ fn flow_cache_agrees_with_the_spd() {
     let now = Instant::now();
     let (mut tx, _, cfgs) = setup(false, &[0x100], now);
     tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
-    let table = spd();
+    let table = Spd::new(policies());
     let mut x: u32 = 7;
     for _ in 0..5000 {
         x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
@@ -238,7 +250,6 @@ fn a_dummy_packet_is_a_counted_drop_and_still_raises_its_lifetime_event() {
 fn events_past_the_pending_limit_are_dropped_and_counted() {
     let now = Instant::now();
     let mut w = Worker::new(0);
-    w.apply(Command::SetSpd(spd()));
     // Groups with no SA: each packet's acquire is its group's first.
     let groups = MAX_PENDING_EVENTS as u32 + 10;
     let mut policies = Vec::new();
@@ -251,7 +262,7 @@ fn events_past_the_pending_limit_are_dropped_and_counted() {
             priority: 1,
         });
     }
-    w.apply(Command::SetSpd(Arc::new(Spd::new(policies))));
+    set_policies(&mut w, policies);
     for g in 0..groups {
         let mut p = udp4(10);
         p[16..20].copy_from_slice(&[10, (100 + g / 65_536) as u8, ((g / 256) % 256) as u8, (g % 256) as u8]);

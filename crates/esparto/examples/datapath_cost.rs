@@ -19,12 +19,11 @@
 //! included, 64..=1500), the number of batches.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use esparto::datapath::{EspCommand, EspDatapath, IcmpSources};
 use esparto_esp::{
-    Action, Command, EspSuite, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, SecretBytes, Spd, TAILROOM,
+    Action, Command, EspSuite, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, SecretBytes, TAILROOM,
 };
 use esparto_io::gro::Gro;
 use esparto_io::worker::{Datapath, WorkerReport};
@@ -119,7 +118,7 @@ fn datapath() -> EspDatapath {
     let out = OutboundSa::owned(&sa_config(), now).expect("outbound SA");
     let inb = InboundSa::new(&sa_config(), now).expect("inbound SA");
     for c in [
-        Command::SetSpd(Arc::new(Spd::new(vec![policy]))),
+        Command::AddPolicy(0, Box::new(policy)),
         Command::AddGroup { id: 1, per_cpu: false },
         Command::SetFallback(1, Box::new(out)),
         Command::AddInbound(Box::new(inb)),

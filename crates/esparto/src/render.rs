@@ -183,7 +183,15 @@ pub fn ike_sas_text(sas: &[IkeSaStatus]) -> String {
             if s.initiator { " (initiator)" } else { "" }
         );
         for c in &s.children {
-            let out_on = c.out_worker.map_or_else(|| "every worker".to_string(), |w| format!("worker {w}"));
+            let out_on = match (c.out_state.as_str(), c.out_worker) {
+                ("waiting", _) => "nobody yet (until the peer switches to it)".to_string(),
+                ("idle", _) => "nobody (received on only)".to_string(),
+                (_, Some(w)) => format!("worker {w}"),
+                (_, None) => "every worker".to_string(),
+            };
+            if !c.local_ts.is_empty() || !c.remote_ts.is_empty() {
+                let _ = writeln!(o, "  {}: {} === {}", c.child, c.local_ts.join(" "), c.remote_ts.join(" "));
+            }
             let in_on = c.in_worker.map_or_else(|| "-".to_string(), |w| format!("worker {w}"));
             let _ = writeln!(
                 o,
@@ -224,7 +232,7 @@ pub fn age(secs: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::WorkerStatus;
+    use crate::status::{ChildSaStatus, WorkerStatus};
 
     fn sa(child: &str, spi: &str, dir: &str, role: &str, worker: u16, packets: u64) -> SaStatus {
         SaStatus {
@@ -315,6 +323,55 @@ site/lan  c0000201  out  fallback       0  aes256gcm16  192.0.2.2:4500      120 
 site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7    7000         7  1h02m  replay 3
 ";
         assert_eq!(status_text(&s), want);
+    }
+
+    /// `sas`: selectors, and where each Child SA sends (a worker, every
+    /// worker, nobody yet, nobody); an older daemon's JSON still renders.
+    #[test]
+    fn ike_sas_show_selectors_and_where_each_sa_sends() {
+        let child = |in_spi: &str, out_worker, out_state: &str| ChildSaStatus {
+            child: "net".into(),
+            in_spi: in_spi.into(),
+            out_spi: "c0000900".into(),
+            suite: "aes256gcm16".into(),
+            role: "sub".into(),
+            in_worker: Some(1),
+            out_worker,
+            out_state: out_state.into(),
+            local_ts: vec!["10.1.0.0/16".into()],
+            remote_ts: vec!["10.2.0.0/16".into(), "fd02::/64".into()],
+            age_s: 5.0,
+            ..ChildSaStatus::default()
+        };
+        let ike = IkeSaStatus {
+            id: "0000000000000001".into(),
+            connection: "site".into(),
+            state: "established".into(),
+            local: "192.0.2.1:4500".into(),
+            remote: "192.0.2.2:4500".into(),
+            children: vec![
+                child("c0000101", Some(1), "sending"),
+                child("c0000102", None, "sending"),
+                child("c0000103", None, "waiting"),
+                child("c0000104", None, "idle"),
+                child("c0000105", None, ""),
+            ],
+            ..IkeSaStatus::default()
+        };
+        let text = ike_sas_text(&[ike]);
+        assert!(text.contains("  net: 10.1.0.0/16 === 10.2.0.0/16 fd02::/64\n"), "{text}");
+        let outs: Vec<&str> =
+            text.lines().filter(|l| l.trim_start().starts_with("out ")).map(|l| l.split_once(" on ").map_or("", |(_, rest)| rest)).collect();
+        assert_eq!(
+            outs,
+            [
+                "worker 1: 0 packets, 0 bytes",
+                "every worker: 0 packets, 0 bytes",
+                "nobody yet (until the peer switches to it): 0 packets, 0 bytes",
+                "nobody (received on only): 0 packets, 0 bytes",
+                "every worker: 0 packets, 0 bytes",
+            ]
+        );
     }
 
     #[test]

@@ -179,8 +179,20 @@ pub struct ChildSaStatus {
     pub role: String,
     /// The worker that receives on it (its SPI steers there).
     pub in_worker: Option<u16>,
-    /// The worker that sends on it (`None`: every worker, a fallback SA).
+    /// The worker that sends on it (`None`: every worker, a fallback SA,
+    /// or nobody: see `out_state`).
     pub out_worker: Option<u16>,
+    /// Its outbound half: "sending", "waiting" (a rekey the peer started:
+    /// until the peer switches to it) or "idle" (received on only; empty
+    /// from older daemons).
+    #[serde(default)]
+    pub out_state: String,
+    /// Our traffic selectors (empty from older daemons).
+    #[serde(default)]
+    pub local_ts: Vec<String>,
+    /// The peer's traffic selectors.
+    #[serde(default)]
+    pub remote_ts: Vec<String>,
     /// Seconds since it was established.
     pub age_s: f64,
     /// Inner bytes received.

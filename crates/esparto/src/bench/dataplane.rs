@@ -27,7 +27,7 @@ use aws_lc_rs::cipher::{DecryptingKey, EncryptingKey, EncryptionContext, Unbound
 use aws_lc_rs::{cipher, hmac};
 use esparto_crypto::{EspSuite, Integ, SecretBytes};
 use esparto_esp::{
-    Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, Spd, TAILROOM, TrafficSelector,
+    Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, TAILROOM, TrafficSelector,
     Worker,
 };
 use serde::Serialize;
@@ -384,12 +384,10 @@ fn worker_pair(suite: EspSuite, k: usize, now: Instant) -> Result<(Worker, Worke
         path_mtu: 9000,
     };
     let mut tx = Worker::new(k as u16);
-    tx.apply(Command::SetSpd(Arc::new(Spd::new(vec![Policy {
-        local: ts("10.1.0.0/16")?,
-        remote: ts("10.2.0.0/16")?,
-        action: Action::Protect(1),
-        priority: 100,
-    }]))));
+    tx.apply(Command::AddPolicy(
+        0,
+        Box::new(Policy { local: ts("10.1.0.0/16")?, remote: ts("10.2.0.0/16")?, action: Action::Protect(1), priority: 100 }),
+    ));
     tx.apply(Command::AddGroup { id: 1, per_cpu: true });
     tx.apply(Command::SetSub(1, Box::new(OutboundSa::owned(&cfg, now).map_err(|e| anyhow::anyhow!("{e:?}"))?)));
     let mut rx = Worker::new(k as u16);

@@ -1,5 +1,6 @@
 //! The running gateway: one multi-queue TUN device, one SPI-steered UDP
-//! socket group, one pinned worker per core, and the table of installed SAs.
+//! socket group, one pinned worker per core, and the Child SA table
+//! ([`super::table`]) that says what they hold.
 //!
 //! Start-up is all-or-nothing: the TUN device, the sockets and the worker
 //! threads are created first, then every child's policies and SAs are
@@ -12,8 +13,10 @@
 //! those it added when it stops (they would also go with the device).
 //!
 //! The gateway is driven by the daemon's control thread. It never touches a
-//! packet: it sends commands to the workers (built SAs, SPD snapshots),
-//! drains their events, and gathers statistics snapshots for `status`.
+//! packet: it sends the workers the commands the table's transitions
+//! produce ([`Gateway::apply`]: built SAs, policies one at a time, groups)
+//! and sets routes, drains their events, and gathers statistics snapshots
+//! for `status`, which the table labels.
 //! Every channel between it and the workers is bounded (`esparto_io::worker`
 //! says how and why): what a worker cannot hand over is dropped and counted
 //! (`control_queue_full`), and the status's drops by reason include the I/O
@@ -25,9 +28,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use esparto_esp::{
-    Command, Direction, GroupId, TAILROOM, max_inner_len,
-};
+use esparto_esp::{Direction, TAILROOM, max_inner_len};
 use esparto_io::udp::UdpConfig;
 use esparto_io::route::DeviceRoutes;
 use esparto_io::worker::{ControlDatagram, WorkerFailure, WorkerReport};
@@ -35,8 +36,9 @@ use esparto_io::{ControlRx, control_channel};
 use esparto_io::{Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, Workers};
 use tracing::{info, warn};
 
-use super::install::{ChildState, SaLabel};
 use super::seqstate::{self, Claims, FsStore, Reservations, Store};
+use super::table::report::Counters;
+use super::table::{Effect, Table};
 use crate::config::Config;
 use crate::datapath::{self, EspCommand, EspDatapath, IcmpSources, SPI_STEERING, Snapshot, WorkerEvent};
 use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
@@ -63,11 +65,9 @@ pub struct Gateway {
     /// The reuseport group's control socket (IKE on the NAT-T port).
     udp_control: UdpSocket,
     /// Routes into the TUN device.
-    pub(super) routes: DeviceRoutes,
-    pub(super) next_group: GroupId,
-    pub(super) children: Vec<ChildState>,
-    pub(super) labels: BTreeMap<(u32, Direction), SaLabel>,
-    pub(super) path_mtu: u16,
+    routes: DeviceRoutes,
+    /// Every child and Child SA, and what the workers hold of them.
+    pub(super) table: Table,
     bind: SocketAddr,
     /// Sequence numbers reserved for static SAs (none without static children).
     reservations: Option<Reservations<FsStore>>,
@@ -193,6 +193,7 @@ impl Gateway {
         .and_then(|r| r)
         .context("starting worker threads")?;
         info!(tun = %tun_name, mtu, workers = n, %bind, "data plane up");
+        let table = Table::from_config(cfg, u16::try_from(n).unwrap_or(u16::MAX), bind.ip());
         let mut gw = Self {
             started: Instant::now(),
             tun: tun_name,
@@ -203,23 +204,56 @@ impl Gateway {
             control_dgrams,
             udp_control: control,
             routes,
-            next_group: 1,
-            children: Vec::new(),
-            labels: BTreeMap::new(),
-            path_mtu: cfg.daemon.path_mtu,
+            table,
             bind,
             reservations,
             reservation_warned: None,
         };
+        let now = Instant::now();
         for conn in &cfg.connections {
             for child in &conn.children {
-                if child.static_sas.is_some() {
-                    gw.install_static(conn, child, &claims)
-                        .with_context(|| format!("installing {}/{}", conn.name, child.name))?;
-                }
+                let Some(st) = &child.static_sas else { continue };
+                let id = gw.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
+                gw.table
+                    .install_static(now, id, st, |i| claims.get(&(conn.name.clone(), child.name.clone(), i)))
+                    .and_then(|()| gw.apply())
+                    .with_context(|| format!("installing {}/{}", conn.name, child.name))?;
+                info!(
+                    connection = %conn.name, child = %child.name, suite = st.suite.name(),
+                    pairs = st.pairs.len(), workers = n, "static child installed"
+                );
             }
         }
         Ok(gw)
+    }
+
+    /// Sends the workers the commands the table's last transitions queued,
+    /// in order, and sets the routes they ask for. A route that cannot be
+    /// set does not stop the rest (the next install sets it again); the
+    /// first failure is returned.
+    pub(super) fn apply(&mut self) -> Result<()> {
+        let mut failed = None;
+        for e in self.table.take_effects() {
+            match e {
+                Effect::Worker(k, cmd) => self
+                    .workers
+                    .send(usize::from(k), EspCommand::Esp(cmd))
+                    .map_err(|_| anyhow!("worker {k} has stopped"))?,
+                Effect::Routes(ts) => {
+                    for r in &ts {
+                        for (addr, len) in esparto_io::route::range_to_prefixes(r.addrs.start(), r.addrs.end()) {
+                            if let Err(e) = self.routes.add(addr, len) {
+                                failed.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(anyhow::Error::new(e).context("routes not set")),
+            None => Ok(()),
+        }
     }
 
     /// The TUN device's name.
@@ -245,19 +279,6 @@ impl Gateway {
     /// The same, for batched I/O (`recvmmsg`/`sendmmsg` keep scratch space).
     pub fn udp_control_mut(&mut self) -> &mut UdpSocket {
         &mut self.udp_control
-    }
-
-    pub(super) fn send(&self, worker: usize, cmd: Command) -> Result<()> {
-        self.workers
-            .send(worker, EspCommand::Esp(cmd))
-            .map_err(|_| anyhow!("worker {worker} has stopped"))
-    }
-
-    pub(super) fn send_all(&self, mut make: impl FnMut() -> Result<Command>) -> Result<()> {
-        for k in 0..self.nworkers {
-            self.send(k, make()?)?;
-        }
-        Ok(())
     }
 
     /// A worker that has stopped on its own (panicked, or lost its TUN
@@ -302,7 +323,8 @@ impl Gateway {
         out
     }
 
-    /// Gathers every worker's snapshot and labels it.
+    /// Gathers every worker's snapshot, labels it from the table, and
+    /// lists the IKE SAs with their Child SAs' traffic.
     pub fn status(&self) -> Result<Status> {
         let mut snaps: Vec<Snapshot> = Vec::with_capacity(self.nworkers);
         for k in 0..self.nworkers {
@@ -320,6 +342,7 @@ impl Gateway {
 
     fn label(&self, snaps: Vec<Snapshot>) -> Status {
         let now = Instant::now();
+        let mut counters = Counters::default();
         let mut total = esparto_esp::Drops::default();
         let mut workers = Vec::new();
         let mut sas = Vec::new();
@@ -342,10 +365,11 @@ impl Gateway {
                 events_dropped: s.events_dropped,
             });
             for sa in s.sas {
-                let label = self.labels.get(&(sa.spi, sa.direction));
+                counters.add(&sa);
+                let label = self.table.label(sa.spi, sa.direction, sa.group);
                 sas.push(SaStatus {
-                    connection: label.map_or_else(String::new, |l| l.connection.clone()),
-                    child: label.map_or_else(String::new, |l| l.child.clone()),
+                    connection: label.map_or_else(String::new, |l| l.connection.to_string()),
+                    child: label.map_or_else(String::new, |l| l.child.to_string()),
                     spi: format!("{:08x}", sa.spi),
                     direction: match sa.direction {
                         Direction::Inbound => "in".into(),
@@ -372,7 +396,7 @@ impl Gateway {
             workers,
             sas,
             drops: drops_map(&total).into_iter().chain(io_total).collect(),
-            ike_sas: Vec::new(),
+            ike_sas: self.table.ike_sas_status(now, &counters),
             ike: BTreeMap::new(),
         }
     }

@@ -1,6 +1,6 @@
 //! The IKE driver: runs the sans-IO [`Endpoint`] on real sockets and turns
-//! its events into data-plane installs (the events themselves are handled
-//! in `ike_events.rs`).
+//! its events into transitions of the Child SA table ([`super::table`];
+//! the events themselves are handled in `ike_events.rs`).
 //!
 //! IKE arrives on UDP 500 (a socket of its own, with large buffers, since
 //! it is also where a flood of IKE_SA_INIT lands) and, once NAT-T floats,
@@ -16,8 +16,8 @@
 //! engine to rekey. A rekeyed pair takes its predecessor's slot (fallback
 //! or a worker's sub-SA); its inbound half is installed at once, its
 //! outbound half when the engine says the peer has switched; the old
-//! inbound SA lingers a moment after its delete to catch packets in flight.
-//! That is what makes rekeying lossless.
+//! inbound SA lingers a moment after its delete to catch packets in flight
+//! (the table's `LINGER`). That is what makes rekeying lossless.
 //!
 //! Inbound ESP SPIs are chosen by a [`SteeringSpiAllocator`] with the data
 //! plane's steering function ([`crate::datapath::spi_for_worker`]): random in
@@ -25,34 +25,22 @@
 //! chosen worker (round-robin, spreading tunnels over cores) yet stays
 //! unpredictable.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use esparto_crypto::{SecretBytes, SystemRng};
-use esparto_esp::GroupId;
+use esparto_crypto::SystemRng;
 use esparto_ike::{CloseAction, DpdAction, Endpoint, EndpointConfig, IkeSaId, StartAction, SteeringSpiAllocator};
 use esparto_io::udp::UdpConfig;
 use tracing::{info, warn};
 
 use super::Gateway;
-use super::install::{ChildParams, Slot};
 use super::log_limit::TRAFFIC;
-use crate::config::{Config, PerCpuSas};
-use crate::status::{ChildSaStatus, IkeSaStatus, Status};
+use super::table::{ChildId, ConnId};
+use crate::config::Config;
 
-/// How long a trap acquire for one child is considered pending.
-pub(super) const ACQUIRE_PENDING: Duration = Duration::from_secs(30);
-/// How long an inbound SA stays installed after its delete following a
-/// rekey: ESP the peer sent on it just before switching may still be in
-/// flight (queued in a worker, a socket, a GSO batch).
-pub(super) const LINGER: Duration = Duration::from_secs(2);
-/// The data plane's hard time limit trails the engine's `life_time` by
-/// this much: the engine deletes the SA (and says so) first.
-pub(super) const LIFETIME_GRACE: Duration = Duration::from_secs(30);
 /// Longest the shutdown loop sleeps between looks at worker-caught IKE.
 const SHUTDOWN_POLL: Duration = Duration::from_millis(20);
 /// Largest IKE datagram we read.
@@ -62,78 +50,17 @@ const MAX_IKE_DATAGRAM: usize = 65_535;
 /// calls, not the IKE work, are most of the cost.
 const IKE_BATCH: usize = 16;
 
-/// The daemon-side settings of a negotiated child.
-#[derive(Debug, Clone)]
-pub(super) struct ChildSettings {
-    pub(super) replay_window: u32,
-    /// The data plane's limits: bytes and packets (soft: rekey, hard:
-    /// expire), and a hard time behind the engine's.
-    pub(super) lifetime: esparto_esp::Lifetime,
-    pub(super) per_cpu: bool,
-    /// Configured selectors and peer, for trap policies.
-    pub(super) trap: ChildParams,
-}
-
-#[derive(Debug)]
-pub(super) struct ChildRecord {
-    pub(super) child: Arc<str>,
-    pub(super) in_spi: u32,
-    pub(super) out_spi: u32,
-    pub(super) suite: &'static str,
-    pub(super) slot: Slot,
-    pub(super) since: Instant,
-}
-
-#[derive(Debug)]
-pub(super) struct IkeRecord {
-    pub(super) connection: Arc<str>,
-    pub(super) local: SocketAddr,
-    pub(super) remote: SocketAddr,
-    pub(super) local_id: String,
-    pub(super) remote_id: String,
-    pub(super) initiator: bool,
-    pub(super) since: Instant,
-    pub(super) established: bool,
-    pub(super) children: Vec<ChildRecord>,
-}
-
-/// An outbound SA waiting for the peer to switch to it.
-#[derive(Debug)]
-pub(super) struct PendingOut {
-    pub(super) suite: esparto_crypto::EspSuite,
-    pub(super) esn: bool,
-    pub(super) out_spi: u32,
-    pub(super) out_key: SecretBytes,
-    pub(super) slot: Slot,
-}
-
 /// The IKE side of the daemon.
 pub struct Ike {
     pub(super) ep: Endpoint,
     sock500: esparto_io::UdpSocket,
     pub(super) natt_port: u16,
     pub(super) ike_port: u16,
-    pub(super) settings: HashMap<(String, String), ChildSettings>,
     /// Each connection's `dpd_action` and `close_action` (the engine
-    /// restarts by itself; traps are installed here).
-    pub(super) actions: HashMap<String, (DpdAction, CloseAction)>,
-    /// Trap groups: group id → (connection, child).
-    pub(super) traps: HashMap<GroupId, (String, String)>,
-    /// Acquires in flight, by child and worker (`None`: the whole child).
-    pub(super) pending: HashMap<(String, String, Option<u16>), Instant>,
-    /// Children whose peer cannot give more per-resource SAs.
-    pub(super) per_cpu_off: HashSet<(String, String)>,
+    /// restarts by itself; traps are armed here).
+    pub(super) actions: HashMap<ConnId, (DpdAction, CloseAction)>,
     /// Children to start once their connection's IKE SA is up.
-    pub(super) start_after: HashMap<String, Vec<String>>,
-    pub(super) sas: BTreeMap<IkeSaId, IkeRecord>,
-    /// Inbound SPI → its IKE SA; outbound SPI → inbound SPI of its pair.
-    pub(super) by_in_spi: HashMap<u32, IkeSaId>,
-    pub(super) out_to_in: HashMap<u32, u32>,
-    pub(super) pending_out: HashMap<u32, PendingOut>,
-    /// Inbound SAs to remove at a time: (when, connection, child, SPI).
-    pub(super) lingering: Vec<(Instant, String, String, u32)>,
-    /// Inbound SPIs we asked the engine to rekey.
-    pub(super) rekeying: HashSet<u32>,
+    pub(super) start_after: HashMap<ConnId, Vec<ChildId>>,
     rx: esparto_io::RxBatch,
     /// Datagrams to send from the IKE port and from the NAT-T port.
     tx500: esparto_io::TxBatch,
@@ -142,7 +69,7 @@ pub struct Ike {
 
 impl std::fmt::Debug for Ike {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ike").field("ike_sas", &self.sas.len()).finish()
+        f.debug_struct("Ike").field("ike_sas", &self.ep.ike_sa_count()).finish()
     }
 }
 
@@ -175,18 +102,8 @@ impl Ike {
             sock500,
             natt_port: cfg.daemon.port,
             ike_port: cfg.daemon.ike_port,
-            settings: HashMap::new(),
             actions: HashMap::new(),
-            traps: HashMap::new(),
-            pending: HashMap::new(),
-            per_cpu_off: HashSet::new(),
             start_after: HashMap::new(),
-            sas: BTreeMap::new(),
-            by_in_spi: HashMap::new(),
-            out_to_in: HashMap::new(),
-            pending_out: HashMap::new(),
-            lingering: Vec::new(),
-            rekeying: HashSet::new(),
             rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * esparto_io::udp::MAX_GRO_SEGMENTS),
             tx500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
             tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
@@ -194,60 +111,40 @@ impl Ike {
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
             ike.ep.add_connection(ike_conn.clone()).with_context(|| format!("connection {}", conn.name))?;
-            ike.actions.insert(conn.name.clone(), (ike_conn.dpd_action, ike_conn.close_action));
-            let peer = conn.remote_addrs.first().map(|a| SocketAddr::new(*a, conn.remote_port));
+            let conn_id = gw.table.conn_id(&conn.name).context("a configured connection is in the table")?;
+            ike.actions.insert(conn_id, (ike_conn.dpd_action, ike_conn.close_action));
             let mut starts = Vec::new();
             for child in &conn.children {
-                let start = ike_conn.child(&child.name).map(|c| c.start_action).unwrap_or_default();
-                let mut lifetime = child.lifetime;
-                // Time-based rekeys are the engine's (with jitter); the data
-                // plane keeps a hard time as a backstop behind it.
-                lifetime.soft_time = None;
-                lifetime.hard_time = lifetime.hard_time.map(|t| t + LIFETIME_GRACE);
-                let trap = ChildParams {
-                    local_ts: child.local_ts.clone(),
-                    remote_ts: child.remote_ts.clone(),
-                    peer: peer.unwrap_or_else(|| SocketAddr::new(gw.local_ip(), conn.remote_port)),
-                    replay_window: child.replay_window,
-                    lifetime,
-                    per_cpu: false,
-                };
-                ike.settings.insert(
-                    (conn.name.clone(), child.name.clone()),
-                    ChildSettings {
-                        replay_window: child.replay_window,
-                        lifetime,
-                        per_cpu: child.per_cpu_sas != PerCpuSas::No,
-                        trap,
-                    },
-                );
-                match start {
+                let id = gw.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
+                match ike_conn.child(&child.name).map(|c| c.start_action).unwrap_or_default() {
                     StartAction::Trap => {
-                        if peer.is_none() {
+                        if conn.remote_addrs.is_empty() {
                             anyhow::bail!("{}/{}: a trap needs remote_addrs", conn.name, child.name);
                         }
-                        ike.install_trap(gw, &conn.name, &child.name)?;
+                        ike.arm_trap(gw, id)?;
                     }
-                    StartAction::Start => starts.push(child.name.clone()),
+                    StartAction::Start => starts.push(id),
                     StartAction::None => {}
                 }
             }
             if let Some((first, rest)) = starts.split_first() {
-                ike.ep.initiate(now, &conn.name, Some(first)).with_context(|| format!("initiating {}", conn.name))?;
-                ike.start_after.insert(conn.name.clone(), rest.to_vec());
+                let first = gw.table.child(*first).map(|c| c.name.clone()).context("a configured child")?;
+                ike.ep.initiate(now, &conn.name, Some(&first)).with_context(|| format!("initiating {}", conn.name))?;
+                ike.start_after.insert(conn_id, rest.to_vec());
             }
         }
         ike.flush(now, gw);
         Ok(Some(ike))
     }
 
-    /// Installs (or re-arms) the trap policy of a child.
-    pub(super) fn install_trap(&mut self, gw: &mut Gateway, conn: &str, child: &str) -> Result<()> {
-        let Some(s) = self.settings.get(&(conn.to_string(), child.to_string())) else { return Ok(()) };
-        let group = gw.ensure_child(conn, child, s.trap.clone())?;
-        self.traps.insert(group, (conn.to_string(), child.to_string()));
-        info!(connection = %conn, child = %child, "trap policy installed");
-        Ok(())
+    /// Arms (or re-arms) the trap policy of a child.
+    pub(super) fn arm_trap(&mut self, gw: &mut Gateway, child: ChildId) -> Result<()> {
+        gw.table.arm_trap(child);
+        let r = gw.apply();
+        if let Some((conn, child)) = gw.table.names(child) {
+            info!(connection = %conn, child = %child, "trap policy installed");
+        }
+        r
     }
 
     /// File descriptors to wait on (port 500; port 4500 is the gateway's).
@@ -256,9 +153,8 @@ impl Ike {
     }
 
     /// When [`tick`](Self::tick) must run next.
-    pub fn next_timeout(&mut self) -> Option<Instant> {
-        let linger = self.lingering.iter().map(|(t, ..)| *t).min();
-        match (self.ep.poll_timeout(), linger) {
+    pub fn next_timeout(&mut self, gw: &Gateway) -> Option<Instant> {
+        match (self.ep.poll_timeout(), gw.table.next_linger()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -305,11 +201,9 @@ impl Ike {
     /// Timers: retransmissions, liveness, rekeys, lingering inbound SAs.
     pub fn tick(&mut self, now: Instant, gw: &mut Gateway) {
         self.ep.handle_timeout(now);
-        let due: Vec<_> = self.lingering.iter().filter(|(t, ..)| *t <= now).cloned().collect();
-        self.lingering.retain(|(t, ..)| *t > now);
-        for (_, conn, child, spi) in due {
-            if let Err(e) = gw.remove_inbound(&conn, &child, spi) {
-                warn!(error = %e, "removing a lingering inbound SA");
+        if gw.table.expire_lingering(now) > 0 {
+            if let Err(e) = gw.apply() {
+                warn!(error = %format!("{e:#}"), "removing lingering inbound SAs");
             }
         }
         self.flush(now, gw);
@@ -334,7 +228,7 @@ impl Ike {
             let mut poller = esparto_io::poll::Poller::new();
             let first = poller.add(self.sock500.as_raw_fd());
             poller.add(gw.udp_control().as_raw_fd());
-            let wait = self.next_timeout().map_or(deadline, |t| t.min(deadline)).saturating_duration_since(now);
+            let wait = self.next_timeout(gw).map_or(deadline, |t| t.min(deadline)).saturating_duration_since(now);
             // Worker-caught IKE (coalesced behind ESP) arrives over a
             // channel, not a descriptor: look at it at least this often.
             if let Err(e) = poller.wait(wait.min(SHUTDOWN_POLL)) {
@@ -372,7 +266,7 @@ impl Ike {
         // Down means down: a re-initiation waiting for its back-off is
         // called off too.
         let cancelled = self.ep.cancel_reinitiation(name);
-        let ids = self.ike_sas_of(name);
+        let ids = ike_sas_of(gw, name);
         if ids.is_empty() {
             if cancelled {
                 return Ok(format!("{name}: no IKE SA; its pending re-initiation is cancelled"));
@@ -391,7 +285,7 @@ impl Ike {
     /// `esparto rekey NAME [--ike]`: every Child SA of the connection, or
     /// its IKE SA(s).
     pub fn rekey(&mut self, now: Instant, gw: &mut Gateway, name: &str, ike: bool) -> Result<String, String> {
-        let ids = self.ike_sas_of(name);
+        let ids = ike_sas_of(gw, name);
         if ids.is_empty() {
             return Err(format!("{name}: no IKE SA"));
         }
@@ -404,7 +298,11 @@ impl Ike {
                     Err(e) => errors.push(format!("{id}: {e:?}")),
                 }
             } else {
-                let spis: Vec<u32> = self.sas.get(&id).map(|r| r.children.iter().map(|c| c.in_spi).collect()).unwrap_or_default();
+                let spis: Vec<u32> = gw
+                    .table
+                    .ike_sa(id)
+                    .map(|r| r.sas.iter().filter_map(|s| gw.table.sa(*s)).map(|sa| sa.in_spi).collect())
+                    .unwrap_or_default();
                 for spi in spis {
                     match self.ep.rekey_child(now, id, spi) {
                         Ok(()) => n += 1,
@@ -420,9 +318,6 @@ impl Ike {
         Ok(format!("rekeying {n} {} of {name}", if ike { "IKE SA(s)" } else { "Child SA(s)" }))
     }
 
-    fn ike_sas_of(&self, name: &str) -> Vec<IkeSaId> {
-        self.sas.iter().filter(|(_, r)| &*r.connection == name).map(|(id, _)| *id).collect()
-    }
 
     /// Sends what the engine queued and acts on its events.
     pub(super) fn flush(&mut self, now: Instant, gw: &mut Gateway) {
@@ -506,62 +401,9 @@ impl Ike {
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
+}
 
-    /// The IKE SAs with their Child SAs, joined with the data plane's
-    /// counters by SPI.
-    pub fn report(&self, now: Instant, dp: &Status) -> Vec<IkeSaStatus> {
-        let find = |spi: u32, dir: &str| {
-            let hex = format!("{spi:08x}");
-            let mut packets = 0;
-            let mut bytes = 0;
-            let mut worker = None;
-            let mut role = None;
-            for s in dp.sas.iter().filter(|s| s.spi == hex && s.direction == dir) {
-                packets += s.packets;
-                bytes += s.bytes;
-                worker = Some(s.worker);
-                role = Some(s.role.clone());
-            }
-            (packets, bytes, worker, role)
-        };
-        self.sas
-            .iter()
-            .map(|(id, r)| IkeSaStatus {
-                id: id.to_string(),
-                connection: r.connection.to_string(),
-                state: if r.established { "established" } else { "connecting" }.into(),
-                initiator: r.initiator,
-                local: r.local.to_string(),
-                remote: r.remote.to_string(),
-                local_id: r.local_id.clone(),
-                remote_id: r.remote_id.clone(),
-                age_s: now.duration_since(r.since).as_secs_f64(),
-                children: r
-                    .children
-                    .iter()
-                    .map(|c| {
-                        let (in_packets, in_bytes, in_worker, role) = find(c.in_spi, "in");
-                        let (out_packets, out_bytes, _, _) = find(c.out_spi, "out");
-                        ChildSaStatus {
-                            child: c.child.to_string(),
-                            in_spi: format!("{:08x}", c.in_spi),
-                            out_spi: format!("{:08x}", c.out_spi),
-                            suite: c.suite.into(),
-                            role: role.unwrap_or_else(|| "single".into()),
-                            in_worker,
-                            out_worker: match c.slot {
-                                Slot::Worker(k) => Some(k),
-                                _ => None,
-                            },
-                            age_s: now.duration_since(c.since).as_secs_f64(),
-                            in_bytes,
-                            in_packets,
-                            out_bytes,
-                            out_packets,
-                        }
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
+/// The IKE SAs of the connection named `name`.
+fn ike_sas_of(gw: &Gateway, name: &str) -> Vec<IkeSaId> {
+    gw.table.conn_id(name).and_then(|c| gw.table.conn(c)).map(|c| c.ike_sas.clone()).unwrap_or_default()
 }

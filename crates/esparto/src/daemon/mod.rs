@@ -1,19 +1,20 @@
 //! The daemon: `esparto run`.
 //!
-//! [`Gateway`] owns the data plane (TUN, sockets, workers) and installs
-//! children into it ([`install`]); [`run`] is the control thread's loop.
+//! [`Gateway`] owns the data plane (TUN, sockets, workers) and the Child SA
+//! table ([`table`]), whose transitions say what the workers hold;
+//! [`ike`] drives the IKE engine and turns its events into transitions;
+//! [`run`] is the control thread's loop.
 //! Log lines that traffic can cause are limited ([`log_limit`]).
 
 pub mod fault;
 mod gateway;
 pub mod ike;
 mod ike_events;
-pub mod install;
 pub mod log_limit;
 mod run;
 mod seqstate;
+pub(crate) mod table;
 
 pub use gateway::Gateway;
-pub use install::{ChildParams, SaPair, Slot};
 pub use run::run;
 pub use seqstate::{MAX_SEQ, STATE_FILE, STEP, STEP_ESN, check_static_keys};

@@ -100,7 +100,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         let ike_last = poller.len();
         let wait = ike
             .as_mut()
-            .and_then(|i| i.next_timeout())
+            .and_then(|i| i.next_timeout(&gw))
             .map_or(IDLE, |t| t.saturating_duration_since(Instant::now()).min(IDLE));
         poller.wait(wait)?;
         if let Some(f) = gw.worker_failure() {
@@ -211,7 +211,6 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, req: Request) -> Response {
     let status = |gw: &Gateway, ike: Option<&Ike>| {
         gw.status().map(|mut s| {
             if let Some(ike) = ike {
-                s.ike_sas = ike.report(now, &s);
                 s.ike = ike.counters();
             }
             s

@@ -68,7 +68,7 @@ use aws_lc_rs::hmac;
 use esparto_esp::{SeqLimit, SharedSeq};
 use tracing::{info, warn};
 
-use super::install::{Slot, static_slot};
+use super::table::{Slot, static_slot};
 use crate::config::{Config, StaticPair};
 pub(crate) use file::Entry;
 pub use store::STATE_FILE;

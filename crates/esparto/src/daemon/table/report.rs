@@ -1,0 +1,134 @@
+//! `status` and `sas`, derived from the table: each worker reports its
+//! SAs' counters by SPI (an integer) and, for outbound SAs, group; the
+//! table says whose they are, and what each Child SA is.
+//!
+//! Joining costs one hash look-up per SA a worker reports: the counters
+//! are summed by (SPI, direction, group) once, then each Child SA finds
+//! its own.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use esparto_esp::{Direction, GroupId, SaStats};
+
+use super::Table;
+use super::child::Role;
+use super::sa::Out;
+use crate::status::{ChildSaStatus, IkeSaStatus};
+
+/// Who an SA a worker reports belongs to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Label<'a> {
+    /// Connection name.
+    pub(crate) connection: &'a str,
+    /// Child name.
+    pub(crate) child: &'a str,
+    /// What it is to its group.
+    pub(crate) role: Role,
+}
+
+/// Packets and bytes of every SA, summed over the workers.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    by_sa: HashMap<(u32, Direction, Option<GroupId>), (u64, u64)>,
+}
+
+impl Counters {
+    /// Adds one worker's figures of one SA.
+    pub(crate) fn add(&mut self, s: &SaStats) {
+        let e = self.by_sa.entry((s.spi, s.direction, s.group)).or_default();
+        e.0 += s.counters.packets;
+        e.1 += s.counters.bytes;
+    }
+
+    fn get(&self, spi: u32, direction: Direction, group: Option<GroupId>) -> (u64, u64) {
+        self.by_sa.get(&(spi, direction, group)).copied().unwrap_or_default()
+    }
+}
+
+impl Table {
+    /// Whose SA a worker reports: an inbound SPI, or an outbound SPI of a
+    /// group (outbound SPIs are the peers' choice, unique only per peer).
+    pub(crate) fn label(&self, spi: u32, direction: Direction, group: Option<GroupId>) -> Option<Label<'_>> {
+        let sa = match direction {
+            Direction::Inbound => self.by_in.get(&spi).map(|id| &self.sas[id.0]),
+            Direction::Outbound => self.by_out.get(&spi).and_then(|ids| {
+                ids.iter()
+                    .map(|id| &self.sas[id.0])
+                    .find(|sa| self.children[sa.child.0].group.as_ref().map(|g| g.id) == group || group.is_none())
+            }),
+        }?;
+        let (connection, child) = self.names(sa.child)?;
+        Some(Label {
+            connection,
+            child,
+            role: sa.role,
+        })
+    }
+
+    /// The IKE SAs with their Child SAs and each one's traffic.
+    pub(crate) fn ike_sas_status(&self, now: Instant, counters: &Counters) -> Vec<IkeSaStatus> {
+        let mut ids: Vec<_> = self.ike_sas.keys().copied().collect();
+        ids.sort_unstable();
+        ids.iter()
+            .filter_map(|id| self.ike_sas.get(id).map(|r| (id, r)))
+            .map(|(id, r)| IkeSaStatus {
+                id: id.to_string(),
+                connection: self
+                    .conns
+                    .get(r.conn.0)
+                    .map_or_else(String::new, |c| c.name.to_string()),
+                state: if r.established { "established" } else { "connecting" }.into(),
+                initiator: r.initiator,
+                local: r.local.to_string(),
+                remote: r.remote.to_string(),
+                local_id: r.local_id.clone(),
+                remote_id: r.remote_id.clone(),
+                age_s: now.saturating_duration_since(r.since).as_secs_f64(),
+                children: r
+                    .sas
+                    .iter()
+                    .map(|sid| {
+                        let sa = &self.sas[sid.0];
+                        let c = &self.children[sa.child.0];
+                        let group = c.group.as_ref().map(|g| g.id);
+                        let (in_packets, in_bytes) = counters.get(sa.in_spi, Direction::Inbound, None);
+                        let (out_packets, out_bytes) = counters.get(sa.out_spi, Direction::Outbound, group);
+                        ChildSaStatus {
+                            child: c.name.to_string(),
+                            in_spi: format!("{:08x}", sa.in_spi),
+                            out_spi: format!("{:08x}", sa.out_spi),
+                            suite: sa.suite.name().into(),
+                            role: sa.role.name().into(),
+                            in_worker: Some(sa.in_worker),
+                            out_worker: sa.out_worker(),
+                            out_state: match sa.out {
+                                Out::Sending => "sending",
+                                Out::Waiting(_) => "waiting",
+                                Out::Idle => "idle",
+                            }
+                            .into(),
+                            local_ts: c
+                                .group
+                                .iter()
+                                .flat_map(|g| &g.local_ts)
+                                .map(ToString::to_string)
+                                .collect(),
+                            remote_ts: c
+                                .group
+                                .iter()
+                                .flat_map(|g| &g.remote_ts)
+                                .map(ToString::to_string)
+                                .collect(),
+                            age_s: now.saturating_duration_since(sa.since).as_secs_f64(),
+                            in_bytes,
+                            in_packets,
+                            out_bytes,
+                            out_packets,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,826 @@
+//! The table's transitions, checked against real workers: every command
+//! a transition queues is applied to an [`esparto_esp::Worker`] per worker,
+//! and the tests look at what the workers hold.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use esparto_crypto::{EspSuite, SecretBytes};
+use esparto_esp::{Direction, GroupId, Lifetime, TrafficSelector, Worker};
+use esparto_ike::{ChildSaEstablished, IkeSaId};
+
+use super::child::Role;
+use super::report::Counters;
+use super::sa::Out;
+use super::*;
+use crate::config::{StaticPair, StaticSas};
+use crate::daemon::seqstate::Claimed;
+
+const SUITE: EspSuite = EspSuite::Aes256Gcm16;
+
+/// A table and the workers that follow it.
+pub(super) struct Harness {
+    pub(super) table: Table,
+    pub(super) workers: Vec<Worker>,
+    pub(super) routes: usize,
+    pub(super) now: Instant,
+}
+
+pub(super) fn key(b: u8) -> SecretBytes {
+    SecretBytes::from_slice(&vec![b; SUITE.keymat_len()])
+}
+
+fn ts(s: &str) -> TrafficSelector {
+    s.parse().unwrap()
+}
+
+pub(super) fn ike_ts(s: &str) -> esparto_ike::TrafficSelector {
+    let (addr, len) = s.split_once('/').unwrap();
+    esparto_ike::TrafficSelector::subnet(addr.parse().unwrap(), len.parse().unwrap()).unwrap()
+}
+
+fn ike_subnet(a: [u8; 4], len: u8) -> esparto_ike::TrafficSelector {
+    esparto_ike::TrafficSelector::subnet(std::net::Ipv4Addr::from(a).into(), len).unwrap()
+}
+
+pub(super) fn peer() -> SocketAddr {
+    SocketAddr::new(std::net::Ipv4Addr::new(192, 0, 2, 2).into(), 4500)
+}
+
+impl Harness {
+    pub(super) fn new(workers: u16) -> Self {
+        Self {
+            table: Table::new(workers, 1500),
+            workers: (0..workers).map(Worker::new).collect(),
+            routes: 0,
+            now: Instant::now(),
+        }
+    }
+
+    /// Applies every queued command to its worker.
+    pub(super) fn apply(&mut self) {
+        for e in self.table.take_effects() {
+            match e {
+                Effect::Worker(k, cmd) => self.workers[usize::from(k)].apply(cmd),
+                Effect::Routes(_) => self.routes += 1,
+            }
+        }
+    }
+
+    /// A connection `name` with one child `net` (per-CPU or not) to
+    /// `remote`.
+    pub(super) fn conn(&mut self, name: &str, per_cpu: bool, remote: &str) -> ChildId {
+        self.conn_ts(name, per_cpu, ts(remote))
+    }
+
+    /// The same, with the peer's selector parsed.
+    pub(super) fn conn_ts(&mut self, name: &str, per_cpu: bool, remote: TrafficSelector) -> ChildId {
+        let c = self.table.add_conn(name);
+        let settings = Settings {
+            local_ts: vec![TrafficSelector::addrs(
+                esparto_esp::IpRange::prefix(std::net::Ipv4Addr::new(10, 1, 0, 0).into(), 16).unwrap(),
+            )],
+            remote_ts: vec![remote],
+            peer: peer(),
+            replay_window: 64,
+            lifetime: Lifetime::default(),
+            per_cpu,
+        };
+        self.table.add_child(c, "net", settings)
+    }
+
+    pub(super) fn group(&self, child: ChildId) -> GroupId {
+        self.table.child(child).unwrap().group.as_ref().unwrap().id
+    }
+
+    /// The outbound SPI worker `k` sends with in `child`'s group, and
+    /// whether it is its own sub-SA.
+    fn sends(&self, child: ChildId, k: usize) -> Option<(u32, bool)> {
+        let g = self.workers[k].group(self.group(child))?;
+        g.sub()
+            .map(|s| (s.spi(), true))
+            .or_else(|| g.fallback().map(|s| (s.spi(), false)))
+    }
+
+    fn receives(&self, spi: u32) -> bool {
+        self.workers[crate::datapath::spi_to_worker(spi, self.workers.len())]
+            .sad()
+            .get(spi)
+            .is_some()
+    }
+
+    fn inbound_total(&self) -> usize {
+        self.workers.iter().map(|w| w.sad().len()).sum()
+    }
+}
+
+/// A Child SA of connection `conn`'s child `net`.
+pub(super) struct Est {
+    pub(super) ike: u64,
+    pub(super) conn: Arc<str>,
+    pub(super) remote: esparto_ike::TrafficSelector,
+    pub(super) in_spi: u32,
+    pub(super) out_spi: u32,
+    pub(super) resource: Option<u16>,
+    pub(super) per_resource: bool,
+    pub(super) rekeys: Option<u32>,
+    pub(super) outbound_active: bool,
+}
+
+impl Est {
+    pub(super) fn new(ike: u64, conn: &str, in_spi: u32, out_spi: u32) -> Self {
+        Self {
+            ike,
+            conn: Arc::from(conn),
+            remote: ike_subnet([10, 2, 0, 0], 16),
+            in_spi,
+            out_spi,
+            resource: None,
+            per_resource: false,
+            rekeys: None,
+            outbound_active: true,
+        }
+    }
+
+    pub(super) fn event(&self) -> ChildSaEstablished {
+        ChildSaEstablished {
+            ike_sa: IkeSaId(self.ike),
+            connection: self.conn.clone(),
+            child: Arc::from("net"),
+            inbound_spi: self.in_spi,
+            outbound_spi: self.out_spi,
+            suite: SUITE,
+            esn: false,
+            inbound_key: key(self.in_spi as u8),
+            outbound_key: key(self.out_spi as u8),
+            local_ts: vec![ike_subnet([10, 1, 0, 0], 16)],
+            remote_ts: vec![self.remote],
+            local: SocketAddr::new(std::net::Ipv4Addr::new(192, 0, 2, 1).into(), 500),
+            remote: SocketAddr::new(std::net::Ipv4Addr::new(192, 0, 2, 2).into(), 500),
+            encap: true,
+            resource: self.resource,
+            initiator: true,
+            rekeys: self.rekeys,
+            per_resource: self.per_resource,
+            outbound_active: self.outbound_active,
+        }
+    }
+}
+
+impl Harness {
+    pub(super) fn establish(&mut self, e: &Est) -> Slot {
+        let r = self.table.child_established(self.now, &e.event(), peer()).unwrap();
+        self.apply();
+        r.slot
+    }
+
+    fn delete(&mut self, in_spi: u32, rekeyed: bool) {
+        assert!(self.table.child_deleted(self.now, in_spi, rekeyed));
+        self.apply();
+    }
+}
+
+#[test]
+fn install_puts_policies_group_inbound_then_outbound_on_the_workers() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", false, "10.2.0.0/16");
+    let slot = h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    assert_eq!(slot, Slot::Fallback);
+    for k in 0..2 {
+        assert_eq!(h.workers[k].spd().len(), 1);
+        assert_eq!(
+            h.sends(child, k),
+            Some((0x2000, false)),
+            "worker {k} sends on the fallback"
+        );
+    }
+    // Inbound only on the worker its SPI steers to.
+    assert!(h.receives(0x1001));
+    assert_eq!(h.inbound_total(), 1);
+    assert_eq!(h.routes, 1);
+    // The first command is the group, then its policy; the inbound SA
+    // comes before any outbound one.
+    let mut h2 = Harness::new(2);
+    h2.conn("a", false, "10.2.0.0/16");
+    h2.table
+        .child_established(h2.now, &Est::new(1, "a", 0x1001, 0x2000).event(), peer())
+        .unwrap();
+    let kinds: Vec<&'static str> = h2
+        .table
+        .take_effects()
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Worker(1, c) => Some(match c {
+                esparto_esp::Command::AddGroup { .. } => "group",
+                esparto_esp::Command::AddPolicy(..) => "policy",
+                esparto_esp::Command::AddInbound(_) => "inbound",
+                esparto_esp::Command::SetFallback(..) => "outbound",
+                _ => "other",
+            }),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["group", "policy", "inbound", "outbound"]);
+    let (name_conn, name_child) = h.table.names(child).unwrap();
+    assert_eq!((&**name_conn, &**name_child), ("a", "net"));
+    assert_eq!(h.table.counts(), (1, 1, 1));
+}
+
+#[test]
+fn a_rekey_we_initiate_switches_at_once_and_the_old_inbound_lingers() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    let new = Est {
+        rekeys: Some(0x1001),
+        ..Est::new(1, "a", 0x1003, 0x2001)
+    };
+    assert_eq!(h.establish(&new), Slot::Fallback);
+    for k in 0..2 {
+        assert_eq!(h.sends(child, k), Some((0x2001, false)));
+    }
+    assert!(
+        h.receives(0x1001) && h.receives(0x1003),
+        "both inbound SAs, RFC 7296 §2.8"
+    );
+    h.delete(0x1001, true);
+    assert!(h.receives(0x1001), "lingers");
+    assert_eq!(h.table.next_linger(), Some(h.now + LINGER));
+    // Not listed with its IKE SA any more.
+    assert_eq!(h.table.ike_sa(IkeSaId(1)).unwrap().sas.len(), 1);
+    assert_eq!(h.table.expire_lingering(h.now + LINGER - Duration::from_millis(1)), 0);
+    assert_eq!(h.table.expire_lingering(h.now + LINGER), 1);
+    h.apply();
+    assert!(!h.receives(0x1001) && h.receives(0x1003));
+    assert_eq!(h.table.next_linger(), None);
+    for k in 0..2 {
+        assert_eq!(h.sends(child, k), Some((0x2001, false)), "the new SA keeps sending");
+    }
+}
+
+#[test]
+fn a_rekey_the_peer_initiates_waits_for_the_peer_to_switch() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", true, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    h.establish(&Est {
+        resource: Some(1),
+        per_resource: true,
+        ..Est::new(1, "a", 0x1005, 0x2005)
+    });
+    assert_eq!(h.sends(child, 1), Some((0x2005, true)));
+    // The peer rekeys worker 1's sub-SA: we answered, it has not switched.
+    let new = Est {
+        rekeys: Some(0x1005),
+        outbound_active: false,
+        ..Est::new(1, "a", 0x1007, 0x2007)
+    };
+    assert_eq!(h.establish(&new), Slot::Worker(1));
+    assert!(h.receives(0x1007), "the new inbound SA is there at once");
+    assert_eq!(h.sends(child, 1), Some((0x2005, true)), "still sending on the old one");
+    assert!(matches!(h.table.by_in_spi(0x1007).unwrap().1.out, Out::Waiting(_)));
+    // Its Delete of the old SA shows it switched.
+    assert_eq!(
+        h.table.outbound_active(h.now, 0x1007, 0x2007).unwrap(),
+        Some(Slot::Worker(1))
+    );
+    h.apply();
+    assert_eq!(h.sends(child, 1), Some((0x2007, true)));
+    assert_eq!(h.table.outbound_active(h.now, 0x1007, 0x2007).unwrap(), None, "once");
+    h.delete(0x1005, true);
+    assert_eq!(
+        h.sends(child, 1),
+        Some((0x2007, true)),
+        "removing the old one leaves the new one"
+    );
+    assert_eq!(h.sends(child, 0), Some((0x2000, false)), "worker 0 untouched");
+    let out_workers: Vec<_> = h
+        .table
+        .ike_sa(IkeSaId(1))
+        .unwrap()
+        .sas
+        .iter()
+        .map(|s| h.table.sa(*s).unwrap().out_worker())
+        .collect();
+    assert_eq!(out_workers, [None, Some(1)]);
+}
+
+#[test]
+fn a_waiting_outbound_sa_deleted_before_activation_never_sends() {
+    let mut h = Harness::new(1);
+    let child = h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1000, 0x2000));
+    // A redundant SA of a rekey collision (RFC 7296 §2.8.1): deleted, never active.
+    h.establish(&Est {
+        rekeys: Some(0x1000),
+        outbound_active: false,
+        ..Est::new(1, "a", 0x1002, 0x2002)
+    });
+    h.delete(0x1002, false);
+    assert_eq!(h.sends(child, 0), Some((0x2000, false)));
+    assert!(!h.receives(0x1002));
+    assert_eq!(h.table.outbound_active(h.now, 0x1002, 0x2002).unwrap(), None);
+}
+
+#[test]
+fn delete_removes_both_halves_but_keeps_group_and_policies() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    h.delete(0x1001, false);
+    assert_eq!(h.inbound_total(), 0);
+    for k in 0..2 {
+        assert_eq!(h.sends(child, k), None);
+        assert_eq!(
+            h.workers[k].spd().len(),
+            1,
+            "the policy stays (a trap or the next SA uses it)"
+        );
+    }
+    assert!(!h.table.child_deleted(h.now, 0x1001, false), "once");
+    assert_eq!(h.table.counts(), (1, 0, 1));
+}
+
+#[test]
+fn an_ike_sa_deleted_takes_its_child_sas_and_only_them() {
+    let mut h = Harness::new(2);
+    let a = h.conn("a", true, "10.2.0.0/16");
+    let b = h.conn("b", false, "10.3.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    h.establish(&Est {
+        resource: Some(0),
+        per_resource: true,
+        ..Est::new(1, "a", 0x1002, 0x2002)
+    });
+    // A peer's rekey waiting for activation goes too.
+    h.establish(&Est {
+        rekeys: Some(0x1001),
+        outbound_active: false,
+        ..Est::new(1, "a", 0x1003, 0x2003)
+    });
+    h.establish(&Est {
+        remote: ike_ts("10.3.0.0/16"),
+        ..Est::new(2, "b", 0x1005, 0x2005)
+    });
+    assert_eq!(h.table.ike_sa_deleted(IkeSaId(1)), h.table.conn_id("a"));
+    h.apply();
+    assert!(!h.receives(0x1001) && !h.receives(0x1002) && !h.receives(0x1003));
+    assert!(h.receives(0x1005));
+    for k in 0..2 {
+        assert_eq!(h.sends(a, k), None);
+        assert_eq!(h.sends(b, k), Some((0x2005, false)));
+    }
+    assert!(h.table.ike_sa(IkeSaId(1)).is_none());
+    assert!(h.table.conn(h.table.conn_id("a").unwrap()).unwrap().ike_sas.is_empty());
+    assert_eq!(h.table.ike_sa_deleted(IkeSaId(1)), None);
+}
+
+#[test]
+fn an_ike_sa_rekey_moves_its_child_sas() {
+    let mut h = Harness::new(1);
+    h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1000, 0x2000));
+    h.table.ike_sa_rekeyed(IkeSaId(1), IkeSaId(9));
+    assert_eq!(h.table.by_in_spi(0x1000).unwrap().1.ike_sa, Some(IkeSaId(9)));
+    assert_eq!(
+        h.table.soft_expire(0x1000, Direction::Inbound).as_slice(),
+        [(IkeSaId(9), 0x1000)]
+    );
+    assert_eq!(
+        h.table.conn(h.table.conn_id("a").unwrap()).unwrap().ike_sas,
+        [IkeSaId(9)]
+    );
+    h.table.ike_sa_deleted(IkeSaId(9));
+    h.apply();
+    assert_eq!(h.inbound_total(), 0);
+}
+
+#[test]
+fn a_trap_raises_one_acquire_until_its_sa_arrives() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", true, "10.2.0.0/16");
+    h.table.arm_trap(child);
+    h.apply();
+    let g = h.group(child);
+    for k in 0..2 {
+        assert_eq!(h.workers[k].spd().len(), 1, "trap policy");
+        assert!(
+            !h.workers[k].group(g).unwrap().per_cpu(),
+            "a trap asks for the child, not for sub-SAs"
+        );
+    }
+    let req = h.table.acquire(h.now, g, None).unwrap();
+    assert_eq!(req, AcquireRequest { child, worker: None });
+    h.table.acquire_started(h.now, req);
+    assert_eq!(
+        h.table.acquire(h.now + Duration::from_secs(1), g, None),
+        None,
+        "in flight"
+    );
+    assert!(
+        h.table.acquire(h.now + ACQUIRE_PENDING, g, None).is_some(),
+        "asked again when it took too long"
+    );
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    for k in 0..2 {
+        assert!(
+            h.workers[k].group(g).unwrap().per_cpu(),
+            "now the workers ask for their own sub-SAs"
+        );
+    }
+    assert_eq!(
+        h.table.acquire(h.now, g, None).map(|r| r.worker),
+        Some(None),
+        "the SA came: no longer in flight"
+    );
+    // A group with no trap never initiates the child as a whole.
+    let other = h.conn("b", false, "10.3.0.0/16");
+    h.establish(&Est {
+        remote: ike_ts("10.3.0.0/16"),
+        ..Est::new(2, "b", 0x1003, 0x2003)
+    });
+    assert_eq!(h.table.acquire(h.now, h.group(other), None), None);
+    assert_eq!(h.table.acquire(h.now, 9999, None), None, "unknown group");
+}
+
+#[test]
+fn per_cpu_acquires_follow_each_worker_and_stop_when_the_peer_gives_no_more() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", true, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    let g = h.group(child);
+    let req = h.table.acquire(h.now, g, Some(1)).unwrap();
+    h.table.acquire_started(h.now, req);
+    assert_eq!(h.table.acquire(h.now, g, Some(1)), None, "in flight");
+    assert!(h.table.acquire(h.now, g, Some(0)).is_some(), "each worker on its own");
+    h.establish(&Est {
+        resource: Some(1),
+        per_resource: true,
+        ..Est::new(1, "a", 0x1003, 0x2003)
+    });
+    assert_eq!(h.sends(child, 1), Some((0x2003, true)));
+    assert_eq!(
+        h.table.acquire(h.now + ACQUIRE_PENDING, g, Some(1)),
+        None,
+        "it has its own SA"
+    );
+    // A failed negotiation lets the worker ask again.
+    let req = h.table.acquire(h.now, g, Some(0)).unwrap();
+    h.table.acquire_started(h.now, req);
+    h.table.child_failed(child);
+    assert!(h.table.acquire(h.now, g, Some(0)).is_some());
+    h.table.per_cpu_unavailable(child);
+    h.apply();
+    assert_eq!(h.table.acquire(h.now, g, Some(0)), None);
+    assert!(!h.workers[0].group(g).unwrap().per_cpu());
+    assert_eq!(
+        h.sends(child, 0),
+        Some((0x2000, false)),
+        "the fallback carries worker 0"
+    );
+}
+
+/// Both gateways ask for a sub-SA of worker 0 at once. The peer's SA for
+/// one of its resources arrives first and must not take worker 0's slot,
+/// whose own SA is on its way; when ours arrives it takes worker 0, and
+/// every worker sends on its own SA.
+#[test]
+fn the_peers_sub_sa_goes_to_a_worker_without_an_acquire_in_flight() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", true, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    let g = h.group(child);
+    let req = h.table.acquire(h.now, g, Some(0)).unwrap();
+    h.table.acquire_started(h.now, req);
+    let peers = Est {
+        per_resource: true,
+        ..Est::new(1, "a", 0x1003, 0x2003)
+    };
+    assert_eq!(h.establish(&peers), Slot::Worker(1));
+    let ours = Est {
+        resource: Some(0),
+        per_resource: true,
+        ..Est::new(1, "a", 0x1004, 0x2004)
+    };
+    assert_eq!(h.establish(&ours), Slot::Worker(0));
+    assert_eq!(
+        (h.sends(child, 0), h.sends(child, 1)),
+        (Some((0x2004, true)), Some((0x2003, true)))
+    );
+    // Every Child SA the IKE SA lists sends where it says, and no two name one worker.
+    let listed: Vec<Option<u16>> = h
+        .table
+        .ike_sa(IkeSaId(1))
+        .unwrap()
+        .sas
+        .iter()
+        .map(|s| h.table.sa(*s).unwrap().out_worker())
+        .collect();
+    assert_eq!(listed, [None, Some(1), Some(0)]);
+}
+
+/// The other order: our acquire's SA finds its worker taken by the
+/// peer's (it had no acquire in flight when the peer's came): it takes
+/// another free worker rather than replacing it.
+#[test]
+fn our_sub_sa_finds_its_worker_taken_and_takes_a_free_one() {
+    let mut h = Harness::new(3);
+    let child = h.conn("a", true, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1002, 0x2000));
+    // The peer's SA takes worker 0 (no acquire anywhere yet).
+    assert_eq!(
+        h.establish(&Est {
+            per_resource: true,
+            ..Est::new(1, "a", 0x1003, 0x2003)
+        }),
+        Slot::Worker(0)
+    );
+    // Ours was negotiated for worker 0 meanwhile.
+    let ours = Est {
+        resource: Some(0),
+        per_resource: true,
+        ..Est::new(1, "a", 0x1006, 0x2006)
+    };
+    assert_eq!(h.establish(&ours), Slot::Worker(1));
+    assert_eq!(h.sends(child, 0), Some((0x2003, true)), "not replaced");
+    assert_eq!(h.sends(child, 1), Some((0x2006, true)));
+    // No worker free: received on only, listed without a worker.
+    h.establish(&Est {
+        per_resource: true,
+        ..Est::new(1, "a", 0x1009, 0x2009)
+    });
+    let last = Est {
+        resource: Some(2),
+        per_resource: true,
+        ..Est::new(1, "a", 0x100b, 0x200b)
+    };
+    assert_eq!(h.establish(&last), Slot::InboundOnly);
+    assert!(h.receives(0x100b));
+    assert_eq!(h.table.by_in_spi(0x100b).unwrap().1.out_worker(), None);
+    assert_eq!(h.table.by_in_spi(0x100b).unwrap().1.role, Role::Sub);
+    // Deleting the inbound-only SA touches no worker's outbound SA.
+    h.delete(0x100b, false);
+    assert_eq!(
+        (h.sends(child, 0), h.sends(child, 1), h.sends(child, 2)),
+        (Some((0x2003, true)), Some((0x2006, true)), Some((0x2009, true)))
+    );
+    // A rekey of an inbound-only SA stays inbound only.
+    h.establish(&Est {
+        per_resource: true,
+        ..Est::new(1, "a", 0x100e, 0x200e)
+    });
+    let rk = Est {
+        rekeys: Some(0x100e),
+        ..Est::new(1, "a", 0x1011, 0x2011)
+    };
+    assert_eq!(h.establish(&rk), Slot::InboundOnly);
+}
+
+#[test]
+fn a_soft_expiry_asks_for_one_rekey_per_child_sa() {
+    let mut h = Harness::new(2);
+    h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    // Every worker's copy of the fallback raises its own event.
+    assert_eq!(
+        h.table.soft_expire(0x2000, Direction::Outbound).as_slice(),
+        [(IkeSaId(1), 0x1001)]
+    );
+    assert!(h.table.soft_expire(0x2000, Direction::Outbound).is_empty());
+    assert!(h.table.soft_expire(0x1001, Direction::Inbound).is_empty());
+    h.table.rekey_failed(0x1001);
+    assert_eq!(h.table.soft_expire(0x1001, Direction::Inbound).len(), 1);
+    assert!(h.table.soft_expire(0xdead, Direction::Inbound).is_empty());
+}
+
+/// Two peers may choose the same outbound SPI: each is found in its own group.
+#[test]
+fn outbound_spis_of_two_peers_may_collide() {
+    let mut h = Harness::new(1);
+    let a = h.conn("a", false, "10.2.0.0/16");
+    let b = h.conn("b", false, "10.3.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1000, 0x2000));
+    h.establish(&Est {
+        remote: ike_ts("10.3.0.0/16"),
+        ..Est::new(2, "b", 0x1001, 0x2000)
+    });
+    assert_eq!(
+        h.table
+            .label(0x2000, Direction::Outbound, Some(h.group(a)))
+            .unwrap()
+            .connection,
+        "a"
+    );
+    assert_eq!(
+        h.table
+            .label(0x2000, Direction::Outbound, Some(h.group(b)))
+            .unwrap()
+            .connection,
+        "b"
+    );
+    assert_eq!(h.table.soft_expire(0x2000, Direction::Outbound).len(), 2);
+    h.delete(0x1000, false);
+    assert_eq!(h.sends(b, 0), Some((0x2000, false)));
+    assert_eq!(
+        h.table
+            .label(0x2000, Direction::Outbound, Some(h.group(b)))
+            .unwrap()
+            .connection,
+        "b"
+    );
+}
+
+#[test]
+fn status_joins_worker_counters_by_spi() {
+    let mut h = Harness::new(2);
+    h.conn("a", true, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    h.establish(&Est {
+        resource: Some(0),
+        per_resource: true,
+        ..Est::new(1, "a", 0x1002, 0x2002)
+    });
+    let mut counters = Counters::default();
+    for w in &h.workers {
+        for sa in w.stats().sas {
+            counters.add(&sa);
+        }
+    }
+    let l = h.table.label(0x1002, Direction::Inbound, None).unwrap();
+    assert_eq!((l.connection, l.child, l.role), ("a", "net", Role::Sub));
+    assert_eq!(
+        h.table
+            .label(
+                0x2000,
+                Direction::Outbound,
+                Some(h.group(h.table.child_id("a", "net").unwrap()))
+            )
+            .unwrap()
+            .role,
+        Role::Fallback
+    );
+    let s = h.table.ike_sas_status(h.now, &counters);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].connection, "a");
+    let c: Vec<(&str, &str, Option<u16>, Option<u16>)> = s[0]
+        .children
+        .iter()
+        .map(|c| (c.in_spi.as_str(), c.role.as_str(), c.in_worker, c.out_worker))
+        .collect();
+    assert_eq!(
+        c,
+        [
+            ("00001001", "fallback", Some(1), None),
+            ("00001002", "sub", Some(0), Some(0))
+        ]
+    );
+    let c = &s[0].children[0];
+    assert_eq!(
+        (c.out_state.as_str(), c.local_ts.as_slice(), c.remote_ts.as_slice()),
+        (
+            "sending",
+            &["10.1.0.0/16".to_string()][..],
+            &["10.2.0.0/16".to_string()][..]
+        )
+    );
+}
+
+#[test]
+fn removing_a_connection_removes_its_children_policies_groups_and_sas() {
+    let mut h = Harness::new(2);
+    let a = h.conn("a", true, "10.2.0.0/16");
+    let b = h.conn("b", false, "10.3.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    h.establish(&Est {
+        resource: Some(1),
+        per_resource: true,
+        ..Est::new(1, "a", 0x1003, 0x2003)
+    });
+    h.establish(&Est {
+        rekeys: Some(0x1001),
+        ..Est::new(1, "a", 0x1005, 0x2005)
+    });
+    h.delete(0x1001, true);
+    h.establish(&Est {
+        remote: ike_ts("10.3.0.0/16"),
+        ..Est::new(2, "b", 0x1007, 0x2007)
+    });
+    let ga = h.group(a);
+    let conn = h.table.conn_id("a").unwrap();
+    h.table.remove_conn(conn);
+    h.apply();
+    for k in 0..2 {
+        assert!(h.workers[k].group(ga).is_none());
+        assert_eq!(h.workers[k].spd().len(), 1, "b's policy alone");
+        assert_eq!(h.sends(b, k), Some((0x2007, false)));
+    }
+    assert!(h.receives(0x1007));
+    assert_eq!(h.inbound_total(), 1, "the lingering one went too");
+    assert_eq!(h.table.conn_id("a"), None);
+    assert!(h.table.child_id("a", "net").is_none());
+    assert!(h.table.ike_sa(IkeSaId(1)).is_none());
+    assert_eq!(h.table.counts(), (1, 1, 1));
+    assert_eq!(h.table.acquire(h.now, ga, Some(0)), None);
+    // Its lingering timer finds nothing to do.
+    assert_eq!(h.table.expire_lingering(h.now + LINGER), 0);
+    // A new connection gets a new group id.
+    let c = h.conn("c", false, "10.4.0.0/16");
+    h.establish(&Est {
+        remote: ike_ts("10.4.0.0/16"),
+        ..Est::new(3, "c", 0x1009, 0x2009)
+    });
+    assert_ne!(h.group(c), ga);
+}
+
+#[test]
+fn changed_selectors_replace_the_policies() {
+    let mut h = Harness::new(1);
+    let child = h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1000, 0x2000));
+    h.establish(&Est {
+        remote: ike_ts("10.2.1.0/24"),
+        rekeys: Some(0x1000),
+        ..Est::new(1, "a", 0x1002, 0x2002)
+    });
+    let spd = h.workers[0].spd();
+    assert_eq!(spd.len(), 1);
+    let p = spd.iter().next().unwrap().1;
+    assert_eq!(p.remote, ts("10.2.1.0/24"));
+    assert_eq!(p.action, esparto_esp::Action::Protect(h.group(child)));
+}
+
+#[test]
+fn a_static_child_installs_fallback_subs_and_inbound_only_pairs() {
+    let mut h = Harness::new(2);
+    let child = h.conn("s", false, "10.2.0.0/16");
+    let pair = |i: u32| StaticPair {
+        in_spi: 0x100 + i,
+        out_spi: 0x200 + i,
+        in_key: key(i as u8),
+        out_key: key(0x80 + i as u8),
+    };
+    let st = StaticSas {
+        suite: SUITE,
+        esn: false,
+        pairs: (0..4).map(pair).collect(),
+    };
+    let claims: Vec<Claimed> = (0..4)
+        .map(|_| Claimed {
+            limit: esparto_esp::SeqLimit::new(0),
+            shared: esparto_esp::SharedSeq::after(0),
+        })
+        .collect();
+    h.table.install_static(h.now, child, &st, |i| claims.get(i)).unwrap();
+    h.apply();
+    assert_eq!(
+        (h.sends(child, 0), h.sends(child, 1)),
+        (Some((0x201, true)), Some((0x202, true)))
+    );
+    assert_eq!(
+        h.workers[0].group(h.group(child)).unwrap().fallback().unwrap().spi(),
+        0x200
+    );
+    assert_eq!(h.inbound_total(), 4, "the pair beyond the workers is received on");
+    let roles: Vec<Role> = (0..4).map(|i| h.table.by_in_spi(0x100 + i).unwrap().1.role).collect();
+    assert_eq!(roles, [Role::Fallback, Role::Sub, Role::Sub, Role::Sub]);
+    assert!(
+        h.table.soft_expire(0x100, Direction::Inbound).is_empty(),
+        "static keys never rekey"
+    );
+    assert_eq!(h.table.acquire(h.now, h.group(child), Some(0)), None);
+    // Without a reservation a static SA is never sent on.
+    let mut h = Harness::new(1);
+    let child = h.conn("s", false, "10.2.0.0/16");
+    let st = StaticSas {
+        suite: SUITE,
+        esn: false,
+        pairs: vec![pair(0)],
+    };
+    assert!(h.table.install_static(h.now, child, &st, |_| None).is_err());
+}
+
+#[test]
+fn an_sa_for_an_unknown_child_or_with_a_bad_key_installs_nothing() {
+    let mut h = Harness::new(1);
+    h.conn("a", false, "10.2.0.0/16");
+    assert!(
+        h.table
+            .child_established(h.now, &Est::new(1, "nope", 0x1000, 0x2000).event(), peer())
+            .is_err()
+    );
+    let mut ev = Est::new(1, "a", 0x1000, 0x2000).event();
+    ev.inbound_key = SecretBytes::from_slice(&[1, 2, 3]);
+    assert!(h.table.child_established(h.now, &ev, peer()).is_err());
+    h.apply();
+    assert_eq!(h.inbound_total(), 0);
+    assert!(h.table.by_in_spi(0x1000).is_none());
+    let mut ev = Est::new(1, "a", 0x1000, 0x2000).event();
+    ev.outbound_key = SecretBytes::from_slice(&[1, 2, 3]);
+    assert!(h.table.child_established(h.now, &ev, peer()).is_err());
+    h.apply();
+    assert_eq!(h.inbound_total(), 0, "the inbound half went again");
+    assert_eq!(h.table.counts().1, 0);
+}
