@@ -19,21 +19,21 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use esparto_esp::{Action, FlowKey, IpRange, Policy, PolicyId, Spd, TrafficSelector};
+use esparto_esp::{Action, FlowKey, IpRange, Policy, PolicyId, Spd, Selector};
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
 }
 
 fn hub(n: usize) -> Spd {
-    let local = TrafficSelector::addrs(IpRange::prefix(v4(10, 0, 0, 0), 16).unwrap());
+    let local = Selector::addrs(IpRange::prefix(v4(10, 0, 0, 0), 16).unwrap());
     let mut policies: Vec<Policy> = (0..n)
         .map(|i| {
-            let remote = TrafficSelector::addrs(IpRange::prefix(v4(10, 1 + (i / 256) as u8, (i % 256) as u8, 0), 24).unwrap());
+            let remote = Selector::addrs(IpRange::prefix(v4(10, 1 + (i / 256) as u8, (i % 256) as u8, 0), 24).unwrap());
             Policy { local, remote, action: Action::Protect(i as u32), priority: Policy::auto_priority(&local, &remote) }
         })
         .collect();
-    let any = TrafficSelector::addrs(IpRange::prefix(v4(0, 0, 0, 0), 0).unwrap());
+    let any = Selector::addrs(IpRange::prefix(v4(0, 0, 0, 0), 0).unwrap());
     policies.push(Policy { local: any, remote: any, action: Action::Discard, priority: u32::MAX });
     Spd::new(policies)
 }

@@ -41,7 +41,7 @@ use esparto_wire::{ipv4, ipv6, udp};
 use crate::counters::{DropReason, SaCounters};
 use crate::lifetime::{Expiry, Lifetime, LifetimeState, Verdict};
 use crate::replay::{ReplayError, ReplayWindow};
-use crate::selector::{Family, TrafficSelector};
+use crate::selector::{Family, Selector};
 use crate::seqlimit::SeqLimit;
 
 /// An SPI (RFC 4303 §2.1).
@@ -81,9 +81,9 @@ pub struct SaConfig {
     /// Lifetime limits.
     pub lifetime: Lifetime,
     /// Our side's selectors: the packet source outbound, destination inbound.
-    pub local_ts: Vec<TrafficSelector>,
+    pub local_ts: Vec<Selector>,
     /// The peer's side: destination outbound, source inbound.
-    pub remote_ts: Vec<TrafficSelector>,
+    pub remote_ts: Vec<Selector>,
     /// The peer's UDP endpoint (destination of outbound ESP-in-UDP).
     pub peer: SocketAddr,
     /// Path MTU towards the peer (outer packet size limit).
@@ -399,8 +399,8 @@ pub struct InboundSa {
     esn: bool,
     replay: Option<ReplayWindow>,
     lifetime: LifetimeState,
-    local_ts: Vec<TrafficSelector>,
-    remote_ts: Vec<TrafficSelector>,
+    local_ts: Vec<Selector>,
+    remote_ts: Vec<Selector>,
     peer: SocketAddr,
     /// Shortest packet the suite can produce: header, IV, trailer, ICV.
     min_len: usize,
@@ -569,7 +569,7 @@ impl InboundSa {
 }
 
 #[inline]
-fn any_match(ts: &[TrafficSelector], family: Family, addr: u128, proto: u8, port: u16) -> bool {
+fn any_match(ts: &[Selector], family: Family, addr: u128, proto: u8, port: u16) -> bool {
     ts.iter().any(|s| s.matches(family, addr, proto, port))
 }
 

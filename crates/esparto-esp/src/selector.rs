@@ -1,9 +1,12 @@
-//! Traffic selectors (RFC 4301 §4.4.1.1, RFC 7296 §3.13.1).
+//! The data plane's selectors (RFC 4301 §4.4.1.1; XFRM's `xfrm_selector`).
 //!
-//! A selector is an address range, an IP protocol (0 = any) and a port range,
-//! the same shape IKEv2 negotiates in TSi/TSr. Addresses of both families are
-//! held as `u128` (IPv4 in the low 32 bits) with a family flag, so matching is
-//! two integer comparisons and never allocates.
+//! A [`Selector`] is an address range, an IP protocol (0 = any) and a port
+//! range, the same shape IKEv2 negotiates in TSi/TSr (RFC 7296 §3.13.1;
+//! `esparto_ike::TrafficSelector` is that negotiated form, and the daemon
+//! converts one into the other when it installs a Child SA). Here the
+//! addresses of both families are held as `u128` (IPv4 in the low 32 bits)
+//! with a family flag, so matching a packet is two integer comparisons and
+//! never allocates.
 //!
 //! For ICMP and ICMPv6, RFC 4301 §4.4.1.1 puts the message type in the
 //! "local port" and the code in the "remote port" position; the five-tuple
@@ -198,9 +201,9 @@ impl FromStr for IpRange {
     }
 }
 
-/// One traffic selector: addresses, protocol and ports.
+/// One selector of a policy or an SA: addresses, protocol and ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TrafficSelector {
+pub struct Selector {
     /// The address range.
     pub addrs: IpRange,
     /// IP protocol number; 0 means any.
@@ -211,7 +214,7 @@ pub struct TrafficSelector {
     pub port_end: u16,
 }
 
-impl TrafficSelector {
+impl Selector {
     /// Any protocol and port within `addrs`.
     pub fn addrs(addrs: IpRange) -> Self {
         Self { addrs, proto: 0, port_start: 0, port_end: u16::MAX }
@@ -250,7 +253,7 @@ impl TrafficSelector {
 
 /// Parses swanctl's syntax: `10.1.0.0/16`, `10.1.0.0/16[tcp/443]`,
 /// `fd00::/64[udp]`, `10.0.0.1[icmp/8]`, `0.0.0.0/0[17/500-600]`.
-impl FromStr for TrafficSelector {
+impl FromStr for Selector {
     type Err = SelectorError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -298,7 +301,7 @@ impl FromStr for TrafficSelector {
     }
 }
 
-impl fmt::Display for TrafficSelector {
+impl fmt::Display for Selector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.addrs)?;
         let any_port = self.port_start == 0 && self.port_end == u16::MAX;
@@ -342,28 +345,28 @@ mod tests {
 
     #[test]
     fn selector_syntax() {
-        let ts: TrafficSelector = "10.1.0.0/16[tcp/443]".parse().unwrap();
+        let ts: Selector = "10.1.0.0/16[tcp/443]".parse().unwrap();
         assert_eq!((ts.proto, ts.port_start, ts.port_end), (6, 443, 443));
-        let ts: TrafficSelector = "0.0.0.0/0[17/500-600]".parse().unwrap();
+        let ts: Selector = "0.0.0.0/0[17/500-600]".parse().unwrap();
         assert_eq!((ts.proto, ts.port_start, ts.port_end), (17, 500, 600));
-        let ts: TrafficSelector = "fd00::/64[udp]".parse().unwrap();
+        let ts: Selector = "fd00::/64[udp]".parse().unwrap();
         assert_eq!((ts.proto, ts.port_start, ts.port_end), (17, 0, u16::MAX));
         assert_eq!(ts.to_string(), "fd00::/64[17]");
-        assert!("10.0.0.0/8[tcp/9-1]".parse::<TrafficSelector>().is_err());
-        assert!("10.0.0.0/8[bogus]".parse::<TrafficSelector>().is_err());
-        assert!("10.0.0.0/8[tcp".parse::<TrafficSelector>().is_err());
+        assert!("10.0.0.0/8[tcp/9-1]".parse::<Selector>().is_err());
+        assert!("10.0.0.0/8[bogus]".parse::<Selector>().is_err());
+        assert!("10.0.0.0/8[tcp".parse::<Selector>().is_err());
     }
 
     #[test]
     fn narrowing() {
-        let wide: TrafficSelector = "10.0.0.0/8".parse().unwrap();
-        let narrow: TrafficSelector = "10.1.0.0/16[tcp/80]".parse().unwrap();
+        let wide: Selector = "10.0.0.0/8".parse().unwrap();
+        let narrow: Selector = "10.1.0.0/16[tcp/80]".parse().unwrap();
         assert_eq!(wide.intersect(&narrow), Some(narrow));
         assert!(wide.covers(&narrow));
         assert!(!narrow.covers(&wide));
-        let other: TrafficSelector = "192.0.2.0/24".parse().unwrap();
+        let other: Selector = "192.0.2.0/24".parse().unwrap();
         assert_eq!(wide.intersect(&other), None);
-        let udp: TrafficSelector = "10.0.0.0/8[udp]".parse().unwrap();
+        let udp: Selector = "10.0.0.0/8[udp]".parse().unwrap();
         assert_eq!(narrow.intersect(&udp), None);
     }
 }

@@ -39,7 +39,7 @@
 
 use smallvec::SmallVec;
 
-use crate::selector::{Family, TrafficSelector};
+use crate::selector::{Family, Selector};
 
 /// Identifies an SA group (see [`crate::SaGroup`]).
 pub type GroupId = u32;
@@ -66,9 +66,9 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Selector on the packet's source (our side of the tunnel).
-    pub local: TrafficSelector,
+    pub local: Selector,
     /// Selector on the packet's destination (the peer's side).
-    pub remote: TrafficSelector,
+    pub remote: Selector,
     /// What happens to matching packets.
     pub action: Action,
     /// Lower values win.
@@ -78,8 +78,8 @@ pub struct Policy {
 impl Policy {
     /// A priority favouring specific selectors, as strongSwan computes it:
     /// longer prefixes and narrower protocol/port choices win.
-    pub fn auto_priority(local: &TrafficSelector, remote: &TrafficSelector) -> u32 {
-        fn weight(ts: &TrafficSelector) -> u32 {
+    pub fn auto_priority(local: &Selector, remote: &Selector) -> u32 {
+        fn weight(ts: &Selector) -> u32 {
             let (s, e) = ts.addrs.bits();
             let host_bits = 128 - (e - s).leading_zeros(); // 0 for a single host
             let proto = if ts.proto == 0 { 1 } else { 0 };

@@ -12,7 +12,7 @@ use esparto_crypto::{EspSuite, SecretBytes};
 
 use crate::lifetime::Lifetime;
 use crate::sa::{InboundSa, OutboundSa, SaConfig};
-use crate::selector::TrafficSelector;
+use crate::selector::Selector;
 
 /// An IPv4/UDP packet 10.1.0.1:1000 → 10.2.0.1:2000 with `len` payload bytes.
 pub fn udp4(len: usize) -> Vec<u8> {
@@ -56,7 +56,7 @@ pub fn udp6(len: usize) -> Vec<u8> {
     p
 }
 
-fn ts(s: &str) -> TrafficSelector {
+fn ts(s: &str) -> Selector {
     s.parse().unwrap()
 }
 

@@ -17,4 +17,5 @@ pub mod control;
 pub mod daemon;
 pub mod datapath;
 pub mod render;
+mod selector;
 pub mod status;

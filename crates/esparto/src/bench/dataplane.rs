@@ -27,7 +27,7 @@ use aws_lc_rs::cipher::{DecryptingKey, EncryptingKey, EncryptionContext, Unbound
 use aws_lc_rs::{cipher, hmac};
 use esparto_crypto::{EspSuite, Integ, SecretBytes};
 use esparto_esp::{
-    Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, TAILROOM, TrafficSelector,
+    Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, TAILROOM, Selector,
     Worker,
 };
 use serde::Serialize;
@@ -369,7 +369,7 @@ fn raw_loop(suite: EspSuite, size: Size, k: usize, stop: Stop) -> Result<u64> {
 /// A sender and a receiver worker sharing one SA pair; worker `k` owns SPI
 /// `0x1000 + k` as its sub-SA (the per-CPU case).
 fn worker_pair(suite: EspSuite, k: usize, now: Instant) -> Result<(Worker, Worker)> {
-    let ts = |s: &str| -> Result<TrafficSelector> { Ok(s.parse()?) };
+    let ts = |s: &str| -> Result<Selector> { Ok(s.parse()?) };
     let peer: SocketAddr = "192.0.2.2:4500".parse()?;
     let cfg = SaConfig {
         spi: 0x1000 + k as u32,

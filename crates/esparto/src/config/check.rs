@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use esparto_esp::{Family, TrafficSelector};
+use esparto_esp::{Family, Selector};
 
 use super::error::KeyPath;
 use super::tree::{Cx, Span};
@@ -46,9 +46,9 @@ pub(crate) struct ChildSeen {
     /// The connection's name.
     pub(crate) connection: String,
     /// Resolved local selectors (`dynamic` without a known address is left out).
-    pub(crate) local: Vec<Located<TrafficSelector>>,
+    pub(crate) local: Vec<Located<Selector>>,
     /// Resolved remote selectors.
-    pub(crate) remote: Vec<Located<TrafficSelector>>,
+    pub(crate) remote: Vec<Located<Selector>>,
     /// Inbound SPIs of static SAs.
     pub(crate) in_spis: Vec<Located<u32>>,
     /// Outbound SPIs of static SAs.
@@ -57,10 +57,10 @@ pub(crate) struct ChildSeen {
 
 /// Would one packet match both (local, remote) pairs?
 fn pairs_overlap(
-    l1: &TrafficSelector,
-    r1: &TrafficSelector,
-    l2: &TrafficSelector,
-    r2: &TrafficSelector,
+    l1: &Selector,
+    r1: &Selector,
+    l2: &Selector,
+    r2: &Selector,
 ) -> bool {
     let (Some(l), Some(r)) = (l1.intersect(l2), r1.intersect(r2)) else {
         return false;
@@ -134,15 +134,15 @@ pub(crate) fn overlaps(cx: &mut Cx<'_>, children: &[ChildSeen]) -> usize {
 /// One (local, remote) selector pair of a child.
 struct Rect<'a> {
     child: usize,
-    local: &'a TrafficSelector,
-    remote: &'a TrafficSelector,
+    local: &'a Selector,
+    remote: &'a Selector,
 }
 
 /// A point on an address axis: families never meet, so the family orders
 /// first and a selector's range stays within one family.
 type Point = (Family, u128);
 
-fn span_of(ts: &TrafficSelector) -> (Point, Point) {
+fn span_of(ts: &Selector) -> (Point, Point) {
     let (lo, hi) = ts.addrs.bits();
     let f = ts.addrs.family();
     ((f, lo), (f, hi))
@@ -297,7 +297,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn ts(s: &str) -> TrafficSelector {
+    fn ts(s: &str) -> Selector {
         s.parse().unwrap()
     }
 
@@ -356,8 +356,8 @@ mod tests {
         "x = 1\n".repeat(400)
     }
 
-    fn child(n: usize, local: &[TrafficSelector], remote: &[TrafficSelector]) -> ChildSeen {
-        let at = |k: usize, v: &TrafficSelector, side: &str| Located {
+    fn child(n: usize, local: &[Selector], remote: &[Selector]) -> ChildSeen {
+        let at = |k: usize, v: &Selector, side: &str| Located {
             value: *v,
             span: (n * 20 + k)..(n * 20 + k + 1),
             path: KeyPath::root().key(&format!("c{n}")).key(side),
@@ -496,7 +496,7 @@ mod tests {
     }
 
     /// Selectors from a small space, so that overlaps are common.
-    fn arb_ts() -> impl Strategy<Value = TrafficSelector> {
+    fn arb_ts() -> impl Strategy<Value = Selector> {
         (
             0u32..64,
             0u32..16,
@@ -512,7 +512,7 @@ mod tests {
                 } else {
                     format!("10.0.0.{lo}-10.0.0.{hi}")
                 };
-                let mut t: TrafficSelector = s.parse().unwrap();
+                let mut t: Selector = s.parse().unwrap();
                 if proto != 0 {
                     t.proto = proto;
                     t.port_start = p0.min(p1) * 100;

@@ -19,7 +19,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use esparto_esp::{DEFAULT_WINDOW, Lifetime, MAX_WINDOW, TrafficSelector};
+use esparto_esp::{DEFAULT_WINDOW, Lifetime, MAX_WINDOW, Selector};
 use esparto_ike::proposal::Proposal;
 use esparto_ike::{ChildConfig, StartAction, TsConfig};
 
@@ -29,10 +29,7 @@ use super::error::KeyPath;
 use super::model::{Child, PerCpuSas, StaticSas};
 use super::static_sas;
 use super::tree::{Cx, Field, Kind, Node};
-use super::value::{
-    Selector, fmt_duration, parse_esp_proposal, parse_selector, resolve_selector, static_suite,
-    to_ike_ts,
-};
+use super::value::{fmt_duration, parse_esp_proposal, parse_selector, resolve_selector, static_suite};
 
 /// ESP proposals of an IKE child that does not list any (the AEADs Esparto
 /// implements, fastest first on AES-NI machines).
@@ -338,7 +335,7 @@ impl Negotiation {
     /// by nothing.
     fn new(workers: usize) -> Self {
         Negotiation {
-            per_cpu_sas: PerCpuSas::default(),
+            per_cpu_sas: PerCpuSas::OnDemand,
             per_cpu_max: workers,
             start_action: StartAction::None,
         }
@@ -486,11 +483,7 @@ fn ike_config(
         rand_time,
         rekey_bytes: lifetime.soft_bytes.unwrap_or(0),
         rekey_packets: lifetime.soft_packets.unwrap_or(0),
-        per_cpu_sas: match negotiation.per_cpu_sas {
-            PerCpuSas::No => esparto_ike::PerCpuSas::No,
-            PerCpuSas::Eager => esparto_ike::PerCpuSas::Eager,
-            PerCpuSas::OnDemand => esparto_ike::PerCpuSas::OnDemand,
-        },
+        per_cpu_sas: negotiation.per_cpu_sas,
         per_cpu_max: u16::try_from(negotiation.per_cpu_max).unwrap_or(u16::MAX),
     }
 }
@@ -504,7 +497,7 @@ fn selectors(
     key: &str,
     is_static: bool,
     addr: Option<IpAddr>,
-    out: &mut Vec<Located<TrafficSelector>>,
+    out: &mut Vec<Located<Selector>>,
 ) -> Vec<TsConfig> {
     let Some(f) = node.field(path, key) else {
         if is_static {
@@ -521,9 +514,9 @@ fn selectors(
             start_port: 0,
             end_port: u16::MAX,
         };
-        if let Some(a) = addr {
+        if let Some(value) = resolve_selector(&d, addr) {
             out.push(Located {
-                value: resolve_selector(&Selector::Dynamic(d), a),
+                value,
                 span: node.span.clone(),
                 path: path.key(key),
             });
@@ -537,22 +530,15 @@ fn selectors(
     let mut cfg = Vec::with_capacity(items.len());
     for (fld, s) in items {
         match parse_selector(s) {
-            Ok(sel) => {
-                let ts = match &sel {
-                    Selector::Fixed(t) => Some(*t),
-                    Selector::Dynamic(_) => addr.map(|a| resolve_selector(&sel, a)),
-                };
-                if let Some(t) = ts {
+            Ok(ts) => {
+                if let Some(value) = resolve_selector(&ts, addr) {
                     out.push(Located {
-                        value: t,
+                        value,
                         span: fld.node.span.clone(),
                         path: fld.path.clone(),
                     });
                 }
-                cfg.push(match sel {
-                    Selector::Fixed(t) => TsConfig::Fixed(to_ike_ts(&t)),
-                    Selector::Dynamic(c) => c,
-                });
+                cfg.push(ts);
             }
             Err(e) => cx.err_at(&fld, e),
         }

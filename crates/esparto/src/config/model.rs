@@ -8,7 +8,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use esparto_crypto::{EspSuite, SecretBytes};
-use esparto_esp::{Lifetime, TrafficSelector};
+use esparto_esp::{Lifetime, Selector};
+/// `per_cpu_sas`: the engine's own type (the file's default, `on-demand`,
+/// is set by the loader).
+pub use esparto_ike::PerCpuSas;
 
 /// A whole configuration file.
 #[derive(Debug)]
@@ -101,32 +104,20 @@ pub struct Connection {
     pub children: Vec<Child>,
 }
 
-/// Whether and how per-CPU sub-SAs are used (RFC 9611).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PerCpuSas {
-    /// One SA pair.
-    No,
-    /// A sub-SA per worker, negotiated when the connection comes up.
-    Eager,
-    /// A sub-SA per worker, negotiated when the worker first has traffic.
-    #[default]
-    OnDemand,
-}
-
 /// `[connections.NAME.children.CHILD]`.
 #[derive(Debug)]
 pub struct Child {
     /// The name.
     pub name: String,
     /// Our side's selectors.
-    pub local_ts: Vec<TrafficSelector>,
+    pub local_ts: Vec<Selector>,
     /// The peer's side.
-    pub remote_ts: Vec<TrafficSelector>,
+    pub remote_ts: Vec<Selector>,
     /// Anti-replay window in packets (default 4096).
     pub replay_window: u32,
     /// SA lifetimes (from `rekey_time`, `life_time`, `rekey_bytes`, …).
     pub lifetime: Lifetime,
-    /// Per-CPU sub-SAs.
+    /// Per-CPU sub-SAs (RFC 9611; default `on-demand`).
     pub per_cpu_sas: PerCpuSas,
     /// Most sub-SAs to have (default: the worker count).
     pub per_cpu_max: usize,

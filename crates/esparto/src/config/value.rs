@@ -155,51 +155,23 @@ pub(crate) fn parse_addr(s: &str) -> Result<IpAddr, String> {
     })
 }
 
-/// A configured traffic selector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Selector {
-    /// A fixed range, protocol and ports.
-    Fixed(esparto_esp::TrafficSelector),
-    /// `dynamic`: this side's (or the peer's) IKE address.
-    Dynamic(TsConfig),
-}
-
-/// Parse one selector in swanctl syntax.
-pub(crate) fn parse_selector(s: &str) -> Result<Selector, String> {
+/// Parse one selector in swanctl syntax: a fixed one through the data
+/// plane's parser (for its messages), `dynamic` through the engine's.
+pub(crate) fn parse_selector(s: &str) -> Result<TsConfig, String> {
     if s.trim_start().starts_with("dynamic") {
-        return TsConfig::parse(s)
-            .map(Selector::Dynamic)
-            .map_err(|e| e.to_string());
+        return TsConfig::parse(s).map_err(|e| e.to_string());
     }
-    s.parse::<esparto_esp::TrafficSelector>()
-        .map(Selector::Fixed)
+    s.parse::<esparto_esp::Selector>()
+        .map(|t| TsConfig::Fixed(crate::selector::to_ike(&t)))
         .map_err(|e| format!("'{s}': {e}"))
 }
 
-/// `esparto-esp`'s selector as `esparto-ike`'s (the same fields).
-pub(crate) fn to_ike_ts(t: &esparto_esp::TrafficSelector) -> esparto_ike::TrafficSelector {
-    esparto_ike::TrafficSelector {
-        protocol: t.proto,
-        start_port: t.port_start,
-        end_port: t.port_end,
-        start: t.addrs.start(),
-        end: t.addrs.end(),
-    }
-}
-
-/// Resolve `dynamic` against an address: the selector the SPD will hold.
-pub(crate) fn resolve_selector(s: &Selector, addr: IpAddr) -> esparto_esp::TrafficSelector {
+/// The selector the SPD will hold: `dynamic` resolved against `addr` (the
+/// IKE address of its side), `None` while that is unknown.
+pub(crate) fn resolve_selector(s: &TsConfig, addr: Option<IpAddr>) -> Option<esparto_esp::Selector> {
     match s {
-        Selector::Fixed(t) => *t,
-        Selector::Dynamic(c) => {
-            let t = c.resolve(addr);
-            esparto_esp::TrafficSelector {
-                addrs: esparto_esp::IpRange::host(addr),
-                proto: t.protocol,
-                port_start: t.start_port,
-                port_end: t.end_port,
-            }
-        }
+        TsConfig::Fixed(t) => Some(crate::selector::to_esp(t)),
+        TsConfig::Dynamic { .. } => addr.map(|a| crate::selector::to_esp(&s.resolve(a))),
     }
 }
 
@@ -311,15 +283,14 @@ mod tests {
 
     #[test]
     fn selectors() {
-        let Selector::Fixed(t) = parse_selector("10.1.0.0/16[tcp/443]").unwrap() else {
+        let TsConfig::Fixed(t) = parse_selector("10.1.0.0/16[tcp/443]").unwrap() else {
             panic!()
         };
-        assert_eq!((t.proto, t.port_start, t.port_end), (6, 443, 443));
-        let ike = to_ike_ts(&t);
-        assert_eq!(ike.to_string(), "10.1.0.0/16[6/443]");
+        assert_eq!((t.protocol, t.start_port, t.end_port), (6, 443, 443));
+        assert_eq!(t.to_string(), "10.1.0.0/16[6/443]");
         assert!(matches!(
             parse_selector("dynamic[udp]").unwrap(),
-            Selector::Dynamic(_)
+            TsConfig::Dynamic { protocol: 17, .. }
         ));
         assert_eq!(
             parse_selector("10.2.0.0/33").unwrap_err(),
@@ -331,8 +302,9 @@ mod tests {
                 .contains("different families")
         );
         let d = parse_selector("dynamic").unwrap();
-        let r = resolve_selector(&d, "192.0.2.1".parse().unwrap());
+        let r = resolve_selector(&d, Some("192.0.2.1".parse().unwrap())).unwrap();
         assert_eq!(r.to_string(), "192.0.2.1/32");
+        assert_eq!(resolve_selector(&d, None), None);
     }
 
     #[test]

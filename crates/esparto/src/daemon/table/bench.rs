@@ -63,7 +63,7 @@ struct Bed {
     /// anything is timed).
     names: Vec<Arc<str>>,
     remotes: Vec<esparto_ike::TrafficSelector>,
-    remotes_esp: Vec<esparto_esp::TrafficSelector>,
+    remotes_esp: Vec<esparto_esp::Selector>,
     /// The rekey clock: each rekey is `LINGER` after the previous one.
     clock: Instant,
 }

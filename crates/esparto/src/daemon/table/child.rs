@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use esparto_esp::{GroupId, Lifetime, PolicyId, TrafficSelector};
+use esparto_esp::{GroupId, Lifetime, PolicyId, Selector};
 
 use super::{ConnId, SaId};
 
@@ -72,9 +72,9 @@ impl Role {
 pub(crate) struct Settings {
     /// Configured selectors (trap policies and static SAs use them; IKE
     /// SAs use what was negotiated).
-    pub(crate) local_ts: Vec<TrafficSelector>,
+    pub(crate) local_ts: Vec<Selector>,
     /// The peer's configured selectors.
-    pub(crate) remote_ts: Vec<TrafficSelector>,
+    pub(crate) remote_ts: Vec<Selector>,
     /// The peer's configured ESP-in-UDP endpoint.
     pub(crate) peer: SocketAddr,
     /// Anti-replay window.
@@ -94,9 +94,9 @@ pub(crate) struct Group {
     /// Whether the workers raise acquires for their own sub-SAs.
     pub(crate) per_cpu: bool,
     /// The selectors its policies and SAs use.
-    pub(crate) local_ts: Vec<TrafficSelector>,
+    pub(crate) local_ts: Vec<Selector>,
     /// The peer's selectors.
-    pub(crate) remote_ts: Vec<TrafficSelector>,
+    pub(crate) remote_ts: Vec<Selector>,
     /// Where its SAs send (the peer's ESP-in-UDP endpoint).
     pub(crate) peer: SocketAddr,
     /// Its policies in every worker's SPD.

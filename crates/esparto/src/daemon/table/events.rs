@@ -69,21 +69,6 @@ pub(crate) struct IkeSaUp {
     pub(crate) initiator: bool,
 }
 
-/// An IKE traffic selector as the data plane's.
-pub(crate) fn to_esp_ts(ts: &esparto_ike::TrafficSelector) -> esparto_esp::TrafficSelector {
-    let addrs = esparto_esp::IpRange::new(ts.start, ts.end).unwrap_or_else(|_| {
-        // The engine only produces ranges with both ends of one family and
-        // in order; fall back to the start host rather than panic.
-        esparto_esp::IpRange::host(ts.start)
-    });
-    esparto_esp::TrafficSelector {
-        addrs,
-        proto: ts.protocol,
-        port_start: ts.start_port,
-        port_end: ts.end_port,
-    }
-}
-
 impl Table {
     /// The record of `ike_sa`, made if new.
     fn ike_record(&mut self, now: Instant, ike_sa: IkeSaId, conn: ConnId, up: &IkeSaUp) -> &mut IkeRecord {
@@ -129,8 +114,8 @@ impl Table {
         }
         ch.acquire_all = None;
         let per_cpu = ch.per_cpu();
-        let local_ts: Vec<_> = c.local_ts.iter().map(to_esp_ts).collect();
-        let remote_ts: Vec<_> = c.remote_ts.iter().map(to_esp_ts).collect();
+        let local_ts: Vec<_> = c.local_ts.iter().map(crate::selector::to_esp).collect();
+        let remote_ts: Vec<_> = c.remote_ts.iter().map(crate::selector::to_esp).collect();
         self.ensure_group(child, &local_ts, &remote_ts, peer, per_cpu);
         self.set_per_cpu(child, per_cpu);
         // A rekeyed SA takes its predecessor's place: where it sent (a

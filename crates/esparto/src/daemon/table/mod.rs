@@ -63,7 +63,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use esparto_esp::{Action, Command, GroupId, Policy, PolicyId, SpiHasher, TrafficSelector};
+use esparto_esp::{Action, Command, GroupId, Policy, PolicyId, SpiHasher, Selector};
 use esparto_ike::IkeSaId;
 use slab::Slab;
 
@@ -105,7 +105,7 @@ pub(crate) enum Effect {
     Worker(u16, Command),
     /// Route these selectors into the TUN device (again: the kernel may
     /// have flushed them).
-    Routes(Vec<TrafficSelector>),
+    Routes(Vec<Selector>),
 }
 
 /// A connection as the table holds it.
@@ -309,8 +309,8 @@ impl Table {
     pub(super) fn ensure_group(
         &mut self,
         child: ChildId,
-        local_ts: &[TrafficSelector],
-        remote_ts: &[TrafficSelector],
+        local_ts: &[Selector],
+        remote_ts: &[Selector],
         peer: SocketAddr,
         per_cpu: bool,
     ) {

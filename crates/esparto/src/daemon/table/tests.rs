@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use esparto_crypto::{EspSuite, SecretBytes};
-use esparto_esp::{Direction, GroupId, Lifetime, TrafficSelector, Worker};
+use esparto_esp::{Direction, GroupId, Lifetime, Selector, Worker};
 use esparto_ike::{ChildSaEstablished, IkeSaId};
 
 use super::child::Role;
@@ -33,7 +33,7 @@ pub(super) fn key(b: u8) -> SecretBytes {
     SecretBytes::from_slice(&vec![b; SUITE.keymat_len()])
 }
 
-fn ts(s: &str) -> TrafficSelector {
+fn ts(s: &str) -> Selector {
     s.parse().unwrap()
 }
 
@@ -77,10 +77,10 @@ impl Harness {
     }
 
     /// The same, with the peer's selector parsed.
-    pub(super) fn conn_ts(&mut self, name: &str, per_cpu: bool, remote: TrafficSelector) -> ChildId {
+    pub(super) fn conn_ts(&mut self, name: &str, per_cpu: bool, remote: Selector) -> ChildId {
         let c = self.table.add_conn(name);
         let settings = Settings {
-            local_ts: vec![TrafficSelector::addrs(
+            local_ts: vec![Selector::addrs(
                 esparto_esp::IpRange::prefix(std::net::Ipv4Addr::new(10, 1, 0, 0).into(), 16).unwrap(),
             )],
             remote_ts: vec![remote],
