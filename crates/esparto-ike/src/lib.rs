@@ -110,5 +110,6 @@ pub use config::{
 pub use endpoint::{Endpoint, InitiateError, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
 pub use identity::Identity;
+pub use psk::PskIndex;
 pub use spi::{RandomSpiAllocator, SpiAllocator, SteerFn, SteeringSpiAllocator};
 pub use ts::{TrafficSelector, TsConfig};

@@ -36,8 +36,12 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// Positions of keys in [`Secrets::psks`] by the identities they list.
+///
+/// The endpoint looks keys up through it ([`Psks`]); the daemon's
+/// configuration loader builds one to check that every connection's pair
+/// of identities has a key.
 #[derive(Debug, Default)]
-pub(crate) struct PskIndex {
+pub struct PskIndex {
     /// Folded identity → ascending positions of the keys listing it.
     by_id: HashMap<Identity, Vec<u32>>,
     /// The first key that matches any pair with rank 0.
@@ -46,7 +50,7 @@ pub(crate) struct PskIndex {
 
 impl PskIndex {
     /// Index `secrets` (O(total identities listed)).
-    pub(crate) fn new(secrets: &Secrets) -> Self {
+    pub fn new(secrets: &Secrets) -> Self {
         let mut ix = PskIndex::default();
         for (pos, p) in secrets.psks.iter().enumerate() {
             let Ok(pos) = u32::try_from(pos) else {
@@ -69,7 +73,7 @@ impl PskIndex {
     }
 
     /// The position of the key [`Secrets::find_psk`] would pick.
-    pub(crate) fn find(&self, local: &Identity, remote: &Identity) -> Option<usize> {
+    pub fn find(&self, local: &Identity, remote: &Identity) -> Option<usize> {
         let list = |id: &Identity| -> &[u32] {
             if id.is_any() {
                 // `%any` as a query matches no listed identity.

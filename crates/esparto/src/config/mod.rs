@@ -125,10 +125,10 @@ fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf) -> Result<Con
     let secrets = secrets::parse(&mut cx, &root);
     check::overlaps(&mut cx, &parsed.seen);
     check::spis(&mut cx, &parsed.seen);
-    let psks = secrets::PskIndex::new(&secrets);
+    let psks = esparto_ike::PskIndex::new(&secrets);
     for need in &parsed.psk_needs {
         match (&need.local, &need.remote) {
-            (Some(l), Some(r)) if !psks.has_psk_for(l, r) => cx.err(
+            (Some(l), Some(r)) if psks.find(l, r).is_none() => cx.err(
                 &need.span,
                 &need.path,
                 format!("no [secrets] entry holds a PSK for local id '{l}' and remote id '{r}'"),

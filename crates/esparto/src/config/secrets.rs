@@ -8,8 +8,6 @@
 //! Secrets never appear in messages or in `Debug` output: `Psk` and
 //! `SecretBytes` print lengths only, and errors describe, never quote.
 
-use std::collections::HashSet;
-
 use esparto_ike::Secrets;
 use esparto_ike::config::Psk;
 use esparto_ike::identity::Identity;
@@ -20,45 +18,6 @@ use super::tree::{Cx, Field, Node};
 use super::value::parse_psk;
 
 const KEYS: &[&str] = &["id", "ids", "secret", "secret_file"];
-
-/// Answers "is there a PSK for this pair of identities?" for every
-/// connection of a file in O(1) each, where asking
-/// [`Secrets::find_psk`] once per connection would scan every key for each
-/// (O(n²) for a hub with a key per spoke). It says yes exactly when
-/// `find_psk` would find a key: one without identities, one listing
-/// `%any`, or one listing either identity (FQDNs and e-mail identities
-/// compared without regard to ASCII case, as `Identity::matches` does).
-pub(crate) struct PskIndex {
-    wildcard: bool,
-    ids: HashSet<Identity>,
-}
-
-impl PskIndex {
-    /// Index `secrets`.
-    pub(crate) fn new(secrets: &Secrets) -> Self {
-        let mut wildcard = false;
-        let mut ids = HashSet::new();
-        for p in &secrets.psks {
-            wildcard |= p.ids.is_empty() || p.ids.iter().any(Identity::is_any);
-            ids.extend(p.ids.iter().filter(|i| !i.is_any()).map(folded));
-        }
-        PskIndex { wildcard, ids }
-    }
-
-    /// Would `find_psk(local, remote)` find a key?
-    pub(crate) fn has_psk_for(&self, local: &Identity, remote: &Identity) -> bool {
-        self.wildcard || self.ids.contains(&folded(local)) || self.ids.contains(&folded(remote))
-    }
-}
-
-/// The identity with case folded where `Identity::matches` ignores it.
-fn folded(id: &Identity) -> Identity {
-    match id {
-        Identity::Fqdn(s) => Identity::Fqdn(s.to_ascii_lowercase()),
-        Identity::UserFqdn(s) => Identity::UserFqdn(s.to_ascii_lowercase()),
-        other => other.clone(),
-    }
-}
 
 /// Parse every `[secrets.*]`.
 pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Secrets {
@@ -118,44 +77,4 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Secrets {
         }
     }
     secrets
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-    use proptest::prelude::*;
-
-    fn arb_id() -> impl Strategy<Value = Identity> {
-        prop_oneof![
-            Just("%any"),
-            Just("@a.example"),
-            Just("@A.Example"),
-            Just("@b.example"),
-            Just("a@example"),
-            Just("A@EXAMPLE"),
-            Just("192.0.2.1"),
-            Just("192.0.2.2"),
-            Just("fd00::1"),
-            Just("keyid:0a0b"),
-        ]
-        .prop_map(|s| Identity::parse(s).unwrap())
-    }
-
-    proptest! {
-        /// The index agrees with `find_psk` on whether a key exists.
-        #[test]
-        fn index_agrees_with_find_psk(
-            keys in proptest::collection::vec(proptest::collection::vec(arb_id(), 0..3), 0..5),
-            local in arb_id(),
-            remote in arb_id(),
-        ) {
-            let mut s = Secrets::default();
-            for ids in &keys {
-                s.add_psk(ids, b"k");
-            }
-            let ix = PskIndex::new(&s);
-            prop_assert_eq!(ix.has_psk_for(&local, &remote), s.find_psk(&local, &remote).is_some());
-        }
-    }
 }
