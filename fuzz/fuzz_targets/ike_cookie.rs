@@ -18,7 +18,7 @@
 
 use esparto_crypto::DeterministicRng;
 use esparto_ike::{
-    ChildConfig, Connection, Endpoint, EndpointConfig, Identity, RandomSpiAllocator,
+    ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Identity, RandomSpiAllocator,
 };
 use esparto_wire::ike::{
     HeaderRepr, Message, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, emit_message,
@@ -36,7 +36,7 @@ fn endpoint(cfg: EndpointConfig, seed: u64, initiator: bool) -> Endpoint {
         Box::new(DeterministicRng::new(seed)),
         Box::new(RandomSpiAllocator::new()),
     );
-    let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+    let mut c = ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
     if initiator {
         c.local_addrs = vec!["10.0.0.1".parse().unwrap()];
         c.remote_addrs = vec!["10.0.0.2".parse().unwrap()];

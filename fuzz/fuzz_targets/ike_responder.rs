@@ -24,7 +24,7 @@
 
 use esparto_crypto::DeterministicRng;
 use esparto_ike::{
-    ChildConfig, Connection, Endpoint, EndpointConfig, Event, Identity, IkeSaId, PerCpuSas,
+    ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity, IkeSaId, PerCpuSas,
     RandomSpiAllocator, Transmit,
 };
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr};
@@ -42,7 +42,7 @@ fn endpoint(seed: u64, me: &str, peer: &str, local: &str, remote: &str, lts: &st
         Box::new(DeterministicRng::new(seed)),
         Box::new(RandomSpiAllocator::new()),
     );
-    let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519, aes128-sha256-ecp256").unwrap();
+    let mut c = ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519, aes128-sha256-ecp256").unwrap();
     c.local_addrs = vec![local.parse().unwrap()];
     c.remote_addrs = vec![remote.parse().unwrap()];
     c.local.id = Some(Identity::parse(me).unwrap());

@@ -13,7 +13,7 @@
 use criterion::{BatchSize, Criterion, criterion_group};
 use esparto_crypto::DeterministicRng;
 use esparto_ike::{
-    ChildConfig, Connection, Endpoint, EndpointConfig, Event, Identity, RandomSpiAllocator,
+    ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity, RandomSpiAllocator,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
@@ -45,7 +45,7 @@ fn endpoint(
         Box::new(DeterministicRng::new(seed)),
         Box::new(RandomSpiAllocator::new()),
     );
-    let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+    let mut c = ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
     c.local_addrs = vec![local.parse().unwrap()];
     c.remote_addrs = vec![remote.parse().unwrap()];
     c.local.id = Some(Identity::parse(me).unwrap());

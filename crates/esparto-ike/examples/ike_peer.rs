@@ -23,7 +23,7 @@
 
 use esparto_crypto::SystemRng;
 use esparto_ike::{
-    ChildConfig, ChildSaEstablished, Connection, Endpoint, EndpointConfig, Event, Identity,
+    ChildConfig, ChildSaEstablished, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity,
     IkeSaId, RandomSpiAllocator,
 };
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -56,8 +56,8 @@ impl Args {
 }
 
 /// The one connection, "interop", with child "net" and optionally "net2".
-fn connection(a: &Args, local: IpAddr, remote: Option<IpAddr>) -> Connection {
-    let mut conn = Connection::new(
+fn connection(a: &Args, local: IpAddr, remote: Option<IpAddr>) -> ConnectionConfig {
+    let mut conn = ConnectionConfig::new(
         "interop",
         &a.get("--ike")
             .unwrap_or("aes256gcm16-prfsha256-x25519".into()),

@@ -14,7 +14,7 @@
 //! [`crate::keys::ChildKeys`] and report a `ChildSaEstablished` event
 //! ([`install`]).
 
-use crate::config::{ChildConfig, Connection, PerCpuSas};
+use crate::config::{ChildConfig, ConnectionConfig, PerCpuSas};
 use crate::ctx::Ctx;
 use crate::event::{ChildSaEstablished, Event, IkeSaId, Reason};
 use crate::keys::{ChildKeys, esp_suite};
@@ -175,7 +175,7 @@ pub(crate) struct ChildQuery<'q> {
 /// Responder: choose a child configuration, proposal and narrowed
 /// selectors for an initiator's SA/TSi/TSr (§2.9, §2.7).
 pub(crate) fn select_child<'c>(
-    conn: &'c Connection,
+    conn: &'c ConnectionConfig,
     q: &ChildQuery<'_>,
     local_ip: IpAddr,
     remote_ip: IpAddr,
@@ -438,7 +438,7 @@ impl IkeSa {
     fn choose_child<'c>(
         &self,
         ctx: &mut Ctx<'_>,
-        conn: &'c Connection,
+        conn: &'c ConnectionConfig,
         q: &ChildQuery<'_>,
     ) -> Result<ChildChoice<'c>, NotifyType> {
         select_child(conn, q, self.local.ip(), self.remote.ip()).map_err(|reason| {

@@ -1,7 +1,7 @@
 //! Typed configuration: what the binary builds from swanctl-style TOML.
 //!
 //! Names follow swanctl.conf so that an operator who knows strongSwan can
-//! read an Esparto configuration: a [`Connection`] has `local_addrs`,
+//! read an Esparto configuration: a [`ConnectionConfig`] has `local_addrs`,
 //! `remote_addrs`, `proposals`, `encap`, a `local` and a `remote`
 //! [`AuthConfig`] (identity; PSK authentication), lifetimes and liveness
 //! (`rekey_time`, `rand_time`, `dpd_delay`, `dpd_timeout`, `dpd_action`),
@@ -10,7 +10,8 @@
 //! `rand_time`, `rekey_bytes`, `rekey_packets`, `per_cpu_sas`,
 //! `per_cpu_max`). PSKs live apart, in [`Secrets`], looked up by the pair
 //! of identities as strongSwan does with its `ike` secrets. Endpoint-wide
-//! knobs (ports, retransmission, timeouts, window size, workers) are in
+//! knobs (ports, retransmission, timeouts, window size, RFC 9611 resources)
+//! are in
 //! [`EndpointConfig`]. Defaults are swanctl's (see [`crate::lifetime`]).
 //!
 //! Core crates take validated structs: the parsers here
@@ -112,9 +113,10 @@ impl Default for ChildConfig {
     }
 }
 
-/// One connection (swanctl `connections.<name>`).
+/// One connection as the engine takes it (swanctl `connections.<name>`):
+/// addresses, IKE proposals, authentication, liveness and its children.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Connection {
+pub struct ConnectionConfig {
     /// Connection name (used in events and logs).
     pub name: Arc<str>,
     /// Our addresses; empty accepts any (responder).
@@ -161,11 +163,11 @@ pub struct Connection {
     pub rand_time: Option<Duration>,
 }
 
-impl Default for Connection {
+impl Default for ConnectionConfig {
     /// An empty, invalid connection (no proposals, no children) with
-    /// swanctl's defaults, for `..Connection::default()` in struct literals.
+    /// swanctl's defaults, for `..ConnectionConfig::default()` in struct literals.
     fn default() -> Self {
-        Connection {
+        ConnectionConfig {
             name: "".into(),
             local_addrs: vec![],
             remote_addrs: vec![],
@@ -294,14 +296,14 @@ impl ChildConfig {
     }
 }
 
-impl Connection {
+impl ConnectionConfig {
     /// A connection with swanctl defaults: port 500, no DPD, no encap
     /// forcing, identities defaulting to addresses.
     pub fn new(name: &str, proposals: &str) -> Result<Self, ConfigError> {
-        let c = Connection {
+        let c = ConnectionConfig {
             name: name.into(),
             proposals: Proposal::parse_list(Protocol::Ike, proposals)?,
-            ..Connection::default()
+            ..ConnectionConfig::default()
         };
         if c.proposals.is_empty() {
             return Err(ConfigError::Invalid("connection without proposals"));
@@ -519,10 +521,10 @@ pub struct EndpointConfig {
     /// SET_WINDOW_SIZE (RFC 7296 §2.3) when above one. Capped at
     /// [`crate::lifetime::MAX_WINDOW`].
     pub window_size: u32,
-    /// The data plane's workers (RFC 9611 resources): `per_cpu_sas =
-    /// eager` negotiates one per-resource Child SA for each, up to the
-    /// child's `per_cpu_max`.
-    pub workers: u16,
+    /// RFC 9611 resources: how many the data plane has (for the daemon,
+    /// its workers). `per_cpu_sas = eager` negotiates one per-resource
+    /// Child SA for each, up to the child's `per_cpu_max`.
+    pub resources: u16,
 }
 
 impl Default for EndpointConfig {
@@ -542,7 +544,7 @@ impl Default for EndpointConfig {
             cookie_secret_lifetime: Duration::from_secs(60),
             cookie_grace: Duration::from_secs(10),
             window_size: 8,
-            workers: 1,
+            resources: 1,
         }
     }
 }
@@ -602,13 +604,13 @@ mod tests {
 
     #[test]
     fn connection_validation() {
-        let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+        let mut c = ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
         assert!(c.validate().is_err(), "no children");
         c.children
             .push(ChildConfig::new("net", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16").unwrap());
         c.validate().unwrap();
         assert!(c.child("net").is_some());
-        assert!(Connection::new("gw", "").is_err());
+        assert!(ConnectionConfig::new("gw", "").is_err());
         assert!(ChildConfig::new("n", "", "10.2.0.0/16", "aes256gcm16").is_err());
         assert!(
             ChildConfig::new("n", "10.1.0.0/16", "10.2.0.0/16", "aes256gcm16-prfsha256").is_err()

@@ -16,7 +16,7 @@
 //! duplicate name (loading was quadratic). Property tests check each
 //! answer against the plain filter.
 
-use crate::config::{ConfigError, Connection};
+use crate::config::{ConfigError, ConnectionConfig};
 use crate::identity::Identity;
 use core::net::IpAddr;
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ use std::sync::Arc;
 /// Every connection, in the order added, and the indexes over them.
 #[derive(Debug, Default)]
 pub(crate) struct Connections {
-    list: Vec<Arc<Connection>>,
+    list: Vec<Arc<ConnectionConfig>>,
     by_name: HashMap<Arc<str>, u32>,
     /// Connections listing a remote address, by that address.
     by_remote_addr: HashMap<IpAddr, Vec<u32>>,
@@ -46,7 +46,7 @@ fn push(list: &mut Vec<u32>, pos: u32) {
 
 impl Connections {
     /// Add a validated connection; its name must be new.
-    pub(crate) fn add(&mut self, conn: Connection) -> Result<(), ConfigError> {
+    pub(crate) fn add(&mut self, conn: ConnectionConfig) -> Result<(), ConfigError> {
         if self.by_name.contains_key(&conn.name) {
             return Err(ConfigError::Invalid("duplicate connection name"));
         }
@@ -68,23 +68,23 @@ impl Connections {
     }
 
     /// The connection named `name`.
-    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Connection>> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<ConnectionConfig>> {
         let pos = *self.by_name.get(name)?;
         self.list.get(pos as usize)
     }
 
     /// All connections, in the order added.
-    pub(crate) fn all(&self) -> &[Arc<Connection>] {
+    pub(crate) fn all(&self) -> &[Arc<ConnectionConfig>] {
         &self.list
     }
 
     /// Connections whose addresses accept an IKE_SA_INIT from `remote` to
-    /// `local` ([`Connection::matches_addrs`]), in configuration order.
+    /// `local` ([`ConnectionConfig::matches_addrs`]), in configuration order.
     pub(crate) fn for_addrs(
         &self,
         local: IpAddr,
         remote: IpAddr,
-    ) -> impl Iterator<Item = &Arc<Connection>> {
+    ) -> impl Iterator<Item = &Arc<ConnectionConfig>> {
         let specific = self
             .by_remote_addr
             .get(&remote)
@@ -98,7 +98,7 @@ impl Connections {
     pub(crate) fn with_remote_addr(
         &self,
         remote: IpAddr,
-    ) -> impl Iterator<Item = &Arc<Connection>> {
+    ) -> impl Iterator<Item = &Arc<ConnectionConfig>> {
         self.by_remote_addr
             .get(&remote)
             .map_or(&[][..], Vec::as_slice)
@@ -107,8 +107,8 @@ impl Connections {
     }
 
     /// Connections whose remote identity accepts `peer`
-    /// ([`Connection::accepts_remote_id`]), in configuration order.
-    pub(crate) fn for_remote_id(&self, peer: &Identity) -> impl Iterator<Item = &Arc<Connection>> {
+    /// ([`ConnectionConfig::accepts_remote_id`]), in configuration order.
+    pub(crate) fn for_remote_id(&self, peer: &Identity) -> impl Iterator<Item = &Arc<ConnectionConfig>> {
         // `%any` from the wire cannot happen; as a query it matches only
         // the wildcards, as `matches` does.
         let specific = if peer.is_any() {
@@ -126,7 +126,7 @@ impl Connections {
         &'a self,
         a: &'a [u32],
         b: &'a [u32],
-    ) -> impl Iterator<Item = &'a Arc<Connection>> {
+    ) -> impl Iterator<Item = &'a Arc<ConnectionConfig>> {
         Merge { a, b }.filter_map(|pos| self.list.get(pos as usize))
     }
 }
@@ -172,9 +172,9 @@ mod tests {
     ];
 
     /// A connection from indexes into `ADDRS`/`IDS` (None: no remote id).
-    fn conn(n: usize, local: &[usize], remote: &[usize], id: Option<usize>) -> Connection {
+    fn conn(n: usize, local: &[usize], remote: &[usize], id: Option<usize>) -> ConnectionConfig {
         let ip = |i: &usize| ADDRS[*i].parse::<IpAddr>().unwrap();
-        let mut c = Connection::new(&format!("c{n}"), "aes256gcm16-prfsha256-x25519").unwrap();
+        let mut c = ConnectionConfig::new(&format!("c{n}"), "aes256gcm16-prfsha256-x25519").unwrap();
         c.local_addrs = local.iter().map(ip).collect();
         c.remote_addrs = remote.iter().map(ip).collect();
         c.remote.id = id.map(|i| Identity::parse(IDS[i]).unwrap());
@@ -189,7 +189,7 @@ mod tests {
         )
     }
 
-    fn names<'a>(it: impl Iterator<Item = &'a Arc<Connection>>) -> Vec<Arc<str>> {
+    fn names<'a>(it: impl Iterator<Item = &'a Arc<ConnectionConfig>>) -> Vec<Arc<str>> {
         it.map(|c| c.name.clone()).collect()
     }
 

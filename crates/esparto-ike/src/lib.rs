@@ -104,7 +104,7 @@ pub mod spi;
 pub mod ts;
 
 pub use config::{
-    AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, Connection, DpdAction,
+    AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction,
     EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction,
 };
 pub use endpoint::{Endpoint, InitiateError, Stats};

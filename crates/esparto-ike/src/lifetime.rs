@@ -18,7 +18,7 @@
 //! a gateway that set up thousands of tunnels at once rekeys them spread
 //! over a window instead of in one burst, and never later than configured.
 
-use crate::config::{ChildConfig, Connection};
+use crate::config::{ChildConfig, ConnectionConfig};
 use crate::ctx::Ctx;
 use crate::event::Reason;
 use core::time::Duration;
@@ -229,7 +229,7 @@ impl ChildConfig {
     }
 }
 
-impl Connection {
+impl ConnectionConfig {
     /// The most the IKE rekey time is moved forward at random.
     pub fn jitter(&self) -> Duration {
         let Some(rekey) = self.rekey_time else {
@@ -266,7 +266,7 @@ mod tests {
         c.per_cpu_sas = PerCpuSas::Eager;
         c.per_cpu_max = 0;
         assert!(c.validate().is_err());
-        let mut k = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+        let mut k = ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
         assert_eq!(k.rekey_time, Some(Duration::from_secs(4 * 3600)));
         assert_eq!(k.jitter(), Duration::from_secs(1440));
         assert_eq!(k.dpd_action, DpdAction::Clear);

@@ -23,12 +23,12 @@ use std::collections::HashSet;
 pub const MIN_ESP_SPI: u32 = 256;
 
 /// Allocates inbound ESP SPIs. Implemented by the daemon so SPIs steer to
-/// the chosen worker.
+/// the chosen resource (its worker).
 pub trait SpiAllocator {
     /// A fresh inbound SPI ≥ [`MIN_ESP_SPI`], unique among live SAs,
-    /// steering to `worker` if given (RFC 9611 per-resource SAs; `None`
+    /// steering to `resource` if given (RFC 9611 per-resource SAs; `None`
     /// for the fallback SA). Randomness comes from `rng`.
-    fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32;
+    fn allocate(&mut self, rng: &mut dyn Rng, resource: Option<u16>) -> u32;
     /// The SA with this inbound SPI is gone; the value may be reused.
     fn release(&mut self, spi: u32);
 }
@@ -47,7 +47,7 @@ impl RandomSpiAllocator {
 }
 
 impl SpiAllocator for RandomSpiAllocator {
-    fn allocate(&mut self, rng: &mut dyn Rng, _worker: Option<u16>) -> u32 {
+    fn allocate(&mut self, rng: &mut dyn Rng, _resource: Option<u16>) -> u32 {
         loop {
             let mut b = [0u8; 4];
             rng.fill_public(&mut b);
@@ -64,43 +64,44 @@ impl SpiAllocator for RandomSpiAllocator {
 }
 
 /// How a data plane that steers inbound ESP by SPI maps a random value to
-/// an SPI its steering rule sends to `worker` of `workers`, keeping the
-/// value's other bits (`None` if `worker` is out of range).
-pub type SteerFn = fn(random: u32, worker: usize, workers: usize) -> Option<u32>;
+/// an SPI its steering rule sends to `resource` of `resources`, keeping
+/// the value's other bits (`None` if `resource` is out of range).
+pub type SteerFn = fn(random: u32, resource: usize, resources: usize) -> Option<u32>;
 
-/// Inbound SPIs that steer to a chosen worker: random in every bit the
+/// Inbound SPIs that steer to a chosen resource: random in every bit the
 /// steering rule (`steer`) leaves free, so each SA is processed by the
 /// worker asked for (or, for `None`, the next one round-robin, spreading
 /// tunnels over cores) yet stays unpredictable; unique among those
 /// allocated and not yet released, never below [`MIN_ESP_SPI`].
 #[derive(Debug)]
 pub struct SteeringSpiAllocator {
-    workers: usize,
+    resources: usize,
     next: usize,
     steer: SteerFn,
     live: HashSet<u32>,
 }
 
 impl SteeringSpiAllocator {
-    /// An allocator for `workers` workers and the data plane's steering rule.
-    pub fn new(workers: usize, steer: SteerFn) -> Self {
-        Self { workers: workers.max(1), next: 0, steer, live: HashSet::new() }
+    /// An allocator for `resources` resources (the data plane's workers)
+    /// and the data plane's steering rule.
+    pub fn new(resources: usize, steer: SteerFn) -> Self {
+        Self { resources: resources.max(1), next: 0, steer, live: HashSet::new() }
     }
 }
 
 impl SpiAllocator for SteeringSpiAllocator {
-    fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32 {
-        let w = match worker {
-            Some(k) => usize::from(k) % self.workers,
+    fn allocate(&mut self, rng: &mut dyn Rng, resource: Option<u16>) -> u32 {
+        let r = match resource {
+            Some(k) => usize::from(k) % self.resources,
             None => {
-                self.next = (self.next + 1) % self.workers;
+                self.next = (self.next + 1) % self.resources;
                 self.next
             }
         };
         loop {
             let mut b = [0u8; 4];
             rng.fill_public(&mut b);
-            if let Some(spi) = (self.steer)(u32::from_be_bytes(b), w, self.workers) {
+            if let Some(spi) = (self.steer)(u32::from_be_bytes(b), r, self.resources) {
                 if spi >= MIN_ESP_SPI && self.live.insert(spi) {
                     return spi;
                 }
@@ -160,8 +161,8 @@ mod tests {
     }
 
     /// A steering rule by residue, as the data plane's: `spi % workers`.
-    fn by_residue(random: u32, worker: usize, workers: usize) -> Option<u32> {
-        let (n, k) = (u32::try_from(workers).ok()?, u32::try_from(worker).ok()?);
+    fn by_residue(random: u32, resource: usize, resources: usize) -> Option<u32> {
+        let (n, k) = (u32::try_from(resources).ok()?, u32::try_from(resource).ok()?);
         (k < n).then(|| random - random % n + k)
     }
 

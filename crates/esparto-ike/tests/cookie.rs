@@ -16,7 +16,7 @@ mod sim;
 
 use esparto_crypto::{DeterministicRng, Rng};
 use esparto_ike::{
-    ChildConfig, Connection, Endpoint, EndpointConfig, Event, Identity, SpiAllocator, Stats,
+    ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity, SpiAllocator, Stats,
 };
 use esparto_wire::ike::{
     ExchangeType, HeaderRepr, Message, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, emit_message,
@@ -41,7 +41,7 @@ impl Live {
 }
 
 impl SpiAllocator for Live {
-    fn allocate(&mut self, rng: &mut dyn Rng, _worker: Option<u16>) -> u32 {
+    fn allocate(&mut self, rng: &mut dyn Rng, _resource: Option<u16>) -> u32 {
         loop {
             let mut b = [0u8; 4];
             rng.fill_public(&mut b);
@@ -74,7 +74,7 @@ fn responder(cfg: EndpointConfig, seed: u64, ike: &str, spis: &Live) -> Endpoint
         Box::new(DeterministicRng::new(seed)),
         Box::new(spis.clone()),
     );
-    let mut c = Connection::new("gw", ike).unwrap();
+    let mut c = ConnectionConfig::new("gw", ike).unwrap();
     c.local_addrs = vec![SUN.parse().unwrap()];
     c.local.id = Some(sun_id());
     c.remote.id = Some(moon_id());
@@ -93,7 +93,7 @@ fn initiator(seed: u64, ike: &str, spis: &Live) -> Endpoint {
         Box::new(DeterministicRng::new(seed)),
         Box::new(spis.clone()),
     );
-    let mut c = Connection::new("gw", ike).unwrap();
+    let mut c = ConnectionConfig::new("gw", ike).unwrap();
     c.local_addrs = vec![MOON.parse().unwrap()];
     c.remote_addrs = vec![SUN.parse().unwrap()];
     c.local.id = Some(moon_id());

@@ -9,7 +9,7 @@
 
 mod sim;
 
-use esparto_ike::{Connection, EndpointConfig, Event, InitiateError, PerCpuSas, Reason};
+use esparto_ike::{ConnectionConfig, EndpointConfig, Event, InitiateError, PerCpuSas, Reason};
 use esparto_wire::ike::{ExchangeType, NotifyType};
 use sim::{Setup, assert_pair};
 use std::time::Duration;
@@ -17,14 +17,14 @@ use std::time::Duration;
 const I: usize = 0;
 const R: usize = 1;
 
-fn per_cpu(c: &mut Connection, mode: PerCpuSas, max: u16) {
+fn per_cpu(c: &mut ConnectionConfig, mode: PerCpuSas, max: u16) {
     c.children[0].per_cpu_sas = mode;
     c.children[0].per_cpu_max = max;
 }
 
 fn workers(n: u16) -> EndpointConfig {
     EndpointConfig {
-        workers: n,
+        resources: n,
         ..EndpointConfig::default()
     }
 }

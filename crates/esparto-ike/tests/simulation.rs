@@ -640,7 +640,7 @@ fn create_child_sa_ke_mismatch_retries_with_the_requested_group() {
     let mut net = s.build(20);
     // Responder side: replace the "host" child with an ecp256-only one.
     let mut r = sim::endpoint(20 ^ 0x2222);
-    let mut c = esparto_ike::Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+    let mut c = esparto_ike::ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
     c.local_addrs = vec![SUN.parse().unwrap()];
     c.local.id = Some(esparto_ike::Identity::parse("@sun.example").unwrap());
     c.children.push(
@@ -655,7 +655,7 @@ fn create_child_sa_ke_mismatch_retries_with_the_requested_group() {
     net.peers[R].ep = r;
     // The initiator offers both groups for "host".
     let mut i = sim::endpoint(20 ^ 0x1111);
-    let mut c = esparto_ike::Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+    let mut c = esparto_ike::ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
     c.local_addrs = vec![MOON.parse().unwrap()];
     c.remote_addrs = vec![SUN.parse().unwrap()];
     c.local.id = Some(esparto_ike::Identity::parse("@moon.example").unwrap());

@@ -45,4 +45,4 @@ pub use control::{ControlDatagram, ControlRx, ControlTx, control_channel};
 pub use steer::{SteeringKey, key_for_worker, socket_index, worker_for_key};
 pub use tun::{Steering, TunConfig, TunDevice, TunQueue};
 pub use udp::{UdpConfig, UdpGroup, UdpSocket};
-pub use worker::{Datapath, WorkerConfig, WorkerFailure, WorkerReport, Workers};
+pub use worker::{Datapath, IoStats, WorkerConfig, WorkerFailure, Workers};

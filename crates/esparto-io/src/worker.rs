@@ -72,7 +72,7 @@ pub trait Datapath: Send + 'static {
 
     /// A command from the control plane, applied between batches. `io` is
     /// the worker's I/O counters as of now (for statistics snapshots).
-    fn on_command(&mut self, now: Instant, cmd: Self::Command, io: &WorkerReport);
+    fn on_command(&mut self, now: Instant, cmd: Self::Command, io: &IoStats);
 
     /// Plain IP packets read from this worker's TUN queue; push datagrams
     /// (with their destination) into `out`, and packets for the
@@ -161,10 +161,11 @@ pub use crate::control::ControlDatagram;
 /// (see the module essay).
 pub const COMMAND_QUEUE: usize = 1024;
 
-/// A worker's I/O counters: what it reports when it stops, and what a
-/// [`Datapath`] sees with every command (for statistics snapshots).
+/// A worker's I/O counters (its TUN queue, its socket, what it dropped):
+/// what it returns when it stops, and what a [`Datapath`] sees with every
+/// command (for statistics snapshots).
 #[derive(Debug, Clone, Default)]
-pub struct WorkerReport {
+pub struct IoStats {
     /// Worker index.
     pub index: usize,
     /// CPU it was pinned to, if pinning succeeded.
@@ -228,7 +229,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(a panic without a message)".into())
 }
 
-impl WorkerReport {
+impl IoStats {
     /// The I/O layer's drops by reason, as `esparto status` names them
     /// beside the datapath's: every datagram or packet that a worker
     /// received or was given and did not deliver.
@@ -265,7 +266,7 @@ struct Shared {
 pub struct Workers<C: Send + 'static> {
     senders: Vec<mpsc::SyncSender<C>>,
     shared: Vec<Arc<Shared>>,
-    threads: Vec<JoinHandle<WorkerReport>>,
+    threads: Vec<JoinHandle<IoStats>>,
 }
 
 impl<C: Send + 'static> std::fmt::Debug for Workers<C> {
@@ -317,7 +318,7 @@ impl<C: Send + 'static> Workers<C> {
                 None
             };
             let ctl = control.as_ref().map(|c| c.for_worker(k));
-            let worker = Worker::new(k, cfg, t, u, d, rx, shared.clone(), ctl);
+            let worker = WorkerLoop::new(k, cfg, t, u, d, rx, shared.clone(), ctl);
             let sh = shared.clone();
             let h = std::thread::Builder::new().name(format!("esparto-w{k}")).spawn(move || {
                 // The worker is dropped with the unwinding, and nothing it
@@ -384,15 +385,15 @@ impl<C: Send + 'static> Workers<C> {
             .find_map(|(index, sh)| sh.failure.get().map(|cause| WorkerFailure { index, cause: cause.clone() }))
     }
 
-    /// Stop every worker, join it, and collect the reports of those that
+    /// Stop every worker, join it, and collect the I/O counters of those that
     /// stopped cleanly (a worker that panicked has none; [`Self::failure`]
     /// says why). The workers' TUN queues and sockets are closed when this
     /// returns.
-    pub fn shutdown(mut self) -> Vec<WorkerReport> {
+    pub fn shutdown(mut self) -> Vec<IoStats> {
         self.stop_and_join()
     }
 
-    fn stop_and_join(&mut self) -> Vec<WorkerReport> {
+    fn stop_and_join(&mut self) -> Vec<IoStats> {
         for sh in &self.shared {
             sh.stop.store(true, Ordering::Release);
             let _ = sh.wake.notify();
@@ -410,7 +411,7 @@ impl<C: Send + 'static> Drop for Workers<C> {
     }
 }
 
-struct Worker<D: Datapath> {
+struct WorkerLoop<D: Datapath> {
     tick: Duration,
     tun: TunQueue,
     udp: UdpSocket,
@@ -423,10 +424,10 @@ struct Worker<D: Datapath> {
     udp_tx: TxBatch,
     tun_tx: TxBatch,
     ctl_tx: TxBatch,
-    report: WorkerReport,
+    stats: IoStats,
 }
 
-impl<D: Datapath> Worker<D> {
+impl<D: Datapath> WorkerLoop<D> {
     #[allow(clippy::too_many_arguments)]
     fn new(
         index: usize,
@@ -459,17 +460,17 @@ impl<D: Datapath> Worker<D> {
                 cfg.tun_tx_slot_len,
             ),
             ctl_tx: TxBatch::new(cfg.control_slots.max(1), 0, GRO_SLOT_LEN),
-            report: WorkerReport {
+            stats: IoStats {
                 index,
-                ..WorkerReport::default()
+                ..IoStats::default()
             },
         }
     }
 
-    fn run(mut self, cpu: Option<usize>) -> WorkerReport {
+    fn run(mut self, cpu: Option<usize>) -> IoStats {
         if let Some(c) = cpu {
             if sys::pin_current_thread(c).is_ok() {
-                self.report.cpu = sys::current_cpu();
+                self.stats.cpu = sys::current_cpu();
             }
         }
         let mut fds = [
@@ -501,9 +502,9 @@ impl<D: Datapath> Worker<D> {
                 f.revents = 0;
             }
             if sys::poll(&mut fds, timeout).is_err() {
-                self.report.io_errors += 1;
+                self.stats.io_errors += 1;
             }
-            self.report.loops += 1;
+            self.stats.loops += 1;
             let now = Instant::now();
             if fds[2].revents != 0 {
                 self.shared.wake.drain();
@@ -528,9 +529,9 @@ impl<D: Datapath> Worker<D> {
                 next_tick = now + self.tick;
             }
         }
-        self.report.tun = self.tun.stats();
-        self.report.udp = self.udp.stats();
-        self.report
+        self.stats.tun = self.tun.stats();
+        self.stats.udp = self.udp.stats();
+        self.stats
     }
 
     fn outbound(&mut self, now: Instant) {
@@ -538,7 +539,7 @@ impl<D: Datapath> Worker<D> {
             Ok(0) => return,
             Ok(_) => {}
             Err(_) => {
-                self.report.io_errors += 1;
+                self.stats.io_errors += 1;
                 return;
             }
         }
@@ -548,10 +549,10 @@ impl<D: Datapath> Worker<D> {
             self.tun_tx.clear();
             let next = self.dp.outbound(now, &mut self.tun_rx, from, &mut self.udp_tx, &mut self.tun_tx);
             match self.udp.send_batch(&self.udp_tx) {
-                Ok(sent) => self.report.udp_tx_dropped += (self.udp_tx.len() - sent) as u64,
+                Ok(sent) => self.stats.udp_tx_dropped += (self.udp_tx.len() - sent) as u64,
                 Err(_) => {
-                    self.report.io_errors += 1;
-                    self.report.udp_tx_failed += self.udp_tx.len() as u64;
+                    self.stats.io_errors += 1;
+                    self.stats.udp_tx_failed += self.udp_tx.len() as u64;
                 }
             }
             self.udp_tx.clear();
@@ -564,10 +565,10 @@ impl<D: Datapath> Worker<D> {
     /// Applies every queued command (an empty queue costs one atomic load).
     fn apply_commands(&mut self, now: Instant) {
         while let Ok(cmd) = self.commands.try_recv() {
-            self.report.tun = self.tun.stats();
-            self.report.udp = self.udp.stats();
-            self.dp.on_command(now, cmd, &self.report);
-            self.report.commands += 1;
+            self.stats.tun = self.tun.stats();
+            self.stats.udp = self.udp.stats();
+            self.dp.on_command(now, cmd, &self.stats);
+            self.stats.commands += 1;
         }
     }
 
@@ -576,7 +577,7 @@ impl<D: Datapath> Worker<D> {
             Ok(0) => return,
             Ok(_) => {}
             Err(_) => {
-                self.report.io_errors += 1;
+                self.stats.io_errors += 1;
                 return;
             }
         }
@@ -606,7 +607,7 @@ impl<D: Datapath> Worker<D> {
         }
         // The TUN queue counts the packets a failed write lost.
         if self.tun.send_batch(&mut self.tun_tx).is_err() {
-            self.report.io_errors += 1;
+            self.stats.io_errors += 1;
         }
     }
 
@@ -623,8 +624,8 @@ impl<D: Datapath> Worker<D> {
             };
             match r {
                 Ok(()) => {}
-                Err(Refused::Full) => self.report.control_queue_full += 1,
-                Err(Refused::Closed) => self.report.control_dropped += 1,
+                Err(Refused::Full) => self.stats.control_queue_full += 1,
+                Err(Refused::Closed) => self.stats.control_dropped += 1,
             }
         }
         self.ctl_tx.clear();
@@ -637,12 +638,12 @@ mod tests {
 
     #[test]
     fn every_io_drop_counter_has_its_own_name() {
-        let mut r = WorkerReport {
+        let mut r = IoStats {
             control_queue_full: 1,
             control_dropped: 2,
             udp_tx_dropped: 3,
             udp_tx_failed: 4,
-            ..WorkerReport::default()
+            ..IoStats::default()
         };
         r.udp.tx_errors = 10;
         r.udp.tx_no_dst = 20;

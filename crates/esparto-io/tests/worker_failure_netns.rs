@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use esparto_netns::Netns;
 use esparto_io::tun::{TunConfig, TunDevice};
 use esparto_io::udp::UdpGroup;
-use esparto_io::worker::{FailureCause, WorkerConfig, WorkerFailure, WorkerReport};
+use esparto_io::worker::{FailureCause, IoStats, WorkerConfig, WorkerFailure};
 use esparto_io::{Datapath, RxBatch, TxBatch, Workers};
 
 const WORKERS: usize = 2;
@@ -35,7 +35,7 @@ struct Fragile {
 impl Datapath for Fragile {
     type Command = Cmd;
 
-    fn on_command(&mut self, _now: Instant, cmd: Cmd, _io: &WorkerReport) {
+    fn on_command(&mut self, _now: Instant, cmd: Cmd, _io: &IoStats) {
         match cmd {
             Cmd::Panic => panic!("boom in worker {}", self.index),
             Cmd::Ping(reply) => {

@@ -23,7 +23,7 @@ use esparto_netns::{Netns, Pair};
 use esparto_io::tun::{TunConfig, TunDevice};
 use esparto_io::udp::{UdpConfig, UdpGroup};
 use esparto_io::control::{CONTROL_POOL, ControlTx, control_channel};
-use esparto_io::worker::{COMMAND_QUEUE, WorkerConfig, WorkerReport};
+use esparto_io::worker::{COMMAND_QUEUE, IoStats, WorkerConfig};
 use esparto_io::{Datapath, RxBatch, TxBatch, Workers, socket_index};
 
 const WORKERS: usize = 2;
@@ -51,7 +51,7 @@ struct PlainTunnel {
 impl Datapath for PlainTunnel {
     type Command = Cmd;
 
-    fn on_command(&mut self, _now: Instant, cmd: Cmd, _io: &WorkerReport) {
+    fn on_command(&mut self, _now: Instant, cmd: Cmd, _io: &IoStats) {
         match cmd {
             Cmd::SetPeer(p) => self.peer = Some(p),
             Cmd::Ping(reply) => {

@@ -26,7 +26,7 @@ use esparto_esp::{
     Action, Command, EspSuite, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, SecretBytes, TAILROOM,
 };
 use esparto_io::gro::Gro;
-use esparto_io::worker::{Datapath, WorkerReport};
+use esparto_io::worker::{Datapath, IoStats};
 use esparto_io::{RxBatch, TxBatch};
 use esparto_wire::ip::proto;
 use esparto_wire::{esp, ipv4, tcp, udp};
@@ -112,7 +112,7 @@ fn datapath() -> EspDatapath {
     std::mem::forget(rx);
     let mut dp = EspDatapath::new(0, tx, IcmpSources::default());
     let now = Instant::now();
-    let io = WorkerReport::default();
+    let io = IoStats::default();
     let ts = |s: &str| s.parse().expect("selector");
     let policy = Policy { local: ts("10.1.0.0/16"), remote: ts("10.2.0.0/16"), action: Action::Protect(1), priority: 100 };
     let out = OutboundSa::owned(&sa_config(), now).expect("outbound SA");

@@ -91,7 +91,7 @@ pub struct IoStatus {
 
 impl IoStatus {
     /// From a worker's I/O counters.
-    pub fn from_report(r: &esparto_io::WorkerReport) -> Self {
+    pub fn from_stats(r: &esparto_io::IoStats) -> Self {
         Self {
             tun_reads: r.tun.rx_reads,
             tun_gso_reads: r.tun.rx_gso_reads,

@@ -77,13 +77,13 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 /// A genuine IKE_SA_INIT request and where its nonce lies.
 fn ike_template() -> (Vec<u8>, usize, usize) {
-    use esparto_ike::{ChildConfig, Connection, Endpoint, EndpointConfig, RandomSpiAllocator};
+    use esparto_ike::{ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, RandomSpiAllocator};
     let mut i = Endpoint::new(
         EndpointConfig::default(),
         Box::new(esparto_crypto::DeterministicRng::new(7)),
         Box::new(RandomSpiAllocator::new()),
     );
-    let mut c = Connection::new("f", "aes256gcm16-prfsha256-x25519").unwrap();
+    let mut c = ConnectionConfig::new("f", "aes256gcm16-prfsha256-x25519").unwrap();
     c.local_addrs = vec!["10.99.0.2".parse().unwrap()];
     c.remote_addrs = vec!["192.0.2.2".parse().unwrap()];
     c.children.push(ChildConfig::new("c", "10.1.0.0/24", "10.2.0.0/24", "aes256gcm16").unwrap());

@@ -248,13 +248,13 @@ fn established(s: &[IkeSaStatus]) -> Option<&IkeSaStatus> {
 /// A genuine IKE_SA_INIT (the proposal the east gateway accepts) and
 /// where its nonce sits, so each copy gets its own SPIi and nonce.
 fn template() -> (Vec<u8>, usize, usize) {
-    use esparto_ike::{ChildConfig, Connection, Endpoint, EndpointConfig, RandomSpiAllocator};
+    use esparto_ike::{ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, RandomSpiAllocator};
     let mut i = Endpoint::new(
         EndpointConfig::default(),
         Box::new(esparto_crypto::DeterministicRng::new(1)),
         Box::new(RandomSpiAllocator::new()),
     );
-    let mut c = Connection::new("f", "aes256gcm16-prfsha256-x25519").unwrap();
+    let mut c = ConnectionConfig::new("f", "aes256gcm16-prfsha256-x25519").unwrap();
     c.local_addrs = vec!["198.51.100.1".parse().unwrap()];
     c.remote_addrs = vec!["192.0.2.2".parse().unwrap()];
     c.children

@@ -38,7 +38,7 @@
 //! connection and identity pair (`sa_index.rs`). SAs are boxed in the
 //! table (see the memory table in the crate documentation).
 
-use crate::config::{ConfigError, Connection, EndpointConfig, PerCpuSas, Secrets, StartAction};
+use crate::config::{ConfigError, ConnectionConfig, EndpointConfig, PerCpuSas, Secrets, StartAction};
 use crate::connections::Connections;
 use crate::ctx::{Action, Ctx};
 use crate::event::{Event, IkeSaId, Transmit};
@@ -239,7 +239,7 @@ impl Endpoint {
 
     /// Add a connection (validated; its name must be new). O(1): the
     /// connection is indexed by name, peer address and peer identity.
-    pub fn add_connection(&mut self, conn: Connection) -> Result<(), ConfigError> {
+    pub fn add_connection(&mut self, conn: ConnectionConfig) -> Result<(), ConfigError> {
         conn.validate()?;
         self.connections.add(conn)
     }
@@ -309,7 +309,7 @@ impl Endpoint {
         self.reinitiate_due(now);
     }
 
-    fn find_conn(&self, name: &str) -> Result<Arc<Connection>, InitiateError> {
+    fn find_conn(&self, name: &str) -> Result<Arc<ConnectionConfig>, InitiateError> {
         self.connections
             .get(name)
             .cloned()

@@ -154,7 +154,7 @@ impl SaIndex {
     /// The SAs filed under connection `conn`.
     pub(super) fn of_conn<'a>(
         &'a self,
-        conn: &std::sync::Arc<crate::config::Connection>,
+        conn: &std::sync::Arc<crate::config::ConnectionConfig>,
     ) -> impl Iterator<Item = u64> + use<'a> {
         self.by_conn.get(&(std::sync::Arc::as_ptr(conn) as usize))
     }

@@ -28,14 +28,14 @@ fn endpoint_with(
     remote: &str,
     me: &str,
     peer: &str,
-    tweak: fn(&mut Connection),
+    tweak: fn(&mut ConnectionConfig),
 ) -> Endpoint {
     let mut ep = Endpoint::new(
         EndpointConfig::default(),
         Box::new(DeterministicRng::new(seed)),
         Box::new(RandomSpiAllocator::new()),
     );
-    let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
+    let mut c = ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519").unwrap();
     c.local_addrs = vec![local.parse().unwrap()];
     c.remote_addrs = vec![remote.parse().unwrap()];
     c.local.id = Some(Identity::parse(me).unwrap());
@@ -87,7 +87,7 @@ fn established() -> Pair {
 }
 
 /// An IKE SA with one Child SA; `tweak_r` changes the responder's connection.
-fn established_with(tweak_r: fn(&mut Connection)) -> Pair {
+fn established_with(tweak_r: fn(&mut ConnectionConfig)) -> Pair {
     let mut p = Pair {
         i: endpoint(1, MOON, SUN, "@moon", "@sun"),
         r: endpoint_with(2, SUN, MOON, "@sun", "@moon", tweak_r),
@@ -358,7 +358,7 @@ fn strip_padding_and_inner_parse_helpers_agree() {
 fn start_all_initiates_children_with_start_action_start() {
     let mut i = endpoint(5, MOON, SUN, "@moon", "@sun");
     let mut r = endpoint(6, SUN, MOON, "@sun", "@moon");
-    let mut c = Connection::new("gw2", "aes128-sha256-ecp256").unwrap();
+    let mut c = ConnectionConfig::new("gw2", "aes128-sha256-ecp256").unwrap();
     c.local_addrs = vec![MOON.parse().unwrap()];
     c.remote_addrs = vec![SUN.parse().unwrap()];
     let mut a = ChildConfig::new("a", "10.1.1.0/24", "10.2.1.0/24", "aes128gcm16").unwrap();
@@ -368,7 +368,7 @@ fn start_all_initiates_children_with_start_action_start() {
     let trap = ChildConfig::new("t", "10.1.3.0/24", "10.2.3.0/24", "aes128gcm16").unwrap();
     c.children = vec![a, b, trap];
     i.add_connection(c).unwrap();
-    let mut c = Connection::new("gw2", "aes128-sha256-ecp256").unwrap();
+    let mut c = ConnectionConfig::new("gw2", "aes128-sha256-ecp256").unwrap();
     c.local_addrs = vec![SUN.parse().unwrap()];
     c.children = vec![
         ChildConfig::new("a", "10.2.1.0/24", "10.1.1.0/24", "aes128gcm16").unwrap(),

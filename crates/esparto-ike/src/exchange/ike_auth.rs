@@ -46,7 +46,7 @@ use crate::child::{
     ChildAnswer, ChildOpts, ChildQuery, ChildSa, Install, check_answer, install, offer, ts_from,
     ts_repr,
 };
-use crate::config::{ChildConfig, Connection, PerCpuSas};
+use crate::config::{ChildConfig, ConnectionConfig, PerCpuSas};
 use crate::ctx::{Action, Ctx};
 use crate::event::{AuthFailure, ChildSaEstablished, Event, Reason};
 use crate::identity::Identity;
@@ -529,7 +529,7 @@ impl ChildOffer {
 /// An initiator that passed the responder's checks.
 struct Verified<'p> {
     /// The connection its proven identity selects.
-    conn: Arc<Connection>,
+    conn: Arc<ConnectionConfig>,
     local_id: Identity,
     peer_id: Identity,
     psk: &'p SecretBytes,
@@ -686,10 +686,10 @@ impl IkeSa {
         ctx: &Ctx<'_>,
         peer: &Identity,
         idr: Option<&Identity>,
-    ) -> Option<Arc<Connection>> {
+    ) -> Option<Arc<ConnectionConfig>> {
         let suite = self.suite.as_ref()?;
         let answer = suite.to_wire(Protocol::Ike, Spi::None);
-        let fits = |c: &Arc<Connection>| {
+        let fits = |c: &Arc<ConnectionConfig>| {
             c.matches_addrs(self.local.ip(), self.remote.ip())
                 && c.accepts_remote_id(peer)
                 && idr.is_none_or(|want| want.matches(&c.local_id(self.local.ip())))

@@ -28,7 +28,7 @@
 
 use super::ike_auth::IkeAuth;
 use super::{Outcome, Received, reason_for};
-use crate::config::Connection;
+use crate::config::ConnectionConfig;
 use crate::ctx::Ctx;
 use crate::event::Reason;
 use crate::keys::IkeKeys;
@@ -329,7 +329,7 @@ pub(crate) fn cookie_and_nonce<'a>(
 
 /// What the responder agrees to: a connection, a proposal, its group.
 pub(crate) struct InitChoice {
-    pub(crate) conn: Arc<Connection>,
+    pub(crate) conn: Arc<ConnectionConfig>,
     pub(crate) selected: Selected,
     pub(crate) group: KeGroup,
 }
@@ -349,7 +349,7 @@ pub(crate) enum InitRefusal {
 /// connection with a proposal we accept, taking the group of KEi if it is
 /// acceptable. KEi must be of the group chosen (§1.2).
 pub(crate) fn choose<'c>(
-    candidates: impl Iterator<Item = &'c Arc<Connection>>,
+    candidates: impl Iterator<Item = &'c Arc<ConnectionConfig>>,
     offered: &SaRepr,
     kei: KeRepr<'_>,
 ) -> Result<InitChoice, InitRefusal> {

@@ -32,7 +32,7 @@ mod timers;
 pub(crate) use requests::{Dropped, Refusal, notify};
 
 use crate::child::ChildSa;
-use crate::config::{Connection, EndpointConfig};
+use crate::config::{ConnectionConfig, EndpointConfig};
 use crate::ctx::Ctx;
 use crate::event::{Event, IkeSaId, Reason, Transmit};
 use crate::exchange::Task;
@@ -118,7 +118,7 @@ pub(crate) struct IkeSa {
     pub(crate) spi_r: u64,
     /// The connection (initiator: from the start; responder: the best
     /// candidate after IKE_SA_INIT, final after IKE_AUTH).
-    pub(crate) conn: Arc<Connection>,
+    pub(crate) conn: Arc<ConnectionConfig>,
     pub(crate) local: SocketAddr,
     pub(crate) remote: SocketAddr,
     pub(crate) state: State,
@@ -237,7 +237,7 @@ impl IkeSa {
         role: Role,
         spi_i: u64,
         spi_r: u64,
-        conn: Arc<Connection>,
+        conn: Arc<ConnectionConfig>,
         local: SocketAddr,
         remote: SocketAddr,
         now: Instant,

@@ -116,7 +116,7 @@ impl IkeSa {
             Some(true) => self.resource_group(child).supported = true,
         }
         if eager {
-            let n = ctx.config.workers.min(max);
+            let n = ctx.config.resources.min(max);
             let g = self.resource_group(child);
             for k in 0..n {
                 if !g.wanted.contains(&k) {

@@ -12,7 +12,7 @@ pub mod dataplane;
 
 use esparto_crypto::{DeterministicRng, Rng};
 use esparto_ike::{
-    ChildConfig, ChildSaEstablished, Connection, Endpoint, EndpointConfig, Event, Identity,
+    ChildConfig, ChildSaEstablished, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity,
     RandomSpiAllocator, SpiAllocator, Transmit,
 };
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr};
@@ -31,8 +31,8 @@ pub struct CountingSpis {
 }
 
 impl SpiAllocator for CountingSpis {
-    fn allocate(&mut self, rng: &mut dyn Rng, worker: Option<u16>) -> u32 {
-        let spi = self.inner.allocate(rng, worker);
+    fn allocate(&mut self, rng: &mut dyn Rng, resource: Option<u16>) -> u32 {
+        let spi = self.inner.allocate(rng, resource);
         assert!(
             self.live.lock().unwrap().insert(spi),
             "SPI {spi:08x} handed out twice"
@@ -415,8 +415,8 @@ pub struct Setup {
     pub cfg_i: EndpointConfig,
     pub cfg_r: EndpointConfig,
     /// Last changes to each side's connection before it is added.
-    pub tweak_i: fn(&mut Connection),
-    pub tweak_r: fn(&mut Connection),
+    pub tweak_i: fn(&mut ConnectionConfig),
+    pub tweak_r: fn(&mut ConnectionConfig),
 }
 
 impl Default for Setup {
@@ -451,7 +451,7 @@ impl Setup {
         let sun_id = Identity::parse("@sun.example").unwrap();
 
         let (mut i, live_i) = counting_endpoint(seed ^ 0x1111, self.cfg_i.clone());
-        let mut c = Connection::new("gw", &self.ike_i).unwrap();
+        let mut c = ConnectionConfig::new("gw", &self.ike_i).unwrap();
         c.local_addrs = vec![MOON.parse().unwrap()];
         c.remote_addrs = vec![SUN.parse().unwrap()];
         c.local.id = Some(moon_id.clone());
@@ -477,7 +477,7 @@ impl Setup {
             .add_psk(&[moon_id.clone(), sun_id.clone()], &self.psk_i);
 
         let (mut r, live_r) = counting_endpoint(seed ^ 0x2222, self.cfg_r.clone());
-        let mut c = Connection::new("gw", &self.ike_r).unwrap();
+        let mut c = ConnectionConfig::new("gw", &self.ike_r).unwrap();
         c.local_addrs = vec![SUN.parse().unwrap()];
         c.local.id = Some(sun_id.clone());
         c.remote.id = Some(moon_id.clone());

@@ -5,7 +5,7 @@
 //! `encap`, `dpd_delay`, `local.id`, `remote.auth`, …). Whether IKE runs is
 //! decided by the children: a child with `static_sas` is keyed by hand;
 //! any other child is negotiated, and then the connection also yields an
-//! [`esparto_ike::Connection`]. IKE keys on a connection whose children are
+//! [`esparto_ike::ConnectionConfig`]. IKE keys on a connection whose children are
 //! all static are refused (they would be silently ignored).
 //!
 //! `remote_port` is *not* swanctl's (there it is the peer's IKE port): it
@@ -372,7 +372,7 @@ fn ike_settings(
     local_addrs: &[IpAddr],
     remote_addrs: &[IpAddr],
     children: Vec<esparto_ike::ChildConfig>,
-) -> Option<esparto_ike::Connection> {
+) -> Option<esparto_ike::ConnectionConfig> {
     check_version(cx, node, path);
     let proposals = ike_proposals(cx, node, path);
     let encap = match node.field(path, "encap") {
@@ -401,7 +401,7 @@ fn ike_settings(
             cx.err_at(&f, "local id cannot be %any (it is sent to the peer)");
         }
     }
-    let conn = esparto_ike::Connection {
+    let conn = esparto_ike::ConnectionConfig {
         name: name.into(),
         local_addrs: local_addrs.to_vec(),
         remote_addrs: remote_addrs.to_vec(),

@@ -99,7 +99,7 @@ pub struct Connection {
     /// The peer's UDP port for ESP-in-UDP (default 4500).
     pub remote_port: u16,
     /// IKE settings, when any child is negotiated by IKE.
-    pub ike: Option<esparto_ike::Connection>,
+    pub ike: Option<esparto_ike::ConnectionConfig>,
     /// Children.
     pub children: Vec<Child>,
 }

@@ -32,7 +32,7 @@ pub(super) fn inject(datapaths: Vec<EspDatapath>) -> Vec<imp::Faulty> {
 mod imp {
     use std::time::{Duration, Instant};
 
-    use esparto_io::worker::WorkerReport;
+    use esparto_io::worker::IoStats;
     use esparto_io::{Datapath, RxBatch, TxBatch};
 
     use crate::datapath::{EspCommand, EspDatapath};
@@ -67,7 +67,7 @@ mod imp {
     impl Datapath for Faulty {
         type Command = EspCommand;
 
-        fn on_command(&mut self, now: Instant, cmd: EspCommand, io: &WorkerReport) {
+        fn on_command(&mut self, now: Instant, cmd: EspCommand, io: &IoStats) {
             self.inner.on_command(now, cmd, io);
         }
 

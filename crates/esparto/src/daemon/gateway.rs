@@ -31,7 +31,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use esparto_esp::{Direction, TAILROOM, max_inner_len};
 use esparto_io::udp::UdpConfig;
 use esparto_io::route::DeviceRoutes;
-use esparto_io::worker::{ControlDatagram, WorkerFailure, WorkerReport};
+use esparto_io::worker::{ControlDatagram, IoStats, WorkerFailure};
 use esparto_io::{ControlRx, control_channel};
 use esparto_io::{Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, Workers};
 use tracing::{info, warn};
@@ -360,7 +360,7 @@ impl Gateway {
                 tx_packets: s.tx_packets,
                 rx_packets: s.rx_packets,
                 drops,
-                io: IoStatus::from_report(&io),
+                io: IoStatus::from_stats(&io),
                 keepalives,
                 events_dropped: s.events_dropped,
             });
@@ -404,7 +404,7 @@ impl Gateway {
     /// Removes the routes it added, then stops the workers (closing the
     /// TUN queues and sockets; the TUN device disappears with the last
     /// queue).
-    pub fn shutdown(mut self) -> Vec<WorkerReport> {
+    pub fn shutdown(mut self) -> Vec<IoStats> {
         for e in self.routes.remove_all() {
             warn!("{e}");
         }

@@ -84,7 +84,7 @@ impl Ike {
         let ep_cfg = EndpointConfig {
             ike_port: cfg.daemon.ike_port,
             natt_port: cfg.daemon.port,
-            workers: u16::try_from(gw.workers()).unwrap_or(u16::MAX),
+            resources: u16::try_from(gw.workers()).unwrap_or(u16::MAX),
             window_size: limits.window_size,
             cookie_threshold: limits.cookie_threshold,
             cookie_threshold_per_source: limits.cookie_threshold_per_source,

@@ -66,7 +66,7 @@ use std::time::{Duration, Instant};
 
 use esparto_esp::{Command, DropReason, Event, Worker, WorkerStats};
 use esparto_io::batch::{RxBatch, TxBatch};
-use esparto_io::worker::{Datapath, WorkerReport};
+use esparto_io::worker::{Datapath, IoStats};
 use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::icmp as too_big;
 use esparto_wire::ip::IpVersion;
@@ -108,7 +108,7 @@ pub struct Snapshot {
     /// SAs, packets, drops.
     pub esp: WorkerStats,
     /// TUN and UDP system calls and batching.
-    pub io: WorkerReport,
+    pub io: IoStats,
     /// NAT keepalives received (RFC 3948 §2.3).
     pub keepalives: u64,
 }
@@ -263,7 +263,7 @@ impl EspDatapath {
 impl Datapath for EspDatapath {
     type Command = EspCommand;
 
-    fn on_command(&mut self, _now: Instant, cmd: EspCommand, io: &WorkerReport) {
+    fn on_command(&mut self, _now: Instant, cmd: EspCommand, io: &IoStats) {
         match cmd {
             EspCommand::Esp(c) => self.esp.apply(c),
             EspCommand::Snapshot(reply) => {

@@ -60,7 +60,7 @@ fn a_mixed_gro_train_is_classified_datagram_by_datagram() {
     let mut dp = datapath(tx);
     let now = Instant::now();
     let cfg = config(SPI, Lifetime::default());
-    dp.on_command(now, EspCommand::Esp(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).unwrap()))), &WorkerReport::default());
+    dp.on_command(now, EspCommand::Esp(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).unwrap()))), &IoStats::default());
     let mut out = OutboundSa::owned(&cfg, now).unwrap();
     let mut ike = vec![0u8; 4];
     ike.extend_from_slice(&[0x11; 28]);
@@ -122,7 +122,7 @@ fn events_wait_for_room_in_the_channel_and_none_is_lost() {
     let lifetime = Lifetime { soft_time: Some(Duration::from_secs(1)), ..Lifetime::default() };
     for spi in [0x100, 0x200, 0x300] {
         let sa = InboundSa::new(&config(spi, lifetime), now).unwrap();
-        dp.on_command(now, EspCommand::Esp(Command::AddInbound(Box::new(sa))), &WorkerReport::default());
+        dp.on_command(now, EspCommand::Esp(Command::AddInbound(Box::new(sa))), &IoStats::default());
     }
     let later = now + Duration::from_secs(2);
     dp.on_tick(later);
@@ -155,9 +155,9 @@ fn a_snapshot_carries_keepalives_and_never_waits() {
     let mut batch = train(&[vec![0xff], vec![0xff]]);
     dp.inbound(now, &mut batch, 0, &mut TxBatch::new(2, 16, 64), &mut TxBatch::new(2, 0, 64));
     let (reply, answers) = mpsc::sync_channel(1);
-    dp.on_command(now, EspCommand::Snapshot(reply.clone()), &WorkerReport::default());
+    dp.on_command(now, EspCommand::Snapshot(reply.clone()), &IoStats::default());
     // A second request while the first answer is unread: dropped, not a wait.
-    dp.on_command(now, EspCommand::Snapshot(reply), &WorkerReport::default());
+    dp.on_command(now, EspCommand::Snapshot(reply), &IoStats::default());
     let s = answers.try_recv().unwrap();
     assert_eq!((s.keepalives, s.esp.worker), (2, 0));
     assert!(answers.try_recv().is_err());
@@ -194,7 +194,7 @@ fn unknown_spis_are_reported_with_their_source_within_the_rate_limit() {
 /// `esparto status`: no name may collide.
 #[test]
 fn io_and_esp_drop_names_do_not_collide() {
-    for (name, _) in WorkerReport::default().drops() {
+    for (name, _) in IoStats::default().drops() {
         assert!(DropReason::ALL.iter().all(|r| r.name() != name), "{name}");
     }
 }

@@ -29,7 +29,7 @@ use anyhow::{Context, Result, bail};
 use esparto_crypto::ike::KeGroup;
 use esparto_crypto::{Rng, SystemRng};
 use esparto_ike::{
-    ChildConfig, Connection, Endpoint, EndpointConfig, Event, Identity, IkeSaId, SteeringSpiAllocator,
+    ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity, IkeSaId, SteeringSpiAllocator,
 };
 use esparto_io::poll::Poller;
 use esparto_io::{RxBatch, TxBatch, UdpConfig, UdpSocket};
@@ -88,7 +88,7 @@ pub const MAX_CONNECTIONS: usize = 1 << 15;
 /// configuration, as strongSwan's load-tester does; with many, the
 /// responder is a hub that must find each spoke's connection and key among
 /// all of them. Returns the connections and, for each, its identity pair.
-fn connections(o: &PeerOptions) -> Result<Vec<(Connection, [Identity; 2])>> {
+fn connections(o: &PeerOptions) -> Result<Vec<(ConnectionConfig, [Identity; 2])>> {
     if o.connections == 0 || o.connections > MAX_CONNECTIONS {
         bail!("--connections must be between 1 and {MAX_CONNECTIONS}");
     }
@@ -105,7 +105,7 @@ fn connections(o: &PeerOptions) -> Result<Vec<(Connection, [Identity; 2])>> {
             Role::Initiator => (&spoke, &hub, spoke_lan.as_str(), hub_lan),
             Role::Responder => (&hub, &spoke, hub_lan, spoke_lan.as_str()),
         };
-        let mut c = Connection::new(&connection_name(i), IKE_PROPOSAL)?;
+        let mut c = ConnectionConfig::new(&connection_name(i), IKE_PROPOSAL)?;
         c.local_addrs = vec![o.local];
         c.remote_addrs = vec![o.remote];
         c.remote_port = IKE_PORT;
