@@ -51,7 +51,7 @@ use serde::Serialize;
 use config_load::ConfigLoadRow;
 use micro::{SpiCost, X25519Rate};
 use peer::{PeerOptions, Role};
-use tunnels::{Topology, TunnelOptions, TunnelReport};
+use tunnels::{PeerLink, TunnelOptions, TunnelReport};
 
 /// The IKE proposal of the run (strongSwan syntax).
 pub const IKE_PROPOSAL: &str = "aes256gcm16-prfsha256-x25519";
@@ -186,7 +186,7 @@ pub struct Args {
     pub concurrency: usize,
     /// veth (two namespaces joined by a veth pair) or loopback (one namespace).
     #[arg(long, default_value = "veth")]
-    pub topology: Topology,
+    pub topology: PeerLink,
     /// CPUs for the initiator and the responder, e.g. 0,1 (default: the first two this process may use).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,

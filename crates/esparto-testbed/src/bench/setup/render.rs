@@ -47,8 +47,8 @@ fn render_into(s: &mut String, r: &Report) -> std::fmt::Result {
             if t.connections == 1 { "" } else { "s" },
             t.concurrency,
             match t.topology {
-                tunnels::Topology::Veth => "veth between two namespaces",
-                tunnels::Topology::Loopback => "loopback in one namespace",
+                tunnels::PeerLink::Veth => "veth between two namespaces",
+                tunnels::PeerLink::Loopback => "loopback in one namespace",
             },
             cpu(i.cpu),
             cpu(p.cpu),

@@ -33,19 +33,19 @@ use super::peer::{PeerReport, Role};
 /// How the two peers are joined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Topology {
+pub enum PeerLink {
     /// Two namespaces and a veth pair.
     Veth,
     /// One namespace, its loopback.
     Loopback,
 }
 
-impl std::str::FromStr for Topology {
+impl std::str::FromStr for PeerLink {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "veth" => Ok(Topology::Veth),
-            "loopback" | "lo" => Ok(Topology::Loopback),
+            "veth" => Ok(PeerLink::Veth),
+            "loopback" | "lo" => Ok(PeerLink::Loopback),
             _ => Err(format!("unknown topology '{s}' (veth or loopback)")),
         }
     }
@@ -59,7 +59,7 @@ pub struct TunnelOptions {
     /// IKE SAs in flight at most.
     pub concurrency: usize,
     /// Veth or loopback.
-    pub topology: Topology,
+    pub topology: PeerLink,
     /// CPUs for the initiator and the responder.
     pub cpus: (usize, usize),
     /// Give up after this long.
@@ -76,7 +76,7 @@ pub struct TunnelOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct TunnelReport {
     /// Veth or loopback.
-    pub topology: Topology,
+    pub topology: PeerLink,
     /// Tunnels asked for.
     pub tunnels: usize,
     /// IKE SAs in flight at most.
@@ -230,7 +230,7 @@ fn run_in_namespaces(bin: &Path, o: &TunnelOptions, stop: &AtomicBool) -> Result
     // Declared before the peers: dropped after them, once they are dead.
     let (pair, single);
     let (ns_i, ns_r, ip_i, ip_r): (&Netns, &Netns, IpAddr, IpAddr) = match o.topology {
-        Topology::Veth => {
+        PeerLink::Veth => {
             pair = Pair::new("setup", "198.18.0.1/24", "198.18.0.2/24")
                 .context("creating the namespaces")?;
             (
@@ -240,7 +240,7 @@ fn run_in_namespaces(bin: &Path, o: &TunnelOptions, stop: &AtomicBool) -> Result
                 "198.18.0.2".parse()?,
             )
         }
-        Topology::Loopback => {
+        PeerLink::Loopback => {
             single = Netns::new("setup-lo").context("creating the namespace")?;
             (&single, &single, "127.0.0.1".parse()?, "127.0.0.2".parse()?)
         }
@@ -314,9 +314,9 @@ mod tests {
 
     #[test]
     fn topology_names() {
-        assert_eq!("veth".parse::<Topology>().unwrap(), Topology::Veth);
-        assert_eq!("loopback".parse::<Topology>().unwrap(), Topology::Loopback);
-        assert!("wifi".parse::<Topology>().is_err());
+        assert_eq!("veth".parse::<PeerLink>().unwrap(), PeerLink::Veth);
+        assert_eq!("loopback".parse::<PeerLink>().unwrap(), PeerLink::Loopback);
+        assert!("wifi".parse::<PeerLink>().is_err());
     }
 
     #[test]
@@ -324,7 +324,7 @@ mod tests {
         let o = TunnelOptions {
             tunnels: 7,
             concurrency: 3,
-            topology: Topology::Veth,
+            topology: PeerLink::Veth,
             cpus: (0, 1),
             timeout: Duration::from_secs(9),
             cookies: true,
