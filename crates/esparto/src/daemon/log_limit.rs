@@ -89,8 +89,9 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// One kind's lines in its current window.
 #[derive(Debug)]
-struct Slot {
+struct Tally {
     start: Instant,
     logged: u32,
     suppressed: u64,
@@ -103,7 +104,7 @@ struct Slot {
 pub struct Limiter<K> {
     per_window: u32,
     window: Duration,
-    slots: HashMap<K, Slot>,
+    tallies: HashMap<K, Tally>,
     /// Summaries of windows closed by a new line, not yet flushed.
     ended: Vec<Summary>,
 }
@@ -111,35 +112,35 @@ pub struct Limiter<K> {
 impl<K: Hash + Eq> Limiter<K> {
     /// At most `per_window` lines of a key per `window`.
     pub fn new(per_window: u32, window: Duration) -> Self {
-        Self { per_window, window, slots: HashMap::new(), ended: Vec::new() }
+        Self { per_window, window, tallies: HashMap::new(), ended: Vec::new() }
     }
 
     /// Whether a line of `key` at `now` is written. `what` describes the
     /// line for its summary; it is asked only when a window opens.
     pub fn admit(&mut self, key: K, now: Instant, level: Level, what: impl FnOnce() -> String) -> bool {
         let window = self.window;
-        let slot = self.slots.entry(key).or_insert_with(|| Slot {
+        let tally = self.tallies.entry(key).or_insert_with(|| Tally {
             start: now,
             logged: 0,
             suppressed: 0,
             what: String::new(),
             level,
         });
-        if now.saturating_duration_since(slot.start) >= window {
-            if let Some(s) = close(slot, now) {
+        if now.saturating_duration_since(tally.start) >= window {
+            if let Some(s) = close(tally, now) {
                 self.ended.push(s);
             }
-            slot.start = now;
+            tally.start = now;
         }
-        if slot.logged == 0 && slot.suppressed == 0 {
-            slot.what = what();
-            slot.level = level;
+        if tally.logged == 0 && tally.suppressed == 0 {
+            tally.what = what();
+            tally.level = level;
         }
-        if slot.logged < self.per_window {
-            slot.logged += 1;
+        if tally.logged < self.per_window {
+            tally.logged += 1;
             true
         } else {
-            slot.suppressed += 1;
+            tally.suppressed += 1;
             false
         }
     }
@@ -150,13 +151,13 @@ impl<K: Hash + Eq> Limiter<K> {
     pub fn flush(&mut self, now: Instant, all: bool) -> Vec<Summary> {
         let mut out = std::mem::take(&mut self.ended);
         let window = self.window;
-        self.slots.retain(|_, slot| {
-            let over = now.saturating_duration_since(slot.start) >= window;
+        self.tallies.retain(|_, tally| {
+            let over = now.saturating_duration_since(tally.start) >= window;
             if over || all {
-                if let Some(s) = close(slot, now) {
+                if let Some(s) = close(tally, now) {
                     out.push(s);
                 }
-                slot.start = now;
+                tally.start = now;
             }
             // A window that has passed is done with: the key's next line
             // opens a new one, and a quiet key takes no memory.
@@ -166,16 +167,16 @@ impl<K: Hash + Eq> Limiter<K> {
     }
 }
 
-/// Ends `slot`'s window at `now`: its summary if lines were left out.
-fn close(slot: &mut Slot, now: Instant) -> Option<Summary> {
-    let s = (slot.suppressed > 0).then(|| Summary {
-        what: slot.what.clone(),
-        level: slot.level,
-        suppressed: slot.suppressed,
-        window: now.saturating_duration_since(slot.start),
+/// Ends `tally`'s window at `now`: its summary if lines were left out.
+fn close(tally: &mut Tally, now: Instant) -> Option<Summary> {
+    let s = (tally.suppressed > 0).then(|| Summary {
+        what: tally.what.clone(),
+        level: tally.level,
+        suppressed: tally.suppressed,
+        window: now.saturating_duration_since(tally.start),
     });
-    slot.logged = 0;
-    slot.suppressed = 0;
+    tally.logged = 0;
+    tally.suppressed = 0;
     s
 }
 
@@ -318,7 +319,7 @@ mod tests {
         assert_eq!((sums[0].what.as_str(), sums[0].level, sums[0].suppressed), ("a", Level::WARN, 3));
         // Quiet for a whole window: both keys forgotten (memory stays small).
         assert!(l.flush(t0 + s(20), false).is_empty());
-        assert!(l.slots.is_empty());
+        assert!(l.tallies.is_empty());
     }
 
     #[test]
