@@ -70,6 +70,12 @@ impl IkeSa {
         };
         tracing::info!(ike_sa = %self.id, child = %c.name,
             inbound_spi = format_args!("{:08x}", c.inbound_spi), ?reason, "CHILD_SA deleted");
+        self.announce_deleted(ctx, c, reason);
+    }
+
+    /// `ChildSaDeleted` for a Child SA that has left the list, if the
+    /// driver was told of it.
+    pub(crate) fn announce_deleted(&self, ctx: &mut Ctx<'_>, c: ChildSa, reason: Reason) {
         if c.announced {
             ctx.events.push_back(Event::ChildSaDeleted {
                 ike_sa: self.id,

@@ -497,18 +497,9 @@ impl IkeSa {
 
     /// Report every Child SA gone and release their SPIs.
     pub(crate) fn drop_children(&mut self, ctx: &mut Ctx<'_>, reason: Reason) {
-        for c in self.children.drain(..) {
+        for c in std::mem::take(&mut self.children) {
             ctx.spis.release(c.inbound_spi);
-            if c.announced {
-                ctx.events.push_back(Event::ChildSaDeleted {
-                    ike_sa: self.id,
-                    connection: self.conn.name.clone(),
-                    child: c.name,
-                    inbound_spi: c.inbound_spi,
-                    outbound_spi: c.outbound_spi,
-                    reason,
-                });
-            }
+            self.announce_deleted(ctx, c, reason);
         }
     }
 
