@@ -18,8 +18,8 @@
 //!   validation, and [`ike::IkeCipher`] for the Encrypted (SK) payload
 //!   (RFC 7296 §3.14, RFC 5282, RFC 7634).
 //! * [`rand`]: the [`Rng`] trait through which protocol crates receive
-//!   randomness (STYLE.md habit 1), split into public and secret fills the way
-//!   s2n-quic does, with an OS-backed [`SystemRng`] and a seeded
+//!   randomness (they never read the OS RNG themselves), split into public
+//!   and secret fills the way s2n-quic does, with an OS-backed [`SystemRng`] and a seeded
 //!   [`DeterministicRng`] for tests and simulations.
 //! * [`SecretBytes`]: key material we own is zeroized when dropped.
 //!

@@ -1,6 +1,6 @@
 //! Injected randomness.
 //!
-//! Protocol crates never call the OS RNG themselves (STYLE.md habit 1): they
+//! Protocol crates never call the OS RNG themselves: they
 //! take a `&mut dyn Rng`, so a test or a simulation can seed it and replay a
 //! run bit for bit. Following s2n-quic, the trait separates two kinds of
 //! output:
@@ -22,9 +22,9 @@
 use aws_lc_rs::digest;
 use zeroize::Zeroize;
 
-/// Randomness is injected (STYLE.md habit 1). Public fills are for values the
-/// peer sees (SPIs, nonces); secret fills for keys and for the secret behind
-/// COOKIEs.
+/// Randomness, injected: protocol code never reads the OS RNG. Public fills
+/// are for values the peer sees (SPIs, nonces); secret fills for keys and
+/// for the secret behind COOKIEs.
 pub trait Rng {
     /// Fill `buf` with unpredictable bytes that will be sent to the peer.
     fn fill_public(&mut self, buf: &mut [u8]);

@@ -6,15 +6,17 @@
 //! counter, no cache line shared with any other core — and otherwise on the
 //! fallback SA, whose sequence counter is a shared atomic, while raising one
 //! "acquire for worker k" so the IKE daemon negotiates the missing sub-SA.
-//! A flow is hashed to one TUN queue, hence one worker, hence one SA: it is
-//! never reordered by the switch from fallback to sub-SA beyond what a
-//! single in-order queue produces.
+//! A flow stays on one TUN queue (the TUN steering program keeps it
+//! there), hence one worker, hence one SA: it is never reordered by the
+//! switch from fallback to sub-SA beyond what a single in-order queue
+//! produces.
 //!
 //! The group is sharded: each worker holds its *own* `SaGroup` containing
 //! its copy of the fallback SA (sharing only the [`SharedSeq`]) and its own
 //! sub-SA. The control plane holds the complete picture (which worker has
 //! which sub-SA, and the inbound SAs, which may be more than the outbound
-//! ones when the peer has more cores, DESIGN.md "fewer local CPUs").
+//! ones: a peer with more cores than we have workers gives us more sub-SAs
+//! than we can send on, and we receive on them all).
 //!
 //! [`SharedSeq`]: crate::sa::SharedSeq
 

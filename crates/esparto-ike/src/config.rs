@@ -39,7 +39,8 @@ pub enum StartAction {
     Start,
 }
 
-/// How one side authenticates. Only pre-shared keys (RFC 7296 §2.15) for now.
+/// How one side authenticates: with a pre-shared key (RFC 7296 §2.15), the
+/// only method the engine implements.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthConfig {
     /// The identity (IDi/IDr). `None` for the local side means "our IKE

@@ -16,7 +16,7 @@
 //!
 //! SHA-1 here is a fingerprint fixed by the RFC, not a security primitive;
 //! `esparto-crypto` does not expose a bare hash, so this module calls
-//! aws-lc-rs's legacy SHA-1 directly (to move into the crypto crate).
+//! aws-lc-rs's SHA-1 (`SHA1_FOR_LEGACY_USE_ONLY`) directly.
 
 use aws_lc_rs::digest;
 use core::net::{IpAddr, SocketAddr};

@@ -12,9 +12,9 @@
 //! For recovery tests it can also be killed (`SIGKILL`, a crash) and
 //! started again with the same configuration.
 //!
-//! Children are either statically keyed (issue 3: SA pairs with SPIs and
-//! KEYMAT; [`StaticPair::mirrored`] gives the peer's view) or negotiated by
-//! IKE with a PSK (issue 4).
+//! Children are either statically keyed (SA pairs with SPIs and KEYMAT;
+//! [`StaticPair::mirrored`] gives the peer's view) or negotiated by IKE
+//! with a PSK.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;

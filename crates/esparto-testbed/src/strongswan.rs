@@ -16,7 +16,7 @@
 //! keeps the pid: the child we spawn *is* charon, which is the pid to signal
 //! and to account CPU to. Several instances run side by side this way.
 //!
-//! What `/work/shared/peers/strongswan.md` found, applied here: the plugin
+//! What charon 5.9.8 with `kernel-libipsec` needs to run here: the plugin
 //! `load` list puts `kernel-libipsec` before `kernel-netlink` (else charon
 //! tries kernel XFRM, errno 38) and lists `kdf`; `mobike = no`; libipsec
 //! always UDP-encapsulates ESP (RFC 3948) on port 4500; routes to the remote

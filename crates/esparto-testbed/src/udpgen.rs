@@ -15,13 +15,12 @@
 //!   segmentation offload switched off ([`super::topology`]): the kernel
 //!   cuts the burst into datagrams *in the sending host*, before its veth —
 //!   one skb per datagram on the "wire", each with its own IP ID and
-//!   checksum, exactly what one `sendmmsg` entry per datagram produced
+//!   checksum, exactly what one `sendmmsg` entry per datagram would produce
 //!   (tested: `tests/testbed_topology.rs` counts the packets arriving on
 //!   gw-west). What changes is the generator's own CPU per packet: one
 //!   socket send and one route lookup per burst instead of per datagram.
 //!   On these 2 CPUs every cycle the test equipment spends is taken from
-//!   the gateways, so a cheaper generator measures the gateways better
-//!   (`docs/BENCHMARKS.md` has the figures before and after);
+//!   the gateways, so a cheaper generator measures the gateways better;
 //! - receives with `recvmmsg` (GRO on, so the counter stays cheap should
 //!   the path coalesce) on a thread of its own;
 //! - tags every datagram with a 16-byte header — magic, trial number,

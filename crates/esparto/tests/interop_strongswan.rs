@@ -1,11 +1,11 @@
 //! Interoperability with strongSwan 5.9.8 (Debian, `kernel-libipsec`) as
-//! the peer (issue 4 item 4): Esparto as initiator and as responder, every
-//! IKE proposal × every ESP proposal of the issue's matrix; after each, the
-//! hosts ping both ways through the tunnel, and `esparto down` deletes the
-//! SAs on both sides.
+//! the peer: Esparto as initiator and as responder, every IKE proposal ×
+//! every ESP proposal of the matrix below (`IKE` × `ESP`); after each,
+//! the hosts ping both ways through the tunnel, and `esparto down` deletes
+//! the SAs on both sides.
 //!
-//! Issue 5 adds, for every case whose IKE or ESP proposal is the first of
-//! its list (so each proposal is exercised), a Child SA rekey and an IKE SA
+//! Every case whose IKE or ESP proposal is the first of its list (so each
+//! proposal is exercised) also has a Child SA rekey and an IKE SA
 //! rekey started by each side, with pings after each; and a per-CPU Esparto
 //! facing strongSwan (which has no RFC 9611) falls back to one SA pair with
 //! traffic still on every worker.

@@ -1,7 +1,7 @@
-//! Bad input against a running `esparto run` (issue 3, "Bad input"):
-//! a forged ICV, a replayed packet and an unknown SPI are dropped and
-//! counted, and so is an authentic dummy packet (RFC 4303 §2.6, `dummy`); a burst of random UDP garbage on port 4500 neither crashes nor
-//! stalls the daemon; an inner packet too big for the tunnel is answered
+//! Bad input against a running `esparto run`: a forged ICV, a replayed
+//! packet and an unknown SPI are dropped and counted, and so is an
+//! authentic dummy packet (RFC 4303 §2.6, `dummy`); a burst of random UDP
+//! garbage on port 4500 neither crashes nor stalls the daemon; an inner packet too big for the tunnel is answered
 //! with ICMP "fragmentation needed" / ICMPv6 "packet too big" through the TUN.
 //!
 //! The forged packets are built in this process with the test's own copy of

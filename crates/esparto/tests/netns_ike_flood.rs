@@ -1,6 +1,6 @@
 //! A flood of IKE_SA_INIT requests from forged addresses against a real
 //! Esparto responder, while a legitimate tunnel comes up through it and
-//! stays up (RFC 7296 §2.6, issue 5 item 3). Needs root: SKIP otherwise.
+//! stays up (RFC 7296 §2.6). Needs root: SKIP otherwise.
 //!
 //! ```text
 //!  host-west ── gw-west ══ wan ══ gw-east ── host-east
@@ -47,8 +47,7 @@
 //! In both, the responder's resident memory (`VmHWM` at the end, `VmRSS`
 //! sampled) must stay within its idle size + 64 MiB, and its log must grow
 //! by a bounded number of lines: the lines a flood causes are limited per
-//! kind (`esparto::daemon::log_limit`), where there used to be one per
-//! request.
+//! kind (`esparto::daemon::log_limit`), not one per request.
 //!
 //! Besides what the flooder saw, each run prints the namespaces' UDP
 //! counters (`/proc/net/snmp`: datagrams in, drops at a full receive

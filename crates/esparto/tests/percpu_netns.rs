@@ -1,5 +1,5 @@
 //! Per-CPU Child SAs (RFC 9611) and lossless rekeying between two Esparto
-//! daemons in the standard topology (issue 5, tests):
+//! daemons in the standard topology:
 //!
 //! - asymmetric worker counts: a 4-worker gateway negotiates a sub-SA per
 //!   worker (eager); the 2-worker peer accepts all four inbound, sends on two

@@ -20,7 +20,7 @@
 //!    `count-alloc` build, [`heap`]), retransmissions, drops and failures,
 //!    which must all be zero.
 //! 2. **SPI cost** ([`micro`]): nanoseconds per unpredictable IKE SPI and
-//!    per steering ESP SPI (issue 4 item 2).
+//!    per steering ESP SPI.
 //! 3. **Config load scaling** ([`config_load`]): generated hub
 //!    configurations of 1,000 … 10,000 connections, loaded and added to an
 //!    IKE endpoint; time per connection for each size, which must stay flat.

@@ -8,7 +8,7 @@
 //! the engine's calls, and the engine's results into datagrams, packets for
 //! the TUN, events and statistics for the control thread. In the engine
 //! it would make the sans-IO crate depend on the syscall crate; in the I/O
-//! crate it made the packet path run io → esp → io. The daemon is its one
+//! crate it would make the packet path run io → esp → io. The daemon is its one
 //! user. The rule that steers inbound ESP to the worker holding its SA
 //! lives here too ([`steering`]): the I/O layer runs a steering program
 //! built from where this module says the SPI lies.

@@ -1,9 +1,9 @@
 //! Micro-measurements that put the tunnel rate in context: what an
 //! unpredictable SPI costs, and the X25519 ceiling.
 //!
-//! **SPIs** (issue 4 item 2, and the Linux thread on keyed-hash sequence
-//! numbers in `seeds/003`: unpredictable numbers must stay cheap at tens of
-//! thousands of connections per second). Each side of a tunnel draws one
+//! **SPIs**: unpredictable numbers must stay cheap at tens of thousands of
+//! tunnels per second (as TCP's keyed-hash initial sequence numbers must
+//! at tens of thousands of connections per second). Each side of a tunnel draws one
 //! IKE SPI — eight bytes from the system CSPRNG, redrawn while zero or
 //! taken (RFC 7296 §2.6, the engine's `spi::ike_spi`, repeated here because
 //! it is crate-private) — and one inbound ESP SPI from the allocator the

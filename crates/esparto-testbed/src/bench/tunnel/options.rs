@@ -82,8 +82,9 @@ pub struct Options {
     /// gw-east's workers pinned to gw-west's CPUs shifted by one
     /// ([`crate::esparto::shifted_cpus`]), so that no flow has
     /// both its ends on one CPU, as on two machines. Off: both gateways pin
-    /// worker *k* to CPU *k*, and each flow's two ends share a CPU (every
-    /// run before 2026-11-22; absent from their JSON, hence the default).
+    /// worker *k* to CPU *k*, and each flow's two ends share a CPU (what a
+    /// result file without this field was measured with, hence the
+    /// `serde` default).
     #[serde(default)]
     pub east_cpus_shifted: bool,
 }
@@ -265,7 +266,7 @@ pub struct Args {
     /// LAN links with veth's defaults instead: one queue, no GRO, so every UDP packet reaches the TUN alone.
     #[arg(long)]
     pub no_lan_gro: bool,
-    /// Pin gw-east's worker k to the same CPU as gw-west's worker k, so that each flow's two ends share a CPU (the placement of every run before 2026-11-22). The default shifts gw-east's CPUs by one: a flow's two ends on different CPUs, as on two machines.
+    /// Pin gw-east's worker k to the same CPU as gw-west's worker k, so that each flow's two ends share a CPU. The default shifts gw-east's CPUs by one: a flow's two ends on different CPUs, as on two machines.
     #[arg(long)]
     pub same_cpus: bool,
     /// Repeat the whole run N times, then summarise each ratio: every run's value, the median, and how many runs reach the target.

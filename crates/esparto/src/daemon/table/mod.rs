@@ -430,14 +430,14 @@ impl Table {
     }
 
     /// Removes a connection with its children and whatever IKE SA records
-    /// are left (the engine deletes the IKE SAs themselves): what a
-    /// configuration reload does to a connection it drops, in the time of
-    /// its children.
+    /// are left (the engine deletes the IKE SAs themselves), in the time of
+    /// its children: what a configuration reload would do to a connection
+    /// it drops.
     #[cfg_attr(
         not(test),
         expect(
             dead_code,
-            reason = "configuration reload is not built yet; tests and the benchmark use it"
+            reason = "the daemon has no configuration reload; tests and the benchmark call it"
         )
     )]
     pub(crate) fn remove_conn(&mut self, conn: ConnId) {
