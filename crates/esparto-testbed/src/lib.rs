@@ -1,8 +1,8 @@
 //! The test bed: two gateways between two hosts in network namespaces, the
 //! traffic that crosses them, and the measurements taken on the way.
 //!
-//! The demo (`make demo`), the end-to-end benchmark (`esparto bench
-//! tunnel`), the netns tests and the strongSwan interop tests all use this
+//! The demo (`make demo`), the end-to-end benchmark (`esparto-testbed
+//! bench tunnel`), the netns tests and the strongSwan interop tests all use this
 //! one library, so that a figure printed by the benchmark and a check made
 //! by a test stand on the same topology and the same generators:
 //!
