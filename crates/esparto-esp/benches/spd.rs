@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use esparto_esp::{Action, FlowKey, IpRange, Policy, PolicyId, Spd, Selector};
+use esparto_esp::{Action, FlowKey, IpRange, Policy, PolicyId, Selector, Spd};
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))

@@ -47,7 +47,7 @@ pub use sa::{
     TAILROOM, max_inner_len, next_header_for, outer_overhead,
 };
 pub use sad::{Sad, SpiHasher};
-pub use selector::{Family, IpRange, SelectorError, Selector, addr_bits};
+pub use selector::{Family, IpRange, Selector, SelectorError, addr_bits};
 pub use seqlimit::SeqLimit;
 pub use spd::{Action, FlowKey, GroupId, Policy, PolicyId, Spd};
 pub use worker::{Command, Direction, Encapsulated, Event, MAX_PENDING_EVENTS, SaStats, Worker, WorkerStats};

@@ -108,7 +108,10 @@ impl Connections {
 
     /// Connections whose remote identity accepts `peer`
     /// ([`ConnectionConfig::accepts_remote_id`]), in configuration order.
-    pub(crate) fn for_remote_id(&self, peer: &Identity) -> impl Iterator<Item = &Arc<ConnectionConfig>> {
+    pub(crate) fn for_remote_id(
+        &self,
+        peer: &Identity,
+    ) -> impl Iterator<Item = &Arc<ConnectionConfig>> {
         // `%any` from the wire cannot happen; as a query it matches only
         // the wildcards, as `matches` does.
         let specific = if peer.is_any() {
@@ -174,7 +177,8 @@ mod tests {
     /// A connection from indexes into `ADDRS`/`IDS` (None: no remote id).
     fn conn(n: usize, local: &[usize], remote: &[usize], id: Option<usize>) -> ConnectionConfig {
         let ip = |i: &usize| ADDRS[*i].parse::<IpAddr>().unwrap();
-        let mut c = ConnectionConfig::new(&format!("c{n}"), "aes256gcm16-prfsha256-x25519").unwrap();
+        let mut c =
+            ConnectionConfig::new(&format!("c{n}"), "aes256gcm16-prfsha256-x25519").unwrap();
         c.local_addrs = local.iter().map(ip).collect();
         c.remote_addrs = remote.iter().map(ip).collect();
         c.remote.id = id.map(|i| Identity::parse(IDS[i]).unwrap());

@@ -162,7 +162,8 @@ mod tests {
 
     /// A steering rule by residue, as the data plane's: `spi % workers`.
     fn by_residue(random: u32, resource: usize, resources: usize) -> Option<u32> {
-        let (n, k) = (u32::try_from(resources).ok()?, u32::try_from(resource).ok()?);
+        let n = u32::try_from(resources).ok()?;
+        let k = u32::try_from(resource).ok()?;
         (k < n).then(|| random - random % n + k)
     }
 

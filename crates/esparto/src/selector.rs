@@ -31,7 +31,12 @@ pub(crate) fn to_esp(ts: &TrafficSelector) -> Selector {
         // in order; fall back to the start host rather than panic.
         IpRange::host(ts.start)
     });
-    Selector { addrs, proto: ts.protocol, port_start: ts.start_port, port_end: ts.end_port }
+    Selector {
+        addrs,
+        proto: ts.protocol,
+        port_start: ts.start_port,
+        port_end: ts.end_port,
+    }
 }
 
 #[cfg(test)]
@@ -41,7 +46,12 @@ mod tests {
 
     #[test]
     fn both_ways_lose_nothing() {
-        for s in ["10.1.0.0/16[tcp/443]", "fd00::/64[udp/500-600]", "192.0.2.1-192.0.2.9", "0.0.0.0/0"] {
+        for s in [
+            "10.1.0.0/16[tcp/443]",
+            "fd00::/64[udp/500-600]",
+            "192.0.2.1-192.0.2.9",
+            "0.0.0.0/0",
+        ] {
             let esp: Selector = s.parse().unwrap();
             let ike = to_ike(&esp);
             assert_eq!(to_esp(&ike), esp, "{s}");

@@ -77,7 +77,9 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 /// A genuine IKE_SA_INIT request and where its nonce lies.
 fn ike_template() -> (Vec<u8>, usize, usize) {
-    use esparto_ike::{ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, RandomSpiAllocator};
+    use esparto_ike::{
+        ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, RandomSpiAllocator,
+    };
     let mut i = Endpoint::new(
         EndpointConfig::default(),
         Box::new(esparto_crypto::DeterministicRng::new(7)),

@@ -247,7 +247,9 @@ fn established(s: &[IkeSaStatus]) -> Option<&IkeSaStatus> {
 /// A genuine IKE_SA_INIT (the proposal the east gateway accepts) and
 /// where its nonce sits, so each copy gets its own SPIi and nonce.
 fn template() -> (Vec<u8>, usize, usize) {
-    use esparto_ike::{ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, RandomSpiAllocator};
+    use esparto_ike::{
+        ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, RandomSpiAllocator,
+    };
     let mut i = Endpoint::new(
         EndpointConfig::default(),
         Box::new(esparto_crypto::DeterministicRng::new(1)),

@@ -38,7 +38,9 @@
 //! connection and identity pair (`sa_index.rs`). SAs are boxed in the
 //! table (see the memory table in the crate documentation).
 
-use crate::config::{ConfigError, ConnectionConfig, EndpointConfig, PerCpuSas, Secrets, StartAction};
+use crate::config::{
+    ConfigError, ConnectionConfig, EndpointConfig, PerCpuSas, Secrets, StartAction,
+};
 use crate::connections::Connections;
 use crate::ctx::{Action, Ctx};
 use crate::event::{Event, IkeSaId, Transmit};

@@ -56,12 +56,7 @@ pub(crate) struct ChildSeen {
 }
 
 /// Would one packet match both (local, remote) pairs?
-fn pairs_overlap(
-    l1: &Selector,
-    r1: &Selector,
-    l2: &Selector,
-    r2: &Selector,
-) -> bool {
+fn pairs_overlap(l1: &Selector, r1: &Selector, l2: &Selector, r2: &Selector) -> bool {
     let (Some(l), Some(r)) = (l1.intersect(l2), r1.intersect(r2)) else {
         return false;
     };

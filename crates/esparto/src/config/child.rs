@@ -29,7 +29,9 @@ use super::error::KeyPath;
 use super::model::{Child, PerCpuSas, StaticSas};
 use super::static_sas;
 use super::tree::{Cx, Field, Kind, Node};
-use super::value::{fmt_duration, parse_esp_proposal, parse_selector, resolve_selector, static_suite};
+use super::value::{
+    fmt_duration, parse_esp_proposal, parse_selector, resolve_selector, static_suite,
+};
 
 /// ESP proposals of an IKE child that does not list any (the AEADs Esparto
 /// implements, fastest first on AES-NI machines).

@@ -168,7 +168,10 @@ pub(crate) fn parse_selector(s: &str) -> Result<TsConfig, String> {
 
 /// The selector the SPD will hold: `dynamic` resolved against `addr` (the
 /// IKE address of its side), `None` while that is unknown.
-pub(crate) fn resolve_selector(s: &TsConfig, addr: Option<IpAddr>) -> Option<esparto_esp::Selector> {
+pub(crate) fn resolve_selector(
+    s: &TsConfig,
+    addr: Option<IpAddr>,
+) -> Option<esparto_esp::Selector> {
     match s {
         TsConfig::Fixed(t) => Some(crate::selector::to_esp(t)),
         TsConfig::Dynamic { .. } => addr.map(|a| crate::selector::to_esp(&s.resolve(a))),

@@ -31,7 +31,8 @@ fn side(seed: u64, initiator: bool) -> Endpoint {
         } else {
             (hub.clone(), spoke_id(i))
         };
-        let mut c = ConnectionConfig::new(&format!("spoke{i}"), "aes256gcm16-prfsha256-x25519").unwrap();
+        let mut c =
+            ConnectionConfig::new(&format!("spoke{i}"), "aes256gcm16-prfsha256-x25519").unwrap();
         c.local_addrs = vec![local.parse().unwrap()];
         c.remote_addrs = vec![remote.parse().unwrap()];
         c.local.id = Some(me);

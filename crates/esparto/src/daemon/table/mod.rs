@@ -63,7 +63,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use esparto_esp::{Action, Command, GroupId, Policy, PolicyId, SpiHasher, Selector};
+use esparto_esp::{Action, Command, GroupId, Policy, PolicyId, Selector, SpiHasher};
 use esparto_ike::IkeSaId;
 use slab::Slab;
 
