@@ -65,7 +65,7 @@ impl Harness {
         for e in self.table.take_effects() {
             match e {
                 Effect::Worker(k, cmd) => self.workers[usize::from(k)].apply(cmd),
-                Effect::Routes(_) => self.routes += 1,
+                Effect::Routes { .. } => self.routes += 1,
             }
         }
     }
