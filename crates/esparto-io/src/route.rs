@@ -316,14 +316,20 @@ impl Rtnetlink {
             .collect())
     }
 
-    /// The route the kernel would give a packet to `dst` carrying firewall
-    /// mark `mark`, through every policy rule (`ip route get DST mark M`);
-    /// `Ok(None)` if it has none (unreachable).
-    pub fn route_get(&mut self, dst: IpAddr, mark: u32) -> io::Result<Option<RouteEntry>> {
+    /// The route the kernel would give a packet from `src` (one of the
+    /// host's addresses, or `None`: not chosen yet) to `dst` carrying
+    /// firewall mark `mark`, through every policy rule (`ip route get DST
+    /// from SRC mark M`); `Ok(None)` if it has none (unreachable).
+    pub fn route_get(&mut self, dst: IpAddr, src: Option<IpAddr>, mark: u32) -> io::Result<Option<RouteEntry>> {
         let mut m = RouteMessage::default();
+        let full = if dst.is_ipv6() { 128 } else { 32 };
         m.header.address_family = if dst.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
-        m.header.destination_prefix_length = if dst.is_ipv6() { 128 } else { 32 };
+        m.header.destination_prefix_length = full;
         m.attributes.push(RouteAttribute::Destination(RouteAddress::from(dst)));
+        if let Some(src) = src.filter(|s| s.is_ipv6() == dst.is_ipv6() && !s.is_unspecified()) {
+            m.header.source_prefix_length = full;
+            m.attributes.push(RouteAttribute::Source(RouteAddress::from(src)));
+        }
         if mark != 0 {
             m.attributes.push(RouteAttribute::Mark(mark));
         }
@@ -480,7 +486,7 @@ mod tests {
         let (via, none) = ns
             .run(|| {
                 let mut nl = Rtnetlink::open().unwrap();
-                (nl.route_get(p("192.0.2.7"), 0xdc).unwrap(), nl.route_get(p("198.51.100.1"), 0).unwrap())
+                (nl.route_get(p("192.0.2.7"), Some(p("192.0.2.1")), 0xdc).unwrap(), nl.route_get(p("198.51.100.1"), None, 0).unwrap())
             })
             .unwrap();
         assert_eq!(via.and_then(|e| e.oif), names.iter().find(|(_, n)| *n == "d1").map(|(i, _)| *i));

@@ -442,10 +442,12 @@ impl TunnelRouting {
         first.map_or(Ok(()), Err)
     }
 
-    /// Where the daemon's own (marked) packets to `peer` go. An error if
-    /// into the tunnel device: the peer would be unreachable.
-    pub fn check_peer(&mut self, peer: IpAddr) -> Result<PeerPath, RoutingError> {
-        let got = self.nl.route_get(peer, self.cfg.mark).map_err(netlink(format!("look up the route to peer {peer}")))?;
+    /// Where the daemon's own (marked) packets from `src` (its sockets'
+    /// address; `None`: the wildcard) to `peer` go. An error if into the
+    /// tunnel device: the peer would be unreachable.
+    pub fn check_peer(&mut self, peer: IpAddr, src: Option<IpAddr>) -> Result<PeerPath, RoutingError> {
+        let got =
+            self.nl.route_get(peer, src, self.cfg.mark).map_err(netlink(format!("look up the route to peer {peer}")))?;
         let Some(e) = got else { return Ok(PeerPath::Unreachable) };
         let names = self.nl.link_names().unwrap_or_default();
         if let (Some(oif), Some((dev, ifindex))) = (e.oif, &self.dev) {
@@ -695,17 +697,17 @@ mod tests {
         };
         assert!(get("0xdc").contains("dev wan0"), "{}", get("0xdc"));
         assert!(get("0").contains("dev tun0"), "{}", get("0"));
-        let path = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap())).unwrap().unwrap();
+        let path = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok())).unwrap().unwrap();
         assert_eq!(path, PeerPath::Via("wan0".into()));
 
         // Someone routes the peer into the tunnel device in the main table:
         // refused, naming the route.
         ns.ip(&["route", "add", "198.51.100.1/32", "dev", "tun0"]).unwrap();
-        let e = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap())).unwrap().unwrap_err();
+        let e = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok())).unwrap().unwrap_err();
         assert!(e.to_string().contains("peer 198.51.100.1 would be routed into tun0"), "{e}");
         ns.ip(&["route", "del", "198.51.100.1/32", "dev", "tun0"]).unwrap();
         ns.ip(&["route", "del", "default", "dev", "wan0"]).unwrap();
-        let none = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap())).unwrap().unwrap();
+        let none = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok())).unwrap().unwrap();
         assert_eq!(none, PeerPath::Unreachable);
         ns.ip(&["route", "add", "default", "dev", "wan0"]).unwrap();
 

@@ -246,7 +246,8 @@ impl Gateway {
     fn check_peers(&mut self, cfg: &Config) -> Result<()> {
         for conn in &cfg.connections {
             for peer in &conn.remote_addrs {
-                match self.routing.check_peer(*peer).with_context(|| format!("connection {}", conn.name))? {
+                let src = Some(self.bind.ip()).filter(|a| !a.is_unspecified());
+                match self.routing.check_peer(*peer, src).with_context(|| format!("connection {}", conn.name))? {
                     PeerPath::Via(dev) => info!(connection = %conn.name, %peer, %dev, "peer reached outside the tunnel"),
                     PeerPath::Unreachable => {
                         warn!(connection = %conn.name, %peer, "no route to the peer yet (the host has none); IKE and ESP to it fail until there is one")
