@@ -16,7 +16,9 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::netlink::{Rtnetlink, errno};
@@ -33,9 +35,17 @@ pub fn range_to_prefixes(start: IpAddr, end: IpAddr) -> Vec<(IpAddr, u8)> {
     let mut cur = s;
     while cur <= e {
         // The largest aligned block starting at `cur` that stays within `e`.
-        let mut host_bits = if cur == 0 { width } else { cur.trailing_zeros().min(width) };
+        let mut host_bits = if cur == 0 {
+            width
+        } else {
+            cur.trailing_zeros().min(width)
+        };
         while host_bits > 0 {
-            let last = if host_bits == 128 { u128::MAX } else { cur | ((1u128 << host_bits) - 1) };
+            let last = if host_bits == 128 {
+                u128::MAX
+            } else {
+                cur | ((1u128 << host_bits) - 1)
+            };
             if last <= e {
                 break;
             }
@@ -47,7 +57,11 @@ pub fn range_to_prefixes(start: IpAddr, end: IpAddr) -> Vec<(IpAddr, u8)> {
             IpAddr::V6(std::net::Ipv6Addr::from(cur))
         };
         out.push((addr, (width - host_bits) as u8));
-        let size_minus_one = if host_bits == 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+        let size_minus_one = if host_bits == 128 {
+            u128::MAX
+        } else {
+            (1u128 << host_bits) - 1
+        };
         match cur.checked_add(size_minus_one).and_then(|l| l.checked_add(1)) {
             Some(next) => cur = next,
             None => break,
@@ -59,7 +73,9 @@ pub fn range_to_prefixes(start: IpAddr, end: IpAddr) -> Vec<(IpAddr, u8)> {
 /// Whether `addr` lies in the prefix `net/len` (of its family).
 pub fn prefix_contains(net: IpAddr, len: u8, addr: IpAddr) -> bool {
     match (net, addr) {
-        (IpAddr::V4(n), IpAddr::V4(a)) => masked(u128::from(u32::from(n)), len, 32) == masked(u128::from(u32::from(a)), len, 32),
+        (IpAddr::V4(n), IpAddr::V4(a)) => {
+            masked(u128::from(u32::from(n)), len, 32) == masked(u128::from(u32::from(a)), len, 32)
+        }
         (IpAddr::V6(n), IpAddr::V6(a)) => masked(u128::from(n), len, 128) == masked(u128::from(a), len, 128),
         _ => false,
     }
@@ -113,7 +129,11 @@ impl Route {
         let v6 = self.dst.is_ipv6();
         m.header.address_family = if v6 { AddressFamily::Inet6 } else { AddressFamily::Inet };
         m.header.destination_prefix_length = self.prefix_len;
-        m.header.table = if self.table <= MAX_HEADER_TABLE { self.table as u8 } else { RouteHeader::RT_TABLE_UNSPEC };
+        m.header.table = if self.table <= MAX_HEADER_TABLE {
+            self.table as u8
+        } else {
+            RouteHeader::RT_TABLE_UNSPEC
+        };
         // A delete leaves type and (IPv4) scope unspecified, so that it
         // matches whatever became of the route; device, table and
         // protocol still must match.
@@ -125,7 +145,8 @@ impl Route {
             (false, false) => RouteScope::Link,
         };
         if self.prefix_len > 0 {
-            m.attributes.push(RouteAttribute::Destination(RouteAddress::from(self.dst)));
+            m.attributes
+                .push(RouteAttribute::Destination(RouteAddress::from(self.dst)));
         }
         m.attributes.push(RouteAttribute::Oif(self.ifindex));
         m.attributes.push(RouteAttribute::Table(self.table));
@@ -135,7 +156,11 @@ impl Route {
 
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{} dev #{} table {} proto {}", self.dst, self.prefix_len, self.ifindex, self.table, self.protocol)
+        write!(
+            f,
+            "{}/{} dev #{} table {} proto {}",
+            self.dst, self.prefix_len, self.ifindex, self.table, self.protocol
+        )
     }
 }
 
@@ -296,7 +321,10 @@ impl Rtnetlink {
     /// Adds `route`, replacing any route for the same prefix in its table
     /// (`ip route replace`).
     pub fn replace_route(&mut self, route: &Route) -> io::Result<()> {
-        self.request(RouteNetlinkMessage::NewRoute(route.message(false)), NLM_F_CREATE | NLM_F_REPLACE)
+        self.request(
+            RouteNetlinkMessage::NewRoute(route.message(false)),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
     }
 
     /// Deletes `route` (`ip route del`): `ESRCH` if there is no such route.
@@ -323,7 +351,11 @@ impl Rtnetlink {
     pub fn route_get(&mut self, dst: IpAddr, src: Option<IpAddr>, mark: u32) -> io::Result<Option<RouteEntry>> {
         let mut m = RouteMessage::default();
         let full = if dst.is_ipv6() { 128 } else { 32 };
-        m.header.address_family = if dst.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
+        m.header.address_family = if dst.is_ipv6() {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
         m.header.destination_prefix_length = full;
         m.attributes.push(RouteAttribute::Destination(RouteAddress::from(dst)));
         if let Some(src) = src.filter(|s| s.is_ipv6() == dst.is_ipv6() && !s.is_unspecified()) {
@@ -401,14 +433,26 @@ mod tests {
 
     #[test]
     fn prefixes_cover_ranges_exactly() {
-        assert_eq!(range_to_prefixes(p("10.1.0.0"), p("10.1.255.255")), vec![(p("10.1.0.0"), 16)]);
-        assert_eq!(range_to_prefixes(p("0.0.0.0"), p("255.255.255.255")), vec![(p("0.0.0.0"), 0)]);
-        assert_eq!(range_to_prefixes(p("::"), p("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")), vec![(p("::"), 0)]);
+        assert_eq!(
+            range_to_prefixes(p("10.1.0.0"), p("10.1.255.255")),
+            vec![(p("10.1.0.0"), 16)]
+        );
+        assert_eq!(
+            range_to_prefixes(p("0.0.0.0"), p("255.255.255.255")),
+            vec![(p("0.0.0.0"), 0)]
+        );
+        assert_eq!(
+            range_to_prefixes(p("::"), p("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")),
+            vec![(p("::"), 0)]
+        );
         assert_eq!(
             range_to_prefixes(p("10.0.0.3"), p("10.0.0.9")),
             vec![(p("10.0.0.3"), 32), (p("10.0.0.4"), 30), (p("10.0.0.8"), 31)]
         );
-        assert_eq!(range_to_prefixes(p("10.0.0.9"), p("10.0.0.9")), vec![(p("10.0.0.9"), 32)]);
+        assert_eq!(
+            range_to_prefixes(p("10.0.0.9"), p("10.0.0.9")),
+            vec![(p("10.0.0.9"), 32)]
+        );
         assert!(range_to_prefixes(p("10.0.0.9"), p("::1")).is_empty());
     }
 
@@ -420,7 +464,9 @@ mod tests {
         assert!(prefix_contains(p("::"), 0, p("2001:db8::1")));
         assert!(!prefix_contains(p("::"), 0, p("10.0.0.1")), "families never mix");
         assert!(prefix_contains(p("fd00:1::"), 64, p("fd00:1::10")));
-        assert!(prefix_contains(p("192.0.2.1"), 32, p("192.0.2.1")) && !prefix_contains(p("192.0.2.1"), 32, p("192.0.2.2")));
+        assert!(
+            prefix_contains(p("192.0.2.1"), 32, p("192.0.2.1")) && !prefix_contains(p("192.0.2.1"), 32, p("192.0.2.2"))
+        );
         assert!(prefix_within((p("10.1.2.0"), 24), (p("10.1.0.0"), 16)));
         assert!(prefix_within((p("10.1.0.0"), 16), (p("10.1.0.0"), 16)));
         assert!(!prefix_within((p("10.1.0.0"), 16), (p("10.1.2.0"), 24)));
@@ -445,7 +491,8 @@ mod tests {
         let ns = Netns::new("route").unwrap();
         // veth pairs inside the namespace (the dummy driver may be absent).
         for (d, peer) in [("d0", "p0"), ("d1", "p1")] {
-            ns.ip(&["link", "add", d, "type", "veth", "peer", "name", peer]).unwrap();
+            ns.ip(&["link", "add", d, "type", "veth", "peer", "name", peer])
+                .unwrap();
             ns.ip(&["link", "set", d, "up"]).unwrap();
             ns.ip(&["link", "set", peer, "up"]).unwrap();
         }
@@ -458,8 +505,20 @@ mod tests {
             })
             .unwrap();
         assert_eq!(names.get(&d0).map(String::as_str), Some("d0"));
-        let r4 = Route { dst: p("10.9.0.0"), prefix_len: 24, ifindex: d0, table: 1000, protocol: 229 };
-        let r6 = Route { dst: p("::"), prefix_len: 0, ifindex: d0, table: 1000, protocol: 229 };
+        let r4 = Route {
+            dst: p("10.9.0.0"),
+            prefix_len: 24,
+            ifindex: d0,
+            table: 1000,
+            protocol: 229,
+        };
+        let r6 = Route {
+            dst: p("::"),
+            prefix_len: 0,
+            ifindex: d0,
+            table: 1000,
+            protocol: 229,
+        };
         let entries = ns
             .run(|| {
                 let mut nl = Rtnetlink::open().unwrap();
@@ -475,21 +534,36 @@ mod tests {
         assert!(!ip_routes(&ns, "-4", "main").contains("10.9.0.0"));
         let ours: Vec<&RouteEntry> = entries.iter().filter(|e| e.table == 1000).collect();
         assert_eq!(ours.len(), 2, "{ours:?}");
-        assert!(ours.iter().all(|e| e.protocol == 229 && e.oif == Some(d0) && e.kind == RouteKind::Unicast));
-        let bh = entries.iter().find(|e| e.prefix_len == 16 && e.table == MAIN_TABLE).unwrap();
+        assert!(
+            ours.iter()
+                .all(|e| e.protocol == 229 && e.oif == Some(d0) && e.kind == RouteKind::Unicast)
+        );
+        let bh = entries
+            .iter()
+            .find(|e| e.prefix_len == 16 && e.table == MAIN_TABLE)
+            .unwrap();
         assert_eq!(bh.kind, RouteKind::Blackhole);
         assert_eq!(bh.describe(&names), "blackhole 10.66.0.0/16 proto boot");
-        let link = entries.iter().find(|e| e.dst == p("192.0.2.0") && e.table == MAIN_TABLE).unwrap();
+        let link = entries
+            .iter()
+            .find(|e| e.dst == p("192.0.2.0") && e.table == MAIN_TABLE)
+            .unwrap();
         assert_eq!(link.describe(&names), "192.0.2.0/24 dev d1 proto kernel");
 
         // `ip route get`: the main table's answer, through the rules.
         let (via, none) = ns
             .run(|| {
                 let mut nl = Rtnetlink::open().unwrap();
-                (nl.route_get(p("192.0.2.7"), Some(p("192.0.2.1")), 0xdc).unwrap(), nl.route_get(p("198.51.100.1"), None, 0).unwrap())
+                (
+                    nl.route_get(p("192.0.2.7"), Some(p("192.0.2.1")), 0xdc).unwrap(),
+                    nl.route_get(p("198.51.100.1"), None, 0).unwrap(),
+                )
             })
             .unwrap();
-        assert_eq!(via.and_then(|e| e.oif), names.iter().find(|(_, n)| *n == "d1").map(|(i, _)| *i));
+        assert_eq!(
+            via.and_then(|e| e.oif),
+            names.iter().find(|(_, n)| *n == "d1").map(|(i, _)| *i)
+        );
         assert!(none.is_none(), "no default route: unreachable");
 
         // Deleting: exactly ours; twice is "gone".
@@ -506,13 +580,20 @@ mod tests {
         assert!(ip_routes(&ns, "-4", "main").contains("blackhole 10.66.0.0/16"));
 
         // Errors carry the errno: a device that is down takes no route.
-        ns.ip(&["link", "add", "down0", "type", "veth", "peer", "name", "pdown0"]).unwrap();
+        ns.ip(&["link", "add", "down0", "type", "veth", "peer", "name", "pdown0"])
+            .unwrap();
         let e = ns
             .run(|| {
                 let mut nl = Rtnetlink::open().unwrap();
                 let i = nl.link_index("down0").unwrap();
-                nl.replace_route(&Route { dst: p("10.7.0.0"), prefix_len: 24, ifindex: i, table: 1000, protocol: 229 })
-                    .unwrap_err()
+                nl.replace_route(&Route {
+                    dst: p("10.7.0.0"),
+                    prefix_len: 24,
+                    ifindex: i,
+                    table: 1000,
+                    protocol: 229,
+                })
+                .unwrap_err()
             })
             .unwrap();
         assert_eq!(errno(&e), Some(libc::ENETDOWN), "{e}");

@@ -127,7 +127,13 @@ impl RoutingConfig {
 
     /// The route of `dst` into device `ifindex`, in the table.
     pub fn route(&self, dst: Prefix, ifindex: u32) -> Route {
-        Route { dst: dst.0, prefix_len: dst.1, ifindex, table: self.table, protocol: PROTOCOL }
+        Route {
+            dst: dst.0,
+            prefix_len: dst.1,
+            ifindex,
+            table: self.table,
+            protocol: PROTOCOL,
+        }
     }
 
     /// Sorts what the host holds that concerns this configuration: leftovers
@@ -231,7 +237,10 @@ impl fmt::Display for RoutingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RoutingError::Conflicts(c) => {
-                write!(f, "the routing table or rule priorities are in use, nothing was changed:")?;
+                write!(
+                    f,
+                    "the routing table or rule priorities are in use, nothing was changed:"
+                )?;
                 for line in c {
                     write!(f, "\n  {line}")?;
                 }
@@ -323,26 +332,43 @@ impl TunnelRouting {
         let survey = cfg.survey(&rules, &routes);
         if !survey.conflicts.is_empty() {
             let names = nl.link_names().unwrap_or_default();
-            return Err(RoutingError::Conflicts(survey.conflicts.iter().map(|c| c.describe(&cfg, &names)).collect()));
+            return Err(RoutingError::Conflicts(
+                survey.conflicts.iter().map(|c| c.describe(&cfg, &names)).collect(),
+            ));
         }
+        let mut cleaned = Cleaned::default();
         for r in &survey.leftover_rules {
             match nl.delete_rule(r) {
-                Ok(()) => {}
+                Ok(()) => cleaned.rules += 1,
                 Err(e) if already_gone(&e) => {}
                 Err(e) => return Err(netlink(format!("remove the leftover rule '{r}'"))(e)),
             }
         }
         for e in &survey.leftover_routes {
+            // Esparto's routes always name their device.
             let Some(oif) = e.oif else { continue };
-            let r = Route { dst: e.dst, prefix_len: e.prefix_len, ifindex: oif, table: e.table, protocol: PROTOCOL };
+            let r = Route {
+                dst: e.dst,
+                prefix_len: e.prefix_len,
+                ifindex: oif,
+                table: e.table,
+                protocol: PROTOCOL,
+            };
             match nl.delete_route(&r) {
-                Ok(()) => {}
+                Ok(()) => cleaned.routes += 1,
                 Err(err) if already_gone(&err) => {}
                 Err(err) => return Err(netlink(format!("remove the leftover route {r}"))(err)),
             }
         }
-        let cleaned = Cleaned { rules: survey.leftover_rules.len(), routes: survey.leftover_routes.len() };
-        let me = Self { nl, cfg, dev: None, rules: Vec::new(), base: [false; 2], sources: Vec::new(), routes: BTreeSet::new() };
+        let me = Self {
+            nl,
+            cfg,
+            dev: None,
+            rules: Vec::new(),
+            base: [false; 2],
+            sources: Vec::new(),
+            routes: BTreeSet::new(),
+        };
         Ok((me, cleaned))
     }
 
@@ -376,7 +402,9 @@ impl TunnelRouting {
             Err(e) if errno(&e) == Some(libc::EEXIST) => {}
             Err(e) => return Err(netlink(format!("add rule '{r}'"))(e)),
         }
-        self.rules.push(r);
+        if !self.rules.contains(&r) {
+            self.rules.push(r);
+        }
         Ok(())
     }
 
@@ -403,7 +431,9 @@ impl TunnelRouting {
             if !self.base[fam] {
                 let v6 = fam == 1;
                 // The target first, so that the jump always lands.
-                let r = self.add_rule(self.cfg.end_rule(v6)).and_then(|()| self.add_rule(self.cfg.bypass_rule(v6)));
+                let r = self
+                    .add_rule(self.cfg.end_rule(v6))
+                    .and_then(|()| self.add_rule(self.cfg.bypass_rule(v6)));
                 match r {
                     Ok(()) => self.base[fam] = true,
                     Err(e) => {
@@ -433,7 +463,10 @@ impl TunnelRouting {
                         self.routes.insert(r);
                     }
                     Err(e) => {
-                        let what = format!("add route {}/{} dev {dev} table {} proto {PROTOCOL}", r.0, r.1, self.cfg.table);
+                        let what = format!(
+                            "add route {}/{} dev {dev} table {} proto {PROTOCOL}",
+                            r.0, r.1, self.cfg.table
+                        );
                         first.get_or_insert(RoutingError::Netlink { what, source: e });
                     }
                 }
@@ -446,13 +479,19 @@ impl TunnelRouting {
     /// address; `None`: the wildcard) to `peer` go. An error if into the
     /// tunnel device: the peer would be unreachable.
     pub fn check_peer(&mut self, peer: IpAddr, src: Option<IpAddr>) -> Result<PeerPath, RoutingError> {
-        let got =
-            self.nl.route_get(peer, src, self.cfg.mark).map_err(netlink(format!("look up the route to peer {peer}")))?;
+        let got = self
+            .nl
+            .route_get(peer, src, self.cfg.mark)
+            .map_err(netlink(format!("look up the route to peer {peer}")))?;
         let Some(e) = got else { return Ok(PeerPath::Unreachable) };
         let names = self.nl.link_names().unwrap_or_default();
         if let (Some(oif), Some((dev, ifindex))) = (e.oif, &self.dev) {
             if oif == *ifindex {
-                return Err(RoutingError::PeerIntoTunnel { peer, dev: dev.clone(), route: e.describe(&names) });
+                return Err(RoutingError::PeerIntoTunnel {
+                    peer,
+                    dev: dev.clone(),
+                    route: e.describe(&names),
+                });
             }
         }
         Ok(match e.oif.and_then(|i| names.get(&i)) {
@@ -479,7 +518,10 @@ impl TunnelRouting {
                 match self.nl.delete_route(&self.cfg.route(p, ifindex)) {
                     Ok(()) => {}
                     Err(e) if already_gone(&e) => {}
-                    Err(e) => errors.push(netlink(format!("remove route {}/{} dev {dev} table {}", p.0, p.1, self.cfg.table))(e)),
+                    Err(e) => errors.push(netlink(format!(
+                        "remove route {}/{} dev {dev} table {}",
+                        p.0, p.1, self.cfg.table
+                    ))(e)),
                 }
             }
         }
@@ -501,7 +543,11 @@ mod tests {
     use crate::route::RouteKind;
     use esparto_netns::{self as netns, Netns};
 
-    const CFG: RoutingConfig = RoutingConfig { table: 220, priority: 220, mark: 220 };
+    const CFG: RoutingConfig = RoutingConfig {
+        table: 220,
+        priority: 220,
+        mark: 220,
+    };
 
     fn p(s: &str) -> Prefix {
         let (a, l) = s.split_once('/').unwrap();
@@ -525,12 +571,23 @@ mod tests {
 
     #[test]
     fn the_rules_are_a_bypass_a_pair_per_source_and_a_landing() {
-        assert_eq!(CFG.bypass_rule(false).to_string(), "220: from all fwmark 0xdc goto 222 proto 229");
+        assert_eq!(
+            CFG.bypass_rule(false).to_string(),
+            "220: from all fwmark 0xdc goto 222 proto 229"
+        );
         assert_eq!(CFG.end_rule(true).to_string(), "222: from all nop proto 229");
         let [main, own] = CFG.source_rules(p("10.1.0.0/24"));
-        assert_eq!(main.to_string(), "221: from 10.1.0.0/24 lookup main suppress_prefixlength 0 proto 229");
+        assert_eq!(
+            main.to_string(),
+            "221: from 10.1.0.0/24 lookup main suppress_prefixlength 0 proto 229"
+        );
         assert_eq!(own.to_string(), "221: from 10.1.0.0/24 lookup 220 proto 229");
-        let [_, own6] = RoutingConfig { table: 1000, priority: 30000, mark: 0x1_0000 }.source_rules(p("::/0"));
+        let [_, own6] = RoutingConfig {
+            table: 1000,
+            priority: 30000,
+            mark: 0x1_0000,
+        }
+        .source_rules(p("::/0"));
         assert_eq!(own6.to_string(), "30001: from all lookup 1000 proto 229");
         assert!(own6.v6 && !own6.invert);
         // The bypass jumps forward, past the pairs, to the landing rule.
@@ -610,7 +667,10 @@ mod tests {
         into.from = Some(p("fd00::/8"));
         let mut at_p2 = Rule::new(false, 222, Action::Lookup(100));
         at_p2.fwmark = Some((1, 1));
-        let s = CFG.survey(&[swan.clone(), into.clone(), at_p2.clone()], &[entry("10.2.0.0/24", 220, 4)]);
+        let s = CFG.survey(
+            &[swan.clone(), into.clone(), at_p2.clone()],
+            &[entry("10.2.0.0/24", 220, 4)],
+        );
         assert_eq!(
             s.conflicts,
             vec![
@@ -622,9 +682,21 @@ mod tests {
         );
         let names = HashMap::from([(7, "ipsec0".to_string())]);
         let text: Vec<String> = s.conflicts.iter().map(|c| c.describe(&CFG, &names)).collect();
-        assert!(text[0].contains("IPv4 rule '220: from all lookup 220 proto 3'") && text[0].contains("routing_table_prio"), "{}", text[0]);
-        assert!(text[1].contains("IPv6 rule") && text[1].contains("routing_table"), "{}", text[1]);
-        assert!(text[3].contains("'10.2.0.0/24 dev ipsec0 table 220 proto static'"), "{}", text[3]);
+        assert!(
+            text[0].contains("IPv4 rule '220: from all lookup 220 proto 3'") && text[0].contains("routing_table_prio"),
+            "{}",
+            text[0]
+        );
+        assert!(
+            text[1].contains("IPv6 rule") && text[1].contains("routing_table"),
+            "{}",
+            text[1]
+        );
+        assert!(
+            text[3].contains("'10.2.0.0/24 dev ipsec0 table 220 proto static'"),
+            "{}",
+            text[3]
+        );
     }
 
     /// The host's routing state as `ip` shows it, both families, every
@@ -643,7 +715,8 @@ mod tests {
     }
 
     fn veth(ns: &Netns, d: &str) {
-        ns.ip(&["link", "add", d, "type", "veth", "peer", "name", &format!("p{d}")]).unwrap();
+        ns.ip(&["link", "add", d, "type", "veth", "peer", "name", &format!("p{d}")])
+            .unwrap();
         ns.ip(&["link", "set", d, "up"]).unwrap();
         ns.ip(&["link", "set", &format!("p{d}"), "up"]).unwrap();
     }
@@ -667,7 +740,11 @@ mod tests {
             r.attach("tun0").unwrap();
             // A full tunnel whose local side includes the gateway's own
             // address, and a narrower child inside it (no more rules).
-            r.add(&[p("10.1.0.0/24"), p("192.0.2.1/32"), p("fd00:1::/64")], &[p("0.0.0.0/0"), p("::/0")]).unwrap();
+            r.add(
+                &[p("10.1.0.0/24"), p("192.0.2.1/32"), p("fd00:1::/64")],
+                &[p("0.0.0.0/0"), p("::/0")],
+            )
+            .unwrap();
             r.add(&[p("10.1.0.128/25")], &[p("0.0.0.0/0")]).unwrap();
             r.add(&[p("10.1.0.0/24")], &[p("0.0.0.0/0")]).unwrap(); // again: routes set again, nothing doubled
         })
@@ -686,28 +763,43 @@ mod tests {
         assert_eq!(rules4.matches("10.1.0.0/24 lookup 220").count(), 1, "{rules4}");
         let t = String::from_utf8_lossy(&ns.ip(&["route", "show", "table", "220"]).unwrap().stdout).into_owned();
         assert_eq!(t.trim(), "default dev tun0 proto 229 scope link", "{t}");
-        let main_now = String::from_utf8_lossy(&ns.ip(&["route", "show", "table", "main"]).unwrap().stdout).into_owned();
+        let main_now =
+            String::from_utf8_lossy(&ns.ip(&["route", "show", "table", "main"]).unwrap().stdout).into_owned();
         assert!(before.contains(&main_now), "the main table changed:\n{main_now}");
 
         // The kernel's view: the daemon's own packets (marked) from its own
         // address go out the WAN; unmarked, they enter the tunnel.
         let get = |mark: &str| {
-            let o = ns.ip(&["route", "get", "198.51.100.1", "from", "192.0.2.1", "mark", mark]).unwrap();
+            let o = ns
+                .ip(&["route", "get", "198.51.100.1", "from", "192.0.2.1", "mark", mark])
+                .unwrap();
             String::from_utf8_lossy(&o.stdout).into_owned()
         };
         assert!(get("0xdc").contains("dev wan0"), "{}", get("0xdc"));
         assert!(get("0").contains("dev tun0"), "{}", get("0"));
-        let path = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok())).unwrap().unwrap();
+        let path = ns
+            .run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok()))
+            .unwrap()
+            .unwrap();
         assert_eq!(path, PeerPath::Via("wan0".into()));
 
         // Someone routes the peer into the tunnel device in the main table:
         // refused, naming the route.
         ns.ip(&["route", "add", "198.51.100.1/32", "dev", "tun0"]).unwrap();
-        let e = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok())).unwrap().unwrap_err();
-        assert!(e.to_string().contains("peer 198.51.100.1 would be routed into tun0"), "{e}");
+        let e = ns
+            .run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok()))
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("peer 198.51.100.1 would be routed into tun0"),
+            "{e}"
+        );
         ns.ip(&["route", "del", "198.51.100.1/32", "dev", "tun0"]).unwrap();
         ns.ip(&["route", "del", "default", "dev", "wan0"]).unwrap();
-        let none = ns.run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok())).unwrap().unwrap();
+        let none = ns
+            .run(|| r.check_peer("198.51.100.1".parse().unwrap(), "192.0.2.1".parse().ok()))
+            .unwrap()
+            .unwrap();
         assert_eq!(none, PeerPath::Unreachable);
         ns.ip(&["route", "add", "default", "dev", "wan0"]).unwrap();
 
@@ -725,7 +817,8 @@ mod tests {
         assert!(ns.run(|| again.remove_all()).unwrap().is_empty());
         assert_eq!(snapshot(&ns), before);
         // Dropping removes what is left too.
-        ns.run(|| again.add(&[p("fd00:1::/64")], &[p("fd00:2::/64")]).unwrap()).unwrap();
+        ns.run(|| again.add(&[p("fd00:1::/64")], &[p("fd00:2::/64")]).unwrap())
+            .unwrap();
         assert_ne!(snapshot(&ns), before);
         drop(again);
         assert_eq!(snapshot(&ns), before);
@@ -733,16 +826,27 @@ mod tests {
         // Someone else's rule at our priorities, someone else's route in
         // our table: refused before anything changes.
         ns.ip(&["rule", "add", "priority", "221", "lookup", "100"]).unwrap();
-        ns.ip(&["-6", "route", "add", "fd00:9::/64", "dev", "wan0", "table", "220"]).unwrap();
+        ns.ip(&["-6", "route", "add", "fd00:9::/64", "dev", "wan0", "table", "220"])
+            .unwrap();
         let with_others = snapshot(&ns);
         let e = ns.run(|| TunnelRouting::claim(CFG)).unwrap().unwrap_err();
         let text = e.to_string();
         assert!(text.contains("nothing was changed"), "{text}");
-        assert!(text.contains("IPv4 rule '221: from all lookup 100' is not Esparto's"), "{text}");
-        assert!(text.contains("table 220 holds route 'fd00:9::/64 dev wan0 table 220 proto boot'"), "{text}");
+        assert!(
+            text.contains("IPv4 rule '221: from all lookup 100' is not Esparto's"),
+            "{text}"
+        );
+        assert!(
+            text.contains("table 220 holds route 'fd00:9::/64 dev wan0 table 220 proto boot'"),
+            "{text}"
+        );
         assert_eq!(snapshot(&ns), with_others);
         // Elsewhere, it starts.
-        let other = RoutingConfig { table: 1220, priority: 1220, mark: 0x4_0000 };
+        let other = RoutingConfig {
+            table: 1220,
+            priority: 1220,
+            mark: 0x4_0000,
+        };
         let (o, _) = ns.run(|| TunnelRouting::claim(other)).unwrap().unwrap();
         drop(o);
     }

@@ -107,7 +107,11 @@ impl Rule {
     fn message(&self) -> RuleMessage {
         let mut m = RuleMessage::default();
         m.header = RuleHeader {
-            family: if self.v6 { AddressFamily::Inet6 } else { AddressFamily::Inet },
+            family: if self.v6 {
+                AddressFamily::Inet6
+            } else {
+                AddressFamily::Inet
+            },
             dst_len: self.to.map_or(0, |(_, l)| l),
             src_len: self.from.map_or(0, |(_, l)| l),
             tos: 0,
@@ -118,7 +122,11 @@ impl Rule {
                 Action::Nop => RuleAction::Nop,
                 Action::Other(n) => RuleAction::from(n),
             },
-            flags: if self.invert { RuleFlags::Invert } else { RuleFlags::empty() },
+            flags: if self.invert {
+                RuleFlags::Invert
+            } else {
+                RuleFlags::empty()
+            },
         };
         let a = &mut m.attributes;
         a.push(RuleAttribute::Priority(self.priority));
@@ -361,7 +369,10 @@ mod tests {
                     nl.add_rule(r).unwrap();
                 }
                 // The same rule again is refused, not doubled.
-                assert_eq!(crate::netlink::errno(&nl.add_rule(&lookup).unwrap_err()), Some(libc::EEXIST));
+                assert_eq!(
+                    crate::netlink::errno(&nl.add_rule(&lookup).unwrap_err()),
+                    Some(libc::EEXIST)
+                );
                 (nl.rules(false).unwrap(), nl.rules(true).unwrap())
             })
             .unwrap();
@@ -370,8 +381,14 @@ mod tests {
             assert!(v6.contains(r), "{r} not in {v6:?}");
         }
         // The kernel's own rules are there too, and none is taken for ours.
-        assert!(v4.iter().any(|r| r.action == Action::Lookup(LOCAL_TABLE) && r.priority == 0));
-        assert!(v4.iter().any(|r| r.action == Action::Lookup(MAIN_TABLE) && r.priority == 32766));
+        assert!(
+            v4.iter()
+                .any(|r| r.action == Action::Lookup(LOCAL_TABLE) && r.priority == 0)
+        );
+        assert!(
+            v4.iter()
+                .any(|r| r.action == Action::Lookup(MAIN_TABLE) && r.priority == 32766)
+        );
         let shown = format!("{}{}", ip_rules(&ns, "-4"), ip_rules(&ns, "-6"));
         for want in [
             "1221:\tfrom 10.1.0.0/24 lookup 1000 proto 229",
@@ -382,7 +399,8 @@ mod tests {
             assert!(shown.contains(want), "{want:?} not in:\n{shown}");
         }
         // A rule with selectors we do not model is flagged, not mistaken.
-        ns.ip(&["rule", "add", "iif", "lo", "priority", "1300", "lookup", "1000"]).unwrap();
+        ns.ip(&["rule", "add", "iif", "lo", "priority", "1300", "lookup", "1000"])
+            .unwrap();
         let v4 = ns.run(|| Rtnetlink::open().unwrap().rules(false).unwrap()).unwrap();
         let iif = v4.iter().find(|r| r.priority == 1300).unwrap();
         assert!(iif.other, "{iif:?}");

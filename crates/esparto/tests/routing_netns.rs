@@ -103,7 +103,9 @@ fn full_tunnel(side: Node) -> EspartoConfig {
     let west = side == Node::GwWest;
     let mut c = EspartoConfig::site(side, keying(west)).unwrap();
     c.workers = Some(2);
-    let west_side: Vec<String> = ["10.1.0.0/24", "fd00:1::/64", "192.0.2.1/32"].map(String::from).to_vec();
+    let west_side: Vec<String> = ["10.1.0.0/24", "fd00:1::/64", "192.0.2.1/32"]
+        .map(String::from)
+        .to_vec();
     let everything: Vec<String> = ["0.0.0.0/0", "::/0"].map(String::from).to_vec();
     if west {
         (c.local_ts, c.remote_ts) = (west_side, everything);
@@ -141,7 +143,8 @@ fn ping_ok(from: &Netns, dst: &str, source: Option<&str>) -> bool {
         Some(src) => {
             let fam = if dst.is_ipv6() { "-6" } else { "-4" };
             let d = dst.to_string();
-            from.exec("ping", &[fam, "-n", "-c", "3", "-i", "0.2", "-W", "2", "-I", src, &d]).is_ok()
+            from.exec("ping", &[fam, "-n", "-c", "3", "-i", "0.2", "-W", "2", "-I", src, &d])
+                .is_ok()
         }
     }
 }
@@ -150,7 +153,10 @@ fn ping_ok(from: &Netns, dst: &str, source: Option<&str>) -> bool {
 fn traffic_flows(topo: &Topology) {
     let (hw, he, gw) = (topo.ns(Node::HostWest), topo.ns(Node::HostEast), topo.ns(Node::GwWest));
     for fam in [Family::V4, Family::V6] {
-        let (w, e) = (Topology::addr(Node::HostWest, Net::Lan, fam), Topology::addr(Node::HostEast, Net::Lan, fam));
+        let (w, e) = (
+            Topology::addr(Node::HostWest, Net::Lan, fam),
+            Topology::addr(Node::HostEast, Net::Lan, fam),
+        );
         assert!(ping_ok(hw, &e.to_string(), None), "host-west → host-east {e}");
         assert!(ping_ok(he, &w.to_string(), None), "host-east → host-west {w}");
     }
@@ -160,7 +166,10 @@ fn traffic_flows(topo: &Topology) {
     // The gateway's own WAN address is a local selector too: its traffic
     // from it goes through the tunnel, while its ESP to the peer, from the
     // same address, does not.
-    assert!(ping_ok(gw, INTERNET4, Some("192.0.2.1")), "gw-west (192.0.2.1) → {INTERNET4}");
+    assert!(
+        ping_ok(gw, INTERNET4, Some("192.0.2.1")),
+        "gw-west (192.0.2.1) → {INTERNET4}"
+    );
 }
 
 #[test]
@@ -172,8 +181,10 @@ fn a_full_tunnel_site_keeps_its_peer_and_leaves_no_trace() {
     let (gw, ge) = (topo.ns(Node::GwWest), topo.ns(Node::GwEast));
     default_route_only(gw, Node::GwWest);
     default_route_only(ge, Node::GwEast);
-    ge.ip(&["addr", "add", &format!("{INTERNET4}/32"), "dev", "lo"]).unwrap();
-    ge.ip(&["-6", "addr", "add", &format!("{INTERNET6}/128"), "dev", "lo"]).unwrap();
+    ge.ip(&["addr", "add", &format!("{INTERNET4}/32"), "dev", "lo"])
+        .unwrap();
+    ge.ip(&["-6", "addr", "add", &format!("{INTERNET6}/128"), "dev", "lo"])
+        .unwrap();
     // Nothing crosses without the tunnel.
     assert!(!ping_ok(topo.ns(Node::HostWest), INTERNET4, None));
     let before = (snapshot(gw), snapshot(ge));
@@ -217,22 +228,39 @@ fn a_full_tunnel_site_keeps_its_peer_and_leaves_no_trace() {
     });
     traffic_flows(&topo);
     let rules_running = (ip_out(gw, &["-4", "rule"]), ip_out(gw, &["-6", "rule"]));
-    let table_running = ip_out(gw, &["route", "show", "table", "220"]) + &ip_out(gw, &["-6", "route", "show", "table", "220"]);
+    let table_running =
+        ip_out(gw, &["route", "show", "table", "220"]) + &ip_out(gw, &["-6", "route", "show", "table", "220"]);
 
     // A crash: the rules stay behind, the routes go with the device.
     west.kill().unwrap();
     wait_for("the TUN device to go", || gw.ip(&["link", "show", "esparto0"]).is_err());
-    assert_eq!((ip_out(gw, &["-4", "rule"]), ip_out(gw, &["-6", "rule"])), rules_running);
-    assert_eq!(esparto_rules(gw.name()).unwrap().len(), 6 + 4, "{:?}", esparto_rules(gw.name()));
+    assert_eq!(
+        (ip_out(gw, &["-4", "rule"]), ip_out(gw, &["-6", "rule"])),
+        rules_running
+    );
+    assert_eq!(
+        esparto_rules(gw.name()).unwrap().len(),
+        6 + 4,
+        "{:?}",
+        esparto_rules(gw.name())
+    );
     // Started again: the leftovers are removed first, then the same rules
     // set again, none twice.
     west.restart().unwrap();
-    wait_for("the tunnel after the restart", || established(&west) && established(&east));
+    wait_for("the tunnel after the restart", || {
+        established(&west) && established(&east)
+    });
     let log = std::fs::read_to_string(west.dir().join("esparto.log")).unwrap();
-    assert!(log.contains("removed the routes and rules an earlier esparto left behind"), "{log}");
+    assert!(
+        log.contains("removed the routes and rules an earlier esparto left behind"),
+        "{log}"
+    );
     assert!(log.contains("rules=10"), "{log}");
     traffic_flows(&topo);
-    assert_eq!((ip_out(gw, &["-4", "rule"]), ip_out(gw, &["-6", "rule"])), rules_running);
+    assert_eq!(
+        (ip_out(gw, &["-4", "rule"]), ip_out(gw, &["-6", "rule"])),
+        rules_running
+    );
     wait_for("the same routes", || {
         ip_out(gw, &["route", "show", "table", "220"]) + &ip_out(gw, &["-6", "route", "show", "table", "220"])
             == table_running
@@ -264,7 +292,18 @@ fn someone_elses_table_or_a_rule_towards_it_refuses_the_start_and_changes_nothin
     let cfg = EspartoConfig::site(Node::GwWest, keying(true)).unwrap();
 
     // strongSwan's table: a route in 220 and its rule at 220.
-    gw.ip(&["route", "add", "10.9.0.0/24", "dev", WAN_IF, "table", "220", "proto", "static"]).unwrap();
+    gw.ip(&[
+        "route",
+        "add",
+        "10.9.0.0/24",
+        "dev",
+        WAN_IF,
+        "table",
+        "220",
+        "proto",
+        "static",
+    ])
+    .unwrap();
     gw.ip(&["rule", "add", "priority", "220", "lookup", "220"]).unwrap();
     let with_others = snapshot(gw);
     let log = refused(gw, &cfg);
@@ -292,17 +331,27 @@ fn someone_elses_table_or_a_rule_towards_it_refuses_the_start_and_changes_nothin
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("daemon.routing_table_prio: warning: esparto run would refuse to start"), "{text}");
+    assert!(
+        text.contains("daemon.routing_table_prio: warning: esparto run would refuse to start"),
+        "{text}"
+    );
 
     gw.ip(&["rule", "del", "priority", "220", "lookup", "220"]).unwrap();
-    gw.ip(&["route", "del", "10.9.0.0/24", "dev", WAN_IF, "table", "220"]).unwrap();
+    gw.ip(&["route", "del", "10.9.0.0/24", "dev", WAN_IF, "table", "220"])
+        .unwrap();
 
     // A rule of someone else's that would send packets to the peer into the
     // tunnel's table, ahead of everything: the peer would be unreachable.
-    gw.ip(&["rule", "add", "priority", "100", "to", "192.0.2.2", "lookup", "220"]).unwrap();
+    gw.ip(&["rule", "add", "priority", "100", "to", "192.0.2.2", "lookup", "220"])
+        .unwrap();
     let with_rule = snapshot(gw);
     let log = refused(gw, &cfg);
-    assert!(log.contains("IPv4 rule '100: from all to 192.0.2.2/32 lookup 220' is not Esparto's and sends traffic to table 220"), "{log}");
+    assert!(
+        log.contains(
+            "IPv4 rule '100: from all to 192.0.2.2/32 lookup 220' is not Esparto's and sends traffic to table 220"
+        ),
+        "{log}"
+    );
     assert_eq!(snapshot(gw), with_rule, "something was left half-applied");
     assert!(esparto_rules(gw.name()).unwrap().is_empty());
 

@@ -69,7 +69,12 @@ impl Host {
         let mut nl = esparto_io::netlink::Rtnetlink::open()?;
         let mut rules = nl.rules(false)?;
         rules.extend(nl.rules(true)?);
-        Ok(Self { routes: nl.route_entries()?, rules, names: nl.link_names()?, read: true })
+        Ok(Self {
+            routes: nl.route_entries()?,
+            rules,
+            names: nl.link_names()?,
+            read: true,
+        })
     }
 }
 
@@ -119,7 +124,11 @@ impl<'h> MainRoutes<'h> {
     fn within(&self, p: Prefix) -> impl Iterator<Item = &'h RouteEntry> + '_ {
         let (v6, start, len) = key(p);
         let host_bits = if v6 { 128 } else { 32 } - u32::from(len);
-        let end = if host_bits >= 128 { u128::MAX } else { start | ((1u128 << host_bits) - 1) };
+        let end = if host_bits >= 128 {
+            u128::MAX
+        } else {
+            start | ((1u128 << host_bits) - 1)
+        };
         let lo = self.sorted.partition_point(|(k, _)| (k.0, k.1) < (v6, start));
         self.sorted[lo..]
             .iter()
@@ -132,7 +141,9 @@ impl<'h> MainRoutes<'h> {
     /// default route), longest first.
     fn containing(&self, p: Prefix) -> impl Iterator<Item = &'h RouteEntry> + '_ {
         let (v6, start, len) = key(p);
-        (1..=len).rev().filter_map(move |l| self.by_prefix.get(&(v6, mask(start, l, v6), l)).copied())
+        (1..=len)
+            .rev()
+            .filter_map(move |l| self.by_prefix.get(&(v6, mask(start, l, v6), l)).copied())
     }
 }
 
@@ -155,7 +166,14 @@ fn show(p: Prefix) -> String {
 }
 
 /// Adds every warning of this module to `cx`.
-pub(crate) fn warn(cx: &mut Cx<'_>, root: &Node, seen: &[ChildSeen], conns: &[Connection], daemon: &Daemon, host: &Host) {
+pub(crate) fn warn(
+    cx: &mut Cx<'_>,
+    root: &Node,
+    seen: &[ChildSeen],
+    conns: &[Connection],
+    daemon: &Daemon,
+    host: &Host,
+) {
     peers_covered(cx, seen, conns, daemon);
     if host.read {
         main_routes_covered(cx, seen, host);
@@ -166,15 +184,22 @@ pub(crate) fn warn(cx: &mut Cx<'_>, root: &Node, seen: &[ChildSeen], conns: &[Co
 /// Remote selectors that cover a peer's address.
 fn peers_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], conns: &[Connection], daemon: &Daemon) {
     for c in seen {
-        let own_peer = conns.iter().find(|k| k.name == c.connection).and_then(|k| k.remote_addrs.first().copied());
+        let own_peer = conns
+            .iter()
+            .find(|k| k.name == c.connection)
+            .and_then(|k| k.remote_addrs.first().copied());
         for r in &c.remote {
             // Exactly its own peer's address: host-to-host, meant so.
-            if own_peer.is_some_and(|p| r.value.addrs.as_prefix().is_some() && r.value.addrs.start() == p && r.value.addrs.end() == p) {
+            if own_peer.is_some_and(|p| r.value.addrs.start() == p && r.value.addrs.end() == p) {
                 continue;
             }
             for k in conns {
                 for peer in k.remote_addrs.iter().filter(|a| r.value.addrs.contains(**a)) {
-                    let whose = if k.name == c.connection { String::new() } else { format!(" (connection {})", k.name) };
+                    let whose = if k.name == c.connection {
+                        String::new()
+                    } else {
+                        format!(" (connection {})", k.name)
+                    };
                     cx.warn(
                         &r.span,
                         &r.path,
@@ -250,7 +275,10 @@ fn main_routes_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], host: &Host) {
                 cx.warn(
                     &r.span,
                     &r.path,
-                    format!("{} covers {more} more routes of the main table, which likewise come first", r.value),
+                    format!(
+                        "{} covers {more} more routes of the main table, which likewise come first",
+                        r.value
+                    ),
                 );
             }
         }
@@ -346,21 +374,45 @@ mod tests {
 
     #[test]
     fn a_full_tunnel_is_told_what_stays_outside_it() {
-        let text = file("", &[("site", "192.0.2.2", "\"10.1.0.0/24\", \"fd00:1::/64\"", "\"0.0.0.0/0\", \"::/0\"")]);
+        let text = file(
+            "",
+            &[(
+                "site",
+                "192.0.2.2",
+                "\"10.1.0.0/24\", \"fd00:1::/64\"",
+                "\"0.0.0.0/0\", \"::/0\"",
+            )],
+        );
         let c = parse_str_on(&text, "w.toml", &host()).unwrap();
         let w = messages(&c);
         let at = "w.toml:11:14: connections.site.children.lan.remote_ts[0]: warning: 0.0.0.0/0";
         let want = [
-            format!("{at} covers peer 192.0.2.2: the daemon's own IKE and ESP to it bypass the tunnel (their sockets carry firewall mark 0xdc), but other traffic from local_ts to 192.0.2.2 goes through the tunnel"),
-            format!("{at} covers the main table's route 'blackhole 10.2.0.0/16 proto kernel': it comes first, so traffic from local_ts to 10.2.0.0/16 keeps following it, not the tunnel"),
-            format!("{at} covers the main table's route '172.16.0.0/12 via 10.1.0.254 dev lan0 proto kernel': it comes first, so traffic from local_ts to 172.16.0.0/12 keeps following it, not the tunnel"),
-            format!("{at} covers the main table's route '192.0.2.0/24 dev wan0 proto kernel': it comes first, so traffic from local_ts to 192.0.2.0/24 keeps following it, not the tunnel"),
+            format!(
+                "{at} covers peer 192.0.2.2: the daemon's own IKE and ESP to it bypass the tunnel (their sockets carry firewall mark 0xdc), but other traffic from local_ts to 192.0.2.2 goes through the tunnel"
+            ),
+            format!(
+                "{at} covers the main table's route 'blackhole 10.2.0.0/16 proto kernel': it comes first, so traffic from local_ts to 10.2.0.0/16 keeps following it, not the tunnel"
+            ),
+            format!(
+                "{at} covers the main table's route '172.16.0.0/12 via 10.1.0.254 dev lan0 proto kernel': it comes first, so traffic from local_ts to 172.16.0.0/12 keeps following it, not the tunnel"
+            ),
+            format!(
+                "{at} covers the main table's route '192.0.2.0/24 dev wan0 proto kernel': it comes first, so traffic from local_ts to 192.0.2.0/24 keeps following it, not the tunnel"
+            ),
         ];
         assert_eq!(w, want);
         // Not named: the LAN itself (in local_ts), the default route,
         // link-local and multicast routes, other tables.
         let all = w.join("\n");
-        for quiet in ["10.1.0.0/24 dev", "default", "169.254", "224.0.0.0", "fe80", "fd00:1::/64 dev", "10.9.0.0"] {
+        for quiet in [
+            "10.1.0.0/24 dev",
+            "default",
+            "169.254",
+            "224.0.0.0",
+            "fe80",
+            "fd00:1::/64 dev",
+            "10.9.0.0",
+        ] {
             assert!(!all.contains(quiet), "{quiet}: {all}");
         }
         // Without the host's routes, only the fact of the file.
@@ -372,7 +424,12 @@ mod tests {
         let text = file(
             "",
             &[
-                ("a", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.2.5.0/24\", \"172.16.1.7-172.16.1.9\""),
+                (
+                    "a",
+                    "192.0.2.2",
+                    "\"10.1.0.0/24\"",
+                    "\"10.2.5.0/24\", \"172.16.1.7-172.16.1.9\"",
+                ),
                 ("b", "192.0.2.3", "\"10.3.0.0/24\"", "\"10.7.0.0/16\""),
             ],
         );
@@ -388,24 +445,44 @@ mod tests {
     fn a_peer_inside_another_connections_selector_is_named_and_host_to_host_is_not() {
         let text = file(
             "",
-            &[("a", "192.0.2.2", "\"10.1.0.0/24\"", "\"192.0.2.0/24\""), ("b", "192.0.2.3", "\"192.0.2.1\"", "\"192.0.2.3\"")],
+            &[
+                ("a", "192.0.2.2", "\"10.1.0.0/24\"", "\"192.0.2.0/24\""),
+                ("b", "192.0.2.3", "\"192.0.2.1\"", "\"192.0.2.3\""),
+            ],
         );
         let w = messages(&parse_str(&text, "w.toml").unwrap());
         assert_eq!(w.len(), 2, "{w:#?}");
-        assert!(w[0].contains("a.children.lan.remote_ts[0]: warning: 192.0.2.0/24 covers peer 192.0.2.2: "), "{}", w[0]);
-        assert!(w[1].contains("192.0.2.0/24 covers peer 192.0.2.3 (connection b): "), "{}", w[1]);
+        assert!(
+            w[0].contains("a.children.lan.remote_ts[0]: warning: 192.0.2.0/24 covers peer 192.0.2.2: "),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].contains("192.0.2.0/24 covers peer 192.0.2.3 (connection b): "),
+            "{}",
+            w[1]
+        );
     }
 
     #[test]
     fn a_big_main_table_is_counted_not_listed() {
         let mut h = host();
         for i in 0..1000u32 {
-            h.routes.push(route(&format!("100.{}.{}.0/24", 64 + i / 256, i % 256), MAIN_TABLE, RouteKind::Unicast, 2, None));
+            h.routes.push(route(
+                &format!("100.{}.{}.0/24", 64 + i / 256, i % 256),
+                MAIN_TABLE,
+                RouteKind::Unicast,
+                2,
+                None,
+            ));
         }
         let text = file("", &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"100.64.0.0/10\"")]);
         let w = messages(&parse_str_on(&text, "w.toml", &h).unwrap());
         assert_eq!(w.len(), MAX_ROUTES_NAMED + 1, "{w:#?}");
-        assert!(w[MAX_ROUTES_NAMED].ends_with(&format!("covers {} more routes of the main table, which likewise come first", 1000 - MAX_ROUTES_NAMED)));
+        assert!(w[MAX_ROUTES_NAMED].ends_with(&format!(
+            "covers {} more routes of the main table, which likewise come first",
+            1000 - MAX_ROUTES_NAMED
+        )));
     }
 
     #[test]
@@ -425,11 +502,21 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:#?}");
         assert!(w[0].starts_with("w.toml: daemon.routing_table_prio: warning: esparto run would refuse to start: IPv4 rule '220: from all lookup 220 proto 3' is not Esparto's"), "{}", w[0]);
         // Written in the file: the warning points at the key.
-        let text = file("routing_table_prio = 220", &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.8.0.0/24\"")]);
+        let text = file(
+            "routing_table_prio = 220",
+            &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.8.0.0/24\"")],
+        );
         let w = messages(&parse_str_on(&text, "w.toml", &h).unwrap());
-        assert!(w[0].starts_with("w.toml:3:22: daemon.routing_table_prio: warning: esparto run would refuse"), "{}", w[0]);
+        assert!(
+            w[0].starts_with("w.toml:3:22: daemon.routing_table_prio: warning: esparto run would refuse"),
+            "{}",
+            w[0]
+        );
         // Elsewhere: nothing to say.
-        let text = file("routing_table = 221\nrouting_table_prio = 300", &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.8.0.0/24\"")]);
+        let text = file(
+            "routing_table = 221\nrouting_table_prio = 300",
+            &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.8.0.0/24\"")],
+        );
         assert!(parse_str_on(&text, "w.toml", &h).unwrap().warnings.is_empty());
     }
 }
