@@ -21,10 +21,22 @@
 //! - it **lies inside a route of the main table** other than the default
 //!   route: that route comes first for all of the selector, and the tunnel
 //!   carries nothing of it;
+//! - a **local selector covers the host's own address on the device of
+//!   its default route** while the child's remote selectors cover every
+//!   address of that family (a full tunnel): the host's own traffic from
+//!   that address — its DNS, its updates, answers to a login over it from
+//!   outside — then goes through the tunnel too, and the host is
+//!   reachable at that address only from the other site and its own
+//!   subnets;
+//! - a selector **names a protocol or ports**: routes and rules select by
+//!   address only, so all traffic between the addresses enters the TUN
+//!   device, and what the selector does not cover is dropped there
+//!   (`policy_mismatch`) instead of following the host's routes;
 //! - the **routing table or rule priorities are in use** by someone else
 //!   (`esparto run` would refuse to start).
 //!
-//! The first is a fact of the file. The others compare it with the routes
+//! The first and the protocol/port one are facts of the file. The others
+//! compare it with the routes
 //! and rules of the machine the file is checked on ([`Host`], read by
 //! `check-config` and `run`; nothing is compared when it could not be
 //! read), so they mean something on the gateway itself. A main table
@@ -37,7 +49,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use esparto_esp::Selector;
-use esparto_io::route::{MAIN_TABLE, RouteEntry, RouteKind, prefix_within, range_to_prefixes};
+use esparto_io::route::{LOCAL_TABLE, MAIN_TABLE, RouteEntry, RouteKind, prefix_within, range_to_prefixes};
 use esparto_io::routing::{Conflict, Prefix, RoutingConfig};
 use esparto_io::rule::Rule;
 
@@ -175,8 +187,10 @@ pub(crate) fn warn(
     host: &Host,
 ) {
     peers_covered(cx, seen, conns, daemon);
+    ports_not_routed(cx, seen);
     if host.read {
         main_routes_covered(cx, seen, host);
+        own_addresses_tunnelled(cx, seen, host);
         routing_in_use(cx, root, daemon, host);
     }
 }
@@ -304,6 +318,116 @@ fn routing_in_use(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon, host: &Host) {
     }
 }
 
+/// Selectors that name a protocol or ports: the routes and rules cannot.
+fn ports_not_routed(cx: &mut Cx<'_>, seen: &[ChildSeen]) {
+    for c in seen {
+        for (side, s) in c.local.iter().map(|l| ("local", l)).chain(c.remote.iter().map(|r| ("remote", r))) {
+            let t = &s.value;
+            if t.proto == 0 && t.port_start == 0 && t.port_end == u16::MAX {
+                continue;
+            }
+            let other = if side == "local" { "remote_ts" } else { "local_ts" };
+            cx.warn(
+                &s.span,
+                &s.path,
+                format!(
+                    "{t} names a protocol or ports, but routes and policy rules select by address only: all traffic between {} and {other} enters the tunnel device, and what the selector does not cover is dropped there (policy_mismatch) instead of following the host's routes",
+                    t.addrs
+                ),
+            );
+        }
+    }
+}
+
+/// An address as a number, for range arithmetic.
+fn bits(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+/// Whether the inclusive ranges together hold every address of one family.
+fn cover_all(mut ranges: Vec<(u128, u128)>, v6: bool) -> bool {
+    let last = if v6 { u128::MAX } else { u128::from(u32::MAX) };
+    ranges.sort_unstable();
+    // The first address not yet covered.
+    let mut next = 0u128;
+    for (start, end) in ranges {
+        if start > next {
+            return false;
+        }
+        if end >= last {
+            return true;
+        }
+        next = next.max(end + 1);
+    }
+    false
+}
+
+/// This host's own addresses on the devices its main table's default
+/// routes leave by (the addresses its traffic to the Internet comes from,
+/// and that a login from outside reaches), with their device.
+fn wan_addresses(host: &Host) -> Vec<(IpAddr, u32)> {
+    let default_devs: Vec<(bool, u32)> = host
+        .routes
+        .iter()
+        .filter(|e| e.table == MAIN_TABLE && e.prefix_len == 0 && e.kind == RouteKind::Unicast)
+        .filter_map(|e| e.oif.map(|i| (e.dst.is_ipv6(), i)))
+        .collect();
+    let mut out: Vec<(IpAddr, u32)> = host
+        .routes
+        .iter()
+        .filter(|e| e.table == LOCAL_TABLE && e.kind == RouteKind::Local)
+        .filter(|e| e.prefix_len == if e.dst.is_ipv6() { 128 } else { 32 })
+        .filter(|e| match e.dst {
+            IpAddr::V4(a) => !(a.is_loopback() || a.is_link_local() || a.is_unspecified()),
+            IpAddr::V6(a) => !(a.is_loopback() || a.is_unspecified() || (a.segments()[0] & 0xffc0) == 0xfe80),
+        })
+        .filter_map(|e| e.oif.map(|i| (e.dst, i)))
+        .filter(|(a, i)| default_devs.contains(&(a.is_ipv6(), *i)))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Local selectors of a full tunnel that cover the address the host's
+/// default route leaves from: its own traffic goes through the tunnel.
+fn own_addresses_tunnelled(cx: &mut Cx<'_>, seen: &[ChildSeen], host: &Host) {
+    let wan = wan_addresses(host);
+    if wan.is_empty() {
+        return;
+    }
+    for c in seen {
+        for v6 in [false, true] {
+            let remote: Vec<(u128, u128)> = c
+                .remote
+                .iter()
+                .filter(|r| r.value.addrs.start().is_ipv6() == v6)
+                .map(|r| (bits(r.value.addrs.start()), bits(r.value.addrs.end())))
+                .collect();
+            if !cover_all(remote, v6) {
+                continue;
+            }
+            for l in c.local.iter().filter(|l| l.value.addrs.start().is_ipv6() == v6) {
+                for (a, oif) in wan.iter().filter(|(a, _)| l.value.addrs.contains(*a)) {
+                    let dev = host.names.get(oif).cloned().unwrap_or_else(|| format!("#{oif}"));
+                    cx.warn(
+                        &l.span,
+                        &l.path,
+                        format!(
+                            "{} covers {a}, this host's address on {dev} where its default route leaves, and remote_ts covers every IPv{} address: the host's own traffic from {a} (its DNS and updates, answers to a login over {a} from outside) goes through the tunnel, except to the main table's routes other than the default route; only the daemon's IKE and ESP bypass it",
+                            l.value,
+                            if v6 { 6 } else { 4 }
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -361,9 +485,15 @@ mod tests {
                 route("fe80::/64", MAIN_TABLE, u, 1, None),
                 route("fd00:1::/64", MAIN_TABLE, u, 1, None),
                 route("10.9.0.0/24", 100, u, 1, None),
+                // The host's own addresses: on the LAN, on the WAN (where
+                // the default route leaves), loopback.
+                route("10.1.0.1/32", LOCAL_TABLE, RouteKind::Local, 1, None),
+                route("192.0.2.1/32", LOCAL_TABLE, RouteKind::Local, 2, None),
+                route("127.0.0.0/8", LOCAL_TABLE, RouteKind::Local, 3, None),
+                route("127.0.0.1/32", LOCAL_TABLE, RouteKind::Local, 3, None),
             ],
             rules: Vec::new(),
-            names: HashMap::from([(1, "lan0".to_string()), (2, "wan0".to_string())]),
+            names: HashMap::from([(1, "lan0".to_string()), (2, "wan0".to_string()), (3, "lo".to_string())]),
             read: true,
         }
     }
@@ -518,5 +648,77 @@ mod tests {
             &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.8.0.0/24\"")],
         );
         assert!(parse_str_on(&text, "w.toml", &h).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn a_full_tunnel_from_the_wan_address_is_told_the_hosts_own_traffic_goes_too() {
+        // Every IPv4 address in two halves; IPv6 only a /64. The LAN
+        // address (10.1.0.1, in local_ts[0]) is not where the default
+        // route leaves: not mentioned.
+        let text = file(
+            "",
+            &[(
+                "site",
+                "192.0.2.2",
+                "\"10.1.0.0/24\", \"192.0.2.1\", \"fd00:1::/64\"",
+                "\"0.0.0.0/1\", \"128.0.0.0/1\", \"fd00:2::/64\"",
+            )],
+        );
+        let w = messages(&parse_str_on(&text, "w.toml", &host()).unwrap());
+        let own: Vec<&String> = w.iter().filter(|m| m.contains("this host's address")).collect();
+        assert_eq!(own.len(), 1, "{w:#?}");
+        assert!(
+            own[0].contains("local_ts[1]: warning: 192.0.2.1/32 covers 192.0.2.1, this host's address on wan0 where its default route leaves, and remote_ts covers every IPv4 address: the host's own traffic from 192.0.2.1"),
+            "{}",
+            own[0]
+        );
+        // IPv6 too, once remote_ts takes all of it and a default route
+        // leaves by the device of one of the host's addresses.
+        let mut h = host();
+        h.routes.push(route("::/0", MAIN_TABLE, RouteKind::Unicast, 2, Some("2001:db8::1")));
+        h.routes.push(route("2001:db8::7/128", LOCAL_TABLE, RouteKind::Local, 2, None));
+        h.routes.push(route("::1/128", LOCAL_TABLE, RouteKind::Local, 3, None));
+        let text = file("", &[("site", "192.0.2.2", "\"2001:db8::/64\"", "\"::/0\"")]);
+        let w = messages(&parse_str_on(&text, "w.toml", &h).unwrap());
+        let own: Vec<&String> = w.iter().filter(|m| m.contains("this host's address")).collect();
+        assert_eq!(own.len(), 1, "{w:#?}");
+        assert!(own[0].contains("2001:db8::/64 covers 2001:db8::7, this host's address on wan0"), "{}", own[0]);
+        assert!(own[0].contains("every IPv6 address"), "{}", own[0]);
+        // Without the host's routes, nothing to compare with.
+        assert!(!messages(&parse_str(&text, "w.toml").unwrap()).iter().any(|m| m.contains("this host's")));
+    }
+
+    #[test]
+    fn ranges_cover_a_family_only_without_a_gap() {
+        let v4max = u128::from(u32::MAX);
+        assert!(cover_all(vec![(0, v4max)], false));
+        assert!(cover_all(vec![(1 << 31, v4max), (0, (1 << 31) - 1)], false));
+        assert!(cover_all(vec![(0, 10), (5, 20), (21, v4max)], false));
+        assert!(!cover_all(vec![(0, 10), (12, v4max)], false), "a gap of one");
+        assert!(!cover_all(vec![(1, v4max)], false), "the first address missing");
+        assert!(!cover_all(vec![(0, v4max - 1)], false), "the last address missing");
+        assert!(!cover_all(Vec::new(), false));
+        assert!(!cover_all(vec![(0, v4max)], true), "all of IPv4 is not all of IPv6");
+        assert!(cover_all(vec![(0, u128::MAX)], true));
+    }
+
+    #[test]
+    fn a_selector_with_ports_is_told_routes_take_every_port() {
+        let text = file(
+            "",
+            &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.8.0.0/24[tcp/443]\", \"10.9.0.0/24\"")],
+        );
+        let w = messages(&parse_str(&text, "w.toml").unwrap());
+        assert_eq!(w.len(), 1, "{w:#?}");
+        assert!(
+            w[0].contains("remote_ts[0]: warning: 10.8.0.0/24[6/443] names a protocol or ports, but routes and policy rules select by address only: all traffic between 10.8.0.0/24 and local_ts enters the tunnel device"),
+            "{}",
+            w[0]
+        );
+        let text = file("", &[("site", "192.0.2.2", "\"10.1.0.0/24[udp]\"", "\"10.9.0.0/24\"")]);
+        let w = messages(&parse_str(&text, "w.toml").unwrap());
+        assert_eq!(w.len(), 1, "{w:#?}");
+        assert!(w[0].contains("local_ts[0]: warning: 10.1.0.0/24[17] names a protocol"), "{}", w[0]);
+        assert!(w[0].contains("between 10.1.0.0/24 and remote_ts"), "{}", w[0]);
     }
 }
