@@ -347,12 +347,21 @@ fn someone_elses_table_or_a_rule_towards_it_refuses_the_start_and_changes_nothin
     );
     // Without --strict the same warnings are printed, and the file passes.
     let out = check(false);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("warning: esparto run would refuse to start"), "{stderr}");
+    assert!(
+        stderr.contains("warning: esparto run would refuse to start"),
+        "{stderr}"
+    );
     let n = stderr.lines().filter(|l| l.contains(": warning: ")).count();
     assert!(n >= 2, "{stderr}");
-    assert!(stdout.contains(&format!(": OK (1 connection, 1 child, {n} warnings)")), "{stdout}");
+    assert!(
+        stdout.contains(&format!(": OK (1 connection, 1 child, {n} warnings)")),
+        "{stdout}"
+    );
 
     gw.ip(&["rule", "del", "priority", "220", "lookup", "220"]).unwrap();
     gw.ip(&["route", "del", "10.9.0.0/24", "dev", WAN_IF, "table", "220"])

@@ -321,7 +321,12 @@ fn routing_in_use(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon, host: &Host) {
 /// Selectors that name a protocol or ports: the routes and rules cannot.
 fn ports_not_routed(cx: &mut Cx<'_>, seen: &[ChildSeen]) {
     for c in seen {
-        for (side, s) in c.local.iter().map(|l| ("local", l)).chain(c.remote.iter().map(|r| ("remote", r))) {
+        for (side, s) in c
+            .local
+            .iter()
+            .map(|l| ("local", l))
+            .chain(c.remote.iter().map(|r| ("remote", r)))
+        {
             let t = &s.value;
             if t.proto == 0 && t.port_start == 0 && t.port_end == u16::MAX {
                 continue;
@@ -675,17 +680,27 @@ mod tests {
         // IPv6 too, once remote_ts takes all of it and a default route
         // leaves by the device of one of the host's addresses.
         let mut h = host();
-        h.routes.push(route("::/0", MAIN_TABLE, RouteKind::Unicast, 2, Some("2001:db8::1")));
-        h.routes.push(route("2001:db8::7/128", LOCAL_TABLE, RouteKind::Local, 2, None));
+        h.routes
+            .push(route("::/0", MAIN_TABLE, RouteKind::Unicast, 2, Some("2001:db8::1")));
+        h.routes
+            .push(route("2001:db8::7/128", LOCAL_TABLE, RouteKind::Local, 2, None));
         h.routes.push(route("::1/128", LOCAL_TABLE, RouteKind::Local, 3, None));
         let text = file("", &[("site", "192.0.2.2", "\"2001:db8::/64\"", "\"::/0\"")]);
         let w = messages(&parse_str_on(&text, "w.toml", &h).unwrap());
         let own: Vec<&String> = w.iter().filter(|m| m.contains("this host's address")).collect();
         assert_eq!(own.len(), 1, "{w:#?}");
-        assert!(own[0].contains("2001:db8::/64 covers 2001:db8::7, this host's address on wan0"), "{}", own[0]);
+        assert!(
+            own[0].contains("2001:db8::/64 covers 2001:db8::7, this host's address on wan0"),
+            "{}",
+            own[0]
+        );
         assert!(own[0].contains("every IPv6 address"), "{}", own[0]);
         // Without the host's routes, nothing to compare with.
-        assert!(!messages(&parse_str(&text, "w.toml").unwrap()).iter().any(|m| m.contains("this host's")));
+        assert!(
+            !messages(&parse_str(&text, "w.toml").unwrap())
+                .iter()
+                .any(|m| m.contains("this host's"))
+        );
     }
 
     #[test]
@@ -706,7 +721,12 @@ mod tests {
     fn a_selector_with_ports_is_told_routes_take_every_port() {
         let text = file(
             "",
-            &[("site", "192.0.2.2", "\"10.1.0.0/24\"", "\"10.8.0.0/24[tcp/443]\", \"10.9.0.0/24\"")],
+            &[(
+                "site",
+                "192.0.2.2",
+                "\"10.1.0.0/24\"",
+                "\"10.8.0.0/24[tcp/443]\", \"10.9.0.0/24\"",
+            )],
         );
         let w = messages(&parse_str(&text, "w.toml").unwrap());
         assert_eq!(w.len(), 1, "{w:#?}");
@@ -718,7 +738,11 @@ mod tests {
         let text = file("", &[("site", "192.0.2.2", "\"10.1.0.0/24[udp]\"", "\"10.9.0.0/24\"")]);
         let w = messages(&parse_str(&text, "w.toml").unwrap());
         assert_eq!(w.len(), 1, "{w:#?}");
-        assert!(w[0].contains("local_ts[0]: warning: 10.1.0.0/24[17] names a protocol"), "{}", w[0]);
+        assert!(
+            w[0].contains("local_ts[0]: warning: 10.1.0.0/24[17] names a protocol"),
+            "{}",
+            w[0]
+        );
         assert!(w[0].contains("between 10.1.0.0/24 and remote_ts"), "{}", w[0]);
     }
 }
