@@ -17,6 +17,9 @@
 //!   leaves no stale lock; a clean stop also removes the file (unlinked
 //!   while still locked; a taker checks that the file it locked is still
 //!   the one at the path, and retries otherwise).
+//! - the same for the **routing table and rule priorities** of the
+//!   daemon's own routing ([`crate::routing`]), which it cleans of
+//!   leftovers at start: only a table no live daemon uses may be cleaned.
 //! - **the TUN device itself** ([`check_tun_free`]): a device of that name
 //!   that exists with queues attached belongs to some other program (the
 //!   lock rules out an Esparto in this namespace), and is refused rather
@@ -56,6 +59,11 @@ pub enum Claim {
         /// The port.
         port: u16,
     },
+    /// A routing table (its routes are the daemon's, and leftovers in it
+    /// are removed at start: [`crate::routing`]).
+    RouteTable(u32),
+    /// A policy rule priority (likewise).
+    RulePriority(u32),
 }
 
 impl Claim {
@@ -63,6 +71,8 @@ impl Claim {
         match self {
             Claim::Tun(name) => format!("tun-{name}"),
             Claim::Udp { v6, port } => format!("udp{}-{port}", if *v6 { 6 } else { 4 }),
+            Claim::RouteTable(t) => format!("table-{t}"),
+            Claim::RulePriority(p) => format!("rule-{p}"),
         }
     }
 }
@@ -72,6 +82,8 @@ impl fmt::Display for Claim {
         match self {
             Claim::Tun(name) => write!(f, "TUN device {name}"),
             Claim::Udp { v6, port } => write!(f, "UDP port {port} (IPv{})", if *v6 { 6 } else { 4 }),
+            Claim::RouteTable(t) => write!(f, "routing table {t}"),
+            Claim::RulePriority(p) => write!(f, "rule priority {p}"),
         }
     }
 }
@@ -373,6 +385,14 @@ mod tests {
         // Other resources, and the other family on the same port, are free.
         let v6 = InstanceLock::acquire(&dir, &[Claim::Udp { v6: true, port: 4500 }, Claim::Tun("esparto1".into())]);
         assert!(v6.is_ok(), "{v6:?}");
+        // Routing tables and rule priorities are claimed the same way.
+        let routing = InstanceLock::acquire(&dir, &[Claim::RouteTable(220), Claim::RulePriority(221)]).unwrap();
+        let table = InstanceLock::acquire(&dir, &[Claim::RouteTable(220)]).unwrap_err().to_string();
+        assert!(table.contains("routing table 220"), "{table}");
+        let prio = InstanceLock::acquire(&dir, &[Claim::RouteTable(221), Claim::RulePriority(221)]).unwrap_err();
+        assert!(prio.to_string().contains("rule priority 221"), "{prio}");
+        assert!(InstanceLock::acquire(&dir, &[Claim::RouteTable(221), Claim::RulePriority(220)]).is_ok());
+        drop(routing);
         let msg = InstanceLock::acquire(&dir, std::slice::from_ref(&tun)).unwrap_err().to_string();
         assert!(msg.contains(&format!("pid {}", std::process::id())) && msg.contains("TUN device esparto0"), "{msg}");
         let paths: Vec<PathBuf> = first.paths().map(Path::to_path_buf).collect();

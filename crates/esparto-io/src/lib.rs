@@ -23,6 +23,10 @@
 //! (`UDP_SEGMENT`), inbound ones arrive coalesced by UDP GRO and are split by
 //! segment size, and packets written back to the TUN are coalesced again
 //! (virtio-net header GSO) where that pays.
+//!
+//! The tunnel's routes and the policy rules that lead to them are set over
+//! rtnetlink ([`netlink`], [`route`], [`rule`]) in a table of the daemon's
+//! own, never in the host's main table ([`routing`] says how and why).
 
 pub mod batch;
 pub mod control;
@@ -33,6 +37,8 @@ pub mod netlink;
 pub mod poll;
 pub mod privs;
 pub mod route;
+pub mod routing;
+pub mod rule;
 pub mod steer;
 mod sys;
 pub mod tun;

@@ -91,6 +91,30 @@ impl Rtnetlink {
         Ok(out)
     }
 
+    /// Sends a request that the kernel answers with messages (not a dump)
+    /// and returns them, once it has acknowledged it.
+    pub(crate) fn query(&mut self, msg: RouteNetlinkMessage) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let seq = self.send(msg, NLM_F_REQUEST | NLM_F_ACK)?;
+        let mut out = Vec::new();
+        self.collect(seq, |m| out.push(m))?;
+        Ok(out)
+    }
+
+    /// The name of every device, by interface index.
+    pub fn link_names(&mut self) -> io::Result<std::collections::HashMap<u32, String>> {
+        let msgs = self.dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))?;
+        let mut out = std::collections::HashMap::new();
+        for m in msgs {
+            let RouteNetlinkMessage::NewLink(l) = m else { continue };
+            for a in &l.attributes {
+                if let LinkAttribute::IfName(n) = a {
+                    out.insert(l.header.index, n.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Looks a device up by name; `Ok(None)` if there is none.
     pub fn link(&mut self, name: &str) -> io::Result<Option<Link>> {
         let mut req = LinkMessage::default();

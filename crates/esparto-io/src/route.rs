@@ -1,30 +1,28 @@
-//! Routes into the TUN device: the remote side's selectors are routed to
-//! `esparto0`, so the kernel hands their packets to the workers (strongSwan
-//! uses table 220 for the same purpose).
+//! Routes over rtnetlink: the primitives [`crate::routing`] builds Esparto's
+//! own routing table with, and the dumps it and `check-config` compare the
+//! host's tables with.
 //!
 //! Routes are set over rtnetlink ([`crate::netlink`]), never by running
-//! `ip`. A [`Route`] names its table, so the same calls can fill a table of
-//! Esparto's own (behind a policy rule) as well as the main table they use
-//! today. [`DeviceRoutes`] keeps the set of routes one device carries: it
-//! replaces a route whenever it is asked to (so a route the kernel flushed,
-//! for instance when the device went down, comes back the next time its
-//! child is installed), and removes exactly those routes on stop. Routes
-//! through a device also disappear with the device, so a daemon that dies
-//! leaves none behind either.
-//!
-//! Routes are `proto static`, `scope link` (IPv4; IPv6 routes have no
-//! scope), like `ip route replace PREFIX dev DEV` makes them.
+//! `ip`. A [`Route`] is what Esparto adds: a prefix out of one device, in
+//! one table, tagged with a protocol number of its own (`proto`), `scope
+//! link` (IPv4; IPv6 routes have no scope), like `ip route replace PREFIX
+//! dev DEV table T proto P` makes it. A [`RouteEntry`] is any route the
+//! kernel lists, whoever made it, with what a message about it needs
+//! (type, gateway, device, protocol).
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::netlink::{Rtnetlink, errno};
+
 /// Splits an inclusive address range into the fewest CIDR prefixes covering
 /// exactly it (a selector need not be a prefix: `10.0.0.3-10.0.0.9`).
 pub fn range_to_prefixes(start: IpAddr, end: IpAddr) -> Vec<(IpAddr, u8)> {
@@ -37,9 +35,17 @@ pub fn range_to_prefixes(start: IpAddr, end: IpAddr) -> Vec<(IpAddr, u8)> {
     let mut cur = s;
     while cur <= e {
         // The largest aligned block starting at `cur` that stays within `e`.
-        let mut host_bits = if cur == 0 { width } else { cur.trailing_zeros().min(width) };
+        let mut host_bits = if cur == 0 {
+            width
+        } else {
+            cur.trailing_zeros().min(width)
+        };
         while host_bits > 0 {
-            let last = if host_bits == 128 { u128::MAX } else { cur | ((1u128 << host_bits) - 1) };
+            let last = if host_bits == 128 {
+                u128::MAX
+            } else {
+                cur | ((1u128 << host_bits) - 1)
+            };
             if last <= e {
                 break;
             }
@@ -51,7 +57,11 @@ pub fn range_to_prefixes(start: IpAddr, end: IpAddr) -> Vec<(IpAddr, u8)> {
             IpAddr::V6(std::net::Ipv6Addr::from(cur))
         };
         out.push((addr, (width - host_bits) as u8));
-        let size_minus_one = if host_bits == 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+        let size_minus_one = if host_bits == 128 {
+            u128::MAX
+        } else {
+            (1u128 << host_bits) - 1
+        };
         match cur.checked_add(size_minus_one).and_then(|l| l.checked_add(1)) {
             Some(next) => cur = next,
             None => break,
@@ -60,14 +70,45 @@ pub fn range_to_prefixes(start: IpAddr, end: IpAddr) -> Vec<(IpAddr, u8)> {
     out
 }
 
+/// Whether `addr` lies in the prefix `net/len` (of its family).
+pub fn prefix_contains(net: IpAddr, len: u8, addr: IpAddr) -> bool {
+    match (net, addr) {
+        (IpAddr::V4(n), IpAddr::V4(a)) => {
+            masked(u128::from(u32::from(n)), len, 32) == masked(u128::from(u32::from(a)), len, 32)
+        }
+        (IpAddr::V6(n), IpAddr::V6(a)) => masked(u128::from(n), len, 128) == masked(u128::from(a), len, 128),
+        _ => false,
+    }
+}
+
+/// Whether the prefix `inner` lies within the prefix `outer` (equal
+/// prefixes do).
+pub fn prefix_within(inner: (IpAddr, u8), outer: (IpAddr, u8)) -> bool {
+    inner.1 >= outer.1 && prefix_contains(outer.0, outer.1, inner.0)
+}
+
+/// The first `len` bits of a `width`-bit address.
+fn masked(v: u128, len: u8, width: u32) -> u128 {
+    let len = u32::from(len).min(width);
+    if len == 0 {
+        return 0;
+    }
+    let shift = width - len;
+    (v >> shift) << shift
+}
+
 /// The main routing table (`RT_TABLE_MAIN`).
 pub const MAIN_TABLE: u32 = 254;
+/// The local table (`RT_TABLE_LOCAL`): the host's own and broadcast
+/// addresses.
+pub const LOCAL_TABLE: u32 = 255;
 
 /// Tables above this number do not fit the header's byte and travel only
 /// in the `RTA_TABLE` attribute.
 const MAX_HEADER_TABLE: u32 = 255;
 
-/// One route: a prefix out of a device (no gateway), in a table.
+/// One route as Esparto sets it: a prefix out of a device (no gateway), in
+/// a table, tagged with a protocol number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Route {
     /// The prefix's first address (host bits zero).
@@ -76,8 +117,10 @@ pub struct Route {
     pub prefix_len: u8,
     /// The device's interface index.
     pub ifindex: u32,
-    /// Routing table ([`MAIN_TABLE`], or one of Esparto's own).
+    /// Routing table.
     pub table: u32,
+    /// The protocol number it is tagged with (`proto`).
+    pub protocol: u8,
 }
 
 impl Route {
@@ -86,10 +129,15 @@ impl Route {
         let v6 = self.dst.is_ipv6();
         m.header.address_family = if v6 { AddressFamily::Inet6 } else { AddressFamily::Inet };
         m.header.destination_prefix_length = self.prefix_len;
-        m.header.table = if self.table <= MAX_HEADER_TABLE { self.table as u8 } else { RouteHeader::RT_TABLE_UNSPEC };
-        // A delete leaves protocol, type and (IPv4) scope unspecified, so it
-        // matches the route whoever set it; the device and table still must.
-        m.header.protocol = if delete { RouteProtocol::Unspec } else { RouteProtocol::Static };
+        m.header.table = if self.table <= MAX_HEADER_TABLE {
+            self.table as u8
+        } else {
+            RouteHeader::RT_TABLE_UNSPEC
+        };
+        // A delete leaves type and (IPv4) scope unspecified, so that it
+        // matches whatever became of the route; device, table and
+        // protocol still must match.
+        m.header.protocol = RouteProtocol::from(self.protocol);
         m.header.kind = if delete { RouteType::Unspec } else { RouteType::Unicast };
         m.header.scope = match (v6, delete) {
             (true, _) => RouteScope::Universe,
@@ -97,44 +145,175 @@ impl Route {
             (false, false) => RouteScope::Link,
         };
         if self.prefix_len > 0 {
-            m.attributes.push(RouteAttribute::Destination(RouteAddress::from(self.dst)));
+            m.attributes
+                .push(RouteAttribute::Destination(RouteAddress::from(self.dst)));
         }
         m.attributes.push(RouteAttribute::Oif(self.ifindex));
         m.attributes.push(RouteAttribute::Table(self.table));
         m
     }
-
-    /// The route a dumped message describes, if it is a unicast route out
-    /// of one device without a gateway.
-    fn parse(m: &RouteMessage) -> Option<Self> {
-        if m.header.kind != RouteType::Unicast {
-            return None;
-        }
-        let mut table = u32::from(m.header.table);
-        let (mut dst, mut ifindex) = (None, None);
-        for a in &m.attributes {
-            match a {
-                RouteAttribute::Table(t) => table = *t,
-                RouteAttribute::Destination(RouteAddress::Inet(a)) => dst = Some(IpAddr::V4(*a)),
-                RouteAttribute::Destination(RouteAddress::Inet6(a)) => dst = Some(IpAddr::V6(*a)),
-                RouteAttribute::Oif(i) => ifindex = Some(*i),
-                RouteAttribute::Gateway(_) | RouteAttribute::MultiPath(_) | RouteAttribute::Via(_) => return None,
-                _ => {}
-            }
-        }
-        let dst = match (dst, m.header.address_family) {
-            (Some(d), _) => d,
-            (None, AddressFamily::Inet) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-            (None, AddressFamily::Inet6) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-            _ => return None,
-        };
-        Some(Self { dst, prefix_len: m.header.destination_prefix_length, ifindex: ifindex?, table })
-    }
 }
 
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{} dev #{} table {}", self.dst, self.prefix_len, self.ifindex, self.table)
+        write!(
+            f,
+            "{}/{} dev #{} table {} proto {}",
+            self.dst, self.prefix_len, self.ifindex, self.table, self.protocol
+        )
+    }
+}
+
+/// What kind of route a [`RouteEntry`] is (`ip route`'s first word when it
+/// is not a plain unicast route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RouteKind {
+    /// Forward (through a device, or a gateway).
+    Unicast,
+    /// Drop silently.
+    Blackhole,
+    /// Drop with "host unreachable".
+    Unreachable,
+    /// Drop with "administratively prohibited".
+    Prohibit,
+    /// Go on with the next rule.
+    Throw,
+    /// One of the host's addresses (table local).
+    Local,
+    /// A broadcast address (table local).
+    Broadcast,
+    /// Multicast.
+    Multicast,
+    /// Anything else (the kernel's number).
+    Other(u8),
+}
+
+impl RouteKind {
+    fn of(t: RouteType) -> Self {
+        match t {
+            RouteType::Unicast => Self::Unicast,
+            RouteType::BlackHole => Self::Blackhole,
+            RouteType::Unreachable => Self::Unreachable,
+            RouteType::Prohibit => Self::Prohibit,
+            RouteType::Throw => Self::Throw,
+            RouteType::Local => Self::Local,
+            RouteType::Broadcast => Self::Broadcast,
+            RouteType::Multicast => Self::Multicast,
+            other => Self::Other(u8::from(other)),
+        }
+    }
+
+    /// The word `ip route` puts before the prefix (none for unicast).
+    fn word(self) -> Option<String> {
+        match self {
+            Self::Unicast => None,
+            Self::Blackhole => Some("blackhole".into()),
+            Self::Unreachable => Some("unreachable".into()),
+            Self::Prohibit => Some("prohibit".into()),
+            Self::Throw => Some("throw".into()),
+            Self::Local => Some("local".into()),
+            Self::Broadcast => Some("broadcast".into()),
+            Self::Multicast => Some("multicast".into()),
+            Self::Other(n) => Some(format!("type {n}")),
+        }
+    }
+}
+
+/// A route as the kernel lists it, whoever set it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RouteEntry {
+    /// The prefix's first address.
+    pub dst: IpAddr,
+    /// Prefix length.
+    pub prefix_len: u8,
+    /// Its table.
+    pub table: u32,
+    /// Who set it (`proto`: 2 kernel, 3 boot, 4 static, …).
+    pub protocol: u8,
+    /// Its type.
+    pub kind: RouteKind,
+    /// The output device, if it names one (a multipath route does not).
+    pub oif: Option<u32>,
+    /// The gateway, if any.
+    pub gateway: Option<IpAddr>,
+    /// Several next hops.
+    pub multipath: bool,
+    /// Its metric (`RTA_PRIORITY`), if set.
+    pub metric: Option<u32>,
+}
+
+impl RouteEntry {
+    fn parse(m: &RouteMessage) -> Option<Self> {
+        let zero = match m.header.address_family {
+            AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            _ => return None,
+        };
+        let mut e = RouteEntry {
+            dst: zero,
+            prefix_len: m.header.destination_prefix_length,
+            table: u32::from(m.header.table),
+            protocol: u8::from(m.header.protocol),
+            kind: RouteKind::of(m.header.kind),
+            oif: None,
+            gateway: None,
+            multipath: false,
+            metric: None,
+        };
+        for a in &m.attributes {
+            match a {
+                RouteAttribute::Table(t) => e.table = *t,
+                RouteAttribute::Destination(RouteAddress::Inet(a)) => e.dst = IpAddr::V4(*a),
+                RouteAttribute::Destination(RouteAddress::Inet6(a)) => e.dst = IpAddr::V6(*a),
+                RouteAttribute::Oif(i) => e.oif = Some(*i),
+                RouteAttribute::Gateway(RouteAddress::Inet(a)) => e.gateway = Some(IpAddr::V4(*a)),
+                RouteAttribute::Gateway(RouteAddress::Inet6(a)) => e.gateway = Some(IpAddr::V6(*a)),
+                RouteAttribute::MultiPath(_) => e.multipath = true,
+                RouteAttribute::Priority(p) => e.metric = Some(*p),
+                _ => {}
+            }
+        }
+        Some(e)
+    }
+
+    /// As `ip route` shows it, with device names from `names`:
+    /// `10.2.0.0/24 via 192.0.2.9 dev eth1 proto static`.
+    pub fn describe(&self, names: &HashMap<u32, String>) -> String {
+        let mut s = String::new();
+        if let Some(w) = self.kind.word() {
+            s.push_str(&w);
+            s.push(' ');
+        }
+        if self.prefix_len == 0 {
+            s.push_str("default");
+        } else {
+            s.push_str(&format!("{}/{}", self.dst, self.prefix_len));
+        }
+        if let Some(g) = self.gateway {
+            s.push_str(&format!(" via {g}"));
+        }
+        if self.multipath {
+            s.push_str(" (multipath)");
+        }
+        if let Some(i) = self.oif {
+            match names.get(&i) {
+                Some(n) => s.push_str(&format!(" dev {n}")),
+                None => s.push_str(&format!(" dev #{i}")),
+            }
+        }
+        if self.table != MAIN_TABLE {
+            s.push_str(&format!(" table {}", crate::rule::table_name(self.table)));
+        }
+        let proto = match self.protocol {
+            2 => "kernel".to_string(),
+            3 => "boot".to_string(),
+            4 => "static".to_string(),
+            16 => "dhcp".to_string(),
+            9 => "ra".to_string(),
+            p => p.to_string(),
+        };
+        s.push_str(&format!(" proto {proto}"));
+        s
     }
 }
 
@@ -142,7 +321,10 @@ impl Rtnetlink {
     /// Adds `route`, replacing any route for the same prefix in its table
     /// (`ip route replace`).
     pub fn replace_route(&mut self, route: &Route) -> io::Result<()> {
-        self.request(RouteNetlinkMessage::NewRoute(route.message(false)), NLM_F_CREATE | NLM_F_REPLACE)
+        self.request(
+            RouteNetlinkMessage::NewRoute(route.message(false)),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
     }
 
     /// Deletes `route` (`ip route del`): `ESRCH` if there is no such route.
@@ -150,17 +332,47 @@ impl Rtnetlink {
         self.request(RouteNetlinkMessage::DelRoute(route.message(true)), 0)
     }
 
-    /// The unicast device routes (no gateway) of `table`, both families.
-    pub fn routes(&mut self, table: u32) -> io::Result<Vec<Route>> {
+    /// Every route of every table, both families.
+    pub fn route_entries(&mut self) -> io::Result<Vec<RouteEntry>> {
         let msgs = self.dump(RouteNetlinkMessage::GetRoute(RouteMessage::default()))?;
         Ok(msgs
             .iter()
             .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => Route::parse(r),
+                RouteNetlinkMessage::NewRoute(r) => RouteEntry::parse(r),
                 _ => None,
             })
-            .filter(|r| r.table == table)
             .collect())
+    }
+
+    /// The route the kernel would give a packet from `src` (one of the
+    /// host's addresses, or `None`: not chosen yet) to `dst` carrying
+    /// firewall mark `mark`, through every policy rule (`ip route get DST
+    /// from SRC mark M`); `Ok(None)` if it has none (unreachable).
+    pub fn route_get(&mut self, dst: IpAddr, src: Option<IpAddr>, mark: u32) -> io::Result<Option<RouteEntry>> {
+        let mut m = RouteMessage::default();
+        let full = if dst.is_ipv6() { 128 } else { 32 };
+        m.header.address_family = if dst.is_ipv6() {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        m.header.destination_prefix_length = full;
+        m.attributes.push(RouteAttribute::Destination(RouteAddress::from(dst)));
+        if let Some(src) = src.filter(|s| s.is_ipv6() == dst.is_ipv6() && !s.is_unspecified()) {
+            m.header.source_prefix_length = full;
+            m.attributes.push(RouteAttribute::Source(RouteAddress::from(src)));
+        }
+        if mark != 0 {
+            m.attributes.push(RouteAttribute::Mark(mark));
+        }
+        match self.query(RouteNetlinkMessage::GetRoute(m)) {
+            Ok(msgs) => Ok(msgs.iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => RouteEntry::parse(r),
+                _ => None,
+            })),
+            Err(e) if matches!(errno(&e), Some(libc::ENETUNREACH | libc::EHOSTUNREACH)) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -204,89 +416,10 @@ impl std::error::Error for RouteError {
     }
 }
 
-/// Whether a delete failed only because the route (or its device) is gone.
-fn already_gone(e: &io::Error) -> bool {
+/// Whether a delete failed only because the route or rule (or its
+/// device) is gone.
+pub(crate) fn already_gone(e: &io::Error) -> bool {
     matches!(errno(e), Some(libc::ESRCH | libc::ENOENT | libc::ENODEV))
-}
-
-/// The routes one device carries in one table, as this process set them.
-pub struct DeviceRoutes {
-    nl: Rtnetlink,
-    dev: String,
-    ifindex: u32,
-    table: u32,
-    installed: BTreeSet<(IpAddr, u8)>,
-}
-
-impl fmt::Debug for DeviceRoutes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceRoutes")
-            .field("dev", &self.dev)
-            .field("table", &self.table)
-            .field("installed", &self.installed.len())
-            .finish()
-    }
-}
-
-impl DeviceRoutes {
-    /// Routes out of `dev` in `table`. Opens an rtnetlink socket in the
-    /// calling thread's network namespace (the device's).
-    pub fn new(dev: &str, table: u32) -> io::Result<Self> {
-        let mut nl = Rtnetlink::open()?;
-        let ifindex = nl.link_index(dev)?;
-        Ok(Self { nl, dev: dev.to_string(), ifindex, table, installed: BTreeSet::new() })
-    }
-
-    /// The device's name.
-    pub fn dev(&self) -> &str {
-        &self.dev
-    }
-
-    /// The table.
-    pub fn table(&self) -> u32 {
-        self.table
-    }
-
-    /// The prefixes routed so far (and not removed).
-    pub fn installed(&self) -> impl Iterator<Item = (IpAddr, u8)> + '_ {
-        self.installed.iter().copied()
-    }
-
-    fn route(&self, dst: IpAddr, prefix_len: u8) -> Route {
-        Route { dst, prefix_len, ifindex: self.ifindex, table: self.table }
-    }
-
-    fn error(&self, op: &'static str, dst: IpAddr, prefix_len: u8, source: io::Error) -> RouteError {
-        RouteError { op, dst, prefix_len, dev: self.dev.clone(), table: self.table, source }
-    }
-
-    /// Routes `dst/prefix_len` into the device, replacing any route for
-    /// the same prefix in the table (also one the kernel had flushed or
-    /// another program had pointed elsewhere).
-    pub fn add(&mut self, dst: IpAddr, prefix_len: u8) -> Result<(), RouteError> {
-        let r = self.route(dst, prefix_len);
-        self.nl.replace_route(&r).map_err(|e| self.error("add", dst, prefix_len, e))?;
-        self.installed.insert((dst, prefix_len));
-        Ok(())
-    }
-
-    /// Removes the route for `dst/prefix_len` out of the device (a route
-    /// that is already gone is not an error).
-    pub fn remove(&mut self, dst: IpAddr, prefix_len: u8) -> Result<(), RouteError> {
-        self.installed.remove(&(dst, prefix_len));
-        let r = self.route(dst, prefix_len);
-        match self.nl.delete_route(&r) {
-            Ok(()) => Ok(()),
-            Err(e) if already_gone(&e) => Ok(()),
-            Err(e) => Err(self.error("delete", dst, prefix_len, e)),
-        }
-    }
-
-    /// Removes every route added; returns the ones that could not be.
-    pub fn remove_all(&mut self) -> Vec<RouteError> {
-        let all: Vec<(IpAddr, u8)> = self.installed.iter().copied().collect();
-        all.into_iter().filter_map(|(d, l)| self.remove(d, l).err()).collect()
-    }
 }
 
 #[cfg(test)]
@@ -300,18 +433,47 @@ mod tests {
 
     #[test]
     fn prefixes_cover_ranges_exactly() {
-        assert_eq!(range_to_prefixes(p("10.1.0.0"), p("10.1.255.255")), vec![(p("10.1.0.0"), 16)]);
-        assert_eq!(range_to_prefixes(p("0.0.0.0"), p("255.255.255.255")), vec![(p("0.0.0.0"), 0)]);
-        assert_eq!(range_to_prefixes(p("::"), p("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")), vec![(p("::"), 0)]);
+        assert_eq!(
+            range_to_prefixes(p("10.1.0.0"), p("10.1.255.255")),
+            vec![(p("10.1.0.0"), 16)]
+        );
+        assert_eq!(
+            range_to_prefixes(p("0.0.0.0"), p("255.255.255.255")),
+            vec![(p("0.0.0.0"), 0)]
+        );
+        assert_eq!(
+            range_to_prefixes(p("::"), p("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")),
+            vec![(p("::"), 0)]
+        );
         assert_eq!(
             range_to_prefixes(p("10.0.0.3"), p("10.0.0.9")),
             vec![(p("10.0.0.3"), 32), (p("10.0.0.4"), 30), (p("10.0.0.8"), 31)]
         );
-        assert_eq!(range_to_prefixes(p("10.0.0.9"), p("10.0.0.9")), vec![(p("10.0.0.9"), 32)]);
+        assert_eq!(
+            range_to_prefixes(p("10.0.0.9"), p("10.0.0.9")),
+            vec![(p("10.0.0.9"), 32)]
+        );
         assert!(range_to_prefixes(p("10.0.0.9"), p("::1")).is_empty());
     }
 
-    /// Our own routes in `table` as `ip route show` prints them: an oracle
+    #[test]
+    fn prefixes_contain_addresses_and_prefixes() {
+        assert!(prefix_contains(p("10.1.0.0"), 16, p("10.1.255.3")));
+        assert!(!prefix_contains(p("10.1.0.0"), 16, p("10.2.0.1")));
+        assert!(prefix_contains(p("0.0.0.0"), 0, p("203.0.113.9")));
+        assert!(prefix_contains(p("::"), 0, p("2001:db8::1")));
+        assert!(!prefix_contains(p("::"), 0, p("10.0.0.1")), "families never mix");
+        assert!(prefix_contains(p("fd00:1::"), 64, p("fd00:1::10")));
+        assert!(
+            prefix_contains(p("192.0.2.1"), 32, p("192.0.2.1")) && !prefix_contains(p("192.0.2.1"), 32, p("192.0.2.2"))
+        );
+        assert!(prefix_within((p("10.1.2.0"), 24), (p("10.1.0.0"), 16)));
+        assert!(prefix_within((p("10.1.0.0"), 16), (p("10.1.0.0"), 16)));
+        assert!(!prefix_within((p("10.1.0.0"), 16), (p("10.1.2.0"), 24)));
+        assert!(prefix_within((p("fd00:1::"), 64), (p("::"), 0)));
+    }
+
+    /// Routes in `table` as `ip route show` prints them: an oracle
     /// independent of the netlink code under test.
     fn ip_routes(ns: &Netns, family: &str, table: &str) -> String {
         ns.ip(&[family, "route", "show", "table", table])
@@ -321,7 +483,7 @@ mod tests {
 
     #[test]
     #[allow(clippy::unwrap_used)]
-    fn routes_are_added_replaced_and_deleted_over_netlink() {
+    fn routes_are_replaced_listed_got_and_deleted_over_netlink() {
         if !netns::available() {
             eprintln!("SKIP: needs root and iproute2");
             return;
@@ -329,61 +491,111 @@ mod tests {
         let ns = Netns::new("route").unwrap();
         // veth pairs inside the namespace (the dummy driver may be absent).
         for (d, peer) in [("d0", "p0"), ("d1", "p1")] {
-            ns.ip(&["link", "add", d, "type", "veth", "peer", "name", peer]).unwrap();
+            ns.ip(&["link", "add", d, "type", "veth", "peer", "name", peer])
+                .unwrap();
             ns.ip(&["link", "set", d, "up"]).unwrap();
             ns.ip(&["link", "set", peer, "up"]).unwrap();
         }
-        ns.ip(&["link", "add", "down0", "type", "veth", "peer", "name", "pdown0"]).unwrap();
-
-        // Another program routed 10.9.0.0/24 out of d1; ours replaces it.
-        ns.ip(&["route", "add", "10.9.0.0/24", "dev", "d1"]).unwrap();
-        let mut routes = ns.run(|| DeviceRoutes::new("d0", MAIN_TABLE)).unwrap().unwrap();
-        let d0 = ns.run(|| Rtnetlink::open().unwrap().link_index("d0").unwrap()).unwrap();
-        ns.run(|| {
-            routes.add(p("10.9.0.0"), 24).unwrap();
-            routes.add(p("fd00:9::"), 64).unwrap();
-            routes.add(p("10.9.0.0"), 24).unwrap(); // again: a no-op replace
-        })
-        .unwrap();
-        let v4 = ip_routes(&ns, "-4", "main");
-        assert!(v4.contains("10.9.0.0/24 dev d0 proto static scope link"), "{v4}");
-        assert!(!v4.contains("dev d1"), "{v4}");
-        assert!(ip_routes(&ns, "-6", "main").contains("fd00:9::/64 dev d0 proto static"));
-        let listed = ns.run(|| Rtnetlink::open().unwrap().routes(MAIN_TABLE).unwrap()).unwrap();
-        for (dst, len) in [(p("10.9.0.0"), 24), (p("fd00:9::"), 64)] {
-            let want = Route { dst, prefix_len: len, ifindex: d0, table: MAIN_TABLE };
-            assert!(listed.contains(&want), "{want} not in {listed:?}");
-        }
-        assert_eq!(routes.installed().count(), 2);
-
-        // A table of our own, numbered beyond the header's byte.
-        let mut own = ns.run(|| DeviceRoutes::new("d0", 1000)).unwrap().unwrap();
-        ns.run(|| own.add(p("10.8.0.0"), 16).unwrap()).unwrap();
-        assert!(ip_routes(&ns, "-4", "1000").contains("10.8.0.0/16 dev d0"));
-        assert!(!ip_routes(&ns, "-4", "main").contains("10.8.0.0/16"));
-
-        // Removing deletes exactly ours; removing twice is not an error.
-        let left = ns.run(|| routes.remove_all()).unwrap();
-        assert!(left.is_empty(), "{left:?}");
+        ns.ip(&["addr", "add", "192.0.2.1/24", "dev", "d1"]).unwrap();
+        ns.ip(&["route", "add", "blackhole", "10.66.0.0/16"]).unwrap();
+        let (d0, names) = ns
+            .run(|| {
+                let mut nl = Rtnetlink::open().unwrap();
+                (nl.link_index("d0").unwrap(), nl.link_names().unwrap())
+            })
+            .unwrap();
+        assert_eq!(names.get(&d0).map(String::as_str), Some("d0"));
+        let r4 = Route {
+            dst: p("10.9.0.0"),
+            prefix_len: 24,
+            ifindex: d0,
+            table: 1000,
+            protocol: 229,
+        };
+        let r6 = Route {
+            dst: p("::"),
+            prefix_len: 0,
+            ifindex: d0,
+            table: 1000,
+            protocol: 229,
+        };
+        let entries = ns
+            .run(|| {
+                let mut nl = Rtnetlink::open().unwrap();
+                nl.replace_route(&r4).unwrap();
+                nl.replace_route(&r6).unwrap();
+                nl.replace_route(&r4).unwrap(); // again: a no-op replace
+                nl.route_entries().unwrap()
+            })
+            .unwrap();
+        let v4 = ip_routes(&ns, "-4", "1000");
+        assert_eq!(v4.trim(), "10.9.0.0/24 dev d0 proto 229 scope link", "{v4}");
+        assert!(ip_routes(&ns, "-6", "1000").contains("default dev d0 proto 229"));
         assert!(!ip_routes(&ns, "-4", "main").contains("10.9.0.0"));
-        assert!(!ip_routes(&ns, "-6", "main").contains("fd00:9::"));
-        assert!(ip_routes(&ns, "-4", "1000").contains("10.8.0.0/16 dev d0"));
-        ns.run(|| routes.remove(p("10.9.0.0"), 24).unwrap()).unwrap();
-        ns.run(|| assert!(own.remove_all().is_empty())).unwrap();
-        assert!(!ip_routes(&ns, "-4", "1000").contains("10.8.0.0"));
+        let ours: Vec<&RouteEntry> = entries.iter().filter(|e| e.table == 1000).collect();
+        assert_eq!(ours.len(), 2, "{ours:?}");
+        assert!(
+            ours.iter()
+                .all(|e| e.protocol == 229 && e.oif == Some(d0) && e.kind == RouteKind::Unicast)
+        );
+        let bh = entries
+            .iter()
+            .find(|e| e.prefix_len == 16 && e.table == MAIN_TABLE)
+            .unwrap();
+        assert_eq!(bh.kind, RouteKind::Blackhole);
+        assert_eq!(bh.describe(&names), "blackhole 10.66.0.0/16 proto boot");
+        let link = entries
+            .iter()
+            .find(|e| e.dst == p("192.0.2.0") && e.table == MAIN_TABLE)
+            .unwrap();
+        assert_eq!(link.describe(&names), "192.0.2.0/24 dev d1 proto kernel");
 
-        // Errors name the prefix, the device and the errno.
-        let mut down = ns.run(|| DeviceRoutes::new("down0", MAIN_TABLE)).unwrap().unwrap();
-        let e = ns.run(|| down.add(p("10.7.0.0"), 24).unwrap_err()).unwrap();
-        assert_eq!(e.errno(), Some(libc::ENETDOWN), "{e}");
-        let text = e.to_string();
-        for part in ["add route 10.7.0.0/24", "dev down0", "table 254", "os error"] {
-            assert!(text.contains(part), "{text}");
-        }
-        assert_eq!(down.installed().count(), 0, "a failed add is not recorded");
-        let e = ns.run(|| routes.add(p("10.9.0.1"), 24).unwrap_err()).unwrap();
-        assert_eq!(e.errno(), Some(libc::EINVAL), "host bits set: {e}");
-        let missing = ns.run(|| DeviceRoutes::new("nosuch0", MAIN_TABLE).unwrap_err()).unwrap();
-        assert!(missing.to_string().contains("nosuch0"), "{missing}");
+        // `ip route get`: the main table's answer, through the rules.
+        let (via, none) = ns
+            .run(|| {
+                let mut nl = Rtnetlink::open().unwrap();
+                (
+                    nl.route_get(p("192.0.2.7"), Some(p("192.0.2.1")), 0xdc).unwrap(),
+                    nl.route_get(p("198.51.100.1"), None, 0).unwrap(),
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            via.and_then(|e| e.oif),
+            names.iter().find(|(_, n)| *n == "d1").map(|(i, _)| *i)
+        );
+        assert!(none.is_none(), "no default route: unreachable");
+
+        // Deleting: exactly ours; twice is "gone".
+        let again = ns
+            .run(|| {
+                let mut nl = Rtnetlink::open().unwrap();
+                nl.delete_route(&r4).unwrap();
+                nl.delete_route(&r6).unwrap();
+                nl.delete_route(&r4).unwrap_err()
+            })
+            .unwrap();
+        assert!(already_gone(&again), "{again}");
+        assert_eq!(ip_routes(&ns, "-4", "1000").trim(), "");
+        assert!(ip_routes(&ns, "-4", "main").contains("blackhole 10.66.0.0/16"));
+
+        // Errors carry the errno: a device that is down takes no route.
+        ns.ip(&["link", "add", "down0", "type", "veth", "peer", "name", "pdown0"])
+            .unwrap();
+        let e = ns
+            .run(|| {
+                let mut nl = Rtnetlink::open().unwrap();
+                let i = nl.link_index("down0").unwrap();
+                nl.replace_route(&Route {
+                    dst: p("10.7.0.0"),
+                    prefix_len: 24,
+                    ifindex: i,
+                    table: 1000,
+                    protocol: 229,
+                })
+                .unwrap_err()
+            })
+            .unwrap();
+        assert_eq!(errno(&e), Some(libc::ENETDOWN), "{e}");
     }
 }

@@ -8,7 +8,8 @@
 //! gateway's namespace with `ip netns exec` (which execs, so the child's pid
 //! is the daemon's), waits for the control socket to answer `esparto status
 //! --control SOCK --json`, and stops it with `SIGTERM`, checking that it
-//! exits 0 and leaves neither its control socket nor its TUN device behind.
+//! exits 0 and leaves neither its control socket, nor its TUN device, nor a
+//! policy rule tagged as Esparto's behind.
 //! For recovery tests it can also be killed (`SIGKILL`, a crash) and
 //! started again with the same configuration.
 //!
@@ -485,7 +486,7 @@ impl EspartoGateway {
     }
 
     /// SIGTERM, wait up to 10 s; the daemon must exit 0 and remove its
-    /// control socket and TUN device. Files are removed unless kept.
+    /// control socket, its TUN device and its policy rules. Files are removed unless kept.
     pub fn stop(mut self) -> Result<()> {
         let r = self.shutdown();
         if r.is_err() {
@@ -523,8 +524,32 @@ impl EspartoGateway {
                 self.ns
             );
         }
+        let left = esparto_rules(&self.ns)?;
+        if !left.is_empty() {
+            bail!("esparto left policy rules behind in {}:\n{}", self.ns, left.join("\n"));
+        }
         Ok(())
     }
+}
+
+/// The policy rules of both families in namespace `ns` that carry
+/// Esparto's protocol number (`ip -N rule`, one line each).
+pub fn esparto_rules(ns: &str) -> Result<Vec<String>> {
+    let tag = format!("proto {}", esparto_io::routing::PROTOCOL);
+    let mut out = Vec::new();
+    for fam in ["-4", "-6"] {
+        let o = Command::new("ip").args(["-N", "-n", ns, fam, "rule"]).output()?;
+        if !o.status.success() {
+            bail!("ip -n {ns} {fam} rule: {}", String::from_utf8_lossy(&o.stderr).trim());
+        }
+        out.extend(
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w.join(" ") == tag))
+                .map(str::to_string),
+        );
+    }
+    Ok(out)
 }
 
 /// How a daemon run by [`run_to_exit`] ended.

@@ -77,6 +77,9 @@ struct UpDownArgs {
 struct CheckConfigArgs {
     /// The configuration file (TOML).
     file: PathBuf,
+    /// Fail (exit 1) on warnings too.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Debug, Args)]
@@ -159,16 +162,39 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// The routing of the network namespace we run in, for the warnings that
+/// compare a file with it; if it cannot be read, a note says so and those
+/// warnings are skipped.
+fn host_routing() -> config::Host {
+    config::Host::read().unwrap_or_else(|e| {
+        eprintln!("esparto: note: cannot read this host's routes and rules ({e}); warnings about them skipped");
+        config::Host::default()
+    })
+}
+
 fn check_config(a: CheckConfigArgs) -> Result<ExitCode> {
-    match config::load(&a.file) {
+    match config::load_on(&a.file, &host_routing()) {
         Ok(c) => {
             if let Err(e) = crate::daemon::check_static_keys(&c) {
                 eprintln!("{}: {e}", a.file.display());
                 return Ok(ExitCode::FAILURE);
             }
-            let (n, m) = (c.connections.len(), c.child_count());
+            for w in &c.warnings {
+                eprintln!("{w}");
+            }
+            let (n, m, w) = (c.connections.len(), c.child_count(), c.warnings.len());
             let plural = |k: usize| if k == 1 { "" } else { "s" };
-            println!("{}: OK ({n} connection{}, {m} child{})", a.file.display(), plural(n), if m == 1 { "" } else { "ren" });
+            let warned = if w == 0 { String::new() } else { format!(", {w} warning{}", plural(w)) };
+            if a.strict && w > 0 {
+                eprintln!("{}: {w} warning{} (--strict)", a.file.display(), plural(w));
+                return Ok(ExitCode::FAILURE);
+            }
+            println!(
+                "{}: OK ({n} connection{}, {m} child{}{warned})",
+                a.file.display(),
+                plural(n),
+                if m == 1 { "" } else { "ren" }
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
@@ -182,7 +208,7 @@ fn check_config(a: CheckConfigArgs) -> Result<ExitCode> {
 
 fn run(a: RunArgs) -> Result<ExitCode> {
     // Refuse to start on an invalid configuration: every error, then exit 1.
-    let config = match config::load(&a.config) {
+    let config = match config::load_on(&a.config, &host_routing()) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{errors}");

@@ -32,11 +32,12 @@ fn pings(topo: &Topology) -> bool {
     })
 }
 
-/// The routes out of `dev` in `ns` (both families), as `ip` prints them.
+/// The routes out of `dev` in `ns` (both families, every table: the
+/// tunnel's are in Esparto's own), as `ip` prints them.
 fn routes(ns: &Netns, dev: &str) -> String {
     let mut out = String::new();
     for fam in ["-4", "-6"] {
-        let o = ns.ip(&[fam, "route", "show", "dev", dev]).unwrap();
+        let o = ns.ip(&[fam, "route", "show", "table", "all", "dev", dev]).unwrap();
         out.push_str(&String::from_utf8_lossy(&o.stdout));
     }
     out

@@ -59,6 +59,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
             log: "info".into(),
             state_dir: state.join(if east { "east" } else { "west" }),
             ike: Default::default(),
+            routing: Default::default(),
         },
         connections: vec![Connection {
             name: "site".into(),
@@ -78,6 +79,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
             }],
         }],
         secrets: Default::default(),
+        warnings: Vec::new(),
     }
 }
 

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use super::error::KeyPath;
-use super::model::{Daemon, IkeLimits};
+use super::model::{Daemon, IkeLimits, Routing};
 use super::tree::{Cx, Field, Kind, Node};
 
 /// Default control socket path.
@@ -39,6 +39,15 @@ pub const MAX_WORKERS: usize = 1024;
 pub const MAX_CPU: usize = 8191;
 /// Smallest path MTU accepted (RFC 791: every IPv4 host accepts 576 bytes).
 pub const MIN_PATH_MTU: u16 = 576;
+/// Default routing table of the tunnel routes (strongSwan's
+/// `charon.routing_table` default).
+pub const DEFAULT_ROUTING_TABLE: u32 = 220;
+/// Default priority of the first policy rule (strongSwan's
+/// `charon.routing_table_prio` default); the rules take it and the next two.
+pub const DEFAULT_ROUTING_TABLE_PRIO: u32 = 220;
+/// Highest `routing_table_prio`: its three rules must come before the
+/// kernel's main-table rule at 32766.
+pub const MAX_ROUTING_TABLE_PRIO: u32 = 32766 - esparto_io::routing::PRIORITIES;
 /// Longest Unix socket path: `sun_path` is 108 bytes with the NUL (unix(7)).
 const MAX_SOCKET_PATH: usize = 107;
 /// Longest interface name: IFNAMSIZ is 16 with the NUL (netdevice(7)).
@@ -60,6 +69,9 @@ const KEYS: &[&str] = &[
     "cookie_threshold_per_source",
     "half_open_per_source",
     "max_half_open",
+    "routing_table",
+    "routing_table_prio",
+    "routing_mark",
 ];
 
 /// The number of workers when the file does not say: the CPUs this process
@@ -121,6 +133,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         log: DEFAULT_LOG.to_string(),
         state_dir: PathBuf::from(DEFAULT_STATE_DIR),
         ike: IkeLimits::default(),
+        routing: Routing::default(),
     };
     let root_path = KeyPath::root();
     let Some(f) = root.field(&root_path, "daemon") else {
@@ -167,6 +180,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         }
     }
     ike_limits(cx, t, &path, &mut d.ike);
+    d.routing = routing(cx, t, &path);
     if let Some(f) = t.field(&path, "log") {
         if let Some(s) = cx.str(&f) {
             match tracing_subscriber::EnvFilter::try_new(s) {
@@ -254,6 +268,46 @@ fn ports(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, d: &mut Daemon) {
     } else {
         d.ike_port = p;
     }
+}
+
+/// `routing_table`, `routing_table_prio` and `routing_mark`.
+fn routing(cx: &mut Cx<'_>, t: &Node, path: &KeyPath) -> Routing {
+    let mut r = Routing::default();
+    let mut mark_set = false;
+    if let Some(f) = t.field(path, "routing_table") {
+        match &f.node.kind {
+            Kind::Str(s) if ["main", "local", "default"].contains(&s.as_str()) => cx.err_at(
+                &f,
+                format!(
+                    "'{s}' is one of the host's own tables: Esparto keeps its routes in a table of its own (a selector such as 0.0.0.0/0 would otherwise replace the host's routes); give a number, e.g. {DEFAULT_ROUTING_TABLE}"
+                ),
+            ),
+            Kind::Int(n @ (253..=255)) => cx.err_at(
+                &f,
+                format!("table {n} is the host's own (253 default, 254 main, 255 local): Esparto keeps its routes in a table of its own, e.g. {DEFAULT_ROUTING_TABLE}"),
+            ),
+            _ => {
+                if let Some(n) = cx.int::<u32>(&f, 1..=i64::from(u32::MAX)) {
+                    r.table = n;
+                }
+            }
+        }
+    }
+    if let Some(f) = t.field(path, "routing_table_prio") {
+        if let Some(n) = cx.int::<u32>(&f, 1..=i64::from(MAX_ROUTING_TABLE_PRIO)) {
+            r.priority = n;
+        }
+    }
+    if let Some(f) = t.field(path, "routing_mark") {
+        if let Some(n) = cx.int::<u32>(&f, 1..=i64::from(u32::MAX)) {
+            r.mark = n;
+            mark_set = true;
+        }
+    }
+    if !mark_set {
+        r.mark = r.table;
+    }
+    r
 }
 
 /// The IKE endpoint's limits (strongSwan: charon.cookie_threshold,

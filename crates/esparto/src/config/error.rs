@@ -44,6 +44,22 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Something in a configuration file that runs, but maybe not as meant
+/// (`check-config` prints it and, with `--strict`, fails on it; `run` logs
+/// it): the same position and key as an error, and `warning:` before the
+/// message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning(pub ConfigError);
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.0;
+        let mut at = ConfigError { message: String::new(), ..e.clone() }.to_string();
+        at.truncate(at.len().saturating_sub(2)); // the ": " before the empty message
+        write!(f, "{at}: warning: {}", e.message)
+    }
+}
+
 /// All problems found in a configuration file, in file order. Never empty
 /// when returned as an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +195,16 @@ mod tests {
             p.key("static_sas").index(1).key("in_key").as_str(),
             "connections.\"a.b\".children.lan.static_sas[1].in_key"
         );
+    }
+
+    #[test]
+    fn warnings_say_so_after_the_position() {
+        let w = |line, key: &str| {
+            ConfigWarning(ConfigError { file: "w.toml".into(), line, column: 3, key: key.into(), message: "m".into() })
+        };
+        assert_eq!(w(4, "a.b").to_string(), "w.toml:4:3: a.b: warning: m");
+        assert_eq!(w(0, "daemon.routing_table").to_string(), "w.toml: daemon.routing_table: warning: m");
+        assert_eq!(w(0, "").to_string(), "w.toml: warning: m");
     }
 
     #[test]

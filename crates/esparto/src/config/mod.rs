@@ -25,6 +25,7 @@ mod connection;
 mod daemon;
 mod error;
 pub mod model;
+mod routing;
 mod secrets;
 mod static_sas;
 mod tree;
@@ -38,10 +39,12 @@ use std::path::{Path, PathBuf};
 pub use child::{DEFAULT_ESP_PROPOSALS, DEFAULT_REKEY_TIME, MIN_REPLAY_WINDOW};
 pub use connection::{DEFAULT_IKE_PROPOSALS, DEFAULT_REMOTE_PORT};
 pub use daemon::{
-    DEFAULT_CONTROL, DEFAULT_IKE_PORT, DEFAULT_LOG, DEFAULT_PATH_MTU, DEFAULT_PORT, DEFAULT_STATE_DIR, DEFAULT_TUN,
-    DEFAULT_TUN_QUEUE_LEN, MAX_CPU, MAX_TUN_QUEUE_LEN, MAX_WORKERS, MIN_PATH_MTU, default_workers,
+    DEFAULT_CONTROL, DEFAULT_IKE_PORT, DEFAULT_LOG, DEFAULT_PATH_MTU, DEFAULT_PORT, DEFAULT_ROUTING_TABLE,
+    DEFAULT_ROUTING_TABLE_PRIO, DEFAULT_STATE_DIR, DEFAULT_TUN, DEFAULT_TUN_QUEUE_LEN, MAX_CPU, MAX_ROUTING_TABLE_PRIO,
+    MAX_TUN_QUEUE_LEN, MAX_WORKERS, MIN_PATH_MTU, default_workers,
 };
-pub use error::{ConfigError, ConfigErrors};
+pub use error::{ConfigError, ConfigErrors, ConfigWarning};
+pub use routing::{Host, MAX_ROUTES_NAMED};
 pub use model::*;
 
 use error::KeyPath;
@@ -60,8 +63,16 @@ const TOP_UNSUPPORTED: &[(&str, &str)] = &[
 ];
 
 /// Load and validate the file at `path`. Relative paths inside it
-/// (`*_file`, `daemon.control`, `daemon.state_dir`) are relative to its directory.
+/// (`*_file`, `daemon.control`, `daemon.state_dir`) are relative to its
+/// directory. [`Config::warnings`] holds what can be said without looking
+/// at the host; [`load_on`] compares the file with the host's routing too.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    load_on(path, &Host::default())
+}
+
+/// [`load`], with warnings that compare the file with `host`'s routing
+/// (`Host::read()`: the calling thread's network namespace).
+pub fn load_on(path: &Path, host: &Host) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let fail = |message: String| {
         Err(ConfigErrors(vec![ConfigError {
@@ -91,21 +102,26 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    parse_in(&text, file, dir, path.to_path_buf())
+    parse_in(&text, file, dir, path.to_path_buf(), host)
 }
 
 /// Validate `text` as if read from `path_for_messages` (which names the file
 /// in errors; relative `*_file` paths are resolved against its directory).
 pub fn parse_str(text: &str, path_for_messages: &str) -> Result<Config, ConfigErrors> {
+    parse_str_on(text, path_for_messages, &Host::default())
+}
+
+/// [`parse_str`], compared with `host`'s routing (see [`load_on`]).
+pub fn parse_str_on(text: &str, path_for_messages: &str, host: &Host) -> Result<Config, ConfigErrors> {
     let path = PathBuf::from(path_for_messages);
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    parse_in(text, path_for_messages.to_string(), dir, path)
+    parse_in(text, path_for_messages.to_string(), dir, path, host)
 }
 
-fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf) -> Result<Config, ConfigErrors> {
+fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf, host: &Host) -> Result<Config, ConfigErrors> {
     let mut cx = Cx::new(file, text, dir);
     let root = match tree::parse(text) {
         Ok(r) => r,
@@ -145,11 +161,13 @@ fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf) -> Result<Con
     if cx.has_errors() {
         return Err(ConfigErrors(cx.into_errors()));
     }
+    routing::warn(&mut cx, &root, &parsed.seen, &parsed.connections, &daemon, host);
     Ok(Config {
         path,
         daemon,
         connections: parsed.connections,
         secrets,
+        warnings: cx.take_warnings(),
     })
 }
 

@@ -24,6 +24,9 @@ pub struct Config {
     pub connections: Vec<Connection>,
     /// Pre-shared keys (`[secrets.NAME]`), for IKE.
     pub secrets: esparto_ike::Secrets,
+    /// What runs, but maybe not as meant (`check-config` prints these;
+    /// `run` logs them), in file order.
+    pub warnings: Vec<super::ConfigWarning>,
 }
 
 /// `[daemon]`.
@@ -56,6 +59,39 @@ pub struct Daemon {
     pub state_dir: PathBuf,
     /// IKE endpoint limits.
     pub ike: IkeLimits,
+    /// Where the tunnel routes and their policy rules go.
+    pub routing: Routing,
+}
+
+/// The routing table of the tunnel routes and the policy rules that lead
+/// to it (`[daemon] routing_table`, `routing_table_prio`, `routing_mark`;
+/// `esparto_io::routing` describes the rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routing {
+    /// The table (default 220, as strongSwan's); never main, local, default
+    /// or 0.
+    pub table: u32,
+    /// The first of the three rule priorities (default 220).
+    pub priority: u32,
+    /// The firewall mark of the daemon's own sockets, whose packets skip the
+    /// tunnel (default: the table's number, as wg-quick does).
+    pub mark: u32,
+}
+
+impl Default for Routing {
+    fn default() -> Self {
+        Self {
+            table: super::daemon::DEFAULT_ROUTING_TABLE,
+            priority: super::daemon::DEFAULT_ROUTING_TABLE_PRIO,
+            mark: super::daemon::DEFAULT_ROUTING_TABLE,
+        }
+    }
+}
+
+impl From<Routing> for esparto_io::routing::RoutingConfig {
+    fn from(r: Routing) -> Self {
+        Self { table: r.table, priority: r.priority, mark: r.mark }
+    }
 }
 
 /// IKE endpoint limits (`[daemon]`): the denial-of-service defence of RFC

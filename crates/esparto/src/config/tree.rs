@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use toml_edit::{Item, Value};
 
-use super::error::{ConfigError, KeyPath, line_col};
+use super::error::{ConfigError, ConfigWarning, KeyPath, line_col};
 
 /// Byte range in the file.
 pub(crate) type Span = Range<usize>;
@@ -198,6 +198,7 @@ pub(crate) struct Cx<'t> {
     /// Directory that relative paths in the file are relative to.
     pub(crate) dir: PathBuf,
     errors: Vec<(usize, ConfigError)>,
+    warnings: Vec<(usize, ConfigError)>,
 }
 
 impl<'t> Cx<'t> {
@@ -208,6 +209,7 @@ impl<'t> Cx<'t> {
             text,
             dir,
             errors: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -224,6 +226,28 @@ impl<'t> Cx<'t> {
                 message: message.into(),
             },
         ));
+    }
+
+    /// Record a warning at `span`: the file runs, but maybe not as meant.
+    pub(crate) fn warn(&mut self, span: &Span, path: &KeyPath, message: impl Into<String>) {
+        let (line, column) = line_col(self.text, span.start);
+        let w = ConfigError { file: self.file.clone(), line, column, key: path.as_str().to_string(), message: message.into() };
+        self.warnings.push((span.start, w));
+    }
+
+    /// Record a warning about a key the file does not write (its default):
+    /// no line and column.
+    pub(crate) fn warn_default(&mut self, key: &str, message: impl Into<String>) {
+        let w = ConfigError { file: self.file.clone(), line: 0, column: 0, key: key.to_string(), message: message.into() };
+        self.warnings.push((0, w));
+    }
+
+    /// The warnings so far, in file order (stable for warnings at the same
+    /// place).
+    pub(crate) fn take_warnings(&mut self) -> Vec<ConfigWarning> {
+        let mut w = std::mem::take(&mut self.warnings);
+        w.sort_by_key(|(at, _)| *at);
+        w.into_iter().map(|(_, e)| ConfigWarning(e)).collect()
     }
 
     /// Record an error about a field.

@@ -9,8 +9,13 @@
 //! started from a thread that has given up every capability, so they run
 //! with none: they only read and write the descriptors set-up gave them.
 //!
-//! Routes go through rtnetlink into `ROUTE_TABLE`; the gateway removes
-//! those it added when it stops (they would also go with the device).
+//! Routing is Esparto's own table behind policy rules
+//! ([`esparto_io::routing`]): claimed first, before any device exists (a
+//! table or rule priority someone else uses refuses the start with nothing
+//! changed; what a daemon that died left there is removed), the daemon's
+//! sockets marked so that its own IKE and ESP bypass the tunnel, and every
+//! peer's route checked once the static children are in. The gateway
+//! removes every route and rule it added when it stops.
 //!
 //! The gateway is driven by the daemon's control thread. It never touches a
 //! packet: it sends the workers the commands the table's transitions
@@ -30,7 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use esparto_esp::{Direction, TAILROOM, max_inner_len};
 use esparto_io::udp::UdpConfig;
-use esparto_io::route::DeviceRoutes;
+use esparto_io::routing::{PeerPath, Prefix, TunnelRouting};
 use esparto_io::worker::{ControlDatagram, IoStats, WorkerFailure};
 use esparto_io::{ControlRx, control_channel};
 use esparto_io::{Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, Workers};
@@ -47,9 +52,6 @@ use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
 const DEFAULT_TUN_MTU: u16 = 1400;
 /// How long `status` waits for each worker's snapshot.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
-/// The routing table the peers' selectors are routed in: the main table
-/// (a table of Esparto's own behind a policy rule is the next step).
-pub(super) const ROUTE_TABLE: u32 = esparto_io::route::MAIN_TABLE;
 /// Least time between two log lines about failing reservation writes.
 const RESERVATION_WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -64,8 +66,8 @@ pub struct Gateway {
     control_dgrams: ControlRx,
     /// The reuseport group's control socket (IKE on the NAT-T port).
     udp_control: UdpSocket,
-    /// Routes into the TUN device.
-    routes: DeviceRoutes,
+    /// Routes into the TUN device, and the rules that lead to them.
+    routing: TunnelRouting,
     /// Every child and Child SA, and what the workers hold of them.
     pub(super) table: Table,
     bind: SocketAddr,
@@ -137,6 +139,15 @@ impl Gateway {
             }
             cfg.daemon.cpus.clone()
         };
+        // Before any device: a routing table or rule priority that is
+        // someone else's stops the start with nothing changed.
+        let (mut routing, cleaned) = TunnelRouting::claim(cfg.daemon.routing.into()).context("setting up routing")?;
+        if cleaned.rules + cleaned.routes > 0 {
+            info!(
+                rules = cleaned.rules, routes = cleaned.routes, table = cfg.daemon.routing.table,
+                "removed the routes and rules an earlier esparto left behind"
+            );
+        }
         // Before any device: a state file that cannot be trusted, or a
         // static SA that may not send, stops the start here.
         let (reservations, claims) = match seqstate::reserve_static(cfg, n)? {
@@ -156,8 +167,7 @@ impl Gateway {
         })
         .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
         let tun_name = tun.name().to_string();
-        let routes = DeviceRoutes::new(&tun_name, ROUTE_TABLE)
-            .with_context(|| format!("opening an rtnetlink socket for routes into {tun_name}"))?;
+        routing.attach(&tun_name).context("setting up routing")?;
         let (steering, why) = tun.steering();
         match steering {
             Steering::FlowTable => {}
@@ -169,7 +179,8 @@ impl Gateway {
             }
         }
         let bind = bind_addr(cfg)?;
-        let udp = UdpConfig { steering: Some(SPI_STEERING), ..UdpConfig::default() };
+        // Marked: the daemon's own ESP and IKE skip the tunnel's rules.
+        let udp = UdpConfig { steering: Some(SPI_STEERING), mark: Some(cfg.daemon.routing.mark), ..UdpConfig::default() };
         let group = UdpGroup::bind(bind, n, &udp)
             .with_context(|| format!("binding {n}+1 UDP sockets to {bind} (is another esparto or an IKE daemon running?)"))?;
         let (ev_tx, events) = datapath::event_channel();
@@ -203,7 +214,7 @@ impl Gateway {
             events,
             control_dgrams,
             udp_control: control,
-            routes,
+            routing,
             table,
             bind,
             reservations,
@@ -224,7 +235,27 @@ impl Gateway {
                 );
             }
         }
+        gw.check_peers(cfg)?;
         Ok(gw)
+    }
+
+    /// Refuses to run if the daemon's own packets to a peer would enter the
+    /// TUN device (someone routed the peer into it, in the main table or by
+    /// a rule of their own): the peer would be unreachable. A peer the host
+    /// has no route to yet is only logged.
+    fn check_peers(&mut self, cfg: &Config) -> Result<()> {
+        for conn in &cfg.connections {
+            for peer in &conn.remote_addrs {
+                let src = Some(self.bind.ip()).filter(|a| !a.is_unspecified());
+                match self.routing.check_peer(*peer, src).with_context(|| format!("connection {}", conn.name))? {
+                    PeerPath::Via(dev) => info!(connection = %conn.name, %peer, %dev, "peer reached outside the tunnel"),
+                    PeerPath::Unreachable => {
+                        warn!(connection = %conn.name, %peer, "no route to the peer yet (the host has none); IKE and ESP to it fail until there is one")
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Sends the workers the commands the table's last transitions queued,
@@ -239,13 +270,14 @@ impl Gateway {
                     .workers
                     .send(usize::from(k), EspCommand::Esp(cmd))
                     .map_err(|_| anyhow!("worker {k} has stopped"))?,
-                Effect::Routes(ts) => {
-                    for r in &ts {
-                        for (addr, len) in esparto_io::route::range_to_prefixes(r.addrs.start(), r.addrs.end()) {
-                            if let Err(e) = self.routes.add(addr, len) {
-                                failed.get_or_insert(e);
-                            }
-                        }
+                Effect::Routes { local, remote } => {
+                    let prefixes = |ts: &[esparto_esp::Selector]| -> Vec<Prefix> {
+                        ts.iter()
+                            .flat_map(|t| esparto_io::route::range_to_prefixes(t.addrs.start(), t.addrs.end()))
+                            .collect()
+                    };
+                    if let Err(e) = self.routing.add(&prefixes(&local), &prefixes(&remote)) {
+                        failed.get_or_insert(e);
                     }
                 }
             }
@@ -401,11 +433,11 @@ impl Gateway {
         }
     }
 
-    /// Removes the routes it added, then stops the workers (closing the
-    /// TUN queues and sockets; the TUN device disappears with the last
-    /// queue).
+    /// Removes the rules and routes it added, then stops the workers
+    /// (closing the TUN queues and sockets; the TUN device disappears with
+    /// the last queue).
     pub fn shutdown(mut self) -> Vec<IoStats> {
-        for e in self.routes.remove_all() {
+        for e in self.routing.remove_all() {
             warn!("{e}");
         }
         let reports = self.workers.shutdown();

@@ -95,7 +95,9 @@ impl Ike {
         let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), crate::datapath::spi_for_worker)));
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
-        let sock500 = esparto_io::UdpSocket::bind(bind, &UdpConfig::default(), false)
+        // Marked like the NAT-T sockets: IKE to a peer skips the tunnel.
+        let udp = UdpConfig { mark: Some(cfg.daemon.routing.mark), ..UdpConfig::default() };
+        let sock500 = esparto_io::UdpSocket::bind(bind, &udp, false)
             .with_context(|| format!("binding IKE socket {bind} (is another IKE daemon running?)"))?;
         let mut ike = Self {
             ep,

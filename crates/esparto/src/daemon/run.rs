@@ -1,7 +1,8 @@
 //! `esparto run`: the daemon's control thread.
 //!
 //! Start-up order makes failures cheap and complete: first the daemon
-//! claims its TUN device and UDP ports ([`esparto_io::instance`]: a lock
+//! claims its TUN device, UDP ports, routing table and rule priorities
+//! ([`esparto_io::instance`]: a lock
 //! file per claim under `/run/esparto`, per network namespace, and a check
 //! that the TUN device is not someone else's), so a second daemon is
 //! refused, naming the first one's pid, before it touches any device; then
@@ -10,7 +11,7 @@
 //! error names it.
 //!
 //! Set-up done, the control thread gives up every capability but
-//! `CAP_NET_ADMIN` (routes), in every set including the bounding set, and
+//! `CAP_NET_ADMIN` (routes and policy rules), in every set including the bounding set, and
 //! sets `no_new_privs`; the workers never had any ([`Gateway::start`]).
 //!
 //! A worker that stops on its own (a panic, its TUN device deleted) stops
@@ -24,9 +25,9 @@
 //! worker events, which arrive over channels. Shutdown first deletes every
 //! IKE SA (an INFORMATIONAL Delete each, waiting at most
 //! [`SHUTDOWN_GRACE`] for the answers, so peers drop our SAs at once), then
-//! stops the workers, which closes the TUN queues (the device and its
-//! routes go with them) and the sockets, and removes the control socket
-//! file.
+//! removes the routes and policy rules it added, stops the workers, which
+//! closes the TUN queues (the device goes with them) and the sockets, and
+//! removes the control socket file.
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -65,6 +66,9 @@ const KEEP: &[Capability] = &[Capability::NetAdmin];
 pub fn run(mut config: Config, control: &Path) -> Result<()> {
     let throttle = init_logging(&config.daemon.log);
     log_panics();
+    for w in &config.warnings {
+        warn!("{w}");
+    }
     let _instance = claim(&config)?;
     let mut server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
     let (mut sig_rx, sig_tx) = UnixStream::pair().context("signal pipe")?;
@@ -173,6 +177,11 @@ fn claim(config: &Config) -> Result<InstanceLock> {
     let bind = super::gateway::bind_addr(config)?;
     let v6 = bind.is_ipv6();
     let mut claims = vec![Claim::Tun(config.daemon.tun.clone()), Claim::Udp { v6, port: config.daemon.port }];
+    // The routing table and rule priorities, which the start cleans of
+    // leftovers: no live daemon may be using them.
+    let routing: esparto_io::routing::RoutingConfig = config.daemon.routing.into();
+    claims.push(Claim::RouteTable(routing.table));
+    claims.extend(routing.priorities().map(Claim::RulePriority));
     if config.connections.iter().any(|c| c.ike.is_some()) {
         claims.push(Claim::Udp { v6, port: config.daemon.ike_port });
     }

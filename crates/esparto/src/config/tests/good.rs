@@ -293,3 +293,14 @@ fn state_dir_is_relative_to_the_config() {
     let text = base().replacen("workers = 2", "workers = 2\nstate_dir = \"/srv/esparto\"", 1);
     assert_eq!(parse_str(&text, "/etc/esparto/west.toml").unwrap().daemon.state_dir, Path::new("/srv/esparto"));
 }
+
+#[test]
+fn routing_defaults_to_table_220_and_the_mark_follows_the_table() {
+    let c = parse_str(&base(), "w.toml").unwrap();
+    assert_eq!(c.daemon.routing, Routing { table: 220, priority: 220, mark: 220 });
+    let text = base().replace("workers = 2", "workers = 2\nrouting_table = 1000\nrouting_table_prio = 32763");
+    let c = parse_str(&text, "w.toml").unwrap();
+    assert_eq!(c.daemon.routing, Routing { table: 1000, priority: 32763, mark: 1000 });
+    let text = base().replace("workers = 2", "workers = 2\nrouting_mark = 0x10000");
+    assert_eq!(parse_str(&text, "w.toml").unwrap().daemon.routing.mark, 0x1_0000);
+}

@@ -103,9 +103,14 @@ pub(crate) struct SaId(usize);
 pub(crate) enum Effect {
     /// A command for one worker.
     Worker(u16, Command),
-    /// Route these selectors into the TUN device (again: the kernel may
-    /// have flushed them).
-    Routes(Vec<Selector>),
+    /// Send traffic from the `local` selectors to the `remote` ones into
+    /// the TUN device (again: the kernel may have flushed the routes).
+    Routes {
+        /// Our side's selectors: the sources the policy rules select.
+        local: Vec<Selector>,
+        /// The peer's side: the routes.
+        remote: Vec<Selector>,
+    },
 }
 
 /// A connection as the table holds it.
@@ -305,7 +310,8 @@ impl Table {
     }
 
     /// Gives `child` a group with policies for these selectors (or sets
-    /// its policies to them), and routes the peer's selectors again.
+    /// its policies to them), and routes traffic from ours to the peer's
+    /// again.
     pub(super) fn ensure_group(
         &mut self,
         child: ChildId,
@@ -371,7 +377,7 @@ impl Table {
                 g.remote_ts = remote_ts.to_vec();
             }
         }
-        self.emit(Effect::Routes(remote_ts.to_vec()));
+        self.emit(Effect::Routes { local: local_ts.to_vec(), remote: remote_ts.to_vec() });
     }
 
     fn remove_policies(&mut self, child: ChildId) {

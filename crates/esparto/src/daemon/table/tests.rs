@@ -26,6 +26,8 @@ pub(super) struct Harness {
     pub(super) table: Table,
     pub(super) workers: Vec<Worker>,
     pub(super) routes: usize,
+    /// The selectors of the last route effect: (local, remote).
+    pub(super) last_routes: Option<(Vec<Selector>, Vec<Selector>)>,
     pub(super) now: Instant,
 }
 
@@ -56,6 +58,7 @@ impl Harness {
             table: Table::new(workers, 1500),
             workers: (0..workers).map(Worker::new).collect(),
             routes: 0,
+            last_routes: None,
             now: Instant::now(),
         }
     }
@@ -65,7 +68,10 @@ impl Harness {
         for e in self.table.take_effects() {
             match e {
                 Effect::Worker(k, cmd) => self.workers[usize::from(k)].apply(cmd),
-                Effect::Routes(_) => self.routes += 1,
+                Effect::Routes { local, remote } => {
+                    self.routes += 1;
+                    self.last_routes = Some((local, remote));
+                }
             }
         }
     }
@@ -201,6 +207,10 @@ fn install_puts_policies_group_inbound_then_outbound_on_the_workers() {
     assert!(h.receives(0x1001));
     assert_eq!(h.inbound_total(), 1);
     assert_eq!(h.routes, 1);
+    // Routes name both sides: the sources (policy rules) and destinations.
+    let (local, remote) = h.last_routes.clone().unwrap();
+    assert_eq!((local.len(), remote), (1, vec![ts("10.2.0.0/16")]), "{local:?}");
+    assert!(local[0].addrs.contains("10.1.0.1".parse().unwrap()), "{local:?}");
     // The first command is the group, then its policy; the inbound SA
     // comes before any outbound one.
     let mut h2 = Harness::new(2);
