@@ -3,6 +3,7 @@
 #
 #   scripts/fuzz.sh SECONDS TARGET...   run each target in turn for SECONDS
 #   scripts/fuzz.sh SECONDS all         every target of fuzz/Cargo.toml
+#   scripts/fuzz.sh report TARGET...|all  the summary lines of the last runs again
 #
 # Each run starts from the committed seeds (fuzz/seeds/TARGET, read only)
 # and the corpus of earlier runs (fuzz/corpus/TARGET, where new inputs go;
@@ -32,8 +33,27 @@ read -r -a nice_cmd <<<"${FUZZ_NICE:-nice -n 19}"
 read -r -a extra <<<"${FUZZ_ARGS:-}"
 
 mkdir -p logs
+# One line from a run's log. libFuzzer separates "#N" and the event by a tab.
+row() {
+  local t=$1 log=logs/$1.log done_line execs rate cov ft corp last at
+  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 || true)
+  execs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -n 1)
+  rate=$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+).*/\1/p' "$log" | tail -n 1)
+  cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$done_line")
+  ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$done_line")
+  corp=$(sed -nE 's/.* corp: ([0-9]+\/[0-9]+[a-zA-Z]*).*/\1/p' <<<"$done_line")
+  last=$(grep -E '^#[0-9]+[[:space:]]+NEW' "$log" | tail -n 1 | sed -nE 's/^#([0-9]+).*/\1/p' || true)
+  last=${last:-0}
+  at=$(( ${rate:-0} > 0 ? last / rate : 0 ))
+  printf '%-17s %12s %8s %6s %7s %14s %11s (%5ss)\n' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "#$last" "$at"
+}
+
 printf '%-17s %12s %8s %6s %7s %14s %20s\n' target execs exec/s cov ft corpus "last new"
 for t in "${targets[@]}"; do
+  if [ "$secs" = report ]; then
+    row "$t"
+    continue
+  fi
   mkdir -p "corpus/$t" "seeds/$t"
   log="logs/$t.log"
   if ! "${nice_cmd[@]}" cargo +nightly fuzz run -a "$t" "corpus/$t" "seeds/$t" -- \
@@ -42,15 +62,5 @@ for t in "${targets[@]}"; do
     grep -E 'panicked|ERROR|SUMMARY|Test unit written' "$log" | head -n 8
     exit 1
   fi
-  # The last status line: "#N DONE cov: C ft: F corp: K/SIZE lim: … exec/s: R …".
-  done_line=$(grep -E '^#[0-9]+ +DONE' "$log" | tail -n 1)
-  execs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -n 1)
-  rate=$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+).*/\1/p' "$log" | tail -n 1)
-  cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$done_line")
-  ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$done_line")
-  corp=$(sed -nE 's/.* corp: ([0-9]+\/[0-9]+[a-zA-Z]*).*/\1/p' <<<"$done_line")
-  last=$(grep -E '^#[0-9]+ +NEW' "$log" | tail -n 1 | sed -nE 's/^#([0-9]+).*/\1/p')
-  last=${last:-0}
-  at=$(( rate > 0 ? last / rate : 0 ))
-  printf '%-17s %12s %8s %6s %7s %14s %11s (%5ss)\n' "$t" "$execs" "$rate" "$cov" "$ft" "$corp" "#$last" "$at"
+  row "$t"
 done

@@ -40,7 +40,7 @@ for t in $targets; do
   # corpus, which later runs start from.
   mkdir -p "fuzz/corpus/$t"
   if out=$(cd fuzz && cargo +nightly fuzz run "${FUZZ_FLAGS[@]}" "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$FUZZ_SECONDS" 2>&1); then
-    grep -Eo '#[0-9]+ +DONE.*' <<<"$out" | tail -n 1 || echo ok
+    grep -Eo '#[0-9]+[[:space:]]+DONE.*' <<<"$out" | tail -n 1 || echo ok
   else
     echo "FAILED"; echo "$out" | tail -n 40; exit 1
   fi
