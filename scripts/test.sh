@@ -27,8 +27,8 @@ cargo test --workspace --quiet "${TEST_FEATURES[@]}"
 step "fuzz smoke runs (${FUZZ_SECONDS}s each)"
 # Smoke runs use a debug build without a sanitizer: it builds in a third of
 # the time, and keeps overflow checks and debug assertions on (the parsers
-# are safe Rust, so AddressSanitizer adds little). Long runs (`make fuzz`)
-# use cargo-fuzz's default optimized ASan build.
+# are safe Rust, so AddressSanitizer adds little). Long runs (`make fuzz`,
+# scripts/fuzz.sh) use an optimized ASan build with debug assertions.
 FUZZ_FLAGS=(--dev -s none)
 if ! out=$(cd fuzz && cargo +nightly fuzz build "${FUZZ_FLAGS[@]}" 2>&1); then
   echo "$out" | tail -n 40; exit 1
