@@ -521,6 +521,13 @@ fn esp_decapsulate_inputs() -> Vec<(String, Vec<u8>)> {
         .map(|i| rec(1, Kind::Sealed { seq: Seq::Next, fix: true, bytes: &inner[i % inner.len()] }))
         .collect();
     v.push(("lifetime".to_string(), encode(lifetime, &expiring)));
+    // The same, but the packets that cross the soft and the hard limit are
+    // refused after the integrity check (outside the selectors).
+    let crossing: Vec<Record<'_>> = [&inner[0], &inner[2], &outside, &inner[0], &inner[2], &outside, &inner[0]]
+        .into_iter()
+        .map(|p| rec(0, Kind::Sealed { seq: Seq::Next, fix: true, bytes: p }))
+        .collect();
+    v.push(("lifetime_crossed_by_refused_packets".to_string(), encode(lifetime, &crossing)));
     v
 }
 
