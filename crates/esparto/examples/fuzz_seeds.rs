@@ -39,7 +39,7 @@ use esparto_ike::{
     RandomSpiAllocator, Transmit,
 };
 use esparto_wire::ike::{Header, HeaderRepr};
-use esparto_wire::{icmp, ipcomp, ipv4, ipv6, tcp, udp};
+use esparto_wire::{icmp, ipv4, ipv6, tcp, udp};
 
 #[path = "../../../fuzz/formats/esp_decapsulate.rs"]
 mod esp_input;
@@ -120,9 +120,6 @@ fn generate() -> Corpus {
             }
             _ => {}
         }
-    }
-    for (name, p) in ipcomp_headers() {
-        add("wire_ipcomp", &name, p);
     }
     for (name, p) in esp_packets() {
         add("wire_esp", &name, p.clone());
@@ -364,21 +361,6 @@ fn ip_packets() -> Vec<(String, Vec<u8>)> {
     let n = icmp::packet_too_big_v6(&tcp6_data, 1360, gw, &mut out).expect("an error fits");
     add("ipv6_icmpv6_packet_too_big", out[..n].to_vec());
     v
-}
-
-/// IPComp headers (RFC 3173) with each class of CPI in front of a payload.
-fn ipcomp_headers() -> Vec<(String, Vec<u8>)> {
-    let payload = udp4(V4_SRC, V4_DST, (40000, 5201), 9, &data(48));
-    [("deflate_ipv4", 4, ipcomp::cpi::DEFLATE), ("lzs_ipv6", 41, ipcomp::cpi::LZS), ("negotiated", 4, 0x1234), ("oui", 4, ipcomp::cpi::OUI)]
-        .into_iter()
-        .map(|(name, next_header, cpi)| {
-            let r = ipcomp::Repr { next_header, cpi };
-            let mut v = vec![0u8; r.buffer_len()];
-            r.emit(&mut ipcomp::Packet::new_unchecked(&mut v[..])).expect("sized for the repr");
-            v.extend_from_slice(&payload);
-            (name.to_string(), v)
-        })
-        .collect()
 }
 
 // -------------------------------------------------------------------- ESP
