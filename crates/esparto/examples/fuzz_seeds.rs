@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use esparto_crypto::{DeterministicRng, EspCipher};
 use esparto_esp::{HEADROOM, OutboundSa, TAILROOM, next_header_for};
 use esparto_ike::{
-    ChildConfig, Connection, Endpoint, EndpointConfig, Event, Identity, IkeSaId, PerCpuSas,
+    ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity, IkeSaId, PerCpuSas,
     RandomSpiAllocator, Transmit,
 };
 use esparto_wire::ike::{Header, HeaderRepr};
@@ -517,7 +517,7 @@ fn esp_decapsulate_inputs() -> Vec<(String, Vec<u8>)> {
 
 fn endpoint(seed: u64, cfg: EndpointConfig, me: &str, peer: &str, local: &str, remote: &str, ts: (&str, &str)) -> Endpoint {
     let mut ep = Endpoint::new(cfg, Box::new(DeterministicRng::new(seed)), Box::new(RandomSpiAllocator::new()));
-    let mut c = Connection::new("gw", "aes256gcm16-prfsha256-x25519, aes128-sha256-ecp256").expect("valid proposals");
+    let mut c = ConnectionConfig::new("gw", "aes256gcm16-prfsha256-x25519, aes128-sha256-ecp256").expect("valid proposals");
     c.local_addrs = vec![local.parse().expect("address")];
     c.remote_addrs = vec![remote.parse().expect("address")];
     c.local.id = Some(Identity::parse(me).expect("identity"));
