@@ -2,6 +2,7 @@
 #
 #   make demo   two gateways in network namespaces, traffic through the tunnel, live figures
 #   make test   every test: unit, property, netns (root), strongSwan interop, fuzz smoke runs
+#   make fuzz   longer fuzz runs (docs/FUZZING.md)
 #
 # Both install what they need first (scripts/setup.sh). `make build` builds the
 # gateway (target/release/esparto) and the test bed that runs it
@@ -11,7 +12,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all setup build demo test lint fuzz bench clean
+.PHONY: all setup build demo test lint fuzz fuzz-all fuzz-seeds bench clean
 
 all: build
 
@@ -30,9 +31,19 @@ test: setup
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Run one fuzz target for a while: make fuzz TARGET=esp_decapsulate SECONDS=600
+# Fuzzing (docs/FUZZING.md), niced, from the seeds in fuzz/seeds/:
+#   make fuzz TARGET=esp_decapsulate SECONDS=600   one target
+#   make fuzz-all SECONDS=600                      every target in turn, with a summary
+#   make fuzz-seeds                                write fuzz/seeds/ again
 fuzz: setup
-	cd fuzz && $(CARGO) +nightly fuzz run $(TARGET) -- -max_total_time=$(or $(SECONDS),60)
+	@test -n "$(TARGET)" || { echo "make fuzz TARGET=… (one of: $$(cd fuzz && $(CARGO) +nightly fuzz list | tr '\n' ' '))"; exit 2; }
+	scripts/fuzz.sh $(or $(SECONDS),60) $(TARGET)
+
+fuzz-all: setup
+	scripts/fuzz.sh $(or $(SECONDS),60) all
+
+fuzz-seeds:
+	$(CARGO) run -p esparto --example fuzz_seeds
 
 bench: build
 	target/release/esparto bench dataplane

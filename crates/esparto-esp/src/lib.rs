@@ -43,7 +43,7 @@ pub use group::{ACQUIRE_RETRY, SaGroup};
 pub use lifetime::{Expiry, Lifetime};
 pub use replay::{DEFAULT_WINDOW, MAX_WINDOW, ReplayError, ReplayWindow};
 pub use sa::{
-    Decapsulated, Dropped, HEADROOM, InboundSa, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,
+    Dropped, HEADROOM, InboundSa, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,
     TAILROOM, max_inner_len, next_header_for, outer_overhead,
 };
 pub use sad::{Sad, SpiHasher};

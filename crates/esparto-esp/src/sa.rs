@@ -25,7 +25,15 @@
 //! Inbound processing follows RFC 4303 §3.4 in the order that keeps forged
 //! packets cheap and harmless: SPI lookup, replay check, integrity check
 //! and decryption, *then* commit the sequence number to the window, then
-//! padding and the selector check of the inner packet (RFC 4301 §5.2).
+//! padding, the lifetime, and the selector check of the inner packet
+//! (RFC 4301 §5.2).
+//!
+//! A crossed lifetime limit is news for the control plane (rekey now, or
+//! the SA is dead), whatever becomes of the packet that crossed it: in
+//! both directions it is reported through an `expiry` argument beside the
+//! packet's result, not inside it, so a refused packet still reports it.
+//! A packet that would take an SA past a hard limit is refused
+//! (`lifetime_expired`), and so is everything after it.
 
 use core::ops::Range;
 use std::net::SocketAddr;
@@ -399,6 +407,11 @@ pub struct InboundSa {
     esn: bool,
     replay: Option<ReplayWindow>,
     lifetime: LifetimeState,
+    /// Inner bytes and packets counted against the lifetime: every packet
+    /// that authenticated with a well-formed trailer, delivered or not
+    /// (the counters count only what was delivered).
+    lifetime_bytes: u64,
+    lifetime_packets: u64,
     local_ts: Vec<Selector>,
     remote_ts: Vec<Selector>,
     peer: SocketAddr,
@@ -411,17 +424,6 @@ pub struct InboundSa {
     counters: SaCounters,
 }
 
-/// A successfully decapsulated packet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decapsulated {
-    /// The inner IP packet within the caller's buffer (TFC padding removed),
-    /// or an empty range for a dummy packet (RFC 4303 §2.6), which the caller
-    /// discards (the SA has counted it as a [`DropReason::Dummy`] drop).
-    pub inner: Range<usize>,
-    /// Whether a soft or hard lifetime limit was first crossed.
-    pub expiry: Option<Expiry>,
-}
-
 impl InboundSa {
     /// Builds the SA.
     pub fn new(cfg: &SaConfig, now: Instant) -> Result<Self, KeyLengthError> {
@@ -431,6 +433,8 @@ impl InboundSa {
             esn: cfg.esn,
             replay: (cfg.replay_window > 0).then(|| ReplayWindow::new(cfg.replay_window, cfg.esn)),
             lifetime: LifetimeState::new(cfg.lifetime, true, now),
+            lifetime_bytes: 0,
+            lifetime_packets: 0,
             local_ts: cfg.local_ts.clone(),
             remote_ts: cfg.remote_ts.clone(),
             peer: cfg.peer,
@@ -476,18 +480,38 @@ impl InboundSa {
     }
 
     /// Decapsulates the ESP packet at `buf[esp]` in place (the SPI has
-    /// already been looked up and is this SA's). On error the reason is
-    /// also counted in the SA's drop counters.
+    /// already been looked up and is this SA's), returning the range of the
+    /// inner IP packet in `buf` (TFC padding removed). On error the reason
+    /// is also counted in the SA's drop counters; an authentic dummy packet
+    /// (RFC 4303 §2.6) is the drop [`DropReason::Dummy`].
+    ///
+    /// `expiry` is set when this packet crossed a soft lifetime limit or
+    /// first reached a hard one, whatever became of the packet: a packet
+    /// can cross a limit and still be refused (a dummy, not IP, outside
+    /// the selectors, or the hard limit itself), and the control plane
+    /// hears of each limit only this once.
     #[inline]
-    pub fn decapsulate(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Decapsulated, DropReason> {
-        let r = self.decapsulate_inner(now, buf, esp);
+    pub fn decapsulate(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        esp: Range<usize>,
+        expiry: &mut Option<Expiry>,
+    ) -> Result<Range<usize>, DropReason> {
+        let r = self.decapsulate_inner(now, buf, esp, expiry);
         if let Err(reason) = r {
             self.counters.drops.count(reason);
         }
         r
     }
 
-    fn decapsulate_inner(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Decapsulated, DropReason> {
+    fn decapsulate_inner(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        esp: Range<usize>,
+        expiry: &mut Option<Expiry>,
+    ) -> Result<Range<usize>, DropReason> {
         let packet = buf.get_mut(esp.clone()).ok_or(DropReason::Malformed)?;
         // Header, IV, at least the two trailer bytes, ICV.
         if packet.len() < self.min_len {
@@ -514,29 +538,31 @@ impl InboundSa {
         }
         let plaintext = &packet[plain.clone()];
         let (data, trailer) = Trailer::split(plaintext).map_err(|_| DropReason::BadPadding)?;
-        let data_len = data.len();
 
-        let mut expiry = None;
-        match self.lifetime.check(now, self.counters.bytes + data_len as u64, self.counters.packets + 1) {
+        // RFC 4301 §4.4.2.1: the lifetime measures what the SA's keys
+        // protected, so an authentic packet counts whether it is then
+        // delivered or not (the checks below may still refuse it).
+        self.lifetime_bytes += data.len() as u64;
+        self.lifetime_packets += 1;
+        match self.lifetime.check(now, self.lifetime_bytes, self.lifetime_packets) {
             Verdict::Ok => {}
-            Verdict::SoftNow => expiry = Some(Expiry::Soft),
+            Verdict::SoftNow => *expiry = Some(Expiry::Soft),
             Verdict::Hard { first } => {
+                // Past the hard limit nothing more is accepted, this packet
+                // included (as outbound, where it is not sent).
                 if first {
-                    // The packet itself is authentic; deliver it, and the
-                    // SA refuses the next one.
-                    expiry = Some(Expiry::Hard);
+                    *expiry = Some(Expiry::Hard);
                 }
+                return Err(DropReason::LifetimeExpired);
             }
         }
 
-        let start = esp.start + plain.start;
         if trailer.is_dummy() {
             // RFC 4303 §2.6: authentic (its sequence number is spent), but
-            // nothing to deliver. Not an error, so that a lifetime limit it
-            // crossed still reaches the caller; counted as a `dummy` drop.
-            self.counters.drops.count(DropReason::Dummy);
-            return Ok(Decapsulated { inner: start..start, expiry });
+            // the receiver MUST discard it.
+            return Err(DropReason::Dummy);
         }
+        let start = esp.start + plain.start;
         let inner_len = inner_ip_len(trailer.next_header, data)?;
         let inner = &data[..inner_len];
         if !self.selectors_admit(inner)? {
@@ -547,7 +573,7 @@ impl InboundSa {
         }
         self.counters.packets += 1;
         self.counters.bytes += inner_len as u64;
-        Ok(Decapsulated { inner: start..start + inner_len, expiry })
+        Ok(start..start + inner_len)
     }
 
     /// Whether the inner packet's source is in the peer's selectors and its

@@ -29,10 +29,16 @@ fn seal(out: &mut OutboundSa, now: Instant, inner: &[u8]) -> Vec<u8> {
 }
 
 fn open(inb: &mut InboundSa, now: Instant, esp: &[u8]) -> Result<Vec<u8>, DropReason> {
+    open_expiring(inb, now, esp).0
+}
+
+/// [`open`], and the lifetime limit the packet crossed.
+fn open_expiring(inb: &mut InboundSa, now: Instant, esp: &[u8]) -> (Result<Vec<u8>, DropReason>, Option<Expiry>) {
     let mut buf = esp.to_vec();
     let len = buf.len();
-    let d = inb.decapsulate(now, &mut buf, 0..len)?;
-    Ok(buf[d.inner].to_vec())
+    let mut expiry = None;
+    let r = inb.decapsulate(now, &mut buf, 0..len, &mut expiry);
+    (r.map(|inner| buf[inner].to_vec()), expiry)
 }
 
 #[test]
@@ -270,10 +276,8 @@ fn dummy_packets_and_tfc_padding() {
     let mut buf = vec![0u8; HEADROOM + 16 + TAILROOM];
     let mut exp = None;
     let r = out.encapsulate(now, &mut buf, HEADROOM..HEADROOM + 16, 59, &mut exp).unwrap();
-    let mut esp = buf[r].to_vec();
-    let n = esp.len();
-    let d = inb.decapsulate(now, &mut esp, 0..n).unwrap();
-    assert!(d.inner.is_empty());
+    let esp = buf[r].to_vec();
+    assert_eq!(open(&mut inb, now, &esp), Err(DropReason::Dummy));
     // Not delivered, so not a packet: a `dummy` drop of the SA.
     assert_eq!(inb.counters().packets, 0);
     assert_eq!(inb.counters().drops.get(DropReason::Dummy), 1);
@@ -344,6 +348,72 @@ fn lifetime_limits_raise_events_and_stop_the_sa() {
         exps.push((r.is_ok(), exp));
     }
     assert_eq!(exps, vec![(true, None), (true, None), (true, Some(Expiry::Soft)), (false, Some(Expiry::Hard))]);
+}
+
+#[test]
+fn inbound_limits_crossed_by_refused_packets_still_raise_their_events() {
+    let now = Instant::now();
+    let mut cfg = config(EspSuite::Aes256Gcm16, 0x1000_0001, true, false);
+    cfg.lifetime = Lifetime { soft_packets: Some(1), hard_packets: Some(3), ..Default::default() };
+    // The sender has no limits: only the receiver's are under test.
+    let mut out = OutboundSa::owned(&config(EspSuite::Aes256Gcm16, 0x1000_0001, true, false), now).unwrap();
+    let mut inb = InboundSa::new(&cfg, now).unwrap();
+    let mut outside = udp4(10);
+    outside[12..16].copy_from_slice(&[10, 9, 0, 1]);
+    let good = udp4(10);
+    // The second packet crosses the soft limit and lies outside the
+    // selectors; the fourth would take the SA past its hard limit.
+    let sent: Vec<Vec<u8>> = [&good, &outside, &good, &good, &good].iter().map(|p| seal(&mut out, now, p)).collect();
+    let got: Vec<_> = sent.iter().map(|esp| open_expiring(&mut inb, now, esp)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (Ok(good.clone()), None),
+            (Err(DropReason::PolicyMismatch), Some(Expiry::Soft)),
+            (Ok(good.clone()), None),
+            (Err(DropReason::LifetimeExpired), Some(Expiry::Hard)),
+            // Dead: refused before the integrity check, no second event.
+            (Err(DropReason::LifetimeExpired), None),
+        ]
+    );
+    let c = inb.counters();
+    assert_eq!((c.packets, c.drops.get(DropReason::LifetimeExpired), c.drops.total()), (2, 2, 3));
+    // The packet refused at the hard limit was authentic: its number is spent.
+    assert_eq!(inb.last_seq(), 4);
+}
+
+#[test]
+fn inbound_byte_limits_count_every_authentic_packet() {
+    let now = Instant::now();
+    let mut cfg = config(EspSuite::ChaCha20Poly1305, 0x1000_0001, false, false);
+    // 100-byte inner packets: the second crosses the soft limit, the
+    // fourth the hard one.
+    cfg.lifetime = Lifetime { soft_bytes: Some(150), hard_bytes: Some(300), ..Default::default() };
+    let mut out = OutboundSa::owned(&config(EspSuite::ChaCha20Poly1305, 0x1000_0001, false, false), now).unwrap();
+    let mut inb = InboundSa::new(&cfg, now).unwrap();
+    let good = udp4(72);
+    assert_eq!(good.len(), 100);
+    // Not IP: next header 4, version nibble 0.
+    let mut junk = good.clone();
+    junk[0] = 0x05;
+    let mut exp = None;
+    let mut seal_nh = |inner: &[u8], nh: u8| {
+        let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
+        buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(inner);
+        let r = out.encapsulate(now, &mut buf, HEADROOM..HEADROOM + inner.len(), nh, &mut exp).unwrap();
+        buf[r].to_vec()
+    };
+    let sent = [seal_nh(&good, 4), seal_nh(&junk, 4), seal_nh(&good, 59), seal_nh(&junk, 4)];
+    let got: Vec<_> = sent.iter().map(|esp| open_expiring(&mut inb, now, esp)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (Ok(good.clone()), None),
+            (Err(DropReason::Malformed), Some(Expiry::Soft)),
+            (Err(DropReason::Dummy), None),
+            (Err(DropReason::LifetimeExpired), Some(Expiry::Hard)),
+        ]
+    );
 }
 
 #[test]

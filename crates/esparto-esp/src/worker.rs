@@ -20,7 +20,7 @@ use esparto_wire::esp as wesp;
 use crate::counters::{DropReason, Drops, SaCounters};
 use crate::group::SaGroup;
 use crate::lifetime::Expiry;
-use crate::sa::{Decapsulated, Dropped, InboundSa, OutboundSa, Spi, next_header_for};
+use crate::sa::{Dropped, InboundSa, OutboundSa, Spi, next_header_for};
 use crate::sad::{Sad, SpiHasher};
 use crate::spd::{Action, FlowKey, GroupId, Policy, PolicyId, Spd};
 
@@ -328,7 +328,8 @@ impl Worker {
     /// Decapsulates the ESP packet (a UDP payload) at `buf[esp]`; returns
     /// the inner packet's range. A dummy packet (RFC 4303 §2.6) is an error
     /// like any other drop, [`DropReason::Dummy`], so the range is never
-    /// empty.
+    /// empty. A lifetime limit the packet crossed is queued as an
+    /// [`Event::Expire`] whether the packet is delivered or refused.
     #[inline]
     pub fn decapsulate(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
         let r = self.decapsulate_inner(now, buf, esp);
@@ -343,15 +344,12 @@ impl Worker {
         let packet = buf.get(esp.clone()).ok_or(DropReason::Malformed)?;
         let spi = wesp::Packet::new_checked(packet).map_err(|_| DropReason::Malformed)?.spi();
         let sa = self.sad.get_mut(spi).ok_or(DropReason::UnknownSpi)?;
-        let Decapsulated { inner, expiry } = sa.decapsulate(now, buf, esp)?;
+        let mut expiry = None;
+        let r = sa.decapsulate(now, buf, esp, &mut expiry);
         if let Some(kind) = expiry {
             push_event(&mut self.events, &mut self.events_dropped, Event::Expire { spi, direction: Direction::Inbound, kind });
         }
-        if inner.is_empty() {
-            // A dummy packet, authentic: discarded, after its lifetime event.
-            return Err(DropReason::Dummy);
-        }
-        Ok(inner)
+        r
     }
 
     /// Time-driven work: lifetimes of idle SAs. Call every few hundred ms.

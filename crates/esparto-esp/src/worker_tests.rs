@@ -247,6 +247,38 @@ fn a_dummy_packet_is_a_counted_drop_and_still_raises_its_lifetime_event() {
 }
 
 #[test]
+fn limits_crossed_by_refused_packets_reach_the_control_plane() {
+    let now = Instant::now();
+    let mut cfg = config(EspSuite::Aes256Gcm16, 0x100, true, false);
+    cfg.lifetime.soft_packets = Some(1);
+    cfg.lifetime.hard_packets = Some(2);
+    let mut rx = Worker::new(1);
+    rx.apply(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).unwrap())));
+    let mut out = OutboundSa::owned(&config(EspSuite::Aes256Gcm16, 0x100, true, false), now).unwrap();
+    let mut esp_of = |inner: &[u8]| {
+        let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
+        buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(inner);
+        let r = out.encapsulate(now, &mut buf, HEADROOM..HEADROOM + inner.len(), 4, &mut None).unwrap();
+        buf[r].to_vec()
+    };
+    // Both packets that cross a limit are refused: the first lies outside
+    // the selectors, the second would pass the hard limit.
+    let mut outside = udp4(10);
+    outside[16..20].copy_from_slice(&[10, 3, 0, 1]);
+    assert_eq!(recv(&mut rx, now, &esp_of(&udp4(10))).unwrap(), udp4(10));
+    assert_eq!(recv(&mut rx, now, &esp_of(&outside)), Err(DropReason::PolicyMismatch));
+    assert_eq!(rx.poll_event(), Some(Event::Expire { spi: 0x100, direction: Direction::Inbound, kind: Expiry::Soft }));
+    assert_eq!(rx.poll_event(), None);
+    assert_eq!(recv(&mut rx, now, &esp_of(&udp4(10))), Err(DropReason::LifetimeExpired));
+    assert_eq!(rx.poll_event(), Some(Event::Expire { spi: 0x100, direction: Direction::Inbound, kind: Expiry::Hard }));
+    // Everything after is refused too, and raises nothing more.
+    assert_eq!(recv(&mut rx, now, &esp_of(&udp4(10))), Err(DropReason::LifetimeExpired));
+    assert_eq!(rx.poll_event(), None);
+    assert_eq!(rx.drops().get(DropReason::LifetimeExpired), 2);
+    assert_eq!(rx.stats().rx_packets, 1);
+}
+
+#[test]
 fn events_past_the_pending_limit_are_dropped_and_counted() {
     let now = Instant::now();
     let mut w = Worker::new(0);

@@ -9,10 +9,11 @@
 //! - a packet joins the open *head* of its flow (addresses, ports, and for
 //!   TCP the ACK number) only if its IP header agrees with the head's (TOS
 //!   or traffic class, TTL or hop limit, DF, flow label), its TCP header
-//!   agrees (length, window, urgent pointer, options), its payload is no
-//!   larger than the head's first one, and for TCP its sequence number
-//!   continues the head: segmenting the super-packet again must give back
-//!   the packets that went in, IPv4 IDs aside;
+//!   agrees (length, the AE and reserved bits, window, urgent pointer,
+//!   options), its payload is no larger than the head's first one, and for
+//!   TCP its sequence number continues the head: segmenting the
+//!   super-packet again must give back the packets that went in, IPv4 IDs
+//!   aside;
 //! - a shorter payload, or PSH, ends the head (a GSO packet's segments are
 //!   all `gso_size` long but the last);
 //! - both checksums are verified before two packets are merged: the merged
@@ -70,9 +71,10 @@ struct Parsed {
     /// for one comparison: IPv4 DSCP and ECN, DF, TTL; or IPv6 traffic
     /// class, flow label, hop limit.
     ip_shared: u64,
-    /// The same for TCP: window and urgent pointer (the options are
-    /// compared apart, [`headers_agree`]).
-    tcp_shared: u32,
+    /// The same for TCP: the bits between Data Offset and the flags (AE and
+    /// reserved), window and urgent pointer (the options are compared
+    /// apart, [`headers_agree`]).
+    tcp_shared: u64,
     ip_hlen: usize,
     l4_hlen: usize,
     payload: usize,
@@ -128,7 +130,9 @@ fn parse(p: &[u8]) -> Option<Parsed> {
                 key,
                 ack: tcp.ack_number(),
                 ip_shared,
-                tcp_shared: u32::from(tcp.window()) << 16 | u32::from(tcp.urgent_ptr()),
+                tcp_shared: u64::from(tcp.reserved_bits()) << 32
+                    | u64::from(tcp.window()) << 16
+                    | u64::from(tcp.urgent_ptr()),
                 ip_hlen,
                 l4_hlen,
                 payload,
@@ -765,7 +769,9 @@ mod tests {
         // each (checksums right) keeps the segment out.
         let b = build(&seg(TCP, 1000, 1000, 2));
         assert_eq!(run(&[a.clone(), b.clone()], true).0.writes, 1);
-        for (at, bits) in [(8, 1), (1, 4), (20 + 14, 1), (20 + 19, 1), (6, 0x80)] {
+        // Also the bits between Data Offset and the flags (AE, reserved):
+        // segmentation copies the head's into every segment.
+        for (at, bits) in [(8, 1), (1, 4), (20 + 14, 1), (20 + 19, 1), (6, 0x80), (20 + 12, 0x01), (20 + 12, 0x04)] {
             let mut p = b.clone();
             p[at] ^= bits;
             reseal(&mut p);

@@ -167,6 +167,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
         usize::from(self.buffer.as_ref()[field::OFFSET] >> 4) * 4
     }
 
+    /// The four bits between Data Offset and the control bits: reserved
+    /// in RFC 9293 §3.1, but the lowest is a flag to ECN extensions (NS in
+    /// RFC 3540, AE in Accurate ECN), so a receiver may read them.
+    #[inline]
+    pub fn reserved_bits(&self) -> u8 {
+        self.buffer.as_ref()[field::OFFSET] & 0x0f
+    }
+
     /// The eight control bits (see [`flags`]).
     #[inline]
     pub fn flags(&self) -> u8 {
@@ -513,6 +521,18 @@ mod tests {
             .fill_checksum_v4(ip.src_addr(), ip.dst_addr())
             .unwrap();
         assert_eq!(&out[..], ip.payload());
+    }
+
+    #[test]
+    fn reserved_bits_are_the_low_half_of_the_offset_octet() {
+        let mut b = syn();
+        let tcp_at = 20;
+        assert_eq!(Packet::new_checked(&b[tcp_at..]).unwrap().reserved_bits(), 0);
+        b[tcp_at + 12] |= 0x01;
+        let p = Packet::new_checked(&b[tcp_at..]).unwrap();
+        assert_eq!((p.reserved_bits(), p.header_len(), p.flags()), (0x01, 40, flags::SYN));
+        b[tcp_at + 12] |= 0x0e;
+        assert_eq!(Packet::new_checked(&b[tcp_at..]).unwrap().reserved_bits(), 0x0f);
     }
 
     #[test]
