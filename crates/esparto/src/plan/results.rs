@@ -127,6 +127,9 @@ pub struct Saved<T> {
     pub unix: u64,
     /// The command line.
     pub command: String,
+    /// `/proc/loadavg`'s 1, 5 and 15-minute load averages when saved: how
+    /// busy the machine was (figures taken beside other work are lower).
+    pub load_average: String,
     /// The cycle counter's rate, Hz: the clock the cycle counts are in.
     pub clock_hz: f64,
     /// The figures.
@@ -253,10 +256,11 @@ pub struct Loaded<T> {
 }
 
 impl<T> Loaded<T> {
-    /// "FILE (DATE, commit C, COMMAND)": where a figure came from.
+    /// "FILE (DATE, load L, commit C, `COMMAND`)": where a figure came from.
     pub fn provenance(&self) -> String {
         let commit: String = self.saved.commit.chars().take(12).collect();
-        format!("{} ({}, commit {commit}, `{}`)", self.path.display(), self.saved.date, self.saved.command)
+        let s = &self.saved;
+        format!("{} ({}, load {}, commit {commit}, `{}`)", self.path.display(), s.date, s.load_average, s.command)
     }
 }
 
@@ -320,6 +324,13 @@ pub fn now() -> (u64, String) {
     (unix, humantime::format_rfc3339_seconds(t).to_string())
 }
 
+/// `/proc/loadavg`'s first three fields ("unknown" without it).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// A saved measurement of this machine, dated now, with this process's
 /// command line.
 pub fn envelope<T>(kind: Kind, data: T) -> Saved<T> {
@@ -332,6 +343,7 @@ pub fn envelope<T>(kind: Kind, data: T) -> Saved<T> {
         date,
         unix,
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        load_average: load_average(),
         clock_hz: crate::bench::tsc::tsc_hz(),
         data,
     }
@@ -340,7 +352,7 @@ pub fn envelope<T>(kind: Kind, data: T) -> Saved<T> {
 /// Writes `saved` into `dir` (made if missing) as
 /// `KIND-SUITE-YYYYMMDDTHHMMSSZ.json`; returns the path.
 pub fn save<T: Serialize>(dir: &Path, suite: &str, saved: &Saved<T>) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating the results directory {}", dir.display()))?;
+    make_dir(dir).with_context(|| format!("creating the results directory {}", dir.display()))?;
     let stamp: String = saved.date.chars().filter(|c| *c != '-' && *c != ':').collect();
     let safe_suite: String =
         suite.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
@@ -356,6 +368,20 @@ pub fn save<T: Serialize>(dir: &Path, suite: &str, saved: &Saved<T>) -> Result<P
     std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(path)
+}
+
+/// Makes `dir` (mode 0755: results are not secret) and any missing parent
+/// (mode 0700, as the daemon makes its state directory, the default
+/// results directory's parent).
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)
 }
 
 /// The part of a file every format version has: enough to say why a file
@@ -599,6 +625,19 @@ pub(crate) mod tests {
         assert!(reason(&bad_kind).contains("corrupt: kind"), "{}", reason(&bad_kind));
         assert_eq!(f.ignored.len(), 9, "{:#?}", f.ignored);
         assert!(f.ignored.iter().all(|i| i.to_string().starts_with("ignored ")));
+    }
+
+    #[test]
+    fn the_directory_is_made_with_its_parent_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let bench = dir.path().join("state/bench");
+        save(&bench, "aes256gcm16", &envelope(Kind::Tunnel, tunnel_data(&[(64, 1.0)]))).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // 0755 less the umask for the results, never more than 0700 for the parent.
+        assert_eq!(mode(&dir.path().join("state")) & 0o077, 0);
+        assert_eq!(mode(&bench) & 0o722, 0o700);
+        assert_eq!(load_dir(&bench, &Machine::this()).unwrap().tunnel.len(), 1);
     }
 
     #[test]

@@ -410,12 +410,13 @@ pub fn render(p: &Plan) -> String {
     let rated = p.zero_loss_from.is_some();
     let bounded = p.rows.iter().any(|r| r.in_process_bound.is_some());
     if rated {
-        let _ = write!(head, "  {:<38} {:>9}", "zero-loss pkt/s at IP size", "calls");
+        let calls = if p.link_mbps.is_some() { "gateway" } else { "calls" };
+        let _ = write!(head, "  {:<38} {calls:>9}", "zero-loss pkt/s at IP size");
     } else if bounded {
         let _ = write!(head, "  {:>17}", "in-process bound");
     }
     if p.link_mbps.is_some() {
-        let _ = write!(head, " {:>10} {:>10} {:>8}", "link calls", "calls", "limit");
+        let _ = write!(head, " {:>9} {:>9} {:>8}", "link", "calls", "limit");
     }
     if let Some(n) = p.calls_wanted {
         let _ = write!(head, "  {n} calls?");
@@ -460,16 +461,14 @@ pub fn render(p: &Plan) -> String {
                 Some(Limit::Gateway) => "gateway",
                 None => "—",
             };
-            let _ = write!(o, " {link:>10} {calls:>10} {limit:>8}");
+            let _ = write!(o, " {link:>9} {calls:>9} {limit:>8}");
         }
         if p.calls_wanted.is_some() {
-            let f = match r.fit {
-                Some(Fit { fits: true, headroom }) => format!("yes, {:.0} % headroom", headroom * 100.0),
-                Some(Fit { fits: false, headroom }) if headroom.is_finite() => {
-                    format!("no, {:.0} % short", -headroom * 100.0)
-                }
-                Some(Fit { fits: false, .. }) => "no".into(),
-                None => "unknown (no end-to-end figure)".into(),
+            let f = match (r.fit, r.calls) {
+                (Some(Fit { fits: true, headroom }), _) => format!("yes, {:.0} % headroom", headroom * 100.0),
+                (Some(Fit { fits: false, .. }), Some(c)) => format!("no, {} fit", thousands(c as f64)),
+                (Some(Fit { fits: false, .. }), None) => "no".into(),
+                (None, _) => "unknown (no end-to-end figure)".into(),
             };
             let _ = write!(o, "  {f}");
         }
@@ -676,6 +675,7 @@ mod tests {
         assert_eq!((r.calls, r.limit), (Some(94), Some(Limit::Link)));
         let f = r.fit.unwrap();
         assert!(!f.fits && f.headroom < 0.0);
+        assert!(render(&p).contains("no, 94 fit"), "{}", render(&p));
         // Without the link the gateway limits, and 200 fit with 80 % headroom.
         let p = plan(&Inputs { link_mbps: None, ..inp }, "test");
         let r = row(&p, "g711-20");
