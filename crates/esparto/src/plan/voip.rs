@@ -384,10 +384,7 @@ pub fn render(p: &Plan) -> String {
         p.suite, p.suite_from, p.framing, p.inner_ip
     );
     if let Some(g) = &p.framing_gap {
-        let _ = writeln!(
-            o,
-            "note: a framing Esparto does not send ({g}): the bytes are the model's, the calls this gateway's"
-        );
+        let _ = writeln!(o, "note: a framing Esparto does not send: {g}; the sizes are the model's");
     }
     match (&p.zero_loss_from, &p.in_process_from) {
         (Some(z), _) => {
