@@ -192,7 +192,8 @@ mod tests {
     use esparto_crypto::Integ;
 
     use super::*;
-    use crate::sa::{HEADROOM, OutboundSa, SaConfig, TAILROOM};
+    use crate::counters::DropReason;
+    use crate::sa::{HEADROOM, OutboundSa, SaConfig, TAILROOM, outer_overhead};
     use crate::spd::{Action, Policy};
     use crate::testutil::{config, udp4, udp6};
     use crate::worker::{Command, Worker};
@@ -317,8 +318,18 @@ mod tests {
                     let max = framing.max_inner(usize::from(mtu));
                     assert!(framing.outer_len(max) <= usize::from(mtu), "{suite} {mtu}");
                     assert!(framing.outer_len(max + 1) > usize::from(mtu), "{suite} {mtu}: {max} is not the largest");
-                    let sa = OutboundSa::owned(&cfg, now).unwrap();
-                    assert_eq!(sa.max_inner(), max, "{suite} {mtu}");
+                    // The SA sends the largest packet within the path MTU and
+                    // refuses one byte more, naming the limit for the ICMP error.
+                    let mut sa = OutboundSa::owned(&cfg, now).unwrap();
+                    let mut send = |n: usize| {
+                        let mut buf = vec![0u8; HEADROOM + n + TAILROOM];
+                        buf[HEADROOM..HEADROOM + n].copy_from_slice(&udp4(n - 28));
+                        sa.encapsulate(now, &mut buf, HEADROOM..HEADROOM + n, 4, &mut None).map(|esp| esp.len())
+                    };
+                    let esp = send(max).unwrap();
+                    assert!(esp + outer_overhead(&cfg.peer) <= usize::from(mtu), "{suite} {mtu}");
+                    let refused = send(max + 1).unwrap_err();
+                    assert_eq!((refused.reason, usize::from(refused.mtu)), (DropReason::TooBig, max), "{suite} {mtu}");
                 }
             }
         }

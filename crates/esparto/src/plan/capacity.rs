@@ -449,10 +449,14 @@ pub fn main(a: &Args) -> Result<ExitCode> {
             rows.extend(in_process(d, &mix, &mbps));
         }
     }
-    if let Some(t) = found.newest_tunnel().filter(|t| wanted(&t.saved.data.suite)) {
-        rows.extend(end_to_end(t, &mix, &mbps));
-    } else {
-        notes.push("no end-to-end measurement for this machine (`esparto-testbed bench tunnel --save`)".into());
+    match found.newest_tunnel() {
+        Some(t) if wanted(&t.saved.data.suite) => rows.extend(end_to_end(t, &mix, &mbps)),
+        Some(t) => notes.push(format!(
+            "the end-to-end measurement {} is of {}, a suite not asked for",
+            t.path.display(),
+            t.saved.data.suite
+        )),
+        None => notes.push("no end-to-end measurement for this machine (`esparto-testbed bench tunnel --save`)".into()),
     }
     for s in &suites {
         if !rows.iter().any(|r| r.suite == s.name()) {
