@@ -18,7 +18,9 @@
 //! - [`SaGroup`]: a fallback SA plus this worker's own sub-SA — the per-CPU
 //!   SAs that let throughput grow with cores;
 //! - [`Worker`]: one core's share of all of it, mutated only by its thread
-//!   through [`Command`]s, reporting [`Event`]s (acquires, expiries).
+//!   through [`Command`]s, reporting [`Event`]s (acquires, expiries);
+//! - [`Framing`]: the packet-overhead model, the exact outer size of an
+//!   inner packet, for capacity planning and the path MTU.
 //!
 //! Every packet that is not delivered is counted under a [`DropReason`];
 //! nothing in here panics on input.
@@ -28,6 +30,7 @@
 mod counters;
 mod group;
 mod lifetime;
+mod overhead;
 mod replay;
 mod sa;
 mod sad;
@@ -41,6 +44,7 @@ mod worker;
 pub use counters::{DropReason, Drops, SaCounters};
 pub use group::{ACQUIRE_RETRY, SaGroup};
 pub use lifetime::{Expiry, Lifetime};
+pub use overhead::{Framing, Mode, WireSize, ip_header_len};
 pub use replay::{DEFAULT_WINDOW, MAX_WINDOW, ReplayError, ReplayWindow};
 pub use sa::{
     Dropped, HEADROOM, InboundSa, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,

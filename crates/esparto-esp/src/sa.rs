@@ -44,10 +44,10 @@ use std::time::Instant;
 use esparto_crypto::{EspCipher, EspSuite, KeyLengthError, SecretBytes};
 use esparto_wire::esp::{self as wesp, Trailer};
 use esparto_wire::ip::{self, FlowKey, IpVersion};
-use esparto_wire::{ipv4, ipv6, udp};
 
 use crate::counters::{DropReason, SaCounters};
 use crate::lifetime::{Expiry, Lifetime, LifetimeState, Verdict};
+use crate::overhead::{Framing, ip_header_len};
 use crate::replay::{ReplayError, ReplayWindow};
 use crate::selector::{Family, Selector};
 use crate::seqlimit::SeqLimit;
@@ -69,7 +69,8 @@ pub const TAILROOM: usize = (MAX_BLOCK_LEN - 1) + wesp::TRAILER_LEN + MAX_ICV_LE
 
 /// Outer header bytes of ESP-in-UDP besides ESP itself: UDP and IPv4 or IPv6.
 pub fn outer_overhead(peer: &SocketAddr) -> usize {
-    udp::HEADER_LEN + if peer.is_ipv4() { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN }
+    let family = if peer.is_ipv4() { Family::V4 } else { Family::V6 };
+    ip_header_len(family) + esparto_wire::udp::HEADER_LEN
 }
 
 /// Everything needed to install one SA (one direction).
@@ -169,14 +170,10 @@ pub struct OutboundSa {
     limit: Option<Arc<SeqLimit>>,
 }
 
-/// The largest inner packet whose ESP-in-UDP encapsulation fits `path_mtu`.
+/// The largest inner packet whose ESP-in-UDP encapsulation fits `path_mtu`
+/// (the packet-overhead model's answer for the data plane's framing).
 pub fn max_inner_len(suite: EspSuite, peer: &SocketAddr, path_mtu: u16) -> usize {
-    let room = usize::from(path_mtu)
-        .saturating_sub(outer_overhead(peer) + wesp::HEADER_LEN + suite.iv_len() + suite.icv_len());
-    // The encrypted part is a multiple of the block size and holds the
-    // inner packet plus at least the two trailer bytes.
-    let block = suite.block_size().max(4);
-    (room / block * block).saturating_sub(wesp::TRAILER_LEN)
+    Framing::data_plane(suite, peer).max_inner(usize::from(path_mtu))
 }
 
 impl OutboundSa {

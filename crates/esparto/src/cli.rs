@@ -4,13 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use esparto_crypto::EspSuite;
 
 use crate::bench::dataplane;
 use crate::config;
 use crate::control::{self, Request, Response};
+use crate::plan::{self, results};
 use crate::render;
 
 /// Esparto: a site-to-site IPsec gateway in userspace.
@@ -33,6 +33,9 @@ enum Cmd {
     /// Measure the data plane on this machine.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Plan from this machine's saved measurements: VoIP calls per codec, cores per link.
+    #[command(subcommand)]
+    Plan(PlanCmd),
     /// Validate a configuration file: every error with file, line, column and key.
     CheckConfig(CheckConfigArgs),
     /// Run the gateway.
@@ -106,6 +109,14 @@ struct StatusArgs {
 }
 
 #[derive(Debug, Subcommand)]
+enum PlanCmd {
+    /// Full-duplex calls per codec (G.711, G.729, G.726, G.722, Opus, AMR-WB): bytes, bit rates, calls.
+    Voip(plan::voip::Args),
+    /// Cores needed for a link of C Mbit/s per suite, for a traffic mix.
+    Capacity(plan::capacity::Args),
+}
+
+#[derive(Debug, Subcommand)]
 enum BenchCmd {
     /// In-process ESP throughput against the raw cipher, by packet size and worker count.
     Dataplane(DataplaneArgs),
@@ -135,6 +146,12 @@ struct DataplaneArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
+    /// Save the results (with this machine, the commit and the date) for `esparto plan`.
+    #[arg(long)]
+    save: bool,
+    /// Directory --save writes into.
+    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
+    results: PathBuf,
 }
 
 /// Entry point of the binary.
@@ -152,6 +169,8 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Bench(BenchCmd::Dataplane(a)) => bench_dataplane(a),
+        Cmd::Plan(PlanCmd::Voip(a)) => plan::voip::main(&a),
+        Cmd::Plan(PlanCmd::Capacity(a)) => plan::capacity::main(&a),
         Cmd::CheckConfig(a) => check_config(a),
         Cmd::Run(a) => run(a),
         Cmd::Status(a) => status(a),
@@ -327,8 +346,7 @@ fn default_workers() -> usize {
 }
 
 fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
-    let suite = EspSuite::from_proposal(&a.suite)
-        .with_context(|| format!("unknown ESP suite '{}' (try aes256gcm16, aes128gcm16, chacha20poly1305, aes256-sha256)", a.suite))?;
+    let suite = plan::parse_suite(&a.suite)?;
     let sizes = a.sizes.iter().map(|s| dataplane::Size::parse(s)).collect::<Result<Vec<_>>>()?;
     if !(a.seconds > 0.0 && a.seconds <= 600.0) {
         anyhow::bail!("--seconds must be in (0, 600]");
@@ -343,6 +361,14 @@ fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         dataplane::print_table(&rows);
+    }
+    if a.save {
+        if a.count.is_some() {
+            anyhow::bail!("--save: a --count run is for instruction counts, not for planning; not saved");
+        }
+        let data = results::DataplaneData { suite: suite.name().into(), workers, seconds: a.seconds, runs: a.runs, rows };
+        let path = results::save(&a.results, suite.name(), &results::envelope(results::Kind::Dataplane, data))?;
+        eprintln!("saved {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
 }

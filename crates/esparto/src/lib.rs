@@ -2,9 +2,10 @@
 //!
 //! This crate is the binary's library: the command line ([`cli`]), the
 //! configuration ([`config`]), the daemon, the ESP datapath its workers run
-//! ([`datapath`]), the status model ([`status`]) and the in-process
+//! ([`datapath`]), the status model ([`status`]), the in-process
 //! data-plane benchmark ([`bench`]), which measures the machine the gateway
-//! runs on. It is the only crate of the gateway that reads files, the
+//! runs on, and the planner that turns saved measurements into calls and
+//! cores ([`plan`]). It is the only crate of the gateway that reads files, the
 //! environment and flags; the core crates take typed, validated values. The
 //! test bed (two gateways in network namespaces, the demo, the end-to-end
 //! benchmarks) is the `esparto-testbed` crate, which runs this binary as a
@@ -16,6 +17,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod datapath;
+pub mod plan;
 pub mod render;
 mod selector;
 pub mod status;

@@ -63,6 +63,7 @@
 mod options;
 mod pair;
 mod report;
+pub mod save;
 pub mod series;
 
 use std::path::Path;
@@ -149,6 +150,9 @@ pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
         return main_series(bin, &opts, args);
     }
     let report = run(bin, &opts, false)?;
+    if args.save {
+        save_run(&report, args);
+    }
     if args.json {
         // The tables too, on stderr with the progress: one run, both forms.
         eprint!("{}", render(&report));
@@ -177,6 +181,9 @@ fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
             if esparto_first { "Esparto" } else { "strongSwan" }
         );
         let report = run(bin, opts, esparto_first)?;
+        if args.save {
+            save_run(&report, args);
+        }
         let text = render(&report);
         if args.json {
             eprint!("{text}");
@@ -195,6 +202,15 @@ fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
         print!("{text}");
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `--save`: keeps the run for `esparto plan`; a failure to save is
+/// reported, and the run's figures are still printed.
+fn save_run(report: &Report, args: &Args) {
+    match save::save(report, &args.results) {
+        Ok(path) => eprintln!("esparto-testbed bench tunnel: saved {}", path.display()),
+        Err(e) => eprintln!("esparto-testbed bench tunnel: {e:#}"),
+    }
 }
 
 /// Log progress to stderr.

@@ -30,7 +30,7 @@ use esparto_esp::{
     Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, TAILROOM, Selector,
     Worker,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{median, packet::udp_packet};
 
@@ -102,7 +102,7 @@ pub struct Options {
 }
 
 /// One row of results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// "64" … or "imix".
     pub size: String,

@@ -272,6 +272,12 @@ pub struct Args {
     /// Repeat the whole run N times, then summarise each ratio: every run's value, the median, and how many runs reach the target.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
+    /// Save Esparto's figures (with this machine, the commit and the date) for `esparto plan`; with --runs, every run.
+    #[arg(long)]
+    pub save: bool,
+    /// Directory --save writes into.
+    #[arg(long, value_name = "DIR", default_value = esparto::plan::results::DEFAULT_DIR)]
+    pub results: std::path::PathBuf,
 }
 
 impl Args {

@@ -1,0 +1,660 @@
+//! Measurements kept: benchmark results saved as JSON files in a results
+//! directory (default [`DEFAULT_DIR`]), each with the machine, the commit
+//! and the date, for `esparto plan` to read back.
+//!
+//! Two kinds are written: `esparto bench dataplane --save` (the data plane
+//! in process: cycles per byte by packet size, [`DataplaneData`]) and the
+//! test bed's `esparto-testbed bench tunnel --save` (end to end: the RFC 2544
+//! zero-loss packet rate by inner packet size and the gateways' CPU per GB,
+//! [`TunnelData`], with the test bed's whole report kept beside it).
+//!
+//! A plan is only as good as the figures it stands on, so nothing is
+//! trusted silently. [`load_dir`] reads every `*.json` in the directory and
+//! sets aside, each with its file name and the reason, a file that is
+//! unreadable or not JSON, not a results file, of another format version,
+//! from another machine (its machine id, CPU model or CPU count differ from
+//! this one's), or whose figures make no sense (a negative rate). Of the
+//! rest the planner takes the newest of each kind (of each suite, for the
+//! data plane), and names the file and date beside every figure.
+//!
+//! Files are written whole under a temporary name, then renamed, so a
+//! reader never sees half a file.
+
+use std::fmt;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::bench::dataplane;
+
+/// Where results go unless `--results DIR` says otherwise.
+pub const DEFAULT_DIR: &str = "/var/lib/esparto/bench";
+
+/// The file format this build writes and reads. Raised when a field's
+/// meaning changes; files of any other version are set aside, named.
+pub const FORMAT: u32 = 1;
+
+/// A results file larger than this is not one of ours: set aside unread.
+pub const MAX_FILE_BYTES: u64 = 32 << 20;
+
+/// The commit this binary was built from (`git rev-parse HEAD` at build
+/// time, or `ESPARTO_COMMIT`; "unknown" without git).
+pub const COMMIT: &str = env!("ESPARTO_COMMIT");
+
+/// Which benchmark wrote a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// `esparto bench dataplane`: in process.
+    Dataplane,
+    /// `esparto-testbed bench tunnel`: end to end through two gateways.
+    Tunnel,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Dataplane => "dataplane",
+            Kind::Tunnel => "tunnel",
+        })
+    }
+}
+
+/// The machine a measurement was taken on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// `/etc/machine-id` (or "hostname:NAME" where there is none).
+    pub id: String,
+    /// The host name.
+    pub hostname: String,
+    /// `model name` from `/proc/cpuinfo`.
+    pub cpu_model: String,
+    /// Processors listed in `/proc/cpuinfo`.
+    pub cpus: usize,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn this() -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).ok().filter(|s| !s.is_empty());
+        let hostname = read("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown".into());
+        let id = read("/etc/machine-id")
+            .or_else(|| read("/var/lib/dbus/machine-id"))
+            .unwrap_or_else(|| format!("hostname:{hostname}"));
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map_or_else(|| "unknown".to_string(), |(_, v)| v.trim().to_string());
+        let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+        Self { id, hostname, cpu_model, cpus }
+    }
+
+    /// `None` if `other` is this machine as it is now; else how it differs.
+    pub fn differs(&self, other: &Machine) -> Option<String> {
+        if self.id != other.id {
+            return Some(format!("from another machine ({}, machine id {})", other.hostname, other.id));
+        }
+        if self.cpu_model != other.cpu_model {
+            return Some(format!("measured on other CPUs ({}; now {})", other.cpu_model, self.cpu_model));
+        }
+        if self.cpus != other.cpus {
+            return Some(format!("measured with {} CPUs (now {})", other.cpus, self.cpus));
+        }
+        None
+    }
+}
+
+/// One saved measurement: who, where, when, and the figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Saved<T> {
+    /// [`FORMAT`].
+    pub format: u32,
+    /// Which benchmark.
+    pub kind: Kind,
+    /// Where it ran.
+    pub machine: Machine,
+    /// The commit of the binary that measured.
+    pub commit: String,
+    /// When, RFC 3339 UTC.
+    pub date: String,
+    /// The same as Unix seconds (which file is newest).
+    pub unix: u64,
+    /// The command line.
+    pub command: String,
+    /// `/proc/loadavg`'s 1, 5 and 15-minute load averages when saved: how
+    /// busy the machine was (figures taken beside other work are lower).
+    pub load_average: String,
+    /// The cycle counter's rate, Hz: the clock the cycle counts are in.
+    pub clock_hz: f64,
+    /// The figures.
+    pub data: T,
+}
+
+/// What `esparto bench dataplane` measured (one suite).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataplaneData {
+    /// The suite, strongSwan's name.
+    pub suite: String,
+    /// Worker threads of the multi-worker figures.
+    pub workers: usize,
+    /// Seconds per measurement.
+    pub seconds: f64,
+    /// Measurements per figure (medians).
+    pub runs: usize,
+    /// One row per packet size.
+    pub rows: Vec<dataplane::Row>,
+}
+
+/// One packet size's RFC 2544 zero-loss rate, end to end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ZeroLoss {
+    /// Inner IP packet size, bytes.
+    pub ip_size: usize,
+    /// Highest rate with no loss, packets/s (0: none found).
+    pub pps: f64,
+    /// The search's first probe, at the most the generator offered, passed:
+    /// the gateways carry at least this much.
+    pub lower_bound: bool,
+    /// A confirming trial passed at this rate.
+    pub confirmed: bool,
+    /// The two gateway processes' CPU seconds per 10⁹ inner bytes at this rate.
+    pub gateway_s_per_gb: Option<f64>,
+}
+
+/// One TCP figure, end to end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpThroughput {
+    /// Parallel streams.
+    pub streams: u32,
+    /// Payload Mbit/s at the receiver.
+    pub mbps: f64,
+    /// The two gateway processes' CPU seconds per 10⁹ payload bytes.
+    pub gateway_s_per_gb: Option<f64>,
+}
+
+/// What `esparto-testbed bench tunnel` measured of Esparto ↔ Esparto.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TunnelData {
+    /// The ESP suite the gateways used.
+    pub suite: String,
+    /// Workers per gateway.
+    pub workers: usize,
+    /// UDP generator flows offered at once.
+    pub flows: usize,
+    /// Seconds per zero-loss trial.
+    pub trial_seconds: f64,
+    /// The search's resolution (a fraction of the rate).
+    pub resolution: f64,
+    /// The loss fraction counted as zero (0: RFC 2544's definition).
+    pub loss_tolerance: f64,
+    /// The zero-loss rate by inner packet size.
+    pub zero_loss: Vec<ZeroLoss>,
+    /// TCP throughput.
+    pub tcp: Vec<TcpThroughput>,
+    /// The test bed's whole report (every trial of every search), as it
+    /// printed it with `--json`; the planner does not read it.
+    pub report: serde_json::Value,
+}
+
+/// Figures that make no sense are refused like a corrupt file.
+trait Plausible {
+    fn check(&self) -> Result<(), String>;
+}
+
+fn positive(what: &str, x: f64) -> Result<(), String> {
+    if x.is_finite() && x > 0.0 { Ok(()) } else { Err(format!("{what} is {x}")) }
+}
+
+impl Plausible for DataplaneData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        if self.rows.is_empty() {
+            return Err("no rows".into());
+        }
+        for r in &self.rows {
+            positive(&format!("size {}: bytes", r.size), r.bytes)?;
+            positive(&format!("size {}: cycles per byte", r.size), r.cycles_per_byte)?;
+            positive(&format!("size {}: ESP Mpps", r.size), r.esp_mpps)?;
+            positive(&format!("size {}: one-worker ESP Mpps", r.size), r.esp_mpps_1)?;
+        }
+        Ok(())
+    }
+}
+
+impl Plausible for TunnelData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        for z in &self.zero_loss {
+            if !(z.pps.is_finite() && z.pps >= 0.0) || z.ip_size == 0 {
+                return Err(format!("zero-loss rate {} pps at {} B", z.pps, z.ip_size));
+            }
+            if let Some(s) = z.gateway_s_per_gb {
+                positive(&format!("{} B: CPU s/GB", z.ip_size), s)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file read and accepted.
+#[derive(Debug, Clone)]
+pub struct Loaded<T> {
+    /// Where it is.
+    pub path: PathBuf,
+    /// What it says.
+    pub saved: Saved<T>,
+}
+
+impl<T> Loaded<T> {
+    /// "FILE (DATE, load L, commit C, `COMMAND`)": where a figure came from.
+    pub fn provenance(&self) -> String {
+        let commit: String = self.saved.commit.chars().take(12).collect();
+        let s = &self.saved;
+        format!("{} ({}, load {}, commit {commit}, `{}`)", self.path.display(), s.date, s.load_average, s.command)
+    }
+}
+
+/// A file set aside, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ignored {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it was not used.
+    pub reason: String,
+}
+
+impl fmt::Display for Ignored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ignored {}: {}", self.path.display(), self.reason)
+    }
+}
+
+/// Everything usable in a results directory, and what was set aside.
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    /// The directory read.
+    pub dir: PathBuf,
+    /// In-process results of this machine.
+    pub dataplane: Vec<Loaded<DataplaneData>>,
+    /// End-to-end results of this machine.
+    pub tunnel: Vec<Loaded<TunnelData>>,
+    /// Files not used, with the reason.
+    pub ignored: Vec<Ignored>,
+    /// The directory does not exist (nothing was ever saved there).
+    pub missing_dir: bool,
+}
+
+impl Found {
+    /// The newest end-to-end result.
+    pub fn newest_tunnel(&self) -> Option<&Loaded<TunnelData>> {
+        newest(self.tunnel.iter())
+    }
+
+    /// The newest in-process result for `suite` (strongSwan's name).
+    pub fn newest_dataplane(&self, suite: &str) -> Option<&Loaded<DataplaneData>> {
+        newest(self.dataplane.iter().filter(|d| d.saved.data.suite == suite))
+    }
+
+    /// The newest in-process result of each suite measured, in
+    /// [`EspSuite::ALL`](esparto_crypto::EspSuite::ALL) order.
+    pub fn newest_dataplane_per_suite(&self) -> Vec<&Loaded<DataplaneData>> {
+        esparto_crypto::EspSuite::ALL.iter().filter_map(|s| self.newest_dataplane(s.name())).collect()
+    }
+}
+
+fn newest<'a, T: 'a>(it: impl Iterator<Item = &'a Loaded<T>>) -> Option<&'a Loaded<T>> {
+    // Ties on the second: the later file name (they carry the time).
+    it.max_by(|a, b| a.saved.unix.cmp(&b.saved.unix).then_with(|| a.path.cmp(&b.path)))
+}
+
+/// The current time as (Unix seconds, RFC 3339 UTC).
+pub fn now() -> (u64, String) {
+    let t = SystemTime::now();
+    let unix = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    (unix, humantime::format_rfc3339_seconds(t).to_string())
+}
+
+/// `/proc/loadavg`'s first three fields ("unknown" without it).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// A saved measurement of this machine, dated now, with this process's
+/// command line.
+pub fn envelope<T>(kind: Kind, data: T) -> Saved<T> {
+    let (unix, date) = now();
+    Saved {
+        format: FORMAT,
+        kind,
+        machine: Machine::this(),
+        commit: COMMIT.to_string(),
+        date,
+        unix,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        load_average: load_average(),
+        clock_hz: crate::bench::tsc::tsc_hz(),
+        data,
+    }
+}
+
+/// Writes `saved` into `dir` (made if missing) as
+/// `KIND-SUITE-YYYYMMDDTHHMMSSZ.json`; returns the path.
+pub fn save<T: Serialize>(dir: &Path, suite: &str, saved: &Saved<T>) -> Result<PathBuf> {
+    make_dir(dir).with_context(|| format!("creating the results directory {}", dir.display()))?;
+    let stamp: String = saved.date.chars().filter(|c| *c != '-' && *c != ':').collect();
+    let safe_suite: String =
+        suite.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let base = format!("{}-{safe_suite}-{stamp}", saved.kind);
+    let mut path = dir.join(format!("{base}.json"));
+    let mut n = 1;
+    while path.exists() {
+        n += 1;
+        path = dir.join(format!("{base}-{n}.json"));
+    }
+    let tmp = dir.join(format!(".{base}.json.tmp-{}", std::process::id()));
+    let text = serde_json::to_string_pretty(saved)?;
+    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(path)
+}
+
+/// Makes `dir` (mode 0755: results are not secret) and any missing parent
+/// (mode 0700, as the daemon makes its state directory, the default
+/// results directory's parent).
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)
+}
+
+/// The part of a file every format version has: enough to say why a file
+/// is set aside before its figures are read.
+#[derive(Deserialize)]
+struct Head {
+    format: serde_json::Value,
+}
+
+/// Reads one file as `Saved<T>`, or says why not.
+fn parse<T: DeserializeOwned + Plausible>(value: serde_json::Value, this: &Machine) -> Result<Saved<T>, String> {
+    let saved: Saved<T> = serde_json::from_value(value).map_err(|e| format!("corrupt: {e}"))?;
+    if let Some(d) = this.differs(&saved.machine) {
+        return Err(d);
+    }
+    saved.data.check().map_err(|e| format!("implausible figures: {e}"))?;
+    Ok(saved)
+}
+
+/// Reads every `*.json` in `dir`: this machine's results of the current
+/// format, and every other file named with the reason it was set aside. A
+/// directory that does not exist holds nothing (`missing_dir`).
+pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
+    let mut found = Found { dir: dir.to_path_buf(), ..Found::default() };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            found.missing_dir = true;
+            return Ok(found);
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading the results directory {}", dir.display())),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let mut ignore = |reason: String| found.ignored.push(Ignored { path: path.clone(), reason });
+        let value = match read_json(&path) {
+            Ok(v) => v,
+            Err(e) => {
+                ignore(e);
+                continue;
+            }
+        };
+        let format = match serde_json::from_value::<Head>(value.clone()) {
+            Ok(h) => h.format,
+            Err(_) => {
+                ignore("not an Esparto results file (no \"format\" field)".into());
+                continue;
+            }
+        };
+        match format.as_u64() {
+            Some(f) if f == u64::from(FORMAT) => {}
+            Some(f) => {
+                let age = if f < u64::from(FORMAT) { "older" } else { "newer" };
+                ignore(format!("{age} format {f} (this esparto reads format {FORMAT}); measure again"));
+                continue;
+            }
+            None => {
+                ignore(format!("corrupt: format {format} is not a version number"));
+                continue;
+            }
+        }
+        let kind = value.get("kind").cloned().map(serde_json::from_value::<Kind>);
+        match kind {
+            Some(Ok(Kind::Dataplane)) => match parse(value, this) {
+                Ok(saved) => found.dataplane.push(Loaded { path: path.clone(), saved }),
+                Err(e) => ignore(e),
+            },
+            Some(Ok(Kind::Tunnel)) => match parse(value, this) {
+                Ok(saved) => found.tunnel.push(Loaded { path: path.clone(), saved }),
+                Err(e) => ignore(e),
+            },
+            Some(Err(e)) => ignore(format!("corrupt: kind: {e}")),
+            None => ignore("corrupt: no \"kind\" field".into()),
+        }
+    }
+    Ok(found)
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("unreadable: {e}"))?;
+    let mut text = String::new();
+    f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(|e| format!("unreadable: {e}"))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("larger than {} MiB: not a results file", MAX_FILE_BYTES >> 20));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("corrupt: not JSON ({e})"))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A `bench dataplane` row with `cycles_per_byte` at `size` bytes.
+    pub(crate) fn row(size: usize, cycles_per_byte: f64) -> dataplane::Row {
+        let bytes = size as f64;
+        let rt_pps = 2.6e9 / (cycles_per_byte * bytes);
+        dataplane::Row {
+            size: size.to_string(),
+            bytes,
+            workers: 2,
+            suite: "aes256gcm16".into(),
+            raw_gbps: 1.0,
+            raw_mpps: 1.0,
+            esp_gbps: 2.0 * rt_pps * bytes * 8.0 / 1e9,
+            esp_mpps: 2.0 * rt_pps / 1e6,
+            esp_mpps_1: rt_pps / 1e6,
+            encap_mpps_1: 1.0,
+            cycles_per_byte,
+            raw_cycles_per_byte: cycles_per_byte * 0.8,
+            ratio: 0.8,
+            ratio_separate: 0.8,
+            scaling: 2.0,
+        }
+    }
+
+    pub(crate) fn dataplane_data(suite: &str) -> DataplaneData {
+        DataplaneData {
+            suite: suite.into(),
+            workers: 2,
+            seconds: 0.5,
+            runs: 3,
+            rows: vec![row(64, 12.88), row(128, 6.56), row(1420, 1.16)],
+        }
+    }
+
+    pub(crate) fn tunnel_data(points: &[(usize, f64)]) -> TunnelData {
+        TunnelData {
+            suite: "aes256gcm16".into(),
+            workers: 2,
+            flows: 4,
+            trial_seconds: 2.0,
+            resolution: 0.03,
+            loss_tolerance: 0.0,
+            zero_loss: points
+                .iter()
+                .map(|&(ip_size, pps)| ZeroLoss {
+                    ip_size,
+                    pps,
+                    lower_bound: false,
+                    confirmed: true,
+                    gateway_s_per_gb: Some(10.0),
+                })
+                .collect(),
+            tcp: vec![],
+            report: serde_json::Value::Null,
+        }
+    }
+
+    fn dated<T>(kind: Kind, unix: u64, data: T) -> Saved<T> {
+        let mut s = envelope(kind, data);
+        s.unix = unix;
+        s.date = humantime::format_rfc3339_seconds(UNIX_EPOCH + std::time::Duration::from_secs(unix)).to_string();
+        s
+    }
+
+    #[test]
+    fn saved_files_are_read_back_and_the_newest_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let this = Machine::this();
+        let old = save(dir.path(), "aes256gcm16", &dated(Kind::Tunnel, 1_000, tunnel_data(&[(64, 1000.0)]))).unwrap();
+        let new = save(dir.path(), "aes256gcm16", &dated(Kind::Tunnel, 2_000, tunnel_data(&[(64, 2000.0)]))).unwrap();
+        assert_ne!(old, new);
+        assert!(
+            new.file_name().unwrap().to_string_lossy().starts_with("tunnel-aes256gcm16-19700101T003320Z"),
+            "{new:?}"
+        );
+        save(dir.path(), "aes256gcm16", &dated(Kind::Dataplane, 1_500, dataplane_data("aes256gcm16"))).unwrap();
+        save(dir.path(), "chacha20poly1305", &dated(Kind::Dataplane, 1_600, dataplane_data("chacha20poly1305")))
+            .unwrap();
+        let f = load_dir(dir.path(), &this).unwrap();
+        assert!(f.ignored.is_empty(), "{:?}", f.ignored);
+        assert_eq!((f.tunnel.len(), f.dataplane.len()), (2, 2));
+        let t = f.newest_tunnel().unwrap();
+        assert_eq!((t.path.as_path(), t.saved.data.zero_loss[0].pps), (new.as_path(), 2000.0));
+        assert_eq!(t.saved.commit, COMMIT);
+        assert!(t.provenance().contains("1970-01-01T00:33:20Z"), "{}", t.provenance());
+        let suites: Vec<_> = f.newest_dataplane_per_suite().iter().map(|d| d.saved.data.suite.clone()).collect();
+        assert_eq!(suites, ["aes256gcm16", "chacha20poly1305"]);
+        assert!(f.newest_dataplane("aes128gcm16").is_none());
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(names.iter().all(|n| !n.to_string_lossy().starts_with('.')), "{names:?}");
+    }
+
+    #[test]
+    fn foreign_old_corrupt_and_implausible_files_are_named_and_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let this = Machine::this();
+        let good = save(dir.path(), "aes256gcm16", &envelope(Kind::Tunnel, tunnel_data(&[(64, 8192.0)]))).unwrap();
+
+        let mut foreign = envelope(Kind::Tunnel, tunnel_data(&[(64, 1e6)]));
+        foreign.machine.id = "0123456789abcdef".into();
+        foreign.machine.hostname = "elsewhere".into();
+        let foreign = save(dir.path(), "foreign", &foreign).unwrap();
+        let mut resized = envelope(Kind::Dataplane, dataplane_data("aes256gcm16"));
+        resized.machine.cpus += 6;
+        let resized = save(dir.path(), "resized", &resized).unwrap();
+        let mut old = serde_json::to_value(envelope(Kind::Tunnel, tunnel_data(&[(64, 1.0)]))).unwrap();
+        old["format"] = 0.into();
+        let w = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let old = w("tunnel-old.json", &old.to_string());
+        let mut future = serde_json::to_value(envelope(Kind::Tunnel, tunnel_data(&[(64, 1.0)]))).unwrap();
+        future["format"] = (FORMAT + 1).into();
+        let future = w("tunnel-future.json", &future.to_string());
+        let truncated = w("tunnel-truncated.json", &std::fs::read_to_string(&good).unwrap()[..200]);
+        let other = w("package.json", r#"{"name": "left-pad"}"#);
+        let mut wrong = serde_json::to_value(envelope(Kind::Tunnel, tunnel_data(&[(64, 1.0)]))).unwrap();
+        wrong["data"]["zero_loss"] = "many".into();
+        let wrong = w("tunnel-wrong-type.json", &wrong.to_string());
+        let negative = save(dir.path(), "aes256gcm16", &envelope(Kind::Tunnel, tunnel_data(&[(64, -5.0)]))).unwrap();
+        let mut bad_kind = serde_json::to_value(envelope(Kind::Tunnel, tunnel_data(&[(64, 1.0)]))).unwrap();
+        bad_kind["kind"] = "voip".into();
+        let bad_kind = w("voip.json", &bad_kind.to_string());
+        w("notes.txt", "not json, not looked at");
+        w(".tunnel-x.json.tmp-1", "half a fi");
+
+        let f = load_dir(dir.path(), &this).unwrap();
+        assert_eq!(f.tunnel.len(), 1);
+        assert_eq!(f.tunnel[0].path, good);
+        assert!(f.dataplane.is_empty());
+        let reason = |p: &Path| f.ignored.iter().find(|i| i.path == p).map(|i| i.reason.clone()).unwrap_or_default();
+        assert!(reason(&foreign).contains("another machine (elsewhere"), "{}", reason(&foreign));
+        assert!(reason(&resized).contains(&format!("with {} CPUs", this.cpus + 6)), "{}", reason(&resized));
+        assert!(reason(&old).contains("older format 0"), "{}", reason(&old));
+        assert!(reason(&future).contains("newer format"), "{}", reason(&future));
+        assert!(reason(&truncated).contains("corrupt: not JSON"), "{}", reason(&truncated));
+        assert!(reason(&other).contains("not an Esparto results file"), "{}", reason(&other));
+        assert!(reason(&wrong).starts_with("corrupt:"), "{}", reason(&wrong));
+        assert!(reason(&negative).contains("implausible"), "{}", reason(&negative));
+        assert!(reason(&bad_kind).contains("corrupt: kind"), "{}", reason(&bad_kind));
+        assert_eq!(f.ignored.len(), 9, "{:#?}", f.ignored);
+        assert!(f.ignored.iter().all(|i| i.to_string().starts_with("ignored ")));
+    }
+
+    #[test]
+    fn the_directory_is_made_with_its_parent_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let bench = dir.path().join("state/bench");
+        save(&bench, "aes256gcm16", &envelope(Kind::Tunnel, tunnel_data(&[(64, 1.0)]))).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // 0755 less the umask for the results, never more than 0700 for the parent.
+        assert_eq!(mode(&dir.path().join("state")) & 0o077, 0);
+        assert_eq!(mode(&bench) & 0o722, 0o700);
+        assert_eq!(load_dir(&bench, &Machine::this()).unwrap().tunnel.len(), 1);
+    }
+
+    #[test]
+    fn a_missing_directory_holds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = load_dir(&dir.path().join("never-made"), &Machine::this()).unwrap();
+        assert!(f.missing_dir && f.tunnel.is_empty() && f.dataplane.is_empty() && f.ignored.is_empty());
+    }
+
+    #[test]
+    fn machines_differ_by_id_cpu_model_or_count() {
+        let a = Machine { id: "x".into(), hostname: "h".into(), cpu_model: "m".into(), cpus: 2 };
+        assert_eq!(a.differs(&a.clone()), None);
+        assert!(a.differs(&Machine { id: "y".into(), ..a.clone() }).unwrap().contains("another machine"));
+        assert!(a.differs(&Machine { cpu_model: "n".into(), ..a.clone() }).unwrap().contains("other CPUs"));
+        assert!(a.differs(&Machine { cpus: 4, ..a.clone() }).unwrap().contains("4 CPUs"));
+        let t = Machine::this();
+        assert!(!t.id.is_empty() && t.cpus > 0);
+    }
+}

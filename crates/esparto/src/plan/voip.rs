@@ -1,0 +1,753 @@
+//! `esparto plan voip`: how many full-duplex calls of each codec this
+//! gateway carries, and what each costs on the wire.
+//!
+//! For every codec: the voice bytes per packet, the IP packet (voice, RTP,
+//! UDP, IP), and the IPsec packet the packet-overhead model
+//! ([`esparto_esp::Framing`]) gives for the suite, each with its bit rate
+//! one way. Then the LANCOM method: a call is two flows, one each way, of
+//! `1000 / ptime` packets per second, so the gateway carries
+//!
+//! ```text
+//! calls = zero-loss packets/s at the IP packet's size ÷ (2 × packets/s per call)
+//! ```
+//!
+//! with the zero-loss rate measured end to end by the test bed's RFC 2544
+//! search (`esparto-testbed bench tunnel --save`), read at the IP packet's
+//! size ([`super::curve`]: interpolated between measured sizes, and said
+//! so). Calls are whole calls that fit: the rate divided, rounded down.
+//!
+//! `--link-mbps` adds the WAN link: each direction of a full-duplex link
+//! carries one direction of every call, so it holds `link bits/s ÷ (IPsec
+//! packet bits × packets/s per call)` calls (IP layer: the link layer's
+//! framing is not counted). The answer is the lower of the two, and which
+//! one it is. `--calls N` says whether N fit and with what headroom.
+//!
+//! Without an end-to-end measurement the table still gives bytes and bit
+//! rates; if the data plane was measured in process, the calls it could
+//! process without any kernel I/O are shown as what they are: an upper
+//! bound, far above what the gateway carries.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use esparto_crypto::EspSuite;
+use esparto_esp::{Family, Framing, Mode};
+use serde::Serialize;
+
+use super::codec::{self, Codec};
+use super::curve::{Curve, Estimate, Point, Shape};
+use super::results::{DataplaneData, Found, Loaded, TunnelData};
+use super::{Common, thousands};
+use crate::config;
+
+/// The suite when neither `--suite` nor a configuration says.
+pub const DEFAULT_SUITE: EspSuite = EspSuite::Aes256Gcm16;
+
+/// The command line of `esparto plan voip`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// ESP suite in strongSwan syntax (default: the first ESP proposal in --config, else aes256gcm16).
+    #[arg(long)]
+    pub suite: Option<String>,
+    /// A configuration file: the suite of its first child and the address family of its first peer.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The outer IP version (default: the peer's in --config, else 4).
+    #[arg(long, value_enum)]
+    pub outer: Option<IpVersion>,
+    /// The voice packets' IP version.
+    #[arg(long, value_enum, default_value = "4")]
+    pub inner: IpVersion,
+    /// ESP straight over IP rather than in UDP, as other gateways publish their figures (Esparto always sends ESP-in-UDP).
+    #[arg(long)]
+    pub raw_esp: bool,
+    /// Codecs, comma separated (default: all), e.g. g711-20,g729-30.
+    #[arg(long, value_delimiter = ',')]
+    pub codec: Vec<String>,
+    /// Whether this many concurrent calls fit, and with what headroom.
+    #[arg(long, value_name = "N")]
+    pub calls: Option<u64>,
+    /// The WAN link's bandwidth each way, Mbit/s: calls are limited by the link or by the gateway, whichever is lower.
+    #[arg(long, value_name = "MBPS")]
+    pub link_mbps: Option<f64>,
+    /// Where the measurements are, and how to print.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// An IP version on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IpVersion {
+    /// IPv4.
+    #[value(name = "4")]
+    V4,
+    /// IPv6.
+    #[value(name = "6")]
+    V6,
+}
+
+impl From<IpVersion> for Family {
+    fn from(v: IpVersion) -> Self {
+        match v {
+            IpVersion::V4 => Family::V4,
+            IpVersion::V6 => Family::V6,
+        }
+    }
+}
+
+/// Full-duplex calls a zero-loss rate carries (the LANCOM method): each
+/// call is a flow each way of `pps_per_call` packets per second.
+pub fn full_duplex_calls(zero_loss_pps: f64, pps_per_call: f64) -> f64 {
+    zero_loss_pps / (2.0 * pps_per_call)
+}
+
+/// Calls a link of `mbps` each way holds: one direction of every call on
+/// each direction of the link, `wire_bytes` per packet.
+pub fn link_calls(mbps: f64, wire_bytes: usize, pps_per_call: f64) -> f64 {
+    mbps * 1e6 / (wire_bytes as f64 * 8.0 * pps_per_call)
+}
+
+/// The whole calls in a capacity of `exact` (a call either fits or not).
+pub fn whole(exact: f64) -> u64 {
+    // A hair of tolerance, so that 123.0 computed as 122.99999 stays 123.
+    (exact + 1e-9).floor().max(0.0) as u64
+}
+
+/// Whether `wanted` calls fit a capacity of `exact` calls.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Fit {
+    /// They fit.
+    pub fits: bool,
+    /// Unused share of the capacity (negative: how far short it falls).
+    pub headroom: f64,
+}
+
+/// Whether `wanted` calls fit a capacity of `exact` calls.
+pub fn fit(wanted: u64, exact: f64) -> Fit {
+    let headroom = if exact > 0.0 { 1.0 - wanted as f64 / exact } else { f64::NEG_INFINITY };
+    Fit { fits: wanted <= whole(exact), headroom }
+}
+
+/// What limits the calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Limit {
+    /// The gateway's zero-loss packet rate.
+    Gateway,
+    /// The link's bandwidth.
+    Link,
+}
+
+/// The calls one codec gets.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The codec.
+    pub codec: Codec,
+    /// Packets per second each way, one call.
+    pub pps_per_call: f64,
+    /// Voice bytes per packet.
+    pub voice_bytes: usize,
+    /// Voice kbit/s one way.
+    pub voice_kbps: f64,
+    /// IP packet bytes (voice, RTP, UDP, IP).
+    pub ip_bytes: usize,
+    /// IP kbit/s one way.
+    pub ip_kbps: f64,
+    /// IPsec packet bytes on the wire.
+    pub ipsec_bytes: usize,
+    /// Of which padding.
+    pub ipsec_padding: usize,
+    /// IPsec kbit/s one way.
+    pub ipsec_kbps: f64,
+    /// The zero-loss rate at the IP packet's size, measured end to end.
+    pub zero_loss_pps: Option<Estimate>,
+    /// Calls the gateway carries (exact quotient; whole calls are its floor).
+    pub gateway_calls: Option<f64>,
+    /// Calls the link holds.
+    pub link_calls: Option<f64>,
+    /// Whole calls: the lower of gateway and link.
+    pub calls: Option<u64>,
+    /// The lower bound of the rate makes `calls` a lower bound.
+    pub calls_lower_bound: bool,
+    /// Which of the two set `calls`.
+    pub limit: Option<Limit>,
+    /// `--calls N`: whether they fit.
+    pub fit: Option<Fit>,
+    /// Without an end-to-end figure: calls the ESP data plane alone could
+    /// process in process (no kernel I/O at all): an upper bound.
+    pub in_process_bound: Option<f64>,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The suite.
+    pub suite: String,
+    /// Where the suite came from.
+    pub suite_from: String,
+    /// "tunnel mode, ESP-in-UDP, outer IPv4".
+    pub framing: String,
+    /// How this framing differs from what the data plane sends, if it does.
+    pub framing_gap: Option<String>,
+    /// The voice packets' IP version.
+    pub inner_ip: u8,
+    /// The zero-loss rates: which file.
+    pub zero_loss_from: Option<String>,
+    /// The in-process figures: which file (only without end-to-end ones).
+    pub in_process_from: Option<String>,
+    /// `--calls N`.
+    pub calls_wanted: Option<u64>,
+    /// `--link-mbps`.
+    pub link_mbps: Option<f64>,
+    /// One per codec.
+    pub rows: Vec<Row>,
+    /// What the reader must know about the figures.
+    pub notes: Vec<String>,
+    /// Results files set aside.
+    pub ignored: Vec<super::results::Ignored>,
+}
+
+/// Everything the table is computed from.
+#[derive(Debug, Clone)]
+pub struct Inputs<'a> {
+    /// Suite and framing.
+    pub framing: Framing,
+    /// The voice packets' IP family.
+    pub inner: Family,
+    /// Codecs to show.
+    pub codecs: Vec<Codec>,
+    /// End-to-end results.
+    pub tunnel: Option<&'a Loaded<TunnelData>>,
+    /// In-process results for the suite.
+    pub dataplane: Option<&'a Loaded<DataplaneData>>,
+    /// `--calls N`.
+    pub calls: Option<u64>,
+    /// `--link-mbps`.
+    pub link_mbps: Option<f64>,
+}
+
+/// The zero-loss rate by inner packet size of a tunnel measurement.
+pub fn zero_loss_curve(t: &TunnelData) -> Option<Curve> {
+    Curve::new(
+        t.zero_loss.iter().map(|z| Point { size: z.ip_size, value: z.pps, lower_bound: z.lower_bound }),
+        Shape::Rate,
+    )
+}
+
+/// ESP round trips per second with all workers by packet size, in process.
+fn round_trip_curve(d: &DataplaneData) -> Option<Curve> {
+    Curve::new(
+        d.rows.iter().filter_map(|r| {
+            let size = r.size.parse().ok()?;
+            Some(Point { size, value: r.esp_mpps * 1e6, lower_bound: false })
+        }),
+        Shape::Rate,
+    )
+}
+
+fn describe(framing: &Framing) -> String {
+    format!(
+        "{} mode, {}, outer IPv{}",
+        match framing.mode {
+            Mode::Tunnel => "tunnel",
+            Mode::Transport => "transport",
+        },
+        if framing.udp_encap { "ESP-in-UDP" } else { "ESP over IP (no UDP)" },
+        if framing.outer == Family::V4 { 4 } else { 6 }
+    )
+}
+
+/// Computes the plan.
+pub fn plan(inp: &Inputs<'_>, suite_from: &str) -> Plan {
+    let mut notes = Vec::new();
+    let rates = inp.tunnel.and_then(|t| zero_loss_curve(&t.saved.data));
+    let bound = if rates.is_none() { inp.dataplane.and_then(|d| round_trip_curve(&d.saved.data)) } else { None };
+    let suite = inp.framing.suite.name().to_string();
+    if let Some(t) = inp.tunnel {
+        if rates.is_none() {
+            notes.push(format!("{}: no zero-loss rate above 0 pps: no calls computed", t.path.display()));
+        }
+        if t.saved.data.suite != suite {
+            notes.push(format!(
+                "the zero-loss rates were measured with {}, not {suite}: the calls are {}'s (measure {suite} end to end for its own)",
+                t.saved.data.suite, t.saved.data.suite
+            ));
+        }
+    }
+    let ip_header = esparto_esp::ip_header_len(inp.inner);
+    let rows: Vec<Row> = inp
+        .codecs
+        .iter()
+        .map(|c| {
+            let pps = c.pps();
+            let kbps = |bytes: usize| bytes as f64 * 8.0 * pps / 1000.0;
+            let ip_bytes = c.ip_bytes(ip_header);
+            let wire = inp.framing.size(ip_bytes);
+            let zero_loss = rates.as_ref().map(|r| r.at(ip_bytes));
+            let gateway_calls = zero_loss.map(|e| full_duplex_calls(e.value, pps));
+            let link = inp.link_mbps.map(|m| link_calls(m, wire.total(), pps));
+            let (calls_exact, limit) = match (gateway_calls, link) {
+                (Some(g), Some(l)) if l < g => (Some(l), Some(Limit::Link)),
+                (Some(g), _) => (Some(g), Some(Limit::Gateway)),
+                (None, Some(l)) => (Some(l), Some(Limit::Link)),
+                (None, None) => (None, None),
+            };
+            let calls_lower_bound = limit == Some(Limit::Gateway) && zero_loss.is_some_and(|e| e.lower_bound);
+            Row {
+                codec: *c,
+                pps_per_call: pps,
+                voice_bytes: c.payload,
+                voice_kbps: kbps(c.payload),
+                ip_bytes,
+                ip_kbps: kbps(ip_bytes),
+                ipsec_bytes: wire.total(),
+                ipsec_padding: wire.padding,
+                ipsec_kbps: kbps(wire.total()),
+                zero_loss_pps: zero_loss,
+                gateway_calls,
+                link_calls: link,
+                calls: calls_exact.map(whole),
+                calls_lower_bound,
+                limit,
+                // With only the link known, "fits" would ignore the gateway.
+                fit: inp.calls.zip(calls_exact.filter(|_| gateway_calls.is_some())).map(|(n, e)| fit(n, e)),
+                in_process_bound: bound.as_ref().map(|b| b.at(ip_bytes).value / pps),
+            }
+        })
+        .collect();
+    if rows.iter().any(|r| r.zero_loss_pps.is_some_and(|e| e.source.extrapolated())) {
+        notes.push(
+            "some IP packets are outside the measured sizes: their rates are extrapolated (see the rate column)".into(),
+        );
+    }
+    if rows.iter().any(|r| r.calls_lower_bound) {
+        notes.push(
+            "≥: the measurement found no loss at the most its generator could offer, so the gateway carries at least this".into(),
+        );
+    }
+    if inp.tunnel.is_none() {
+        notes.push(
+            "no end-to-end zero-loss rate for this machine: calls not computed (`esparto-testbed bench tunnel --save`, \
+             or `esparto plan voip --calibrate`)"
+                .into(),
+        );
+        if bound.is_some() {
+            notes.push(
+                "in-process bound: what the ESP code alone could process with every worker, without the kernel's TUN and \
+                 UDP I/O, which costs far more per packet; the gateway carries much less"
+                    .into(),
+            );
+        }
+    }
+    if inp.link_mbps.is_some() {
+        notes.push("link calls count IP bytes: the link layer's framing comes on top".into());
+    }
+    Plan {
+        suite,
+        suite_from: suite_from.to_string(),
+        framing: describe(&inp.framing),
+        framing_gap: inp.framing.data_plane_gap().map(str::to_string),
+        inner_ip: if inp.inner == Family::V4 { 4 } else { 6 },
+        zero_loss_from: inp.tunnel.map(|t| {
+            let d = &t.saved.data;
+            let sizes: Vec<String> = d.zero_loss.iter().map(|z| z.ip_size.to_string()).collect();
+            format!(
+                "{}: Esparto ↔ Esparto end to end, {}, {} workers, {} UDP flows, zero-loss sizes {} B",
+                t.provenance(),
+                d.suite,
+                d.workers,
+                d.flows,
+                sizes.join(", ")
+            )
+        }),
+        in_process_from: if bound.is_some() {
+            inp.dataplane.map(|d| format!("{}: in process", d.provenance()))
+        } else {
+            None
+        },
+        calls_wanted: inp.calls,
+        link_mbps: inp.link_mbps,
+        rows,
+        notes,
+        ignored: Vec::new(),
+    }
+}
+
+/// The plan as text.
+pub fn render(p: &Plan) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "esparto plan voip: {} ({}), {}; voice over IPv{}/UDP/RTP",
+        p.suite, p.suite_from, p.framing, p.inner_ip
+    );
+    if let Some(g) = &p.framing_gap {
+        let _ = writeln!(o, "note: a framing Esparto does not send: {g}; the sizes are the model's");
+    }
+    match (&p.zero_loss_from, &p.in_process_from) {
+        (Some(z), _) => {
+            let _ = writeln!(o, "zero-loss rates: {z}");
+        }
+        (None, Some(d)) => {
+            let _ = writeln!(o, "in-process figures: {d}");
+        }
+        (None, None) => {}
+    }
+    let _ = writeln!(
+        o,
+        "calls = zero-loss packets/s at the IP packet's size ÷ (2 × packets/s per call), whole calls; bit rates one way"
+    );
+    let _ = writeln!(o);
+    let mut head = format!(
+        "{:<19} {:>7} {:>7} {:>7} {:>5} {:>7} {:>6} {:>7}",
+        "codec", "pkt/s", "voice B", "kbit/s", "IP B", "kbit/s", "IPsec B", "kbit/s"
+    );
+    let rated = p.zero_loss_from.is_some();
+    let bounded = p.rows.iter().any(|r| r.in_process_bound.is_some());
+    if rated {
+        let calls = if p.link_mbps.is_some() { "gateway" } else { "calls" };
+        let _ = write!(head, "  {:<38} {calls:>9}", "zero-loss pkt/s at IP size");
+    } else if bounded {
+        let _ = write!(head, "  {:>17}", "in-process bound");
+    }
+    if p.link_mbps.is_some() {
+        let _ = write!(head, " {:>9} {:>9} {:>8}", "link", "calls", "limit");
+    }
+    if let Some(n) = p.calls_wanted {
+        let _ = write!(head, "  {n} calls?");
+    }
+    let _ = writeln!(o, "{head}");
+    for r in &p.rows {
+        let _ = write!(
+            o,
+            "{:<19} {:>7.1} {:>7} {:>7.1} {:>5} {:>7.1} {:>6} {:>7.1}",
+            r.codec.name,
+            r.pps_per_call,
+            r.voice_bytes,
+            r.voice_kbps,
+            r.ip_bytes,
+            r.ip_kbps,
+            r.ipsec_bytes,
+            r.ipsec_kbps
+        );
+        if rated {
+            let (rate, gw) = match (r.zero_loss_pps, r.gateway_calls) {
+                (Some(e), Some(g)) => {
+                    let ge = if e.lower_bound { "≥ " } else { "" };
+                    (
+                        format!("{ge}{} ({})", thousands(e.value), e.source.describe()),
+                        format!("{ge}{}", thousands(whole(g) as f64)),
+                    )
+                }
+                _ => ("—".into(), "—".into()),
+            };
+            let _ = write!(o, "  {rate:<38} {gw:>9}");
+        } else if bounded {
+            let b = r.in_process_bound.map_or("—".into(), |b| format!("≤ {}", thousands(whole(b) as f64)));
+            let _ = write!(o, "  {b:>17}");
+        }
+        if p.link_mbps.is_some() {
+            let link = r.link_calls.map_or("—".into(), |l| thousands(whole(l) as f64));
+            let calls = r.calls.map_or("—".into(), |c| {
+                format!("{}{}", if r.calls_lower_bound { "≥ " } else { "" }, thousands(c as f64))
+            });
+            let limit = match r.limit {
+                Some(Limit::Link) => "link",
+                Some(Limit::Gateway) => "gateway",
+                None => "—",
+            };
+            let _ = write!(o, " {link:>9} {calls:>9} {limit:>8}");
+        }
+        if p.calls_wanted.is_some() {
+            let f = match (r.fit, r.calls) {
+                (Some(Fit { fits: true, headroom }), _) => format!("yes, {:.0} % headroom", headroom * 100.0),
+                (Some(Fit { fits: false, .. }), Some(c)) => format!("no, {} fit", thousands(c as f64)),
+                (Some(Fit { fits: false, .. }), None) => "no".into(),
+                (None, _) => "unknown (no end-to-end figure)".into(),
+            };
+            let _ = write!(o, "  {f}");
+        }
+        let _ = writeln!(o);
+    }
+    if !p.notes.is_empty() {
+        let _ = writeln!(o);
+        for n in &p.notes {
+            let _ = writeln!(o, "note: {n}");
+        }
+    }
+    o
+}
+
+/// The suite, ESN and outer family of the first child in a configuration
+/// file, and a description of where it came from.
+fn from_config(path: &std::path::Path) -> Result<(EspSuite, Family, String)> {
+    let cfg = config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for conn in &cfg.connections {
+        let family = match conn.remote_addrs.first() {
+            Some(a) if a.is_ipv6() => Family::V6,
+            _ => Family::V4,
+        };
+        for child in &conn.children {
+            let suite = if let Some(s) = &child.static_sas {
+                Some(s.suite)
+            } else {
+                conn.ike
+                    .as_ref()
+                    .and_then(|ike| ike.children.iter().find(|c| *c.name == *child.name))
+                    .and_then(|c| c.esp_proposals.first())
+                    .and_then(|p| {
+                        let sel = esparto_ike::proposal::Selected {
+                            number: 1,
+                            spi: esparto_wire::ike::Spi::U32(0),
+                            encr: *p.encr.first()?,
+                            prf: None,
+                            integ: p.integ.first().copied(),
+                            ke: None,
+                            esn: false,
+                        };
+                        esparto_ike::keys::esp_suite(&sel)
+                    })
+            };
+            if let Some(s) = suite {
+                return Ok((
+                    s,
+                    family,
+                    format!("first ESP proposal of {}.{} in {}", conn.name, child.name, path.display()),
+                ));
+            }
+        }
+    }
+    bail!("{}: no child with an ESP proposal", path.display())
+}
+
+/// `esparto plan voip`.
+pub fn main(a: &Args) -> Result<ExitCode> {
+    let codecs = codec::select(&a.codec).map_err(anyhow::Error::msg)?;
+    let (suite, cfg_family, suite_from) = match (&a.suite, &a.config) {
+        (Some(s), _) => (super::parse_suite(s)?, None, "--suite".to_string()),
+        (None, Some(path)) => {
+            let (s, f, from) = from_config(path)?;
+            (s, Some(f), from)
+        }
+        (None, None) => (DEFAULT_SUITE, None, "the default".to_string()),
+    };
+    let outer = a.outer.map(Family::from).or(cfg_family).unwrap_or(Family::V4);
+    if let Some(m) = a.link_mbps
+        && !(m.is_finite() && m > 0.0)
+    {
+        bail!("--link-mbps must be a positive number of Mbit/s");
+    }
+    let framing = Framing { suite, esn: false, mode: Mode::Tunnel, udp_encap: !a.raw_esp, outer };
+    let found: Found = super::load(&a.common, suite).context("reading the saved results")?;
+    let inputs = Inputs {
+        framing,
+        inner: a.inner.into(),
+        codecs,
+        tunnel: found.newest_tunnel(),
+        dataplane: found.newest_dataplane(suite.name()),
+        calls: a.calls,
+        link_mbps: a.link_mbps,
+    };
+    let mut p = plan(&inputs, &suite_from);
+    if inputs.tunnel.is_none() && inputs.dataplane.is_none() {
+        p.notes.push(super::how_to_measure(&found));
+    }
+    p.ignored = found.ignored.clone();
+    if a.common.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+    } else {
+        print!("{}", render(&p));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::PathBuf;
+
+    use esparto_crypto::Integ;
+
+    use super::*;
+    use crate::plan::results::tests::{dataplane_data, tunnel_data};
+    use crate::plan::results::{Kind, envelope};
+
+    fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {
+        Loaded { path: PathBuf::from(format!("/results/{kind}.json")), saved: envelope(kind, data) }
+    }
+
+    fn gcm() -> Framing {
+        Framing { suite: EspSuite::Aes256Gcm16, esn: false, mode: Mode::Tunnel, udp_encap: true, outer: Family::V4 }
+    }
+
+    fn inputs<'a>(tunnel: Option<&'a Loaded<TunnelData>>, dataplane: Option<&'a Loaded<DataplaneData>>) -> Inputs<'a> {
+        Inputs {
+            framing: gcm(),
+            inner: Family::V4,
+            codecs: codec::CODECS.to_vec(),
+            tunnel,
+            dataplane,
+            calls: None,
+            link_mbps: None,
+        }
+    }
+
+    fn row<'p>(p: &'p Plan, key: &str) -> &'p Row {
+        p.rows.iter().find(|r| r.codec.key == key).unwrap()
+    }
+
+    /// The LANCOM techpaper's Table 2, "Anzahl möglicher Full-Duplex
+    /// VoIP-Verbindungen über IPSec", from its Tables 3–5 (zero-loss
+    /// packets/s by UDP packet size) by its own method: the row of the
+    /// largest measured size not above the IP packet, 33.3 packets/s for 30
+    /// ms (as its Table 1 prints it), rounded to the nearest call. All 16
+    /// figures come out.
+    #[test]
+    fn lancom_table_2() {
+        // Sizes 64, 128, 256, 512 (the IP packets are 70, 160, 200, 280 B).
+        let devices = [
+            ("17xx SW VPN", [2048.0, 2560.0, 2304.0, 1920.0], [31, 38, 35, 26]),
+            ("17xx HW VPN", [4096.0, 4096.0, 3072.0, 4352.0], [62, 62, 46, 41]),
+            ("7111", [6144.0, 7168.0, 7680.0, 7424.0], [92, 108, 115, 72]),
+            ("8011", [8192.0, 9216.0, 9267.0, 9216.0], [123, 138, 139, 92]),
+        ];
+        // G.729 30 ms, G.726 30 ms, G.711 30 ms, G.711 20 ms: (IP bytes, packets/s).
+        let codecs = [(70, 33.3), (160, 33.3), (280, 33.3), (200, 50.0)];
+        for (device, pps, calls) in devices {
+            for ((ip, per_call), want) in codecs.into_iter().zip(calls) {
+                let row = [64, 128, 256, 512].iter().rposition(|&s| s <= ip).unwrap();
+                let got = full_duplex_calls(pps[row], per_call).round() as u64;
+                assert_eq!(got, want, "{device}, {ip} B");
+            }
+        }
+    }
+
+    /// The known answer: 8,192 packets/s at 64 B carries 8,192 ÷ (2 × 33.3)
+    /// = 122.9 G.729 30 ms calls: LANCOM prints 123 (rounded), the planner
+    /// 122 (the 123rd call would need 8,200 packets/s).
+    #[test]
+    fn known_answer_8192_pps() {
+        let g729 = codec::select(&["g729-30".into()]).unwrap()[0];
+        let exact = full_duplex_calls(8192.0, g729.pps());
+        assert!((exact - 122.88).abs() < 1e-9, "{exact}");
+        assert_eq!(exact.round(), 123.0);
+        assert_eq!(whole(exact), 122);
+        assert!(!fit(123, exact).fits && fit(122, exact).fits);
+        let t = loaded(Kind::Tunnel, tunnel_data(&[(64, 8192.0), (128, 8192.0)]));
+        let p = plan(&inputs(Some(&t), None), "test");
+        let r = row(&p, "g729-30");
+        assert_eq!((r.ip_bytes, r.calls, r.limit), (70, Some(122), Some(Limit::Gateway)));
+        assert!(render(&p).contains("/results/tunnel.json"));
+    }
+
+    /// LANCOM's Table 1 bit rates (AES-128-CBC, 96-bit HMAC, tunnel mode,
+    /// IPv4, no UDP): 36, 62, 92, 106 kbit/s, as they round them.
+    #[test]
+    fn lancom_table_1_bit_rates() {
+        let framing =
+            Framing { suite: EspSuite::AesCbc { key_bits: 128, integ: Integ::HmacSha1_96 }, udp_encap: false, ..gcm() };
+        let codecs = codec::select(&["g729-30".into(), "g726-30".into(), "g711-30".into(), "g711-20".into()]).unwrap();
+        let p = plan(&Inputs { framing, codecs, ..inputs(None, None) }, "test");
+        let got: Vec<_> = p.rows.iter().map(|r| (r.ip_bytes, r.ipsec_bytes, r.ipsec_kbps.round())).collect();
+        assert_eq!(got, [(70, 136, 36.0), (160, 232, 62.0), (280, 344, 92.0), (200, 264, 106.0)]);
+        assert!(p.framing_gap.is_some());
+        assert!(p.rows.iter().all(|r| r.calls.is_none()));
+        assert!(render(&p).contains("a framing Esparto does not send"));
+    }
+
+    #[test]
+    fn gateway_or_link_whichever_is_lower() {
+        let t = loaded(Kind::Tunnel, tunnel_data(&[(64, 100_000.0), (256, 100_000.0)]));
+        let inp = Inputs { link_mbps: Some(10.0), calls: Some(200), ..inputs(Some(&t), None) };
+        let p = plan(&inp, "test");
+        // G.711 20 ms: 200 B inner, 20 + 8 + 8 + 8 + 200 + 2 (pad) + 2 + 16 = 264 B on the
+        // wire, 105.6 kbit/s each way: a 10 Mbit/s link holds 94 calls; the gateway 1,000.
+        let r = row(&p, "g711-20");
+        assert_eq!((r.ipsec_bytes, r.ipsec_padding), (264, 2));
+        assert!((r.gateway_calls.unwrap() - 1000.0).abs() < 1e-9);
+        assert!((r.link_calls.unwrap() - 10e6 / (264.0 * 8.0 * 50.0)).abs() < 1e-9);
+        assert_eq!((r.calls, r.limit), (Some(94), Some(Limit::Link)));
+        let f = r.fit.unwrap();
+        assert!(!f.fits && f.headroom < 0.0);
+        assert!(render(&p).contains("no, 94 fit"), "{}", render(&p));
+        // Without the link the gateway limits, and 200 fit with 80 % headroom.
+        let p = plan(&Inputs { link_mbps: None, ..inp }, "test");
+        let r = row(&p, "g711-20");
+        assert_eq!((r.calls, r.limit), (Some(1000), Some(Limit::Gateway)));
+        let f = r.fit.unwrap();
+        assert!(f.fits && (f.headroom - 0.8).abs() < 1e-9);
+        let text = render(&p);
+        assert!(text.contains("yes, 80 % headroom"), "{text}");
+    }
+
+    #[test]
+    fn lower_bounds_and_extrapolation_are_said() {
+        let mut data = tunnel_data(&[(64, 900_000.0), (128, 850_000.0)]);
+        data.zero_loss[0].lower_bound = true;
+        let t = loaded(Kind::Tunnel, data);
+        let p = plan(&inputs(Some(&t), None), "test");
+        let r = row(&p, "g711-20");
+        assert!(r.zero_loss_pps.unwrap().source.extrapolated());
+        let r = row(&p, "g729-20");
+        assert!(r.calls_lower_bound);
+        let text = render(&p);
+        assert!(text.contains("≥ "), "{text}");
+        assert!(p.notes.iter().any(|n| n.contains("extrapolated")), "{:?}", p.notes);
+        assert!(p.notes.iter().any(|n| n.starts_with("≥")), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn another_suite_is_said_and_without_end_to_end_figures_only_a_bound() {
+        let t = loaded(Kind::Tunnel, tunnel_data(&[(64, 1000.0)]));
+        let chacha =
+            Inputs { framing: Framing { suite: EspSuite::ChaCha20Poly1305, ..gcm() }, ..inputs(Some(&t), None) };
+        let p = plan(&chacha, "test");
+        assert!(p.notes.iter().any(|n| n.contains("measured with aes256gcm16, not chacha20poly1305")), "{:?}", p.notes);
+
+        let d = loaded(Kind::Dataplane, dataplane_data("aes256gcm16"));
+        let p = plan(&inputs(None, Some(&d)), "test");
+        assert!(p.rows.iter().all(|r| r.calls.is_none() && r.in_process_bound.is_some()));
+        let text = render(&p);
+        assert!(text.contains("in-process bound") && text.contains("/results/dataplane.json"), "{text}");
+        assert!(p.notes.iter().any(|n| n.contains("no end-to-end zero-loss rate")), "{:?}", p.notes);
+        // Nothing at all: bytes and bit rates only.
+        let p = plan(&inputs(None, None), "test");
+        assert!(p.rows.iter().all(|r| r.calls.is_none() && r.in_process_bound.is_none() && r.ipsec_bytes > r.ip_bytes));
+    }
+
+    #[test]
+    fn suite_and_family_from_a_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gw.toml");
+        std::fs::write(
+            &path,
+            r#"
+[connections.site]
+local_addrs = ["2001:db8::1"]
+remote_addrs = ["2001:db8::2"]
+local.auth = "psk"
+local.id = "@west.example"
+remote.auth = "psk"
+remote.id = "@east.example"
+[connections.site.children.lan]
+local_ts = ["10.1.0.0/16"]
+remote_ts = ["10.2.0.0/16"]
+esp_proposals = ["aes128-sha256", "aes256gcm16"]
+[secrets.west-east]
+ids = ["@west.example", "@east.example"]
+secret = "a test secret of more than thirty-two characters"
+"#,
+        )
+        .unwrap();
+        let (suite, family, from) = match from_config(&path) {
+            Ok(x) => x,
+            Err(e) => panic!("{e:#}"),
+        };
+        assert_eq!(suite, EspSuite::AesCbc { key_bits: 128, integ: Integ::HmacSha256_128 });
+        assert_eq!(family, Family::V6);
+        assert!(from.contains("site.lan"), "{from}");
+    }
+}
