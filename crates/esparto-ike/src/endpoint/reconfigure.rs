@@ -24,9 +24,9 @@
 //! rebuilds in milliseconds, once per reload.
 
 use super::{Endpoint, InitiateError};
-use crate::ctx::Ctx;
 use crate::config::{ConfigError, ConnectionConfig};
 use crate::connections::Connections;
+use crate::ctx::Ctx;
 use crate::event::{IkeSaId, Reason};
 use crate::exchange::Task;
 use crate::sa::State;
@@ -41,7 +41,7 @@ pub enum NewConnection {
     Keep(Arc<str>),
     /// Load this configuration: a connection added, or one replacing the
     /// held connection of the same name (whose IKE SAs are deleted).
-    Load(ConnectionConfig),
+    Load(Box<ConnectionConfig>),
 }
 
 impl Endpoint {
@@ -67,7 +67,7 @@ impl Endpoint {
                     .ok_or(ConfigError::Invalid("a kept connection is not held"))?,
                 NewConnection::Load(cfg) => {
                     cfg.validate()?;
-                    Arc::new(cfg)
+                    Arc::new(*cfg)
                 }
             };
             next.insert(conn)?;
@@ -118,5 +118,4 @@ impl Endpoint {
         self.finish(now, id);
         Ok(())
     }
-
 }
