@@ -241,6 +241,9 @@ pub fn reload_text(r: &ReloadReport) -> String {
     if r.ike_sas_deleted > 0 {
         let _ = writeln!(o, "  {} IKE SA(s) of removed or changed connections being deleted with their peers", r.ike_sas_deleted);
     }
+    for w in &r.warnings {
+        let _ = writeln!(o, "{w}");
+    }
     for n in &r.needs_restart {
         let _ = writeln!(o, "needs a restart: {n}");
     }

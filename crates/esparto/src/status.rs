@@ -226,6 +226,10 @@ pub struct ReloadReport {
     /// Settings the file changes that the running daemon keeps until it is
     /// restarted, each with the running and the new value.
     pub needs_restart: Vec<String>,
+    /// The file's warnings (what `check-config` warns about, without the
+    /// comparisons with the host's routes).
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// What failed while the rest applied.
     pub problems: Vec<String>,
     /// Milliseconds from reading the file to the workers' commands sent.

@@ -136,62 +136,34 @@ impl Plan {
 /// value.
 fn daemon_changes(old: &Daemon, new: &Daemon) -> Vec<String> {
     let mut v = Vec::new();
-    let mut key = |name: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug, same: bool| {
-        if !same {
-            v.push(format!("[daemon] {name}: running with {a:?}, the file says {b:?}"));
-        }
-    };
-    key("workers", &old.workers, &new.workers, old.workers == new.workers);
-    key("cpus", &old.cpus, &new.cpus, old.cpus == new.cpus);
-    key("control", &old.control, &new.control, old.control == new.control);
-    key("tun", &old.tun, &new.tun, old.tun == new.tun);
-    key("port", &old.port, &new.port, old.port == new.port);
-    key("ike_port", &old.ike_port, &new.ike_port, old.ike_port == new.ike_port);
-    key("path_mtu", &old.path_mtu, &new.path_mtu, old.path_mtu == new.path_mtu);
-    key(
-        "tun_queue_len",
-        &old.tun_queue_len,
-        &new.tun_queue_len,
-        old.tun_queue_len == new.tun_queue_len,
-    );
-    key("log", &old.log, &new.log, old.log == new.log);
-    key(
-        "state_dir",
-        &old.state_dir,
-        &new.state_dir,
-        old.state_dir == new.state_dir,
-    );
-    let (a, b) = (old.ike, new.ike);
-    key(
-        "cookie_threshold",
-        &a.cookie_threshold,
-        &b.cookie_threshold,
-        a.cookie_threshold == b.cookie_threshold,
-    );
-    key(
-        "cookie_threshold_per_source",
-        &a.cookie_threshold_per_source,
-        &b.cookie_threshold_per_source,
-        a.cookie_threshold_per_source == b.cookie_threshold_per_source,
-    );
-    key(
-        "half_open_per_source",
-        &a.half_open_per_source,
-        &b.half_open_per_source,
-        a.half_open_per_source == b.half_open_per_source,
-    );
-    key(
-        "max_half_open",
-        &a.max_half_open,
-        &b.max_half_open,
-        a.max_half_open == b.max_half_open,
-    );
-    key(
-        "window_size",
-        &a.window_size,
-        &b.window_size,
-        a.window_size == b.window_size,
-    );
+    macro_rules! keys {
+        ($($name:literal: $field:expr;)*) => {$(
+            let (a, b) = ($field(old), $field(new));
+            if a != b {
+                v.push(format!("[daemon] {}: running with {a:?}, the file says {b:?}", $name));
+            }
+        )*};
+    }
+    keys! {
+        "workers": |d: &Daemon| d.workers;
+        "cpus": |d: &Daemon| d.cpus.clone();
+        "control": |d: &Daemon| d.control.clone();
+        "tun": |d: &Daemon| d.tun.clone();
+        "port": |d: &Daemon| d.port;
+        "ike_port": |d: &Daemon| d.ike_port;
+        "path_mtu": |d: &Daemon| d.path_mtu;
+        "tun_queue_len": |d: &Daemon| d.tun_queue_len;
+        "log": |d: &Daemon| d.log.clone();
+        "state_dir": |d: &Daemon| d.state_dir.clone();
+        "cookie_threshold": |d: &Daemon| d.ike.cookie_threshold;
+        "cookie_threshold_per_source": |d: &Daemon| d.ike.cookie_threshold_per_source;
+        "half_open_per_source": |d: &Daemon| d.ike.half_open_per_source;
+        "max_half_open": |d: &Daemon| d.ike.max_half_open;
+        "window_size": |d: &Daemon| d.ike.window_size;
+        "routing_table": |d: &Daemon| d.routing.table;
+        "routing_table_prio": |d: &Daemon| d.routing.priority;
+        "routing_mark": |d: &Daemon| d.routing.mark;
+    }
     if v.is_empty() && old != new {
         // A setting this list does not name yet.
         v.push("[daemon]: settings differ from the running ones".into());
@@ -347,6 +319,7 @@ pub(super) fn reload(
         unchanged: plan.fates.iter().filter(|f| **f == Fate::Unchanged).count(),
         ike_sas_deleted: retired,
         needs_restart: plan.needs_restart.clone(),
+        warnings: new.warnings.iter().map(ToString::to_string).collect(),
         problems,
         took_ms: started.elapsed().as_secs_f64() * 1e3,
     };
@@ -359,6 +332,9 @@ pub(super) fn reload(
     }
     for n in &report.removed {
         info!(connection = %n, "reload: connection removed");
+    }
+    for w in &report.warnings {
+        warn!("reload: {w}");
     }
     for n in &report.needs_restart {
         warn!("reload: not applied, needs a restart: {n}");
