@@ -23,9 +23,10 @@
 //! loaded (its errors, with file, line and key, refuse the reload), static
 //! keys are checked as at start, the new connections are checked against
 //! what the running daemon can serve (its sockets' address, whether it
-//! has an IKE socket at all, start actions it could not carry out, static
-//! sequence numbers it could not reserve), and the engine validates the
-//! IKE configurations. Any refusal leaves the running configuration
+//! has an IKE socket at all, start actions it could not carry out, a peer
+//! its own packets would reach only through the tunnel, static sequence
+//! numbers it could not reserve), and the engine validates the IKE
+//! configurations. Any refusal leaves the running configuration
 //! exactly as it was. Then the changes are applied: the engine's
 //! connection set ([`esparto_ike::Endpoint::replace_connections`]), the
 //! Child SA table (removals, then additions), the static reservations,
@@ -228,6 +229,10 @@ pub(super) fn reload(
                 .map_err(|e| refuse(format!("connection {}: {e}", conn.name)))?;
         }
     }
+    // As at start: a peer the daemon's own packets would reach only
+    // through the tunnel is refused.
+    gw.check_peers(new.connections.iter().filter(|c| loading.contains(c.name.as_str())))
+        .map_err(|e| refuse(format!("{e:#}")))?;
     let closing: HashSet<&str> = plan
         .removed
         .iter()
