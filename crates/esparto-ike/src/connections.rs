@@ -47,6 +47,12 @@ fn push(list: &mut Vec<u32>, pos: u32) {
 impl Connections {
     /// Add a validated connection; its name must be new.
     pub(crate) fn add(&mut self, conn: ConnectionConfig) -> Result<(), ConfigError> {
+        self.insert(Arc::new(conn))
+    }
+
+    /// Add a validated connection that may be shared already (a
+    /// reconfiguration keeps the one IKE SAs hold); its name must be new.
+    pub(crate) fn insert(&mut self, conn: Arc<ConnectionConfig>) -> Result<(), ConfigError> {
         if self.by_name.contains_key(&conn.name) {
             return Err(ConfigError::Invalid("duplicate connection name"));
         }
@@ -63,7 +69,7 @@ impl Connections {
             Some(id) => push(self.by_remote_id.entry(id.folded()).or_default(), pos),
         }
         self.by_name.insert(conn.name.clone(), pos);
-        self.list.push(Arc::new(conn));
+        self.list.push(conn);
         Ok(())
     }
 

@@ -500,6 +500,31 @@ impl TunnelRouting {
         })
     }
 
+    /// Removes the routes of `remote` prefixes from the table (a route
+    /// already gone is not an error): no tunnel needs them any more (a
+    /// configuration reload dropped their connections). The source rules
+    /// stay until [`remove_all`](Self::remove_all): traffic from a local
+    /// prefix that no route in the table covers falls through them to the
+    /// host's own routing. Goes on past a failure and returns the first.
+    pub fn remove_routes(&mut self, remote: &[Prefix]) -> Result<(), RoutingError> {
+        let Some((dev, ifindex)) = self.dev.clone() else {
+            return Ok(());
+        };
+        let mut first = None;
+        for p in remote {
+            self.routes.remove(p);
+            match self.nl.delete_route(&self.cfg.route(*p, ifindex)) {
+                Ok(()) => {}
+                Err(e) if already_gone(&e) => {}
+                Err(e) => {
+                    let what = format!("remove route {}/{} dev {dev} table {}", p.0, p.1, self.cfg.table);
+                    first.get_or_insert(RoutingError::Netlink { what, source: e });
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
     /// Removes every rule (newest first) and route added; returns what
     /// could not be removed.
     pub fn remove_all(&mut self) -> Vec<RoutingError> {

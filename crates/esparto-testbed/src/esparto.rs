@@ -348,15 +348,22 @@ impl EspartoGateway {
     /// until `status` answers. On failure the work directory (config, log)
     /// is kept.
     pub fn start(ns: &Netns, bin: &Path, cfg: &EspartoConfig) -> Result<Self> {
+        Self::start_with(ns, bin, &cfg.tun, |control| cfg.to_toml(control))
+    }
+
+    /// Like [`start`](Self::start), with the configuration file that
+    /// `toml` writes for a control socket path (several connections, a
+    /// file to change and reload); `tun` is its TUN device.
+    pub fn start_with(ns: &Netns, bin: &Path, tun: &str, toml: impl FnOnce(&Path) -> String) -> Result<Self> {
         let dir = WorkDir::new(&format!("esparto-{}", ns.name()))?;
         let control = dir.join("esparto.sock");
         let config = dir.join("esparto.toml");
-        std::fs::write(&config, cfg.to_toml(&control))?;
+        std::fs::write(&config, toml(&control))?;
         std::fs::File::create(dir.join("esparto.log"))?;
         let mut g = Self {
             bin: bin.to_path_buf(),
             ns: ns.name().to_string(),
-            tun: cfg.tun.clone(),
+            tun: tun.to_string(),
             dir,
             control,
             child: None,
@@ -438,6 +445,12 @@ impl EspartoGateway {
                 Ok(self.status().ok().map(|_| ()))
             },
         )
+    }
+
+    /// The configuration file the daemon runs with (`esparto reload` and
+    /// SIGHUP read it again).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("esparto.toml")
     }
 
     /// The daemon's pid (for CPU accounting).

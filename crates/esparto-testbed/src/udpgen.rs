@@ -333,6 +333,18 @@ impl UdpGen {
         dst: IpAddr,
         flows: usize,
     ) -> Result<Self> {
+        Self::to_port(src_ns, src, dst_ns, SocketAddr::new(dst, SINK_PORT), flows)
+    }
+
+    /// `flows` flows (1 to 64) from `src` to a sink at `dst` (its port
+    /// chosen: several generators at once, or a tunnel per port).
+    pub fn to_port(
+        src_ns: &Netns,
+        src: IpAddr,
+        dst_ns: &Netns,
+        dst: SocketAddr,
+        flows: usize,
+    ) -> Result<Self> {
         if src.is_ipv4() != dst.is_ipv4() {
             bail!("udpgen: {src} and {dst} are of different families");
         }
@@ -343,9 +355,8 @@ impl UdpGen {
             sources: (0..flows)
                 .map(|_| Source::new(src_ns, src))
                 .collect::<Result<_>>()?,
-            sink: Sink::start(dst_ns, SocketAddr::new(dst, SINK_PORT))
-                .context("starting the UDP sink")?,
-            family: Family::of(dst),
+            sink: Sink::start(dst_ns, dst).context("starting the UDP sink")?,
+            family: Family::of(dst.ip()),
             trial: 0,
             quiet: Duration::from_millis(200),
             drain_limit: Duration::from_secs(5),

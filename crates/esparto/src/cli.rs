@@ -50,6 +50,21 @@ enum Cmd {
     Down(UpDownArgs),
     /// Rekey a connection's Child SAs (or, with --ike, its IKE SA), make-before-break.
     Rekey(RekeyArgs),
+    /// Re-read the daemon's configuration file and apply what changed (as SIGHUP does).
+    Reload(ReloadArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReloadArgs {
+    /// Control socket of the daemon.
+    #[arg(long, default_value = config::DEFAULT_CONTROL)]
+    control: PathBuf,
+    /// Print what the reload did as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for the daemon's answer.
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
 }
 
 #[derive(Debug, Args)]
@@ -178,6 +193,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Up(a) => up_down(a, true),
         Cmd::Down(a) => up_down(a, false),
         Cmd::Rekey(a) => rekey(a),
+        Cmd::Reload(a) => reload(a),
     }
 }
 
@@ -334,6 +350,32 @@ fn rekey(a: RekeyArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Response::Error(e) => {
+            eprintln!("esparto: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
+}
+
+/// `reload`: the daemon's report; a refused reload (its reasons on
+/// stderr) exits 1, and so does one that applied with problems.
+fn reload(a: ReloadArgs) -> Result<ExitCode> {
+    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
+        anyhow::bail!("--timeout must be in (0, 600] seconds");
+    }
+    match control::request(&a.control, &Request::Reload, Duration::from_secs_f64(a.timeout))? {
+        Response::Reload(r) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", render::reload_text(&r));
+            }
+            Ok(if r.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Response::Error(e) => {
+            if a.json {
+                println!("{}", serde_json::json!({ "ok": false, "error": e }));
+            }
             eprintln!("esparto: {e}");
             Ok(ExitCode::FAILURE)
         }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::status::{IkeSaStatus, IoStatus, SaStatus, Status};
+use crate::status::{IkeSaStatus, IoStatus, ReloadReport, SaStatus, Status};
 
 /// A worker's system calls and what each carried on average: the sending
 /// side's TUN reads (one packet each unless the kernel hands over GSO
@@ -227,6 +227,30 @@ pub fn age(secs: f64) -> String {
         3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
     }
+}
+
+/// What `esparto reload` prints.
+pub fn reload_text(r: &ReloadReport) -> String {
+    let mut o = String::new();
+    let names = |v: &[String]| if v.is_empty() { String::new() } else { format!(": {}", v.join(", ")) };
+    let _ = writeln!(o, "reloaded {} in {:.1} ms", r.file, r.took_ms);
+    let _ = writeln!(o, "  added     {}{}", r.added.len(), names(&r.added));
+    let _ = writeln!(o, "  changed   {}{}", r.changed.len(), names(&r.changed));
+    let _ = writeln!(o, "  removed   {}{}", r.removed.len(), names(&r.removed));
+    let _ = writeln!(o, "  unchanged {}", r.unchanged);
+    if r.ike_sas_deleted > 0 {
+        let _ = writeln!(o, "  {} IKE SA(s) of removed or changed connections being deleted with their peers", r.ike_sas_deleted);
+    }
+    for w in &r.warnings {
+        let _ = writeln!(o, "{w}");
+    }
+    for n in &r.needs_restart {
+        let _ = writeln!(o, "needs a restart: {n}");
+    }
+    for p in &r.problems {
+        let _ = writeln!(o, "problem: {p}");
+    }
+    o
 }
 
 #[cfg(test)]

@@ -204,3 +204,34 @@ pub struct ChildSaStatus {
     /// Packets sent.
     pub out_packets: u64,
 }
+
+/// What a configuration reload did (`esparto reload`): connections by what
+/// happened to them, the `[daemon]` settings only a restart applies, and
+/// anything that failed while the rest applied.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReloadReport {
+    /// The file read.
+    pub file: String,
+    /// Connections loaded (and started or trapped, as `start_action` says).
+    pub added: Vec<String>,
+    /// Connections whose settings changed: closed and loaded again.
+    pub changed: Vec<String>,
+    /// Connections closed and dropped.
+    pub removed: Vec<String>,
+    /// Connections left as they were, SAs and all.
+    pub unchanged: usize,
+    /// IKE SAs deleted with their peers (of removed and changed
+    /// connections); the Deletes are answered after the reload returns.
+    pub ike_sas_deleted: usize,
+    /// Settings the file changes that the running daemon keeps until it is
+    /// restarted, each with the running and the new value.
+    pub needs_restart: Vec<String>,
+    /// The file's warnings (what `check-config` warns about, without the
+    /// comparisons with the host's routes).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// What failed while the rest applied.
+    pub problems: Vec<String>,
+    /// Milliseconds from reading the file to the workers' commands sent.
+    pub took_ms: f64,
+}

@@ -209,8 +209,11 @@ macro_rules! ctx {
 
 mod init_responder;
 mod lifecycle;
+mod reconfigure;
 mod recovery;
 pub(crate) mod sa_index;
+
+pub use reconfigure::NewConnection;
 
 impl Endpoint {
     /// An endpoint without connections.

@@ -59,8 +59,7 @@
 
 use super::Endpoint;
 use crate::ctx::Ctx;
-use crate::event::{Reason, Transmit};
-use crate::exchange::Task;
+use crate::event::Transmit;
 use crate::lifetime::{
     HINT_CHECKS_PER_PEER, HINT_CHECKS_PER_SEC, INVALID_IKE_SPI_PER_SEC, INVALID_IKE_SPI_PER_SOURCE,
     INVALID_SPI_HINTS_PER_PEER, INVALID_SPI_HINTS_PER_SEC, REINITIATE_STABLE, random_up_to,
@@ -476,24 +475,8 @@ impl Endpoint {
         self.recovery.timers.clear();
         let ids: Vec<u64> = self.sas.keys().copied().collect();
         for id in ids {
-            let mut ctx = ctx!(self, now);
-            let Some(sa) = self.sas.get_mut(&id) else {
-                continue;
-            };
-            if sa.state == State::Established {
-                let deleting = sa
-                    .pending
-                    .iter()
-                    .map(|p| &p.task)
-                    .chain(sa.queue.iter())
-                    .any(|t| matches!(t, Task::DeleteIke));
-                if !deleting {
-                    sa.start_task(&mut ctx, Task::DeleteIke);
-                }
-            } else {
-                sa.die(&mut ctx, Reason::Terminated);
-            }
-            self.finish(now, id);
+            // An SA an earlier one took with it is gone: nothing to do.
+            let _ = self.close(now, id);
         }
     }
 

@@ -465,9 +465,16 @@ impl IkeSa {
     /// ([`crate::lifetime::after_death`]). Not for an SA a rekey replaced
     /// (its successor lives on), and a peer's Delete counts only on an
     /// established SA: one that never authenticated was refused, not
-    /// closed, and retrying it at once would not change the answer.
+    /// closed, and retrying it at once would not change the answer. Nor
+    /// for an SA of a connection a reconfiguration retired (the one held
+    /// under its name now, if any, is not the one it ran).
     fn after_death(&self, ctx: &mut Ctx<'_>, reason: Reason) {
-        if self.superseded
+        let retired = ctx
+            .connections
+            .get(&self.conn.name)
+            .is_none_or(|c| !Arc::ptr_eq(c, &self.conn));
+        if retired
+            || self.superseded
             || self.successor.is_some()
             || self.conn.after_death(reason) != crate::lifetime::AfterDeath::Initiate
             || (reason == Reason::DeletedByPeer && self.state != State::Established)

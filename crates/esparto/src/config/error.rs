@@ -105,19 +105,39 @@ impl<'a> IntoIterator for &'a ConfigErrors {
     }
 }
 
-/// 1-based (line, column) of byte `offset` in `text`; the column counts
-/// characters, not bytes. An offset past the end or inside a character is
-/// clamped to the nearest preceding boundary.
+/// [`LineIndex::line_col`] without an index kept.
+#[cfg(test)]
 pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut at = offset.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
+    LineIndex::new(text).line_col(text, offset)
+}
+
+/// Where each line of a text starts, so that a position costs a binary
+/// search and its own line, not a scan from the start of the file (a hub's
+/// file may carry thousands of warnings).
+#[derive(Debug, Clone)]
+pub(crate) struct LineIndex(Vec<usize>);
+
+impl LineIndex {
+    /// The index of `text`.
+    pub(crate) fn new(text: &str) -> Self {
+        let starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        LineIndex(starts)
     }
-    let before = &text[..at];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    (line, column)
+
+    /// 1-based (line, column) of byte `offset` in `text` (the text the
+    /// index was made of); the column counts characters, not bytes. An
+    /// offset past the end or inside a character is clamped to the nearest
+    /// preceding boundary.
+    pub(crate) fn line_col(&self, text: &str, offset: usize) -> (usize, usize) {
+        let mut at = offset.min(text.len());
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        // Line starts at or before `at`: the first (0) always is.
+        let line = self.0.partition_point(|&s| s <= at).max(1);
+        let start = self.0[line - 1];
+        (line, text[start..at].chars().count() + 1)
+    }
 }
 
 /// A key path being built while walking the file: `a.b[0].c`. Keys that are

@@ -30,7 +30,7 @@ pub struct Config {
 }
 
 /// `[daemon]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Daemon {
     /// Worker threads (default: the CPUs listed in `cpus`, else the CPUs
     /// the process may use).
@@ -123,8 +123,9 @@ impl Default for IkeLimits {
     }
 }
 
-/// `[connections.NAME]`.
-#[derive(Debug)]
+/// `[connections.NAME]`. Equal when every setting, of the connection and
+/// of each child in order, is equal (what a reload calls unchanged).
+#[derive(Debug, PartialEq, Eq)]
 pub struct Connection {
     /// The name.
     pub name: String,
@@ -141,7 +142,7 @@ pub struct Connection {
 }
 
 /// `[connections.NAME.children.CHILD]`.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Child {
     /// The name.
     pub name: String,
@@ -162,7 +163,7 @@ pub struct Child {
 }
 
 /// Statically keyed SAs of a child.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct StaticSas {
     /// The suite (the child's single `esp_proposals` entry).
     pub suite: EspSuite,
@@ -175,7 +176,7 @@ pub struct StaticSas {
 }
 
 /// One statically keyed SA pair.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct StaticPair {
     /// SPI of the SA we receive on.
     pub in_spi: u32,

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use toml_edit::{Item, Value};
 
-use super::error::{ConfigError, ConfigWarning, KeyPath, line_col};
+use super::error::{ConfigError, ConfigWarning, KeyPath, LineIndex};
 
 /// Byte range in the file.
 pub(crate) type Span = Range<usize>;
@@ -195,6 +195,7 @@ fn value_node(v: &Value, fallback: Span) -> Node {
 pub(crate) struct Cx<'t> {
     file: String,
     text: &'t str,
+    lines: LineIndex,
     /// Directory that relative paths in the file are relative to.
     pub(crate) dir: PathBuf,
     errors: Vec<(usize, ConfigError)>,
@@ -207,6 +208,7 @@ impl<'t> Cx<'t> {
         Cx {
             file,
             text,
+            lines: LineIndex::new(text),
             dir,
             errors: Vec::new(),
             warnings: Vec::new(),
@@ -215,7 +217,7 @@ impl<'t> Cx<'t> {
 
     /// Record an error at `span`.
     pub(crate) fn err(&mut self, span: &Span, path: &KeyPath, message: impl Into<String>) {
-        let (line, column) = line_col(self.text, span.start);
+        let (line, column) = self.lines.line_col(self.text, span.start);
         self.errors.push((
             span.start,
             ConfigError {
@@ -230,7 +232,7 @@ impl<'t> Cx<'t> {
 
     /// Record a warning at `span`: the file runs, but maybe not as meant.
     pub(crate) fn warn(&mut self, span: &Span, path: &KeyPath, message: impl Into<String>) {
-        let (line, column) = line_col(self.text, span.start);
+        let (line, column) = self.lines.line_col(self.text, span.start);
         let w = ConfigError { file: self.file.clone(), line, column, key: path.as_str().to_string(), message: message.into() };
         self.warnings.push((span.start, w));
     }
@@ -257,7 +259,7 @@ impl<'t> Cx<'t> {
 
     /// `file:line:column` of `span`, to point from one error at another place.
     pub(crate) fn position(&self, span: &Span) -> String {
-        let (line, column) = line_col(self.text, span.start);
+        let (line, column) = self.lines.line_col(self.text, span.start);
         format!("{}:{line}:{column}", self.file)
     }
 

@@ -1,5 +1,5 @@
-//! The control socket: how `esparto status`, `sas`, `up`, `down` and
-//! `rekey` talk to a running daemon.
+//! The control socket: how `esparto status`, `sas`, `up`, `down`,
+//! `rekey` and `reload` talk to a running daemon.
 //!
 //! A Unix stream socket, mode 0600 (only root — or whoever runs the daemon
 //! — may ask), one JSON request per line and one JSON response per line:
@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::status::{IkeSaStatus, Status};
+use crate::status::{IkeSaStatus, ReloadReport, Status};
 
 pub use client::{ClientError, request};
 pub use server::ControlServer;
@@ -82,6 +82,8 @@ pub enum Request {
         #[serde(default)]
         ike: bool,
     },
+    /// Read the configuration file again and apply what changed.
+    Reload,
 }
 
 /// The daemon's answer.
@@ -93,6 +95,8 @@ pub enum Response {
     Sas(Vec<IkeSaStatus>),
     /// Done, with a human-readable note (`{"ok":true,"message":"…"}`).
     Done(String),
+    /// What a reload did (`{"ok":true,"reload":{…}}`).
+    Reload(Box<ReloadReport>),
     /// Refused or failed (`{"ok":false,"error":"…"}`).
     Error(String),
 }
@@ -105,6 +109,8 @@ struct WireResponse {
     status: Option<Box<Status>>,
     #[serde(default)]
     sas: Option<Vec<IkeSaStatus>>,
+    #[serde(default)]
+    reload: Option<Box<ReloadReport>>,
     #[serde(default)]
     message: Option<String>,
     #[serde(default)]
@@ -120,6 +126,8 @@ struct WireResponseRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     sas: Option<&'a [IkeSaStatus]>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    reload: Option<&'a ReloadReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
@@ -131,12 +139,14 @@ impl Serialize for Response {
             ok: true,
             status: None,
             sas: None,
+            reload: None,
             message: None,
             error: None,
         };
         match self {
             Response::Status(st) => w.status = Some(st),
             Response::Sas(sas) => w.sas = Some(sas),
+            Response::Reload(r) => w.reload = Some(r),
             Response::Done(m) => w.message = Some(m),
             Response::Error(e) => {
                 w.ok = false;
@@ -158,6 +168,7 @@ impl<'de> Deserialize<'de> for Response {
                 status: Some(s), ..
             } => Response::Status(s),
             WireResponse { sas: Some(s), .. } => Response::Sas(s),
+            WireResponse { reload: Some(r), .. } => Response::Reload(r),
             WireResponse { message, .. } => Response::Done(message.unwrap_or_default()),
         })
     }
@@ -202,6 +213,7 @@ mod tests {
         for r in [
             Response::Status(Box::new(fake_status())),
             Response::Sas(vec![]),
+            Response::Reload(Box::new(ReloadReport { added: vec!["a".into()], unchanged: 3, ..ReloadReport::default() })),
             Response::Done("d".into()),
             Response::Error("e".into()),
         ] {
@@ -213,5 +225,6 @@ mod tests {
             "up needs a name"
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+        assert_eq!(serde_json::to_string(&Request::Reload).unwrap(), r#"{"cmd":"reload"}"#);
     }
 }

@@ -338,6 +338,7 @@ mod tests {
             Request::Up { name } => Response::Done(format!("{name} up")),
             Request::Down { name } => Response::Error(format!("no connection '{name}'")),
             Request::Rekey { name, .. } => Response::Done(format!("{name} rekeyed")),
+            Request::Reload => Response::Error("not reloaded".into()),
         }
     }
 

@@ -29,6 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -41,10 +42,10 @@ use esparto_io::{ControlRx, control_channel};
 use esparto_io::{Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, Workers};
 use tracing::{info, warn};
 
-use super::seqstate::{self, Claims, FsStore, Reservations, Store};
+use super::seqstate::{self, Claims, FsStore, PairAt, Reservations, StaticOut, Store};
 use super::table::report::Counters;
 use super::table::{Effect, Table};
-use crate::config::Config;
+use crate::config::{Config, Connection};
 use crate::datapath::{self, EspCommand, EspDatapath, IcmpSources, SPI_STEERING, Snapshot, WorkerEvent};
 use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
 
@@ -84,7 +85,7 @@ impl std::fmt::Debug for Gateway {
 }
 
 /// The TUN MTU: the largest inner packet every configured SA can carry.
-fn tun_mtu(cfg: &Config) -> u16 {
+pub(super) fn tun_mtu(cfg: &Config) -> u16 {
     let mut mtu: Option<usize> = None;
     for conn in &cfg.connections {
         let Some(peer) = conn.remote_addrs.first() else { continue };
@@ -222,20 +223,9 @@ impl Gateway {
         };
         let now = Instant::now();
         for conn in &cfg.connections {
-            for child in &conn.children {
-                let Some(st) = &child.static_sas else { continue };
-                let id = gw.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
-                gw.table
-                    .install_static(now, id, st, |i| claims.get(&(conn.name.clone(), child.name.clone(), i)))
-                    .and_then(|()| gw.apply())
-                    .with_context(|| format!("installing {}/{}", conn.name, child.name))?;
-                info!(
-                    connection = %conn.name, child = %child.name, suite = st.suite.name(),
-                    pairs = st.pairs.len(), workers = n, "static child installed"
-                );
-            }
+            gw.install_static(now, conn, &claims)?;
         }
-        gw.check_peers(cfg)?;
+        gw.check_peers(&cfg.connections)?;
         Ok(gw)
     }
 
@@ -243,8 +233,8 @@ impl Gateway {
     /// TUN device (someone routed the peer into it, in the main table or by
     /// a rule of their own): the peer would be unreachable. A peer the host
     /// has no route to yet is only logged.
-    fn check_peers(&mut self, cfg: &Config) -> Result<()> {
-        for conn in &cfg.connections {
+    pub(super) fn check_peers<'a>(&mut self, conns: impl IntoIterator<Item = &'a Connection>) -> Result<()> {
+        for conn in conns {
             for peer in &conn.remote_addrs {
                 let src = Some(self.bind.ip()).filter(|a| !a.is_unspecified());
                 match self.routing.check_peer(*peer, src).with_context(|| format!("connection {}", conn.name))? {
@@ -256,6 +246,79 @@ impl Gateway {
             }
         }
         Ok(())
+    }
+
+    /// Installs the statically keyed children of `conn` (the table holds
+    /// them), each outbound SA sending within its claim.
+    pub(super) fn install_static(&mut self, now: Instant, conn: &Connection, claims: &Claims) -> Result<()> {
+        for child in &conn.children {
+            let Some(st) = &child.static_sas else { continue };
+            let id = self.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
+            self.table
+                .install_static(now, id, st, |i| claims.get(&(conn.name.clone(), child.name.clone(), i)))
+                .and_then(|()| self.apply())
+                .with_context(|| format!("installing {}/{}", conn.name, child.name))?;
+            info!(
+                connection = %conn.name, child = %child.name, suite = st.suite.name(),
+                pairs = st.pairs.len(), workers = self.nworkers, "static child installed"
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the static SAs `outs` could claim their sequence numbers
+    /// once those sending under the keys `released` have stopped (see
+    /// `seqstate`), opening the state file in `state_dir` if no static SA
+    /// has run so far. Changes nothing the daemon runs on.
+    pub(super) fn check_static(&mut self, state_dir: &Path, outs: &[StaticOut], released: &[[u8; 16]]) -> Result<()> {
+        if outs.is_empty() {
+            return Ok(());
+        }
+        if self.reservations.is_none() {
+            self.reservations = Some(Reservations::open(FsStore::open(state_dir)?)?);
+        }
+        let Some(r) = &self.reservations else { return Ok(()) };
+        for sa in outs {
+            r.check_claim(sa, released)?;
+        }
+        Ok(())
+    }
+
+    /// Stops extending the reservations of the SAs sending under the keys
+    /// `released`, then claims sequence numbers for `outs` and makes them
+    /// durable. Call [`check_static`](Self::check_static) first. A write
+    /// that fails is returned beside the claims: their SAs send once a
+    /// later write succeeds (retried every turn, as at run time).
+    pub(super) fn reserve_static(
+        &mut self,
+        outs: Vec<(PairAt, StaticOut)>,
+        released: &[[u8; 16]],
+    ) -> (Claims, Option<anyhow::Error>) {
+        let mut claims = Claims::new();
+        let Some(r) = &mut self.reservations else {
+            return (claims, None);
+        };
+        for key in released {
+            r.release(key);
+        }
+        if outs.is_empty() {
+            return (claims, None);
+        }
+        let mut failed = None;
+        for (at, sa) in outs {
+            match r.claim(&sa) {
+                Ok(c) => {
+                    claims.insert(at, c);
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Err(e) = r.commit() {
+            failed.get_or_insert(anyhow!("{}: cannot write: {e}", r.store().path().display()));
+        }
+        (claims, failed)
     }
 
     /// Sends the workers the commands the table's last transitions queued,
@@ -280,10 +343,15 @@ impl Gateway {
                         failed.get_or_insert(e);
                     }
                 }
+                Effect::Unroute(prefixes) => {
+                    if let Err(e) = self.routing.remove_routes(&prefixes) {
+                        failed.get_or_insert(e);
+                    }
+                }
             }
         }
         match failed {
-            Some(e) => Err(anyhow::Error::new(e).context("routes not set")),
+            Some(e) => Err(anyhow::Error::new(e).context("routes not updated")),
             None => Ok(()),
         }
     }

@@ -25,7 +25,7 @@
 //! chosen worker (round-robin, spreading tunnels over cores) yet stays
 //! unpredictable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ use tracing::{info, warn};
 use super::Gateway;
 use super::log_limit::TRAFFIC;
 use super::table::{ChildId, ConnId};
-use crate::config::Config;
+use crate::config::{Config, Connection};
 
 /// Longest the shutdown loop sleeps between looks at worker-caught IKE.
 const SHUTDOWN_POLL: Duration = Duration::from_millis(20);
@@ -61,6 +61,10 @@ pub struct Ike {
     pub(super) actions: HashMap<ConnId, (DpdAction, CloseAction)>,
     /// Children to start once their connection's IKE SA is up.
     pub(super) start_after: HashMap<ConnId, Vec<ChildId>>,
+    /// IKE SAs of connections a reload removed or changed, until they are
+    /// gone: their events belong to no connection the table holds (a
+    /// changed connection's name now names its new configuration).
+    pub(super) retired: HashSet<IkeSaId>,
     rx: esparto_io::RxBatch,
     /// Datagrams to send from the IKE port and from the NAT-T port.
     tx500: esparto_io::TxBatch,
@@ -106,6 +110,7 @@ impl Ike {
             ike_port: cfg.daemon.ike_port,
             actions: HashMap::new(),
             start_after: HashMap::new(),
+            retired: HashSet::new(),
             rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * esparto_io::udp::MAX_GRO_SEGMENTS),
             tx500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
             tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
@@ -113,30 +118,45 @@ impl Ike {
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
             ike.ep.add_connection(ike_conn.clone()).with_context(|| format!("connection {}", conn.name))?;
-            let conn_id = gw.table.conn_id(&conn.name).context("a configured connection is in the table")?;
-            ike.actions.insert(conn_id, (ike_conn.dpd_action, ike_conn.close_action));
-            let mut starts = Vec::new();
-            for child in &conn.children {
-                let id = gw.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
-                match ike_conn.child(&child.name).map(|c| c.start_action).unwrap_or_default() {
-                    StartAction::Trap => {
-                        if conn.remote_addrs.is_empty() {
-                            anyhow::bail!("{}/{}: a trap needs remote_addrs", conn.name, child.name);
-                        }
-                        ike.arm_trap(gw, id)?;
-                    }
-                    StartAction::Start => starts.push(id),
-                    StartAction::None => {}
-                }
-            }
-            if let Some((first, rest)) = starts.split_first() {
-                let first = gw.table.child(*first).map(|c| c.name.clone()).context("a configured child")?;
-                ike.ep.initiate(now, &conn.name, Some(&first)).with_context(|| format!("initiating {}", conn.name))?;
-                ike.start_after.insert(conn_id, rest.to_vec());
-            }
+        }
+        for conn in &cfg.connections {
+            ike.activate(now, gw, conn)?;
         }
         ike.flush(now, gw);
         Ok(Some(ike))
+    }
+
+    /// What a connection the engine holds needs to run: its
+    /// `dpd_action`/`close_action` noted, its traps armed, its `start`
+    /// children initiated (the first in IKE_AUTH, the others once the IKE
+    /// SA is up). Call [`check_activation`] first: what it refuses fails here.
+    pub(super) fn activate(&mut self, now: Instant, gw: &mut Gateway, conn: &Connection) -> Result<()> {
+        let Some(ike_conn) = &conn.ike else { return Ok(()) };
+        check_activation(conn).map_err(anyhow::Error::msg)?;
+        let conn_id = gw.table.conn_id(&conn.name).context("a configured connection is in the table")?;
+        self.actions.insert(conn_id, (ike_conn.dpd_action, ike_conn.close_action));
+        let mut starts = Vec::new();
+        for child in &conn.children {
+            let id = gw.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
+            match ike_conn.child(&child.name).map(|c| c.start_action).unwrap_or_default() {
+                StartAction::Trap => self.arm_trap(gw, id)?,
+                StartAction::Start => starts.push(id),
+                StartAction::None => {}
+            }
+        }
+        if let Some((first, rest)) = starts.split_first() {
+            let first = gw.table.child(*first).map(|c| c.name.clone()).context("a configured child")?;
+            self.ep.initiate(now, &conn.name, Some(&first)).with_context(|| format!("initiating {}", conn.name))?;
+            self.start_after.insert(conn_id, rest.to_vec());
+        }
+        Ok(())
+    }
+
+    /// Forgets what [`activate`](Self::activate) noted of a connection
+    /// the table is about to drop (its id may name another one later).
+    pub(super) fn forget(&mut self, conn: ConnId) {
+        self.actions.remove(&conn);
+        self.start_after.remove(&conn);
     }
 
     /// Arms (or re-arms) the trap policy of a child.
@@ -403,6 +423,27 @@ impl Ike {
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
+}
+
+/// Refuses a connection whose start actions cannot be carried out: a trap
+/// or a `start` child needs the peer's address to initiate to, and a
+/// `start` child our own to initiate from.
+pub(super) fn check_activation(conn: &Connection) -> Result<(), String> {
+    let Some(ike_conn) = &conn.ike else { return Ok(()) };
+    for child in &ike_conn.children {
+        let action = match child.start_action {
+            StartAction::None => continue,
+            StartAction::Trap => "a trap",
+            StartAction::Start => "start_action = \"start\"",
+        };
+        if conn.remote_addrs.is_empty() {
+            return Err(format!("{}/{}: {action} needs remote_addrs", conn.name, child.name));
+        }
+        if child.start_action == StartAction::Start && conn.local_addrs.is_empty() {
+            return Err(format!("{}/{}: {action} needs local_addrs", conn.name, child.name));
+        }
+    }
+    Ok(())
 }
 
 /// The IKE SAs of the connection named `name`.

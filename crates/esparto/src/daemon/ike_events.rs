@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use crate::datapath::WorkerEvent;
 use esparto_esp::{Event as DpEvent, Expiry, GroupId};
-use esparto_ike::{AfterDeath, ChildSaEstablished, Event, InitiateError, Reason};
+use esparto_ike::{AfterDeath, ChildSaEstablished, Event, IkeSaId, InitiateError, Reason};
 use tracing::{debug, info, warn};
 
 use super::Gateway;
@@ -36,8 +36,28 @@ fn apply(gw: &mut Gateway, what: &str) {
     }
 }
 
+/// The IKE SA an event is about (`IkeSaRekeyed`: the one it replaced).
+fn ike_sa_of(ev: &Event) -> IkeSaId {
+    match ev {
+        Event::IkeSaEstablished { ike_sa, .. }
+        | Event::IkeSaDeleted { ike_sa, .. }
+        | Event::ChildSaDeleted { ike_sa, .. }
+        | Event::ChildSaFailed { ike_sa, .. }
+        | Event::AuthFailed { ike_sa, .. }
+        | Event::ChildSaOutboundActive { ike_sa, .. }
+        | Event::PerResourceUnavailable { ike_sa, .. }
+        | Event::PeerAddressChanged { ike_sa, .. } => *ike_sa,
+        Event::ChildSaEstablished(c) => c.ike_sa,
+        Event::IkeSaRekeyed { old, .. } => *old,
+    }
+}
+
 impl Ike {
     pub(super) fn on_event(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
+        if self.retired.contains(&ike_sa_of(&ev)) {
+            self.on_retired(now, ev);
+            return;
+        }
         match ev {
             Event::IkeSaEstablished {
                 ike_sa,
@@ -159,6 +179,28 @@ impl Ike {
                 info!(%ike_sa, %local, %remote, "peer address changed");
                 gw.table.peer_address_changed(ike_sa, local, remote);
             }
+        }
+    }
+
+    /// An event of an IKE SA a reload retired: its connection is gone
+    /// from the table (or its name names a new configuration), so nothing
+    /// reaches the table or the workers. A rekey's successor is retired
+    /// too, and deleted.
+    fn on_retired(&mut self, now: Instant, ev: Event) {
+        match ev {
+            Event::IkeSaDeleted { ike_sa, connection, reason } => {
+                self.retired.remove(&ike_sa);
+                info!(%ike_sa, connection = ?connection, ?reason, "IKE SA of a removed or changed connection deleted");
+            }
+            Event::IkeSaRekeyed { old, new, connection } => {
+                self.retired.remove(&old);
+                self.retired.insert(new);
+                info!(%old, %new, %connection, "IKE SA of a removed or changed connection rekeyed: deleting it");
+                if let Err(e) = self.ep.terminate(now, new) {
+                    debug!(ike_sa = %new, error = ?e, "deleting a retired IKE SA");
+                }
+            }
+            ev => debug!(ike_sa = %ike_sa_of(&ev), "event of a retired IKE SA ignored"),
         }
     }
 

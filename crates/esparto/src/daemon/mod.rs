@@ -3,7 +3,8 @@
 //! [`Gateway`] owns the data plane (TUN, sockets, workers) and the Child SA
 //! table ([`table`]), whose transitions say what the workers hold;
 //! [`ike`] drives the IKE engine and turns its events into transitions;
-//! [`run`] is the control thread's loop.
+//! [`run`] is the control thread's loop; [`reload`] applies a changed
+//! configuration file to the running daemon.
 //! Log lines that traffic can cause are limited ([`log_limit`]).
 
 pub mod fault;
@@ -11,6 +12,7 @@ mod gateway;
 pub mod ike;
 mod ike_events;
 pub mod log_limit;
+mod reload;
 mod run;
 mod seqstate;
 pub(crate) mod table;

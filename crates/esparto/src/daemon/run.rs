@@ -20,9 +20,11 @@
 //! service manager restarts it with a whole data plane. Panics anywhere are
 //! logged through the daemon's log, with the thread and the location.
 //!
-//! The loop waits on the control socket and its clients, a signal pipe
-//! (SIGTERM, SIGINT: shut down) and the IKE socket, with a short timeout for
-//! worker events, which arrive over channels. Shutdown first deletes every
+//! The loop waits on the control socket and its clients, two signal pipes
+//! (SIGTERM, SIGINT: shut down; SIGHUP: reload the configuration file, as
+//! `esparto reload` does, see [`reload`](super::reload)) and the IKE
+//! socket, with a short timeout for worker events, which arrive over
+//! channels. Several SIGHUPs that arrive together make one reload. Shutdown first deletes every
 //! IKE SA (an INFORMATIONAL Delete each, waiting at most
 //! [`SHUTDOWN_GRACE`] for the answers, so peers drop our SAs at once), then
 //! removes the routes and policy rules it added, stops the workers, which
@@ -76,6 +78,9 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::low_level::pipe::register(sig, sig_tx.try_clone()?).context("installing signal handlers")?;
     }
+    let (mut hup_rx, hup_tx) = UnixStream::pair().context("signal pipe")?;
+    hup_rx.set_nonblocking(true)?;
+    signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, hup_tx).context("installing signal handlers")?;
     let mut gw = Gateway::start(&config)?;
     let mut ike = Ike::start(&mut config, &mut gw, Instant::now())?;
     let kept = privs::restrict_thread(KEEP).context("dropping capabilities")?;
@@ -91,6 +96,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     loop {
         let mut poller = Poller::new();
         let sig = poller.add(sig_rx.as_raw_fd());
+        let hup = poller.add(hup_rx.as_raw_fd());
         poller.add(server_fd(&server));
         for fd in server.client_fds() {
             poller.add(fd);
@@ -120,6 +126,16 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
             info!(uptime_s = started.elapsed().as_secs(), "signal received, shutting down");
             break;
         }
+        if poller.readable(hup) {
+            let mut b = [0u8; 16];
+            while matches!(hup_rx.read(&mut b), Ok(n) if n > 0) {}
+            if let Err(e) = super::reload::reload(&mut config, &mut gw, ike.as_mut(), "SIGHUP") {
+                warn!("{e}");
+            }
+            if readable_now(&hup_rx) {
+                info!("SIGHUP during the reload: the file is read again once more");
+            }
+        }
         match &mut ike {
             Some(ike) => {
                 if (ike_first..ike_last).any(|i| poller.readable(i)) {
@@ -135,7 +151,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
             }
         }
         gw.keep_reservations();
-        server.poll(|req| handle(&mut gw, ike.as_mut(), req));
+        server.poll(|req| handle(&mut gw, ike.as_mut(), &mut config, req));
         for ev in gw.poll_events() {
             match (&mut ike, ev.event) {
                 (Some(ike), _) => ike.on_dataplane(now, &mut gw, ev),
@@ -215,7 +231,14 @@ fn server_fd(s: &ControlServer) -> std::os::fd::RawFd {
     s.as_raw_fd()
 }
 
-fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, req: Request) -> Response {
+/// Whether `s` has something to read (polled without waiting).
+fn readable_now(s: &UnixStream) -> bool {
+    let mut p = Poller::new();
+    let i = p.add(s.as_raw_fd());
+    p.wait(Duration::ZERO).is_ok() && p.readable(i)
+}
+
+fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Request) -> Response {
     let now = Instant::now();
     let status = |gw: &Gateway, ike: Option<&Ike>| {
         gw.status().map(|mut s| {
@@ -245,6 +268,13 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, req: Request) -> Response {
         Request::Rekey { name, ike: whole } => match ike {
             Some(ike) => ike.rekey(now, gw, &name, whole).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),
+        },
+        Request::Reload => match super::reload::reload(config, gw, ike, "esparto reload") {
+            Ok(r) => Response::Reload(Box::new(r)),
+            Err(e) => {
+                warn!("{e}");
+                Response::Error(e)
+            }
         },
     }
 }

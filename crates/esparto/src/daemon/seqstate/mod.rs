@@ -259,6 +259,52 @@ impl<S: Store> Reservations<S> {
         Ok(Claimed { limit, shared })
     }
 
+    /// Whether [`claim`](Self::claim) would take `sa` once the SAs sending
+    /// under the keys `released` have stopped: its key is no other live
+    /// SA's, and its sequence space is not used up. Changes nothing.
+    pub(crate) fn check_claim(&self, sa: &StaticOut, released: &[[u8; 16]]) -> Result<()> {
+        let Some(i) = self.entries.iter().position(|e| e.key_id == sa.key_id) else {
+            return Ok(());
+        };
+        let e = &self.entries[i];
+        if self.live.iter().any(|l| l.entry == i) && !released.contains(&sa.key_id) {
+            bail!(
+                "{}/{} out_spi 0x{:08x} has the same out_key as {}/{} out_spi 0x{:08x}, which is running: two SAs sending under one key repeat AES-GCM nonces; give every SA its own key",
+                sa.connection,
+                sa.child,
+                sa.out_spi,
+                e.connection,
+                e.child,
+                e.out_spi
+            );
+        }
+        let (step, max) = if sa.esn { (self.steps.1, MAX_SEQ_ESN) } else { (self.steps.0, MAX_SEQ) };
+        if e.reserved > max - step {
+            bail!(
+                "{}/{} out_spi 0x{:08x}: its sequence numbers are used up ({} of {max} used or skipped by earlier runs, per {}). \
+                 Configure a new out_key for this SA (and the same key as the peer's in_key)",
+                sa.connection,
+                sa.child,
+                sa.out_spi,
+                e.reserved,
+                self.store.path().display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops extending the reservation of the SA sending under `key_id`
+    /// (its child is going); whether one was live. What it reserved stays
+    /// in the file: a later claim of the same key continues after it.
+    pub(crate) fn release(&mut self, key_id: &[u8; 16]) -> bool {
+        let Some(i) = self.entries.iter().position(|e| e.key_id == *key_id) else {
+            return false;
+        };
+        let before = self.live.len();
+        self.live.retain(|l| l.entry != i);
+        self.live.len() < before
+    }
+
     /// Writes the state durably if it changed, then raises the limits the
     /// write covers. On error nothing is raised (and the next call retries).
     pub(crate) fn commit(&mut self) -> std::io::Result<()> {
@@ -348,7 +394,7 @@ pub fn check_static_keys(cfg: &Config) -> Result<()> {
 
 /// Every static SA pair this gateway sends on, with its key id; refuses
 /// one key used twice among all static SAs (in either direction).
-fn static_outbound(cfg: &Config, workers: usize) -> Result<Vec<(PairAt, StaticOut)>> {
+pub(crate) fn static_outbound(cfg: &Config, workers: usize) -> Result<Vec<(PairAt, StaticOut)>> {
     let mut keys: HashMap<[u8; 16], String> = HashMap::new();
     let mut outs = Vec::new();
     for conn in &cfg.connections {

@@ -347,6 +347,52 @@ fn a_key_keeps_its_numbers_under_a_new_name_and_sends_once_per_run() {
 }
 
 #[test]
+fn a_reloaded_sa_with_the_same_key_continues_after_its_old_reservation() {
+    let store = MemStore::new();
+    let mut r = Reservations::open(store.clone()).unwrap().with_steps(100, 400);
+    let old = r.claim(&out(false)).unwrap();
+    r.commit().unwrap();
+    let mut sa = senders(&old, false, 1).remove(0);
+    for want in 1..=60 {
+        assert_eq!(send(&mut sa), Ok(want));
+    }
+    r.poll().unwrap();
+    assert_eq!(old.limit.limit(), 200);
+    // While it runs, the same key is refused to anyone else...
+    let e = r.check_claim(&out(false), &[]).unwrap_err().to_string();
+    assert!(e.contains("same out_key as site/lan") && e.contains("running"), "{e}");
+    // ...but not to its own replacement, and checking changes nothing.
+    r.check_claim(&out(false), &[out(false).key_id]).unwrap();
+    assert_eq!(r.entries()[0].reserved, 200);
+    assert!(r.release(&out(false).key_id));
+    assert!(!r.release(&out(false).key_id), "released once");
+    let new = r.claim(&out(false)).unwrap();
+    assert_eq!(new.limit.start(), 200, "after everything the old one may have used");
+    r.commit().unwrap();
+    assert_eq!(send(&mut senders(&new, false, 1).remove(0)), Ok(201));
+    // The old one is no longer extended: it stops at its limit.
+    for want in 61..=200 {
+        assert_eq!(send(&mut sa), Ok(want));
+    }
+    r.poll().unwrap();
+    assert_eq!(send(&mut sa), Err(DropReason::SeqUnreserved));
+}
+
+#[test]
+fn a_reload_checks_the_sequence_space_before_anything_changes() {
+    let store = MemStore::new();
+    let mut r = Reservations::open(store.clone()).unwrap().with_steps(1 << 31, 400);
+    r.claim(&out(false)).unwrap();
+    r.commit().unwrap();
+    // 2^31 of 2^32 - 1 used: another step does not fit.
+    assert!(r.release(&out(false).key_id));
+    let e = r.check_claim(&out(false), &[]).unwrap_err().to_string();
+    assert!(e.contains("used up"), "{e}");
+    // A key never seen has its whole space.
+    r.check_claim(&StaticOut { key_id: key_id(&[10; 20]), ..out(false) }, &[]).unwrap();
+}
+
+#[test]
 fn key_ids_are_stable_distinct_and_not_the_key() {
     let a = key_id(&KEY);
     assert_eq!(a, key_id(&KEY));

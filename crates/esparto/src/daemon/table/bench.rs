@@ -123,6 +123,7 @@ impl Bed {
         if let Some(c) = self.h.table.conn_id(&self.names[i]) {
             self.h.table.remove_conn(c);
         }
+        self.h.table.flush_unroutes();
         self.h.apply();
     }
 

@@ -59,7 +59,7 @@ mod tests;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::BuildHasherDefault;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,7 +67,7 @@ use esparto_esp::{Action, Command, GroupId, Policy, PolicyId, Selector, SpiHashe
 use esparto_ike::IkeSaId;
 use slab::Slab;
 
-use crate::config::{Config, PerCpuSas};
+use crate::config::{Config, Connection, PerCpuSas};
 
 pub(crate) use child::{Child, Settings, Slot, static_slot};
 pub(crate) use events::{AcquireRequest, IkeSaUp};
@@ -111,7 +111,12 @@ pub(crate) enum Effect {
         /// The peer's side: the routes.
         remote: Vec<Selector>,
     },
+    /// Remove the routes of these prefixes: no group routes them any more.
+    Unroute(Vec<Prefix>),
 }
+
+/// A routed prefix: address and length.
+pub(crate) type Prefix = (IpAddr, u8);
 
 /// A connection as the table holds it.
 #[derive(Debug)]
@@ -169,6 +174,13 @@ pub(crate) struct Table {
     /// Lingering inbound SAs by when they go (checked against the SA, so
     /// an entry whose SA went earlier is skipped).
     lingering: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// How many children want each prefix of the peer's selectors routed:
+    /// one count per child for its configured selectors, one for its
+    /// group's (the negotiated ones). A route goes when no child wants it
+    /// (see [`Table::flush_unroutes`]).
+    routed: HashMap<Prefix, u32>,
+    /// Prefixes whose count fell to zero since the last flush.
+    unrouting: Vec<Prefix>,
     effects: Vec<Effect>,
 }
 
@@ -189,6 +201,8 @@ impl Table {
             ike_sas: HashMap::new(),
             policies: Slab::new(),
             lingering: BinaryHeap::new(),
+            routed: HashMap::new(),
+            unrouting: Vec::new(),
             effects: Vec::new(),
         }
     }
@@ -206,30 +220,37 @@ impl Table {
     /// installed yet). `local_ip` stands in for the peer of an IKE child
     /// without `remote_addrs` (a responder-only connection: its SAs send
     /// to whoever negotiated them).
-    pub(crate) fn from_config(cfg: &Config, workers: u16, local_ip: std::net::IpAddr) -> Self {
+    pub(crate) fn from_config(cfg: &Config, workers: u16, local_ip: IpAddr) -> Self {
         let mut t = Self::new(workers, cfg.daemon.path_mtu);
         for conn in &cfg.connections {
-            let id = t.add_conn(&conn.name);
-            let peer = SocketAddr::new(conn.remote_addrs.first().copied().unwrap_or(local_ip), conn.remote_port);
-            for child in &conn.children {
-                let ike = child.static_sas.is_none();
-                let mut lifetime = child.lifetime;
-                if ike {
-                    lifetime.soft_time = None;
-                    lifetime.hard_time = lifetime.hard_time.map(|t| t + LIFETIME_GRACE);
-                }
-                let settings = Settings {
-                    local_ts: child.local_ts.clone(),
-                    remote_ts: child.remote_ts.clone(),
-                    peer,
-                    replay_window: child.replay_window,
-                    lifetime,
-                    per_cpu: ike && child.per_cpu_sas != PerCpuSas::No,
-                };
-                t.add_child(id, &child.name, settings);
-            }
+            t.add_configured(conn, local_ip);
         }
         t
+    }
+
+    /// Adds a configured connection and its children (nothing installed
+    /// yet); `local_ip` as in [`Table::from_config`].
+    pub(crate) fn add_configured(&mut self, conn: &Connection, local_ip: IpAddr) -> ConnId {
+        let id = self.add_conn(&conn.name);
+        let peer = SocketAddr::new(conn.remote_addrs.first().copied().unwrap_or(local_ip), conn.remote_port);
+        for child in &conn.children {
+            let ike = child.static_sas.is_none();
+            let mut lifetime = child.lifetime;
+            if ike {
+                lifetime.soft_time = None;
+                lifetime.hard_time = lifetime.hard_time.map(|t| t + LIFETIME_GRACE);
+            }
+            let settings = Settings {
+                local_ts: child.local_ts.clone(),
+                remote_ts: child.remote_ts.clone(),
+                peer,
+                replay_window: child.replay_window,
+                lifetime,
+                per_cpu: ike && child.per_cpu_sas != PerCpuSas::No,
+            };
+            self.add_child(id, &child.name, settings);
+        }
+        id
     }
 
     /// Adds a connection (names are unique; an existing one is returned).
@@ -249,6 +270,7 @@ impl Table {
 
     /// Adds a child to a connection.
     pub(crate) fn add_child(&mut self, conn: ConnId, name: &str, settings: Settings) -> ChildId {
+        self.count_routes(&settings.remote_ts, 1);
         let id = ChildId(
             self.children
                 .insert(Child::new(conn, Arc::from(name), settings, self.workers)),
@@ -371,13 +393,59 @@ impl Table {
                 }
             }
             self.retire_policies(old);
+            let mut old_remote = Vec::new();
             if let Some(g) = &mut self.children[child.0].group {
                 g.policies = ids;
                 g.local_ts = local_ts.to_vec();
-                g.remote_ts = remote_ts.to_vec();
+                old_remote = std::mem::replace(&mut g.remote_ts, remote_ts.to_vec());
             }
+            self.count_routes(remote_ts, 1);
+            self.count_routes(&old_remote, -1);
+            self.flush_unroutes();
         }
         self.emit(Effect::Routes { local: local_ts.to_vec(), remote: remote_ts.to_vec() });
+    }
+
+    /// Counts a child's wish for the routes of `remote_ts` in (`+1`) or
+    /// out (`-1`).
+    fn count_routes(&mut self, remote_ts: &[Selector], delta: i32) {
+        for ts in remote_ts {
+            for p in esparto_io::route::range_to_prefixes(ts.addrs.start(), ts.addrs.end()) {
+                if delta > 0 {
+                    *self.routed.entry(p).or_default() += 1;
+                    continue;
+                }
+                if let Some(n) = self.routed.get_mut(&p) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.routed.remove(&p);
+                        self.unrouting.push(p);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Unroutes the prefixes no child wants any more. Removing children
+    /// leaves this to the caller, so that a reload that drops a connection
+    /// and loads it again keeps its routes throughout (its traffic is
+    /// dropped in the device meanwhile instead of leaving by another
+    /// route): it calls this once the new connections are in.
+    pub(crate) fn flush_unroutes(&mut self) {
+        let mut gone = std::mem::take(&mut self.unrouting);
+        gone.retain(|p| !self.routed.contains_key(p));
+        gone.sort_unstable();
+        gone.dedup();
+        if !gone.is_empty() {
+            self.emit(Effect::Unroute(gone));
+        }
+    }
+
+    /// The prefixes routed into the TUN device and how many groups route
+    /// each.
+    #[cfg(test)]
+    pub(crate) fn routed(&self) -> &HashMap<Prefix, u32> {
+        &self.routed
     }
 
     fn remove_policies(&mut self, child: ChildId) {
@@ -429,23 +497,20 @@ impl Table {
             for k in 0..self.workers {
                 self.emit(Effect::Worker(k, Command::RemoveGroup(g.id)));
             }
+            self.count_routes(&g.remote_ts, -1);
         }
+        self.count_routes(&c.settings.remote_ts, -1);
         if let Some(conn) = self.conns.get_mut(c.conn.0) {
             conn.children.retain(|x| *x != child);
         }
     }
 
-    /// Removes a connection with its children and whatever IKE SA records
-    /// are left (the engine deletes the IKE SAs themselves), in the time of
-    /// its children: what a configuration reload would do to a connection
-    /// it drops.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the daemon has no configuration reload; tests and the benchmark call it"
-        )
-    )]
+    /// Removes a connection with its children (their policies, SAs and
+    /// groups; the routes no other child wants go at the next
+    /// [`flush_unroutes`](Self::flush_unroutes)) and its IKE SA records
+    /// (the engine deletes the IKE SAs themselves), in the time of its
+    /// children: what a configuration reload does to a connection it drops
+    /// or changes.
     pub(crate) fn remove_conn(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get(conn.0) else { return };
         let (children, ike_sas) = (c.children.clone(), c.ike_sas.clone());

@@ -28,6 +28,8 @@ pub(super) struct Harness {
     pub(super) routes: usize,
     /// The selectors of the last route effect: (local, remote).
     pub(super) last_routes: Option<(Vec<Selector>, Vec<Selector>)>,
+    /// Prefixes the table asked to unroute, in order.
+    pub(super) unrouted: Vec<Prefix>,
     pub(super) now: Instant,
 }
 
@@ -59,6 +61,7 @@ impl Harness {
             workers: (0..workers).map(Worker::new).collect(),
             routes: 0,
             last_routes: None,
+            unrouted: Vec::new(),
             now: Instant::now(),
         }
     }
@@ -72,6 +75,7 @@ impl Harness {
                     self.routes += 1;
                     self.last_routes = Some((local, remote));
                 }
+                Effect::Unroute(p) => self.unrouted.extend(p),
             }
         }
     }
@@ -743,6 +747,60 @@ fn removing_a_connection_removes_its_children_policies_groups_and_sas() {
         ..Est::new(3, "c", 0x1009, 0x2009)
     });
     assert_ne!(h.group(c), ga);
+}
+
+#[test]
+fn a_route_goes_when_no_child_wants_it() {
+    let mut h = Harness::new(1);
+    let p = |s: &str| -> Prefix {
+        let (a, l) = s.split_once('/').unwrap();
+        (a.parse().unwrap(), l.parse().unwrap())
+    };
+    h.conn("a", false, "10.2.0.0/16");
+    h.conn("b", false, "10.2.0.0/16");
+    h.conn("c", false, "10.3.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2001));
+    h.establish(&Est::new(2, "b", 0x1003, 0x2003));
+    h.establish(&Est {
+        remote: ike_ts("10.3.0.0/16"),
+        ..Est::new(3, "c", 0x1005, 0x2005)
+    });
+    // Configured and negotiated, by two children.
+    assert_eq!(h.table.routed().get(&p("10.2.0.0/16")), Some(&4));
+    // An IKE SA going keeps the group, its policies and its routes (a
+    // trap or the next IKE SA uses them).
+    h.table.ike_sa_deleted(IkeSaId(1));
+    h.table.flush_unroutes();
+    h.apply();
+    assert!(h.unrouted.is_empty());
+    // b still wants 10.2.0.0/16.
+    h.table.remove_conn(h.table.conn_id("a").unwrap());
+    h.table.flush_unroutes();
+    h.apply();
+    assert!(h.unrouted.is_empty(), "{:?}", h.unrouted);
+    // A connection dropped and loaded again before the flush (a reload
+    // that changes it) keeps its routes throughout.
+    h.table.remove_conn(h.table.conn_id("b").unwrap());
+    h.apply();
+    h.conn("b", false, "10.2.0.0/16");
+    h.table.flush_unroutes();
+    h.apply();
+    assert!(h.unrouted.is_empty(), "{:?}", h.unrouted);
+    h.table.remove_conn(h.table.conn_id("b").unwrap());
+    h.table.flush_unroutes();
+    h.apply();
+    assert_eq!(h.unrouted, [p("10.2.0.0/16")]);
+    // Narrowed selectors: the new route in; the configured one stays
+    // (its traffic is dropped in the device, not sent elsewhere).
+    h.establish(&Est {
+        remote: ike_ts("10.3.1.0/24"),
+        rekeys: Some(0x1005),
+        ..Est::new(3, "c", 0x1007, 0x2007)
+    });
+    assert_eq!(h.unrouted, [p("10.2.0.0/16")]);
+    let mut routed: Vec<_> = h.table.routed().iter().map(|(k, v)| (*k, *v)).collect();
+    routed.sort_unstable();
+    assert_eq!(routed, [(p("10.3.0.0/16"), 1), (p("10.3.1.0/24"), 1)]);
 }
 
 #[test]
