@@ -2,7 +2,8 @@
 //! the initiator's `start_action = start` brings the tunnel up, hosts ping
 //! through it both ways (IPv4 and IPv6), `esparto sas` lists the IKE SA and
 //! its Child SA on both sides, `esparto down` deletes them on both sides,
-//! `esparto up` brings them back, and a wrong PSK never installs anything.
+//! `esparto up` brings them back, a wrong PSK never installs anything, and a
+//! Child SA past its hard packet limit is deleted on both sides.
 //! Needs root: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -109,6 +110,49 @@ fn wrong_psk_installs_nothing() {
     assert!(st.sas.is_empty(), "no SA in the responder's data plane: {:?}", st.sas);
     let log = std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
     assert!(log.contains("authentication failed") || log.contains("AUTHENTICATION_FAILED"), "a clear log line: {log}");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
+/// A Child SA that reaches its hard packet limit (no rekey configured to
+/// come first) carries no more traffic and is deleted, on both sides, with
+/// an INFORMATIONAL Delete; the IKE SA stays.
+#[test]
+fn a_hard_limit_deletes_the_child_sa_on_both_sides() {
+    if skip("ike_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let limits = [("rekey_packets", "0"), ("life_packets", "50")];
+    let mut wcfg = EspartoConfig::site(Node::GwWest, keying(true, true, "correct horse battery staple")).unwrap();
+    let mut ecfg = EspartoConfig::site(Node::GwEast, keying(false, false, "correct horse battery staple")).unwrap();
+    for cfg in [&mut wcfg, &mut ecfg] {
+        cfg.workers = Some(1);
+        cfg.child_extra.extend(limits.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())));
+    }
+    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).unwrap();
+    let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &wcfg).unwrap();
+    wait_established(&west);
+    wait_established(&east);
+
+    // 80 echo requests: the 51st and later find no SA to carry them.
+    let dst = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
+    let r = traffic::ping(topo.ns(Node::HostWest), dst, 80, Duration::from_millis(20)).unwrap();
+    assert!(r.received > 0 && r.received < 80, "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (w, e) = (west.sas().unwrap(), east.sas().unwrap());
+        let gone = |s: &[IkeSaStatus]| s.iter().all(|s| s.state == "established" && s.children.is_empty()) && !s.is_empty();
+        if gone(&w) && gone(&e) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the expired Child SA is still listed: west {w:?} east {e:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(west.dir().path().join("esparto.log")).unwrap_or_default()
+        + &std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
+    assert!(log.contains("deleting the expired Child SA"), "{log}");
     west.stop().unwrap();
     east.stop().unwrap();
 }

@@ -277,6 +277,13 @@ impl Ike {
                 kind: Expiry::Hard,
             } => {
                 warn!(spi = %format!("{spi:08x}"), ?direction, "SA reached a hard limit; it carries no more traffic");
+                for (ike_sa, in_spi) in gw.table.hard_expire(spi, direction) {
+                    info!(%ike_sa, in_spi = %format!("{in_spi:08x}"), "deleting the expired Child SA");
+                    if let Err(e) = self.ep.terminate_child(now, ike_sa, in_spi) {
+                        warn!(%ike_sa, in_spi = %format!("{in_spi:08x}"), error = ?e, "deleting the expired Child SA failed");
+                    }
+                }
+                self.flush(now, gw);
             }
             DpEvent::UnknownSpi { spi, peer } => {
                 // The engine decides (a configured peer with no IKE SA)

@@ -160,6 +160,7 @@ impl Table {
             out: Out::Idle,
             since: now,
             rekeying: false,
+            expired: false,
             linger: None,
         };
         let id = self.add_sa(now, sa, &c.inbound_key)?;
@@ -365,6 +366,30 @@ impl Table {
         out
     }
 
+    /// The SA with this SPI (in `direction`) reached a hard byte or packet
+    /// limit: it carries no more traffic in that direction, so its Child
+    /// SA is to be deleted (RFC 4301 §4.4.2.1), once. Returns the IKE SA
+    /// and inbound SPI of each to delete (none for static SAs, which have
+    /// no peer to tell, nor for SAs already going away).
+    pub(crate) fn hard_expire(&mut self, spi: u32, direction: Direction) -> SmallVec<[(IkeSaId, u32); 1]> {
+        let ids: SmallVec<[SaId; 1]> = match direction {
+            Direction::Inbound => self.by_in.get(&spi).copied().into_iter().collect(),
+            Direction::Outbound => self.by_out.get(&spi).cloned().unwrap_or_default(),
+        };
+        let mut out = SmallVec::new();
+        for id in ids {
+            let sa = &mut self.sas[id.0];
+            if sa.expired || sa.linger.is_some() {
+                continue;
+            }
+            if let Some(ike_sa) = sa.ike_sa {
+                sa.expired = true;
+                out.push((ike_sa, sa.in_spi));
+            }
+        }
+        out
+    }
+
     /// The engine refused to rekey the Child SA: a later limit may ask again.
     pub(crate) fn rekey_failed(&mut self, in_spi: u32) {
         if let Some(&id) = self.by_in.get(&in_spi) {
@@ -413,6 +438,7 @@ impl Table {
                 out: Out::Idle,
                 since: now,
                 rekeying: false,
+                expired: false,
                 linger: None,
             };
             let id = self.add_sa(now, sa, &p.in_key)?;

@@ -71,6 +71,8 @@ pub(crate) struct ChildSa {
     pub(crate) since: Instant,
     /// A rekey was asked for (the data plane's soft limit).
     pub(crate) rekeying: bool,
+    /// Its deletion was asked for (the data plane's hard limit).
+    pub(crate) expired: bool,
     /// Deleted after a rekey: its inbound SA goes at this time.
     pub(crate) linger: Option<Instant>,
 }

@@ -610,6 +610,22 @@ fn a_soft_expiry_asks_for_one_rekey_per_child_sa() {
     assert!(h.table.soft_expire(0xdead, Direction::Inbound).is_empty());
 }
 
+/// A hard limit asks once for the Child SA's deletion, whichever
+/// direction and however many workers report it.
+#[test]
+fn a_hard_expiry_asks_for_one_deletion_per_child_sa() {
+    let mut h = Harness::new(2);
+    h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    assert_eq!(
+        h.table.hard_expire(0x2000, Direction::Outbound).as_slice(),
+        [(IkeSaId(1), 0x1001)]
+    );
+    assert!(h.table.hard_expire(0x2000, Direction::Outbound).is_empty());
+    assert!(h.table.hard_expire(0x1001, Direction::Inbound).is_empty());
+    assert!(h.table.hard_expire(0xdead, Direction::Inbound).is_empty());
+}
+
 /// Two peers may choose the same outbound SPI: each is found in its own group.
 #[test]
 fn outbound_spis_of_two_peers_may_collide() {
