@@ -418,6 +418,12 @@ fn ike_settings(
         rekey_time,
         rand_time,
     };
+    // What the engine checks when `run` adds the connection (children
+    // with errors are missing here, and already reported).
+    if let (false, Err(e)) = (conn.children.is_empty(), conn.validate()) {
+        cx.err(&node.span, path, e.to_string());
+        return None;
+    }
     Some(conn)
 }
 
