@@ -27,7 +27,10 @@
 //! mix IPv4 and IPv6 (one daemon binds one family). [`runnable`] makes
 //! these errors here, so `check-config` fails where `run` would; a trap
 //! without `local_addrs` (it can never initiate, though the peer can) and
-//! a file with no connections at all are warnings.
+//! a file with no connections at all are warnings. So is a `[daemon]
+//! cpus` entry the checking process may not run on ([`cpus_allowed`]):
+//! `run` refuses it, but the affinity `run` gets (a service manager's
+//! `CPUAffinity`) may differ from `check-config`'s.
 
 use std::collections::HashMap;
 
@@ -37,7 +40,7 @@ use esparto_ike::StartAction;
 
 use super::error::KeyPath;
 use super::model::Connection;
-use super::tree::{Cx, Node, Span};
+use super::tree::{Cx, Kind, Node, Span};
 
 /// A value with where it was written.
 #[derive(Debug, Clone)]
@@ -373,6 +376,24 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection])
                     "{a} is not of the family of {decided} (connection {owner}): one daemon serves one outer family, and esparto run would refuse to start; run a second daemon for it"
                 ));
             }
+        }
+    }
+}
+
+/// Warn at each `[daemon] cpus` entry that `allowed` (the CPUs this
+/// process may run on; empty: unknown) does not hold.
+pub(crate) fn cpus_allowed(cx: &mut Cx<'_>, root: &Node, cpus: &[usize], allowed: &[usize]) {
+    if allowed.is_empty() {
+        return;
+    }
+    let Some((Node { kind: Kind::Array(items), .. }, path)) = field_at(root, &["daemon", "cpus"]) else {
+        return;
+    };
+    for (i, (c, n)) in cpus.iter().zip(items).enumerate() {
+        if !allowed.contains(c) {
+            cx.warn(&n.span, &path.index(i), format!(
+                "esparto run would refuse to start: CPU {c} is not one this process may run on (allowed: {allowed:?})"
+            ));
         }
     }
 }

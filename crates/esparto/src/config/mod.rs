@@ -181,6 +181,7 @@ fn parse_in(
         }
     }
     routing::warn(&mut cx, &root, &parsed.seen, &parsed.connections, &daemon, host);
+    check::cpus_allowed(&mut cx, &root, &daemon.cpus, &host.cpus);
     Ok(Config {
         path,
         daemon,

@@ -72,6 +72,9 @@ pub struct Host {
     pub names: HashMap<u32, String>,
     /// Whether this was read from a host at all (`Host::default()`: no).
     pub read: bool,
+    /// The CPUs this process may run on (empty: not known), for `[daemon]
+    /// cpus`.
+    pub cpus: Vec<usize>,
 }
 
 impl Host {
@@ -86,6 +89,7 @@ impl Host {
             rules,
             names: nl.link_names()?,
             read: true,
+            cpus: esparto_io::cpu::allowed_cpus().unwrap_or_default(),
         })
     }
 }
@@ -501,6 +505,7 @@ mod tests {
             rules: Vec::new(),
             names: HashMap::from([(1, "lan0".to_string()), (2, "wan0".to_string()), (3, "lo".to_string())]),
             read: true,
+            cpus: Vec::new(),
         }
     }
 

@@ -184,3 +184,18 @@ fn what_run_refuses_check_config_refuses() {
     assert_eq!((e[0].key.as_str(), e[1].key.as_str()), ("connections.v6.local_addrs", "connections.v6.remote_addrs"));
     assert!(e[0].message.contains("2001:db8::1 is not of the family of 192.0.2.1 (connection gw)"), "{}", e[0].message);
 }
+
+#[test]
+fn cpus_this_host_would_refuse_are_warned() {
+    let text = format!("[daemon]\ncpus = [0, 5, 7]\n{}", ike(ADDRS, "", GOOD_PSK));
+    let host = Host { cpus: vec![0, 1, 2, 3, 4, 5], ..Host::default() };
+    let w = warnings(&parse_str_on(&text, "t.toml", &host).unwrap());
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("t.toml:2:15: daemon.cpus[2]: warning: esparto run would refuse to start: CPU 7 is not one"),
+        "{}",
+        w[0]
+    );
+    // Unknown affinity: nothing compared.
+    assert!(parse_str(&text, "t.toml").unwrap().warnings.is_empty());
+}
