@@ -253,6 +253,16 @@ pub(crate) fn configured<'a>(proposals: impl IntoIterator<Item = &'a Proposal>, 
         .collect()
 }
 
+/// Each of `proposals` in strongSwan's syntax (`IKE:AES_GCM_16_256/…`),
+/// as `swanctl --list-conns` lists them; `with_ke = false` leaves out key
+/// exchanges.
+pub fn proposal_names(proposals: &[Proposal], with_ke: bool) -> Vec<String> {
+    proposals
+        .iter()
+        .map(|p| OneProposal(&p.to_wire(1, Spi::None, with_ke)).to_string())
+        .collect()
+}
+
 /// `received proposals: …, configured proposals: …`.
 pub(crate) struct ProposalMismatch<'a> {
     /// What the peer offered (or, to an initiator, answered with).
@@ -368,6 +378,13 @@ mod tests {
         let w = configured(a.iter().chain(&b).chain(&a), false);
         assert_eq!(Proposals(&w).to_string(), "ESP:AES_GCM_16_256/NO_EXT_SEQ, ESP:AES_GCM_16_128/NO_EXT_SEQ");
         assert_eq!(w.iter().map(|p| p.number).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn proposal_names_list_one_string_each() {
+        let p = Proposal::parse_list(Protocol::Esp, "aes256gcm16-x25519,chacha20poly1305").unwrap();
+        assert_eq!(proposal_names(&p, true), ["ESP:AES_GCM_16_256/CURVE_25519/NO_EXT_SEQ", "ESP:CHACHA20_POLY1305/NO_EXT_SEQ"]);
+        assert_eq!(proposal_names(&p, false)[0], "ESP:AES_GCM_16_256/NO_EXT_SEQ");
     }
 
     #[test]
