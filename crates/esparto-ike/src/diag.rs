@@ -409,7 +409,7 @@ mod tests {
                 TransformRepr::new(TransformType(99), 3),
             ],
         };
-        assert_eq!(Proposals(&[p.clone()]).to_string(), "(9):(1024)_128/CURVE_25519/KE1_ML_KEM_768/(99)_(3)");
+        assert_eq!(Proposals(std::slice::from_ref(&p)).to_string(), "(9):(1024)_128/CURVE_25519/KE1_ML_KEM_768/(99)_(3)");
         let many = vec![p; MAX_PROPOSALS_SHOWN + 3];
         let s = Proposals(&many).to_string();
         assert!(s.ends_with(" and 3 more"), "{s}");
