@@ -16,6 +16,7 @@
 
 use crate::config::{ChildConfig, ConnectionConfig, PerCpuSas};
 use crate::ctx::Ctx;
+use crate::diag;
 use crate::event::{ChildSaEstablished, Event, IkeSaId, Reason};
 use crate::keys::{ChildKeys, esp_suite};
 use crate::lifetime::rekey_deadline;
@@ -222,7 +223,9 @@ pub(crate) fn select_child<'c>(
 /// Initiator: check the responder's SA/TSi/TSr against what we sent.
 /// Returns the selection (its `spi` is the responder's inbound SPI, our
 /// outbound) and the suite.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn check_answer(
+    ike_sa: IkeSaId,
     ours: &[Proposal],
     answer: &[ProposalRepr],
     ignore_ke: bool,
@@ -231,18 +234,48 @@ pub(crate) fn check_answer(
     got_tsi: &[TrafficSelector],
     got_tsr: &[TrafficSelector],
 ) -> Result<(Selected, EspSuite), Reason> {
-    let selected = Proposal::accept_response(ours, answer, ignore_ke).ok_or(
-        Reason::ProtocolError("responder chose a proposal we did not offer"),
-    )?;
+    let Some(selected) = Proposal::accept_response(ours, answer, ignore_ke) else {
+        let configured = diag::configured(ours, !ignore_ke);
+        let m = diag::ProposalMismatch { received: answer, configured: &configured };
+        tracing::info!(%ike_sa, "CHILD_SA answer refused, the responder chose a proposal we did not offer: {m}");
+        return Err(Reason::ProtocolError("responder chose a proposal we did not offer"));
+    };
     if !matches!(selected.spi, Spi::U32(s) if s != 0) {
         return Err(Reason::ProtocolError("ESP proposal without a 4-octet SPI"));
     }
     let suite = esp_suite(&selected).ok_or(Reason::ProtocolError("no ESP suite"))?;
     // §2.9: the responder may narrow, never widen.
     if !is_subset_of_any(got_tsi, sent_tsi) || !is_subset_of_any(got_tsr, sent_tsr) {
+        let configured = [("", sent_tsi.to_vec(), sent_tsr.to_vec())];
+        let m = diag::TsMismatch { received: (got_tsi, got_tsr), configured: &configured };
+        tracing::info!(%ike_sa, "CHILD_SA answer refused, the responder widened the traffic selectors: {m}");
         return Err(Reason::TsUnacceptable);
     }
     Ok((selected, suite))
+}
+
+/// Initiator: the responder refused our request for `child` with `kind`;
+/// for NO_PROPOSAL_CHOSEN and TS_UNACCEPTABLE, log what we offered
+/// (`with_ke`: our PFS groups were part of it).
+pub(crate) fn log_refused(
+    ike_sa: IkeSaId,
+    child: &str,
+    kind: NotifyType,
+    offered: &[Proposal],
+    with_ke: bool,
+    tsi: &[TrafficSelector],
+    tsr: &[TrafficSelector],
+) {
+    match kind {
+        NotifyType::NO_PROPOSAL_CHOSEN => {
+            let sent = diag::configured(offered, with_ke);
+            tracing::info!(%ike_sa, child, "CHILD_SA refused by the peer (NO_PROPOSAL_CHOSEN), configured proposals: {}", diag::Proposals(&sent));
+        }
+        NotifyType::TS_UNACCEPTABLE => {
+            tracing::info!(%ike_sa, child, "CHILD_SA refused by the peer (TS_UNACCEPTABLE), configured TS {} === {}", diag::Selectors(tsi), diag::Selectors(tsr));
+        }
+        _ => {}
+    }
 }
 
 /// Everything needed to report a new Child SA.
@@ -442,7 +475,22 @@ impl IkeSa {
         q: &ChildQuery<'_>,
     ) -> Result<ChildChoice<'c>, NotifyType> {
         select_child(conn, q, self.local.ip(), self.remote.ip()).map_err(|reason| {
-            tracing::info!(ike_sa = %self.id, ?reason, "CHILD_SA request refused");
+            let children = || conn.children.iter().filter(|c| q.only.is_none_or(|n| n == &*c.name));
+            match reason {
+                Reason::NoProposalChosen => {
+                    let configured = diag::configured(children().flat_map(|c| &c.esp_proposals), !q.ignore_ke);
+                    let m = diag::ProposalMismatch { received: q.offered, configured: &configured };
+                    tracing::info!(ike_sa = %self.id, "CHILD_SA request refused, no proposal chosen: {m}");
+                }
+                Reason::TsUnacceptable => {
+                    let configured: Vec<_> = children()
+                        .map(|c| (&*c.name, c.remote_selectors(self.remote.ip()), c.local_selectors(self.local.ip())))
+                        .collect();
+                    let m = diag::TsMismatch { received: (q.tsi, q.tsr), configured: &configured };
+                    tracing::info!(ike_sa = %self.id, "CHILD_SA request refused, traffic selectors unacceptable: {m}");
+                }
+                _ => tracing::info!(ike_sa = %self.id, ?reason, "CHILD_SA request refused"),
+            }
             ctx.events.push_back(Event::ChildSaFailed {
                 ike_sa: self.id,
                 connection: conn.name.clone(),

@@ -88,6 +88,7 @@ pub mod config;
 mod connections;
 pub mod cookie;
 mod ctx;
+pub mod diag;
 mod endpoint;
 pub mod event;
 mod exchange;

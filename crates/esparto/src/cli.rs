@@ -42,6 +42,8 @@ enum Cmd {
     Run(RunArgs),
     /// Show the running daemon's workers and SAs (packets, bytes, drops by reason).
     Status(StatusArgs),
+    /// List the loaded connections and children (addresses, proposals, selectors, start actions).
+    ListConns(StatusArgs),
     /// List IKE SAs and their Child SAs (SPIs, algorithms, ages, bytes, workers).
     Sas(StatusArgs),
     /// Bring a connection up (IKE) and wait until its Child SA is installed.
@@ -190,6 +192,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Run(a) => run(a),
         Cmd::Status(a) => status(a),
         Cmd::Sas(a) => sas(a),
+        Cmd::ListConns(a) => list_conns(a),
         Cmd::Up(a) => up_down(a, true),
         Cmd::Down(a) => up_down(a, false),
         Cmd::Rekey(a) => rekey(a),
@@ -284,6 +287,19 @@ fn sas(a: StatusArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&sas)?);
     } else {
         print!("{}", render::ike_sas_text(&sas));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list_conns(a: StatusArgs) -> Result<ExitCode> {
+    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
+        anyhow::bail!("--timeout must be in (0, 600] seconds");
+    }
+    match control::request(&a.control, &Request::ListConns, Duration::from_secs_f64(a.timeout))? {
+        Response::Conns(c) if a.json => println!("{}", serde_json::to_string_pretty(&c)?),
+        Response::Conns(c) => print!("{}", render::conns_text(&c)),
+        Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
+        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::status::{IkeSaStatus, IoStatus, ReloadReport, SaStatus, Status};
+use crate::status::{ConnStatus, IkeSaStatus, IoStatus, ReloadReport, SaStatus, Status};
 
 /// A worker's system calls and what each carried on average: the sending
 /// side's TUN reads (one packet each unless the kernel hands over GSO
@@ -208,6 +208,63 @@ pub fn ike_sas_text(sas: &[IkeSaStatus]) -> String {
                 out_on,
                 c.out_packets,
                 c.out_bytes
+            );
+        }
+    }
+    o
+}
+
+/// The loaded connections, as `swanctl --list-conns` lays them out. Every
+/// field of the JSON form appears.
+pub fn conns_text(conns: &[ConnStatus]) -> String {
+    let mut o = String::new();
+    if conns.is_empty() {
+        o.push_str("no connections\n");
+    }
+    let any = |v: &[String]| if v.is_empty() { "%any".to_string() } else { v.join(",") };
+    let secs = |s: Option<u64>| s.map_or_else(|| "never".to_string(), |s| age(s as f64));
+    for c in conns {
+        let kind = if c.ike.is_some() { "IKEv2" } else { "static keys" };
+        let _ = writeln!(
+            o,
+            "{}: {kind}, {}...{} (ESP-in-UDP to port {})",
+            c.name,
+            any(&c.local_addrs),
+            any(&c.remote_addrs),
+            c.remote_port
+        );
+        if let Some(i) = &c.ike {
+            let id = |s: &str, what: &str| if s.is_empty() { what.to_string() } else { s.to_string() };
+            let _ = writeln!(
+                o,
+                "  rekey {}, dpd {}\n  proposals: {}\n  local:  {} (psk)\n  remote: {} (psk)",
+                secs(i.rekey_time_s),
+                i.dpd_delay_s.map_or_else(|| "off".to_string(), |s| age(s as f64)),
+                i.proposals.join(", "),
+                id(&i.local_id, "our IKE address"),
+                id(&i.remote_id, "%any"),
+            );
+        }
+        for ch in &c.children {
+            if ch.keying == "static" {
+                let pl = if ch.static_pairs == 1 { "" } else { "s" };
+                let _ = writeln!(o, "  {}: static, {} SA pair{pl}, per_cpu_sas {}", ch.name, ch.static_pairs, ch.per_cpu_sas);
+            } else {
+                let _ = writeln!(
+                    o,
+                    "  {}: negotiated, start_action {}, rekey {}, per_cpu_sas {}",
+                    ch.name,
+                    ch.start_action,
+                    secs(ch.rekey_time_s),
+                    ch.per_cpu_sas
+                );
+            }
+            let _ = writeln!(
+                o,
+                "    esp:    {}\n    local:  {}\n    remote: {}",
+                ch.esp_proposals.join(", "),
+                ch.local_ts.join(" "),
+                ch.remote_ts.join(" ")
             );
         }
     }
@@ -418,5 +475,55 @@ site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7 
             .map(|l| l.split_whitespace().nth(1).unwrap_or(""))
             .collect();
         assert_eq!(spis, ["1", "2", "3"], "stable within a child");
+    }
+}
+
+#[cfg(test)]
+mod conns_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn example(name: &str) -> Vec<ConnStatus> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let c = crate::config::load(&dir.join(name)).unwrap();
+        c.connections.iter().map(ConnStatus::from_config).collect()
+    }
+
+    #[test]
+    fn an_ike_connection_lists_as_swanctl_does() {
+        let conns = example("site-to-site-psk.toml");
+        let text = conns_text(&conns);
+        println!("{text}");
+        for want in [
+            "site: IKEv2, 192.0.2.1...192.0.2.2 (ESP-in-UDP to port 4500)",
+            "  rekey 4h00m, dpd 30s",
+            "  proposals: IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519, IKE:AES_CBC_128/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/ECP_256",
+            "  local:  @west.example (psk)",
+            "  remote: @east.example (psk)",
+            "  lan: negotiated, start_action start, rekey 1h00m, per_cpu_sas on-demand",
+            "    esp:    ESP:AES_GCM_16_256/NO_EXT_SEQ, ESP:AES_GCM_16_128/NO_EXT_SEQ, ESP:CHACHA20_POLY1305/NO_EXT_SEQ",
+            "    local:  10.1.0.0/16 fd00:1::/64",
+            "    remote: 10.2.0.0/16 fd00:2::/64",
+        ] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
+        // The JSON form carries the same facts.
+        let json = serde_json::to_value(&conns).unwrap();
+        assert_eq!(json[0]["ike"]["proposals"][1], "IKE:AES_CBC_128/HMAC_SHA2_256_128/PRF_HMAC_SHA2_256/ECP_256");
+        assert_eq!(json[0]["children"][0]["start_action"], "start");
+        assert_eq!(json[0]["children"][0]["rekey_time_s"], 3600);
+        assert_eq!(json[0]["children"][0]["remote_ts"][1], "fd00:2::/64");
+        assert_eq!(json[0]["ike"]["local_id"], "@west.example");
+        assert_eq!(json[0]["ike"]["rekey_time_s"], 4 * 3600, "swanctl's default");
+    }
+
+    #[test]
+    fn a_static_connection_lists_its_pairs() {
+        let text = conns_text(&example("static-west.toml"));
+        for want in [": static keys, ", "static, 3 SA pairs, per_cpu_sas eager", "esp:    aes256gcm16 (NO_EXT_SEQ)"] {
+            assert!(text.contains(want), "{want:?} not in:\n{text}");
+        }
+        assert!(!text.contains("proposals:"), "{text}");
+        assert_eq!(conns_text(&[]), "no connections\n");
     }
 }

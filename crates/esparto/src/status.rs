@@ -235,3 +235,131 @@ pub struct ReloadReport {
     /// Milliseconds from reading the file to the workers' commands sent.
     pub took_ms: f64,
 }
+
+/// A loaded connection, as `esparto list-conns` shows it: what the
+/// configuration asks for, not what is negotiated (that is `sas`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ConnStatus {
+    /// Connection name.
+    pub name: String,
+    /// Our outer addresses (empty: any).
+    pub local_addrs: Vec<String>,
+    /// The peer's outer addresses (empty: any, responder only).
+    pub remote_addrs: Vec<String>,
+    /// The peer's UDP port for ESP-in-UDP.
+    pub remote_port: u16,
+    /// IKE settings; `None` when every child is statically keyed.
+    pub ike: Option<IkeConnStatus>,
+    /// Children.
+    pub children: Vec<ChildConnStatus>,
+}
+
+/// The IKE side of a loaded connection.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IkeConnStatus {
+    /// Our identity ("" for our IKE address).
+    pub local_id: String,
+    /// The identity we expect ("" or `%any`: any with a PSK).
+    pub remote_id: String,
+    /// IKE proposals, in strongSwan's syntax (`IKE:AES_GCM_16_256/…`).
+    pub proposals: Vec<String>,
+    /// Seconds between IKE SA rekeys (`None`: never).
+    pub rekey_time_s: Option<u64>,
+    /// Seconds of silence before a liveness check (`None`: off).
+    pub dpd_delay_s: Option<u64>,
+}
+
+/// A loaded child.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChildConnStatus {
+    /// Child name.
+    pub name: String,
+    /// "ike" (negotiated) or "static" (`static_sas`).
+    pub keying: String,
+    /// Our selectors.
+    pub local_ts: Vec<String>,
+    /// The peer's selectors.
+    pub remote_ts: Vec<String>,
+    /// ESP proposals in strongSwan's syntax (static: the one suite).
+    pub esp_proposals: Vec<String>,
+    /// "none", "trap" or "start" ("" for static children).
+    pub start_action: String,
+    /// RFC 9611 sub-SAs: "no", "eager", "on-demand".
+    pub per_cpu_sas: String,
+    /// Seconds between rekeys (`None`: never, or static).
+    pub rekey_time_s: Option<u64>,
+    /// Statically keyed SA pairs (0 for negotiated children).
+    pub static_pairs: usize,
+}
+
+impl ConnStatus {
+    /// The listing of one configured connection.
+    pub fn from_config(c: &crate::config::Connection) -> Self {
+        use esparto_ike::diag::proposal_names;
+        let ike = c.ike.as_ref().map(|i| IkeConnStatus {
+            local_id: i.local.id.as_ref().map_or_else(String::new, ToString::to_string),
+            remote_id: i.remote.id.as_ref().map_or_else(String::new, ToString::to_string),
+            proposals: proposal_names(&i.proposals, true),
+            rekey_time_s: i.rekey_time.map(|d| d.as_secs()),
+            dpd_delay_s: i.dpd_delay.map(|d| d.as_secs()),
+        });
+        let children = c
+            .children
+            .iter()
+            .map(|ch| {
+                let negotiated = c.ike.as_ref().and_then(|i| i.child(&ch.name));
+                let (keying, esp, start, rekey) = match (&ch.static_sas, negotiated) {
+                    (Some(s), _) => {
+                        let esn = if s.esn { "EXT_SEQ" } else { "NO_EXT_SEQ" };
+                        ("static", vec![format!("{} ({esn})", s.suite.name())], String::new(), None)
+                    }
+                    (None, Some(n)) => (
+                        "ike",
+                        proposal_names(&n.esp_proposals, true),
+                        match n.start_action {
+                            esparto_ike::StartAction::None => "none",
+                            esparto_ike::StartAction::Trap => "trap",
+                            esparto_ike::StartAction::Start => "start",
+                        }
+                        .to_string(),
+                        n.rekey_time.map(|d| d.as_secs()),
+                    ),
+                    (None, None) => ("ike", vec![], String::new(), None),
+                };
+                ChildConnStatus {
+                    name: ch.name.clone(),
+                    keying: keying.into(),
+                    local_ts: selectors(&ch.local_ts),
+                    remote_ts: selectors(&ch.remote_ts),
+                    esp_proposals: esp,
+                    start_action: start,
+                    per_cpu_sas: match ch.per_cpu_sas {
+                        esparto_ike::PerCpuSas::No => "no",
+                        esparto_ike::PerCpuSas::Eager => "eager",
+                        esparto_ike::PerCpuSas::OnDemand => "on-demand",
+                    }
+                    .into(),
+                    rekey_time_s: rekey,
+                    static_pairs: ch.static_sas.as_ref().map_or(0, |s| s.pairs.len()),
+                }
+            })
+            .collect();
+        ConnStatus {
+            name: c.name.clone(),
+            local_addrs: c.local_addrs.iter().map(ToString::to_string).collect(),
+            remote_addrs: c.remote_addrs.iter().map(ToString::to_string).collect(),
+            remote_port: c.remote_port,
+            ike,
+            children,
+        }
+    }
+}
+
+/// Selectors as written; none known yet is `dynamic` (the address of an
+/// end known only once the IKE SA is up).
+fn selectors(ts: &[esparto_esp::Selector]) -> Vec<String> {
+    if ts.is_empty() {
+        return vec!["dynamic".into()];
+    }
+    ts.iter().map(ToString::to_string).collect()
+}

@@ -196,6 +196,7 @@ fn reload_adds_removes_and_leaves_the_rest_alone() {
     let keep_east = identity(&east.sas().unwrap(), "keep");
     assert!(tun_routes(&topo, Node::GwWest).contains("fd00:2::/64"));
     let control = west.control_path().to_path_buf();
+    assert_eq!(conn_names(&west), ["keep", "gone"]);
 
     // 1. Reload: gone out, new in, keep as it was, under a stream.
     let (sent, received) = with_stream(&topo, 6, || {
@@ -219,6 +220,14 @@ fn reload_adds_removes_and_leaves_the_rest_alone() {
         "keep lost {} of {sent} packets during the reload",
         sent - received
     );
+    // list-conns shows the file now loaded, text and JSON alike.
+    assert_eq!(conn_names(&west), ["keep", "new"]);
+    let (ok, text) = west.cli(&["list-conns"]).unwrap();
+    assert!(ok, "{text}");
+    for want in ["keep: IKEv2, ", "new: IKEv2, ", "start_action start", "local:  10.1.0.0/24[1]\n", "remote: 10.2.0.0/24[17]\n"] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+    assert!(!text.contains("gone"), "{text}");
     let sas = west.sas().unwrap();
     assert_eq!(identity(&sas, "keep"), keep_before, "keep kept its IKE SA and Child SA");
     assert_eq!(identity(&east.sas().unwrap(), "keep"), keep_east);
@@ -275,6 +284,14 @@ fn reload_adds_removes_and_leaves_the_rest_alone() {
     );
     west.stop().unwrap();
     east.stop().unwrap();
+}
+
+/// The names `esparto list-conns --json` lists, in file order.
+fn conn_names(gw: &EspartoGateway) -> Vec<String> {
+    let (ok, out) = gw.cli(&["list-conns", "--json"]).unwrap();
+    assert!(ok, "{out}");
+    let conns: Vec<esparto::status::ConnStatus> = serde_json::from_str(&out).unwrap();
+    conns.into_iter().map(|c| c.name).collect()
 }
 
 /// A statically keyed child `name` of west's file (east mirrors it):

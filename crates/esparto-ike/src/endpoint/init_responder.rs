@@ -42,6 +42,7 @@ use super::Endpoint;
 use crate::config::EndpointConfig;
 use crate::cookie::CookieJar;
 use crate::ctx::Ctx;
+use crate::diag::{self, ProposalMismatch};
 use crate::event::{IkeSaId, Transmit};
 use crate::exchange::ike_init::{self, InitChoice, InitPayloads, InitRefusal};
 use crate::nat::NatState;
@@ -293,7 +294,19 @@ impl Endpoint {
         let candidates = self.connections.for_addrs(local.ip(), remote.ip());
         let choice = match ike_init::choose(candidates, offered, kei) {
             Ok(c) => c,
-            Err(refusal) => return self.refuse_init(local, remote, spi_i, refusal),
+            Err(refusal) => {
+                if refusal == InitRefusal::NoProposalChosen {
+                    // After the admission gate, like every line an
+                    // unauthenticated request can cause.
+                    let configured = diag::configured(
+                        self.connections.for_addrs(local.ip(), remote.ip()).flat_map(|c| c.proposals.iter()),
+                        true,
+                    );
+                    let m = ProposalMismatch { received: &offered.proposals, configured: &configured };
+                    tracing::info!(peer = %remote, "IKE_SA_INIT: no proposal chosen: {m}");
+                }
+                return self.refuse_init(local, remote, spi_i, refusal);
+            }
         };
         if let Some((sa, packet)) = self.new_half_open(now, local, remote, spi_i, data, &m, choice)
         {
@@ -399,7 +412,6 @@ impl Endpoint {
         match refusal {
             InitRefusal::NoProposalChosen => {
                 self.stats.init_refused += 1;
-                tracing::info!(peer = %remote, "IKE_SA_INIT: no proposal chosen");
                 let n = PayloadRepr::Notify(NotifyRepr::new(NotifyType::NO_PROPOSAL_CHOSEN, &[]));
                 self.stateless_reply(local, remote, spi_i, &[n]);
             }

@@ -267,6 +267,11 @@ impl CreateChild {
             if self.follow_invalid_ke(sa, kind, data) {
                 return Outcome::Then(Box::new(Task::CreateChild(self)));
             }
+            if let Some(cfg) = sa.conn.child(&self.name) {
+                crate::child::log_refused(
+                    sa.id, &self.name, kind, &cfg.esp_proposals, self.group.is_some(), &self.tsi, &self.tsr,
+                );
+            }
             return self.failed(sa, ctx, reason_for(kind), Some(kind));
         }
         let m = ChildPayloads::collect(&rx.payloads);
@@ -326,6 +331,7 @@ impl CreateChild {
             .cloned()
             .ok_or(Reason::Local("child configuration vanished"))?;
         let answer = check_answer(
+            sa.id,
             &cfg.esp_proposals,
             &sa_p.proposals,
             false,

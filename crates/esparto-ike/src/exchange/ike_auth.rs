@@ -457,6 +457,10 @@ impl ChildOffer {
         m: AuthPayloads<'_>,
     ) -> Result<(ChildSa, Box<ChildSaEstablished>), Reason> {
         let (Some(sa_p), Some(tsi), Some(tsr)) = (m.sa, m.tsi, m.tsr) else {
+            if let (Some((kind, _)), Some(cfg)) = (rx.error(), sa.conn.child(&self.name)) {
+                // The first Child SA carries no key exchange (§1.2).
+                crate::child::log_refused(sa.id, &self.name, kind, &cfg.esp_proposals, false, &self.tsi, &self.tsr);
+            }
             return Err(rx.error().map_or(
                 Reason::ProtocolError("no Child SA in IKE_AUTH response"),
                 |(k, _)| reason_for(k),
@@ -468,6 +472,7 @@ impl ChildOffer {
             .cloned()
             .ok_or(Reason::Local("child configuration vanished"))?;
         let answer = check_answer(
+            sa.id,
             &cfg.esp_proposals,
             &sa_p.proposals,
             true,

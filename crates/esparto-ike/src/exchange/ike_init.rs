@@ -30,6 +30,7 @@ use super::ike_auth::IkeAuth;
 use super::{Outcome, Received, reason_for};
 use crate::config::ConnectionConfig;
 use crate::ctx::Ctx;
+use crate::diag;
 use crate::event::Reason;
 use crate::keys::IkeKeys;
 use crate::nat::{NatState, fake_nat_hash, nat_hash};
@@ -230,6 +231,14 @@ impl IkeInit {
     /// wants, and we retry with it if we offer it (§1.2); anything else
     /// ends the IKE SA.
     fn follow_error(mut self, sa: &IkeSa, kind: NotifyType, data: &[u8]) -> Outcome {
+        if kind == NotifyType::NO_PROPOSAL_CHOSEN {
+            let sent = diag::configured(&sa.conn.proposals, true);
+            tracing::info!(
+                ike_sa = %sa.id, peer = %sa.remote, notify = %kind,
+                "IKE_SA_INIT refused: the peer accepts none of our configured proposals: {}", diag::Proposals(&sent)
+            );
+            return Outcome::Fail(reason_for(kind));
+        }
         if kind != NotifyType::INVALID_KE_PAYLOAD {
             tracing::info!(ike_sa = %sa.id, peer = %sa.remote, notify = %kind, "IKE_SA_INIT refused");
             return Outcome::Fail(reason_for(kind));

@@ -562,7 +562,9 @@ impl IkeSa {
         let Some(selected) =
             Proposal::select(&self.conn.proposals, &sa_p.proposals, false, ke_group)
         else {
-            tracing::info!(ike_sa = %self.id, "IKE_SA rekey: no proposal chosen");
+            let configured = crate::diag::configured(&self.conn.proposals, true);
+            let m = crate::diag::ProposalMismatch { received: &sa_p.proposals, configured: &configured };
+            tracing::info!(ike_sa = %self.id, "IKE_SA rekey: no proposal chosen: {m}");
             return Err(NotifyType::NO_PROPOSAL_CHOSEN.into());
         };
         let Spi::U64(spi_i) = selected.spi else {

@@ -19,13 +19,28 @@
 //! twice anywhere in the file is refused. Outbound SPIs are chosen by the
 //! peer; two peers may pick the same one, so they must only be unique
 //! towards one peer (within a connection).
+//!
+//! **What `run` would refuse.** Some files parse section by section yet
+//! cannot start: a child with `start_action = "start"` on a connection
+//! without `local_addrs` or `remote_addrs` (nothing to initiate from or
+//! to), a `trap` without `remote_addrs`, connections whose outer addresses
+//! mix IPv4 and IPv6 (one daemon binds one family). [`runnable`] makes
+//! these errors here, so `check-config` fails where `run` would; a trap
+//! without `local_addrs` (it can never initiate, though the peer can) and
+//! a file with no connections at all are warnings. So is a `[daemon]
+//! cpus` entry the checking process may not run on ([`cpus_allowed`]):
+//! `run` refuses it, but the affinity `run` gets (a service manager's
+//! `CPUAffinity`) may differ from `check-config`'s.
 
 use std::collections::HashMap;
 
 use esparto_esp::{Family, Selector};
 
+use esparto_ike::StartAction;
+
 use super::error::KeyPath;
-use super::tree::{Cx, Span};
+use super::model::Connection;
+use super::tree::{Cx, Kind, Node, Span};
 
 /// A value with where it was written.
 #[derive(Debug, Clone)]
@@ -285,6 +300,106 @@ pub(crate) fn spis(cx: &mut Cx<'_>, children: &[ChildSeen]) {
         }
     }
 }
+
+/// The field `keys` (a path from the root) of the file, if written.
+fn field_at<'a>(root: &'a Node, keys: &[&str]) -> Option<(&'a Node, KeyPath)> {
+    let mut node = root;
+    let mut path = KeyPath::root();
+    for k in keys {
+        node = &node.get(k)?.value;
+        path = path.key(k);
+    }
+    Some((node, path))
+}
+
+/// Errors for what `esparto run` would refuse at start-up in a file whose
+/// sections are each valid, and warnings for what would start but never
+/// work (see the module essay).
+pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection]) {
+    if connections.is_empty() {
+        match field_at(root, &["connections"]) {
+            Some((n, p)) => cx.warn(&n.span, &p, NO_CONNECTIONS),
+            None => cx.warn_default("connections", NO_CONNECTIONS),
+        }
+        return;
+    }
+    for conn in connections {
+        let Some(ike) = &conn.ike else { continue };
+        let at = |child: &str| field_at(root, &["connections", &conn.name, "children", child, "start_action"]);
+        for child in &ike.children {
+            let Some((n, p)) = at(&child.name) else { continue };
+            let missing = |l: bool, r: bool| match (l, r) {
+                (true, true) => Some("local_addrs and remote_addrs"),
+                (true, false) => Some("local_addrs"),
+                (false, true) => Some("remote_addrs"),
+                (false, false) => None,
+            };
+            let (l, r) = (conn.local_addrs.is_empty(), conn.remote_addrs.is_empty());
+            match child.start_action {
+                StartAction::Start => {
+                    if let Some(m) = missing(l, r) {
+                        cx.err(&n.span, &p, format!(
+                            "start_action = \"start\" needs {m} on connection {} (esparto run would refuse to start: it has no address to initiate {})",
+                            conn.name,
+                            if r { "to" } else { "from" },
+                        ));
+                    }
+                }
+                StartAction::Trap if r => cx.err(&n.span, &p, format!(
+                    "start_action = \"trap\" needs remote_addrs on connection {} (esparto run would refuse to start: traffic would have no peer to negotiate with)",
+                    conn.name
+                )),
+                StartAction::Trap if l => cx.warn(&n.span, &p, format!(
+                    "start_action = \"trap\" without local_addrs on connection {}: traffic can never start a negotiation (only the peer can); name the local address",
+                    conn.name
+                )),
+                StartAction::Trap | StartAction::None => {}
+            }
+        }
+    }
+    // One daemon binds one outer family: the first address decides, as
+    // `run` does.
+    let first = |side: fn(&Connection) -> Option<&std::net::IpAddr>| {
+        connections.iter().find_map(|c| side(c).map(|a| (a, c.name.as_str())))
+    };
+    let Some((decided, owner)) = first(|c| c.local_addrs.first()).or_else(|| first(|c| c.remote_addrs.first()))
+    else {
+        return;
+    };
+    let v6 = decided.is_ipv6();
+    for conn in connections {
+        for key in ["local_addrs", "remote_addrs"] {
+            let addrs = if key == "local_addrs" { &conn.local_addrs } else { &conn.remote_addrs };
+            if let Some(a) = addrs.iter().take(1).find(|a| a.is_ipv6() != v6) {
+                let Some((n, p)) = field_at(root, &["connections", &conn.name, key]) else { continue };
+                cx.err(&n.span, &p, format!(
+                    "{a} is not of the family of {decided} (connection {owner}): one daemon serves one outer family, and esparto run would refuse to start; run a second daemon for it"
+                ));
+            }
+        }
+    }
+}
+
+/// Warn at each `[daemon] cpus` entry that `allowed` (the CPUs this
+/// process may run on; empty: unknown) does not hold.
+pub(crate) fn cpus_allowed(cx: &mut Cx<'_>, root: &Node, cpus: &[usize], allowed: &[usize]) {
+    if allowed.is_empty() {
+        return;
+    }
+    let Some((Node { kind: Kind::Array(items), .. }, path)) = field_at(root, &["daemon", "cpus"]) else {
+        return;
+    };
+    for (i, (c, n)) in cpus.iter().zip(items).enumerate() {
+        if !allowed.contains(c) {
+            cx.warn(&n.span, &path.index(i), format!(
+                "esparto run would refuse to start: CPU {c} is not one this process may run on (allowed: {allowed:?})"
+            ));
+        }
+    }
+}
+
+const NO_CONNECTIONS: &str =
+    "no connections: the daemon would start and carry no traffic";
 
 #[cfg(test)]
 mod tests {

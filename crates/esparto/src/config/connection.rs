@@ -381,7 +381,9 @@ fn ike_settings(
     };
     let dpd_delay = duration(cx, node, path, "dpd_delay", 86_400);
     let dpd_timeout = duration(cx, node, path, "dpd_timeout", 86_400);
-    let rekey_time = duration(cx, node, path, "rekey_time", 365 * 86_400);
+    // swanctl's default, as the engine's own `ConnectionConfig::new` has it.
+    let rekey_time =
+        duration(cx, node, path, "rekey_time", 365 * 86_400).or(Some(esparto_ike::lifetime::IKE_REKEY_TIME));
     let rand_time = duration(cx, node, path, "rand_time", 365 * 86_400);
     if let (Some(r), Some(j)) = (rekey_time, rand_time) {
         if j >= r {
@@ -418,6 +420,12 @@ fn ike_settings(
         rekey_time,
         rand_time,
     };
+    // What the engine checks when `run` adds the connection (children
+    // with errors are missing here, and already reported).
+    if let (false, Err(e)) = (conn.children.is_empty(), conn.validate()) {
+        cx.err(&node.span, path, e.to_string());
+        return None;
+    }
     Some(conn)
 }
 

@@ -24,6 +24,7 @@ mod child;
 mod connection;
 mod daemon;
 mod error;
+mod hygiene;
 pub mod model;
 mod routing;
 mod secrets;
@@ -44,6 +45,7 @@ pub use daemon::{
     MAX_TUN_QUEUE_LEN, MAX_WORKERS, MIN_PATH_MTU, default_workers,
 };
 pub use error::{ConfigError, ConfigErrors, ConfigWarning};
+pub use hygiene::MIN_PSK_LEN;
 pub use routing::{Host, MAX_ROUTES_NAMED};
 pub use model::*;
 
@@ -102,7 +104,7 @@ pub fn load_on(path: &Path, host: &Host) -> Result<Config, ConfigErrors> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    parse_in(&text, file, dir, path.to_path_buf(), host)
+    parse_in(&text, file, dir, path.to_path_buf(), host, true)
 }
 
 /// Validate `text` as if read from `path_for_messages` (which names the file
@@ -118,10 +120,19 @@ pub fn parse_str_on(text: &str, path_for_messages: &str, host: &Host) -> Result<
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    parse_in(text, path_for_messages.to_string(), dir, path, host)
+    parse_in(text, path_for_messages.to_string(), dir, path, host, false)
 }
 
-fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf, host: &Host) -> Result<Config, ConfigErrors> {
+/// `on_disk`: `path` is the file `text` was read from (its permissions
+/// are checked when it holds a secret).
+fn parse_in(
+    text: &str,
+    file: String,
+    dir: PathBuf,
+    path: PathBuf,
+    host: &Host,
+    on_disk: bool,
+) -> Result<Config, ConfigErrors> {
     let mut cx = Cx::new(file, text, dir);
     let root = match tree::parse(text) {
         Ok(r) => r,
@@ -158,10 +169,19 @@ fn parse_in(text: &str, file: String, dir: PathBuf, path: PathBuf, host: &Host) 
             _ => {}
         }
     }
+    if !cx.has_errors() {
+        check::runnable(&mut cx, &root, &parsed.connections);
+    }
     if cx.has_errors() {
         return Err(ConfigErrors(cx.into_errors()));
     }
+    if let (true, Some((span, key))) = (on_disk, cx.inline_secret.clone()) {
+        if let Some(w) = hygiene::exposed(&path) {
+            cx.warn(&span, &key, format!("{w} (or move the secret to a file of its own)"));
+        }
+    }
     routing::warn(&mut cx, &root, &parsed.seen, &parsed.connections, &daemon, host);
+    check::cpus_allowed(&mut cx, &root, &daemon.cpus, &host.cpus);
     Ok(Config {
         path,
         daemon,

@@ -72,6 +72,9 @@ pub struct Host {
     pub names: HashMap<u32, String>,
     /// Whether this was read from a host at all (`Host::default()`: no).
     pub read: bool,
+    /// The CPUs this process may run on (empty: not known), for `[daemon]
+    /// cpus`.
+    pub cpus: Vec<usize>,
 }
 
 impl Host {
@@ -86,6 +89,7 @@ impl Host {
             rules,
             names: nl.link_names()?,
             read: true,
+            cpus: esparto_io::cpu::allowed_cpus().unwrap_or_default(),
         })
     }
 }
@@ -442,6 +446,7 @@ mod tests {
     use esparto_io::rule::Action;
 
     const K36: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223";
+    const K36B: &str = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f40414243";
 
     /// One static connection per (name, peer, local, remote).
     fn file(daemon: &str, conns: &[(&str, &str, &str, &str)]) -> String {
@@ -450,7 +455,7 @@ mod tests {
             t.push_str(&format!(
                 "\n[connections.{name}]\nlocal_addrs = [\"192.0.2.1\"]\nremote_addrs = [\"{peer}\"]\n\
                  \n[connections.{name}.children.lan]\nlocal_ts = [{local}]\nremote_ts = [{remote}]\nesp_proposals = [\"aes256gcm16\"]\n\
-                 \n[[connections.{name}.children.lan.static_sas]]\nin_spi = {}\nout_spi = 0xc0000201\nin_key = \"{K36}\"\nout_key = \"{K36}\"\n",
+                 \n[[connections.{name}.children.lan.static_sas]]\nin_spi = {}\nout_spi = 0xc0000201\nin_key = \"{K36}\"\nout_key = \"{K36B}\"\n",
                 0xc000_0101u32 + i as u32
             ));
         }
@@ -500,6 +505,7 @@ mod tests {
             rules: Vec::new(),
             names: HashMap::from([(1, "lan0".to_string()), (2, "wan0".to_string()), (3, "lo".to_string())]),
             read: true,
+            cpus: Vec::new(),
         }
     }
 

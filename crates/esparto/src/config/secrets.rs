@@ -13,6 +13,7 @@ use esparto_ike::config::Psk;
 use esparto_ike::identity::Identity;
 
 use super::error::KeyPath;
+use super::hygiene;
 use super::static_sas::read_secret_file;
 use super::tree::{Cx, Field, Node};
 use super::value::parse_psk;
@@ -58,9 +59,12 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Secrets {
                 cx.err(&n.span, &path.key("secret"), "missing (or secret_file)");
                 None
             }
-            (Some(sf), None) => cx
-                .str(&sf)
-                .and_then(|s| parse_psk(s).map_err(|err| cx.err_at(&sf, err)).ok()),
+            (Some(sf), None) => {
+                cx.note_inline_secret(&sf);
+                cx.str(&sf)
+                    .and_then(|s| parse_psk(s).map_err(|err| cx.err_at(&sf, err)).ok())
+                    .map(|s| (s, sf))
+            }
             (None, Some(ff)) => cx.str(&ff).and_then(|name| {
                 let r = read_secret_file(&cx.dir, name).and_then(|bytes| {
                     let text = std::str::from_utf8(bytes.as_slice())
@@ -69,10 +73,18 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Secrets {
                     parse_psk(text.trim_end_matches(['\n', '\r']))
                         .map_err(|err| format!("'{name}': {err}"))
                 });
-                r.map_err(|err| cx.err_at(&ff, err)).ok()
+                if r.is_ok() {
+                    if let Some(w) = hygiene::exposed(&cx.dir.join(name)) {
+                        cx.warn(&ff.node.span, &ff.path, w);
+                    }
+                }
+                r.map_err(|err| cx.err_at(&ff, err)).ok().map(|s| (s, ff))
             }),
         };
-        if let Some(secret) = secret {
+        if let Some((secret, at)) = secret {
+            if let Some(w) = hygiene::weak_psk(secret.as_slice()) {
+                cx.warn(&at.node.span, &at.path, w);
+            }
             secrets.psks.push(Psk { ids, secret });
         }
     }

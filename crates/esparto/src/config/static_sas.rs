@@ -14,6 +14,7 @@ use esparto_crypto::{EspSuite, SecretBytes};
 
 use super::check::{ChildSeen, Located};
 use super::error::KeyPath;
+use super::hygiene;
 use super::model::StaticPair;
 use super::tree::{Cx, Field, Kind, Node};
 use super::value::{keymat_layout, parse_hex_secret};
@@ -48,6 +49,8 @@ pub(crate) fn parse(
         cx.err_at(f, "no SA pairs");
     }
     let mut pairs = Vec::with_capacity(items.len());
+    // Every key so far in this child: (key, its path, where).
+    let mut used: Vec<(SecretBytes, KeyPath, String)> = Vec::new();
     for (i, n) in items.iter().enumerate() {
         let p = f.path.index(i);
         let Some(t) = cx.table(&Field {
@@ -61,7 +64,11 @@ pub(crate) fn parse(
         let out_spi = spi(cx, t, &p, "out_spi", &mut seen.out_spis);
         let in_key = key(cx, t, &p, "in", suite);
         let out_key = key(cx, t, &p, "out", suite);
-        if let (Some(in_spi), Some(out_spi), Some(in_key), Some(out_key)) =
+        for (k, f) in in_key.iter().chain(&out_key) {
+            reused_key(cx, k, f, &used);
+            used.push((SecretBytes::from_slice(k.as_slice()), f.path.clone(), cx.position(&f.node.span)));
+        }
+        if let (Some(in_spi), Some(out_spi), Some((in_key, _)), Some((out_key, _))) =
             (in_spi, out_spi, in_key, out_key)
         {
             pairs.push(StaticPair {
@@ -133,14 +140,33 @@ fn spi(
     Some(v)
 }
 
-/// `in_key`/`in_key_file` (or `out_…`): hex KEYMAT of exactly the suite's length.
-fn key(
+/// Warn if `key` (at `f`) was already used in this child (`used`): in the
+/// other direction of its own pair, or by an earlier pair.
+fn reused_key(
     cx: &mut Cx<'_>,
-    t: &Node,
+    key: &SecretBytes,
+    f: &Field<'_>,
+    used: &[(SecretBytes, KeyPath, String)],
+) {
+    let Some((_, path, at)) = used.iter().find(|(k, _, _)| k.as_slice() == key.as_slice()) else {
+        return;
+    };
+    let msg = format!(
+        "the same key as {} (at {at}): both ends would encrypt under one key with the same sequence numbers, so nonces repeat and the traffic can be read and forged (RFC 4106 §8.1); give every direction its own random key",
+        path.as_str()
+    );
+    cx.warn(&f.node.span, &f.path, msg);
+}
+
+/// `in_key`/`in_key_file` (or `out_…`): hex KEYMAT of exactly the suite's
+/// length, with the field it came from.
+fn key<'a>(
+    cx: &mut Cx<'_>,
+    t: &'a Node,
     path: &KeyPath,
     dir: &str,
     suite: EspSuite,
-) -> Option<SecretBytes> {
+) -> Option<(SecretBytes, Field<'a>)> {
     let (k, kf) = (format!("{dir}_key"), format!("{dir}_key_file"));
     let (inline, file) = (t.field(path, &k), t.field(path, &kf));
     let (f, secret) = match (inline, file) {
@@ -153,6 +179,7 @@ fn key(
             return None;
         }
         (Some(f), None) => {
+            cx.note_inline_secret(&f);
             let s = cx.str(&f)?;
             (f.clone(), parse_hex_secret(s))
         }
@@ -163,6 +190,11 @@ fn key(
                     .map_err(|_| format!("'{name}' is not text"))?;
                 parse_hex_secret(s).map_err(|e| format!("'{name}': {e}"))
             });
+            if secret.is_ok() {
+                if let Some(w) = hygiene::exposed(&cx.dir.join(name)) {
+                    cx.warn(&f.node.span, &f.path, w);
+                }
+            }
             (f.clone(), secret)
         }
     };
@@ -184,7 +216,16 @@ fn key(
             );
             None
         }
-        Ok(key) => Some(key),
+        Ok(key) => {
+            if hygiene::published_key(key.as_slice()) {
+                cx.warn(
+                    &f.node.span,
+                    &f.path,
+                    "this key is published in Esparto's examples: anyone can read and forge this SA's traffic; make new ones (`openssl rand -hex` with the suite's KEYMAT length)",
+                );
+            }
+            Some((key, f))
+        }
     }
 }
 

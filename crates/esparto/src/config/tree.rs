@@ -200,6 +200,9 @@ pub(crate) struct Cx<'t> {
     pub(crate) dir: PathBuf,
     errors: Vec<(usize, ConfigError)>,
     warnings: Vec<(usize, ConfigError)>,
+    /// The first secret written in the file itself (a PSK or static key),
+    /// for the warning about who may read the file.
+    pub(crate) inline_secret: Option<(Span, KeyPath)>,
 }
 
 impl<'t> Cx<'t> {
@@ -212,6 +215,7 @@ impl<'t> Cx<'t> {
             dir,
             errors: Vec::new(),
             warnings: Vec::new(),
+            inline_secret: None,
         }
     }
 
@@ -250,6 +254,13 @@ impl<'t> Cx<'t> {
         let mut w = std::mem::take(&mut self.warnings);
         w.sort_by_key(|(at, _)| *at);
         w.into_iter().map(|(_, e)| ConfigWarning(e)).collect()
+    }
+
+    /// Remember that `f` holds a secret written in the file itself.
+    pub(crate) fn note_inline_secret(&mut self, f: &Field<'_>) {
+        if self.inline_secret.is_none() {
+            self.inline_secret = Some((f.node.span.clone(), f.path.clone()));
+        }
     }
 
     /// Record an error about a field.

@@ -1,5 +1,5 @@
 //! The control socket: how `esparto status`, `sas`, `up`, `down`,
-//! `rekey` and `reload` talk to a running daemon.
+//! `rekey`, `reload` and `list-conns` talk to a running daemon.
 //!
 //! A Unix stream socket, mode 0600 (only root — or whoever runs the daemon
 //! — may ask), one JSON request per line and one JSON response per line:
@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::status::{IkeSaStatus, ReloadReport, Status};
+use crate::status::{ConnStatus, IkeSaStatus, ReloadReport, Status};
 
 pub use client::{ClientError, request};
 pub use server::ControlServer;
@@ -84,6 +84,9 @@ pub enum Request {
     },
     /// Read the configuration file again and apply what changed.
     Reload,
+    /// The loaded connections (`esparto list-conns`).
+    #[serde(rename = "list-conns")]
+    ListConns,
 }
 
 /// The daemon's answer.
@@ -97,6 +100,8 @@ pub enum Response {
     Done(String),
     /// What a reload did (`{"ok":true,"reload":{…}}`).
     Reload(Box<ReloadReport>),
+    /// The loaded connections (`{"ok":true,"conns":[…]}`).
+    Conns(Vec<ConnStatus>),
     /// Refused or failed (`{"ok":false,"error":"…"}`).
     Error(String),
 }
@@ -111,6 +116,8 @@ struct WireResponse {
     sas: Option<Vec<IkeSaStatus>>,
     #[serde(default)]
     reload: Option<Box<ReloadReport>>,
+    #[serde(default)]
+    conns: Option<Vec<ConnStatus>>,
     #[serde(default)]
     message: Option<String>,
     #[serde(default)]
@@ -128,6 +135,8 @@ struct WireResponseRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     reload: Option<&'a ReloadReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    conns: Option<&'a [ConnStatus]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
@@ -140,6 +149,7 @@ impl Serialize for Response {
             status: None,
             sas: None,
             reload: None,
+            conns: None,
             message: None,
             error: None,
         };
@@ -147,6 +157,7 @@ impl Serialize for Response {
             Response::Status(st) => w.status = Some(st),
             Response::Sas(sas) => w.sas = Some(sas),
             Response::Reload(r) => w.reload = Some(r),
+            Response::Conns(c) => w.conns = Some(c),
             Response::Done(m) => w.message = Some(m),
             Response::Error(e) => {
                 w.ok = false;
@@ -169,6 +180,7 @@ impl<'de> Deserialize<'de> for Response {
             } => Response::Status(s),
             WireResponse { sas: Some(s), .. } => Response::Sas(s),
             WireResponse { reload: Some(r), .. } => Response::Reload(r),
+            WireResponse { conns: Some(c), .. } => Response::Conns(c),
             WireResponse { message, .. } => Response::Done(message.unwrap_or_default()),
         })
     }
@@ -214,6 +226,8 @@ mod tests {
             Response::Status(Box::new(fake_status())),
             Response::Sas(vec![]),
             Response::Reload(Box::new(ReloadReport { added: vec!["a".into()], unchanged: 3, ..ReloadReport::default() })),
+            Response::Conns(vec![ConnStatus { name: "site".into(), remote_port: 4500, ..ConnStatus::default() }]),
+            Response::Conns(vec![]),
             Response::Done("d".into()),
             Response::Error("e".into()),
         ] {
@@ -226,5 +240,6 @@ mod tests {
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
         assert_eq!(serde_json::to_string(&Request::Reload).unwrap(), r#"{"cmd":"reload"}"#);
+        assert_eq!(serde_json::to_string(&Request::ListConns).unwrap(), r#"{"cmd":"list-conns"}"#);
     }
 }

@@ -339,6 +339,7 @@ mod tests {
             Request::Down { name } => Response::Error(format!("no connection '{name}'")),
             Request::Rekey { name, .. } => Response::Done(format!("{name} rekeyed")),
             Request::Reload => Response::Error("not reloaded".into()),
+            Request::ListConns => Response::Conns(vec![]),
         }
     }
 

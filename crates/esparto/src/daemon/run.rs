@@ -269,6 +269,9 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             Some(ike) => ike.rekey(now, gw, &name, whole).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
+        Request::ListConns => {
+            Response::Conns(config.connections.iter().map(crate::status::ConnStatus::from_config).collect())
+        }
         Request::Reload => match super::reload::reload(config, gw, ike, "esparto reload") {
             Ok(r) => Response::Reload(Box::new(r)),
             Err(e) => {

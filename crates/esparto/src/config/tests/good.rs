@@ -254,7 +254,7 @@ secret = "x"
 #[test]
 fn start_connections_restart_by_default() {
     let conf = |child: &str| {
-        format!("[connections.gw]\nremote_addrs = \"198.51.100.7\"\n[connections.gw.children.c]\n{child}\n[secrets.s]\nsecret = \"x\"\n")
+        format!("[connections.gw]\nlocal_addrs = \"198.51.100.1\"\nremote_addrs = \"198.51.100.7\"\n[connections.gw.children.c]\n{child}\n[secrets.s]\nsecret = \"x\"\n")
     };
     let actions = |child: &str| {
         let c = parse_str(&conf(child), "t.toml").unwrap();

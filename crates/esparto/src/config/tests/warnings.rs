@@ -1,0 +1,201 @@
+//! Warnings about secrets and an empty file, and the errors for what
+//! `run` would refuse: each at its key, printed by `check-config`.
+
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+use crate::config::*;
+
+fn warnings(c: &Config) -> Vec<String> {
+    c.warnings.iter().map(|w| w.to_string()).collect()
+}
+
+/// An IKE connection with one child; `conn` and `child` are added lines.
+fn ike(conn: &str, child: &str, secret: &str) -> String {
+    format!(
+        "[connections.gw]\n{conn}\n[connections.gw.children.c]\nlocal_ts = \"10.1.0.0/16\"\nremote_ts = \"10.2.0.0/16\"\n{child}\n[secrets.s]\n{secret}\n"
+    )
+}
+
+const ADDRS: &str = "local_addrs = \"192.0.2.1\"\nremote_addrs = \"192.0.2.2\"";
+const GOOD_PSK: &str = "secret = \"a long and random enough shared secret\"";
+
+#[test]
+fn a_good_ike_file_has_no_warnings() {
+    let c = parse_str(&ike(ADDRS, "start_action = \"start\"", GOOD_PSK), "t.toml").unwrap();
+    assert_eq!(warnings(&c), Vec::<String>::new());
+}
+
+#[test]
+fn short_psks_are_warned_at_the_secret() {
+    for (secret, bytes) in [("secret = \"nineteen characters\"", 19), ("secret = \"0x00112233445566778899\"", 10)] {
+        let c = parse_str(&ike(ADDRS, "", secret), "t.toml").unwrap();
+        let w = warnings(&c);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("t.toml:9:10: secrets.s.secret: warning: PSK of "), "{}", w[0]);
+        assert!(w[0].contains(&format!("{bytes} bytes")), "{}", w[0]);
+    }
+    let c = parse_str(&ike(ADDRS, "", "secret = \"exactly twenty chars\""), "t.toml").unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", warnings(&c));
+}
+
+#[test]
+fn the_examples_psk_is_warned_even_copied_elsewhere() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/site-to-site-psk.toml");
+    let text = std::fs::read_to_string(example).unwrap();
+    let c = parse_str(&text, "site.toml").unwrap();
+    let w = warnings(&c);
+    assert!(
+        w.iter().any(|w| w.contains("secrets.west-east.secret: warning: this PSK is published")),
+        "{w:?}"
+    );
+    let demo = ike(ADDRS, "", "secret = \"esparto demo: a pre-shared key for namespaces only\"");
+    let w = warnings(&parse_str(&demo, "t.toml").unwrap());
+    assert!(w.len() == 1 && w[0].contains("published"), "{w:?}");
+}
+
+#[test]
+fn secret_files_readable_by_others_are_warned_at_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let psk = dir.path().join("gw.psk");
+    std::fs::write(&psk, "a long and random enough shared secret\n").unwrap();
+    let file = dir.path().join("t.toml");
+    std::fs::write(&file, ike(ADDRS, "", "secret_file = \"gw.psk\"")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for (mode, warned) in [(0o640, true), (0o600, false), (0o604, true)] {
+        std::fs::set_permissions(&psk, std::fs::Permissions::from_mode(mode)).unwrap();
+        let w = warnings(&load(&file).unwrap());
+        assert_eq!(w.len(), usize::from(warned), "{mode:o}: {w:?}");
+        if warned {
+            assert!(w[0].contains(":9:15: secrets.s.secret_file: warning: '"), "{}", w[0]);
+            assert!(w[0].contains(&format!("(mode {mode:04o}); `chmod 600` it")), "{}", w[0]);
+        }
+    }
+    // Static keys in files: the same.
+    let key = dir.path().join("in.key");
+    std::fs::write(&key, K36).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let text = base().replace(&format!("in_key = \"0x{K36}\""), "in_key_file = \"in.key\"");
+    let other = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f40414243";
+    let text = text.replace(&format!("out_key = \"0x{K36}\""), &format!("out_key = \"{other}\""));
+    std::fs::write(&file, &text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let w = warnings(&load(&file).unwrap());
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains(&format!("{L}.static_sas[0].in_key_file: warning: '")), "{}", w[0]);
+}
+
+#[test]
+fn a_config_holding_a_secret_inline_must_be_private_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.toml");
+    std::fs::write(&file, ike(ADDRS, "", GOOD_PSK)).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let w = warnings(&load(&file).unwrap());
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("t.toml:9:10: secrets.s.secret: warning: '"), "{}", w[0]);
+    assert!(w[0].contains("move the secret to a file of its own"), "{}", w[0]);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(load(&file).unwrap().warnings.is_empty());
+    // Without secrets inline, who reads the file does not matter.
+    std::fs::write(dir.path().join("gw.psk"), "a long and random enough shared secret").unwrap();
+    std::fs::set_permissions(dir.path().join("gw.psk"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&file, ike(ADDRS, "", "secret_file = \"gw.psk\"")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(load(&file).unwrap().warnings.is_empty());
+}
+
+#[test]
+fn a_static_key_used_in_both_directions_or_twice_is_warned() {
+    // base() uses one key both ways.
+    let w = warnings(&parse_str(&base(), "west.toml").unwrap());
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with(&format!("west.toml:17:11: {L}.static_sas[0].out_key: warning: the same key as {L}.static_sas[0].in_key (at west.toml:16:10)")),
+        "{}",
+        w[0]
+    );
+    assert!(w[0].contains("nonces repeat"), "{}", w[0]);
+    assert!(!w[0].contains(K36), "a key was quoted: {}", w[0]);
+    // Distinct keys in one pair, but a second pair reusing the first's.
+    let other = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f40414243";
+    let text = base().replace(&format!("out_key = \"0x{K36}\""), &format!("out_key = \"{other}\""));
+    assert!(parse_str(&text, "west.toml").unwrap().warnings.is_empty());
+    let text = format!(
+        "{text}\n[[connections.site.children.lan.static_sas]]\nin_spi = 0xc0000102\nout_spi = 0xc0000202\nin_key = \"{other}\"\nout_key = \"0x{K36}\"\n"
+    );
+    let w = warnings(&parse_str(&text, "west.toml").unwrap());
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w[0].contains("static_sas[1].in_key: warning: the same key as connections.site.children.lan.static_sas[0].out_key"), "{}", w[0]);
+    assert!(w[1].contains("static_sas[1].out_key: warning: the same key as connections.site.children.lan.static_sas[0].in_key"), "{}", w[1]);
+}
+
+#[test]
+fn the_examples_static_keys_are_warned() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let w = warnings(&parse_str(&std::fs::read_to_string(dir.join("static-west.toml")).unwrap(), "w.toml").unwrap());
+    let published: Vec<_> = w.iter().filter(|w| w.contains("this key is published")).collect();
+    assert_eq!(published.len(), 6, "{w:?}");
+}
+
+#[test]
+fn an_empty_file_is_warned() {
+    for text in ["", "[daemon]\nworkers = 1\n", "[connections]\n"] {
+        let c = parse_str(text, "t.toml").unwrap();
+        let w = warnings(&c);
+        assert_eq!(w.len(), 1, "{text:?}: {w:?}");
+        assert!(w[0].contains("connections: warning: no connections"), "{}", w[0]);
+    }
+}
+
+#[test]
+fn what_run_refuses_check_config_refuses() {
+    let err = |conn: &str, child: &str| -> Vec<ConfigError> {
+        errors_of(&ike(conn, child, GOOD_PSK))
+    };
+    // start without an address to initiate to, or from.
+    for (conn, missing) in [
+        ("local_addrs = \"192.0.2.1\"", "needs remote_addrs"),
+        ("remote_addrs = \"192.0.2.2\"", "needs local_addrs"),
+        ("", "needs local_addrs and remote_addrs"),
+    ] {
+        let e = err(conn, "start_action = \"start\"");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].key, "connections.gw.children.c.start_action");
+        assert!(e[0].message.contains(missing), "{}", e[0].message);
+        assert!(e[0].message.contains("esparto run would refuse to start"), "{}", e[0].message);
+    }
+    // A trap without a peer: refused; without a local address: warned.
+    let e = err("local_addrs = \"192.0.2.1\"", "start_action = \"trap\"");
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].message.contains("\"trap\" needs remote_addrs"), "{}", e[0].message);
+    let c = parse_str(&ike("remote_addrs = \"192.0.2.2\"", "start_action = \"trap\"", GOOD_PSK), "t.toml").unwrap();
+    let w = warnings(&c);
+    assert!(w.len() == 1 && w[0].contains("\"trap\" without local_addrs"), "{w:?}");
+    // Responders need no addresses at all.
+    assert!(parse_str(&ike("", "start_action = \"none\"", GOOD_PSK), "t.toml").is_ok());
+    // Connections of two outer families.
+    let two = format!(
+        "{}\n[connections.v6]\nlocal_addrs = \"2001:db8::1\"\nremote_addrs = \"2001:db8::2\"\n[connections.v6.children.c]\nlocal_ts = \"10.3.0.0/16\"\nremote_ts = \"10.4.0.0/16\"\n",
+        ike(ADDRS, "", GOOD_PSK)
+    );
+    let e = errors_of(&two);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert_eq!((e[0].key.as_str(), e[1].key.as_str()), ("connections.v6.local_addrs", "connections.v6.remote_addrs"));
+    assert!(e[0].message.contains("2001:db8::1 is not of the family of 192.0.2.1 (connection gw)"), "{}", e[0].message);
+}
+
+#[test]
+fn cpus_this_host_would_refuse_are_warned() {
+    let text = format!("[daemon]\ncpus = [0, 5, 7]\n{}", ike(ADDRS, "", GOOD_PSK));
+    let host = Host { cpus: vec![0, 1, 2, 3, 4, 5], ..Host::default() };
+    let w = warnings(&parse_str_on(&text, "t.toml", &host).unwrap());
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("t.toml:2:15: daemon.cpus[2]: warning: esparto run would refuse to start: CPU 7 is not one"),
+        "{}",
+        w[0]
+    );
+    // Unknown affinity: nothing compared.
+    assert!(parse_str(&text, "t.toml").unwrap().warnings.is_empty());
+}
