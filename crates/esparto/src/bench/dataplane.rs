@@ -12,6 +12,10 @@
 //! - **encap**: encapsulation alone on one core (the inner packet copied into
 //!   the buffer each time, as a TUN read would), in packets per second.
 //!
+//! With `--sas N` it measures key agility instead ([`run_agility`]): the
+//! ESP round trip with packets spread over N active SA pairs per worker,
+//! beside the same with one SA, and the memory each SA takes.
+//!
 //! Each figure is the median of `runs` measurements of `seconds` each; the
 //! kinds are interleaved within a run so drift on a shared machine hits them
 //! alike. Threads are pinned one per CPU. Cycles are TSC reference cycles
@@ -914,6 +918,15 @@ pub fn print_agility(rows: &[AgilityRow]) {
         "Mpps/Gb/s = ESP round trips (encapsulate + decapsulate) with N SAs, all workers; ratio = median of \
          (N SAs / one SA) measured back to back; out/in B/SA = resident memory (VmRSS growth) per outbound SA \
          (with its policy and group) and per inbound SA, shown from {MEMORY_MIN_SAS} SAs."
+    );
+    println!(
+        "inline sizes: OutboundSa {} B, InboundSa {} B, SaGroup {} B, Policy {} B; replay bitmap {} B on the heap \
+         (plus the cipher's key schedule and the selectors, also on the heap).",
+        core::mem::size_of::<OutboundSa>(),
+        core::mem::size_of::<InboundSa>(),
+        core::mem::size_of::<esparto_esp::SaGroup>(),
+        core::mem::size_of::<Policy>(),
+        esparto_esp::DEFAULT_WINDOW / 8
     );
 }
 
