@@ -47,3 +47,28 @@ fn bad_sas_input_is_refused_with_the_reason() {
     assert!(!ok);
     assert!(err.contains("fixed sizes only"), "{err}");
 }
+
+#[test]
+fn saved_agility_results_are_kept_and_not_set_aside_by_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().to_str().unwrap();
+    let (ok, _, err) = esparto(&[
+        "bench", "dataplane", "--sas", "2", "--sizes", "64", "--seconds", "0.01", "--runs", "1", "--workers", "1",
+        "--save", "--results", results,
+    ]);
+    assert!(ok, "{err}");
+    let files: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(files[0].starts_with("agility-aes256gcm16-"), "{files:?}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(&files[0])).unwrap()).unwrap();
+    assert_eq!(saved["kind"], "agility");
+    // One row per listed N; one SA is measured beside it (`mpps_1`).
+    assert_eq!(saved["data"]["rows"].as_array().unwrap().len(), 1);
+    assert_eq!(saved["data"]["rows"][0]["sas"], 2);
+    assert!(saved["data"]["rows"][0]["mpps_1"].as_f64().unwrap() > 0.0);
+    // plan reads the directory without naming the file as set aside.
+    let (_, out, err) = esparto(&["plan", "capacity", "--results", results]);
+    assert!(!err.contains(&files[0]) && !out.contains(&files[0]), "{out}\n{err}");
+}
