@@ -144,9 +144,17 @@ struct DataplaneArgs {
     /// ESP suite in strongSwan syntax: aes256gcm16, aes128gcm16, chacha20poly1305, aes256-sha256, …
     #[arg(long, default_value = "aes256gcm16")]
     suite: String,
-    /// Inner packet sizes in bytes, comma separated; "imix" for the simple IMIX mix.
-    #[arg(long, default_value = "64,128,256,512,1024,1420,imix", value_delimiter = ',')]
+    /// Inner packet sizes in bytes, comma separated; "imix" for the simple IMIX mix
+    /// [default: 64,128,256,512,1024,1420,imix; with --sas: 64,1420].
+    #[arg(long, value_delimiter = ',')]
     sizes: Vec<String>,
+    /// Key agility: spread the packets over N active SA pairs per worker (N policies,
+    /// groups and inbound SAs), each N measured beside one SA; comma separated.
+    #[arg(long, value_delimiter = ',', value_name = "N")]
+    sas: Vec<usize>,
+    /// With --sas: how packets are spread over the SAs, "round-robin" or "zipf" (Zipf, s = 1).
+    #[arg(long, default_value = "round-robin", requires = "sas")]
+    sa_mix: String,
     /// Worker threads (default: the CPUs this process may use).
     #[arg(long)]
     workers: Option<usize>,
@@ -403,9 +411,64 @@ fn default_workers() -> usize {
     esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1)
 }
 
+/// Sizes `bench dataplane` measures unless told.
+const DEFAULT_SIZES: &str = "64,128,256,512,1024,1420,imix";
+/// Sizes `bench dataplane --sas` measures unless told.
+const DEFAULT_AGILITY_SIZES: &str = "64,1420";
+
+fn bench_agility(a: DataplaneArgs, suite: esparto_crypto::EspSuite) -> Result<ExitCode> {
+    let sizes = if a.sizes.is_empty() { DEFAULT_AGILITY_SIZES.split(',').map(str::to_string).collect() } else { a.sizes };
+    let sizes = sizes
+        .iter()
+        .map(|s| match dataplane::Size::parse(s)? {
+            dataplane::Size::Fixed(n) => Ok(n),
+            dataplane::Size::Imix => anyhow::bail!("--sas measures fixed sizes only, not imix"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if !(a.seconds > 0.0 && a.seconds <= 600.0) {
+        anyhow::bail!("--seconds must be in (0, 600]");
+    }
+    if let Some(&n) = a.sas.iter().find(|&&n| n == 0 || n > dataplane::MAX_SAS) {
+        anyhow::bail!("--sas {n}: must be between 1 and {}", dataplane::MAX_SAS);
+    }
+    let workers = a.workers.unwrap_or_else(default_workers);
+    if workers == 0 || workers > 1024 {
+        anyhow::bail!("--workers must be between 1 and 1024");
+    }
+    let opts = dataplane::AgilityOptions {
+        suite,
+        sizes,
+        sas: a.sas,
+        mix: dataplane::SaMix::parse(&a.sa_mix)?,
+        workers,
+        seconds: a.seconds,
+        runs: a.runs,
+        count: a.count,
+    };
+    let rows = dataplane::run_agility(&opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        dataplane::print_agility(&rows);
+    }
+    if a.save {
+        if a.count.is_some() {
+            anyhow::bail!("--save: a --count run is for instruction counts, not for planning; not saved");
+        }
+        let data = results::AgilityData { suite: suite.name().into(), workers, seconds: a.seconds, runs: a.runs, rows };
+        let path = results::save(&a.results, suite.name(), &results::envelope(results::Kind::Agility, data))?;
+        eprintln!("saved {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
     let suite = plan::parse_suite(&a.suite)?;
-    let sizes = a.sizes.iter().map(|s| dataplane::Size::parse(s)).collect::<Result<Vec<_>>>()?;
+    if !a.sas.is_empty() {
+        return bench_agility(a, suite);
+    }
+    let sizes = if a.sizes.is_empty() { DEFAULT_SIZES.split(',').map(str::to_string).collect() } else { a.sizes.clone() };
+    let sizes = sizes.iter().map(|s| dataplane::Size::parse(s)).collect::<Result<Vec<_>>>()?;
     if !(a.seconds > 0.0 && a.seconds <= 600.0) {
         anyhow::bail!("--seconds must be in (0, 600]");
     }

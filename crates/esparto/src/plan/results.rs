@@ -53,6 +53,8 @@ pub enum Kind {
     Dataplane,
     /// `esparto-testbed bench tunnel`: end to end through two gateways.
     Tunnel,
+    /// `esparto bench dataplane --sas`: in process, many active SAs.
+    Agility,
 }
 
 impl fmt::Display for Kind {
@@ -60,6 +62,7 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Kind::Dataplane => "dataplane",
             Kind::Tunnel => "tunnel",
+            Kind::Agility => "agility",
         })
     }
 }
@@ -149,6 +152,21 @@ pub struct DataplaneData {
     pub runs: usize,
     /// One row per packet size.
     pub rows: Vec<dataplane::Row>,
+}
+
+/// What `esparto bench dataplane --sas` measured (one suite).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgilityData {
+    /// The suite, strongSwan's name.
+    pub suite: String,
+    /// Worker threads.
+    pub workers: usize,
+    /// Seconds per measurement.
+    pub seconds: f64,
+    /// Measurements per figure (medians).
+    pub runs: usize,
+    /// One row per packet size and number of SAs.
+    pub rows: Vec<dataplane::AgilityRow>,
 }
 
 /// One packet size's RFC 2544 zero-loss rate, end to end.
@@ -458,6 +476,8 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
                 Ok(saved) => found.tunnel.push(Loaded { path: path.clone(), saved }),
                 Err(e) => ignore(e),
             },
+            // Kept for the operator and for plots; no plan reads it yet.
+            Some(Ok(Kind::Agility)) => {}
             Some(Err(e)) => ignore(format!("corrupt: kind: {e}")),
             None => ignore("corrupt: no \"kind\" field".into()),
         }
