@@ -51,7 +51,7 @@ use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
 
 /// TUN MTU when no SA suite is known yet (IKE children before negotiation).
 const DEFAULT_TUN_MTU: u16 = 1400;
-/// How long `status` waits for each worker's snapshot.
+/// How long `status` waits for the workers' snapshots.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Least time between two log lines about failing reservation writes.
 const RESERVATION_WARN_EVERY: Duration = Duration::from_secs(10);
@@ -424,16 +424,23 @@ impl Gateway {
     }
 
     /// Gathers every worker's snapshot, labels it from the table, and
-    /// lists the IKE SAs with their Child SAs' traffic.
+    /// lists the IKE SAs with their Child SAs' traffic. Every worker is
+    /// asked before any answer is awaited, so they take their snapshots at
+    /// once and the wait is the slowest worker's, not the sum.
     pub fn status(&self) -> Result<Status> {
-        let mut snaps: Vec<Snapshot> = Vec::with_capacity(self.nworkers);
+        let mut replies = Vec::with_capacity(self.nworkers);
         for k in 0..self.nworkers {
             let (tx, rx) = mpsc::sync_channel(1);
             self.workers
                 .send(k, EspCommand::Snapshot(tx))
                 .map_err(|_| anyhow!("worker {k} has stopped"))?;
+            replies.push(rx);
+        }
+        let deadline = Instant::now() + SNAPSHOT_TIMEOUT;
+        let mut snaps: Vec<Snapshot> = Vec::with_capacity(self.nworkers);
+        for (k, rx) in replies.into_iter().enumerate() {
             let s = rx
-                .recv_timeout(SNAPSHOT_TIMEOUT)
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .map_err(|_| anyhow!("worker {k} did not answer within {SNAPSHOT_TIMEOUT:?}"))?;
             snaps.push(s);
         }
@@ -459,6 +466,8 @@ impl Gateway {
                 cpu: io.cpu,
                 tx_packets: s.tx_packets,
                 rx_packets: s.rx_packets,
+                tx_bytes: s.tx_bytes,
+                rx_bytes: s.rx_bytes,
                 drops,
                 io: IoStatus::from_stats(&io),
                 keepalives,
@@ -498,6 +507,7 @@ impl Gateway {
             drops: drops_map(&total).into_iter().chain(io_total).collect(),
             ike_sas: self.table.ike_sas_status(now, &counters),
             ike: BTreeMap::new(),
+            ike_events: Default::default(),
         }
     }
 
