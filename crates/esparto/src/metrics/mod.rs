@@ -13,11 +13,12 @@
 //! **Threads.** The endpoint has a thread of its own (`esparto-metrics`,
 //! started with no capabilities, since it reads bytes from the network)
 //! that accepts connections, reads the request, and asks the control
-//! thread for a [`Status`] through a channel of one and a wake-up socket
-//! the control loop polls. The control thread gathers it between two
-//! turns of its loop ([`Metrics::serve`]) and hands it over; the costly
-//! part — turning tens of thousands of SAs into text, writing megabytes
-//! to a slow client — happens on the endpoint's thread. The time the
+//! thread for its figures through a channel of one and a wake-up socket
+//! the control loop polls. The control thread gathers them between two
+//! turns of its loop ([`Metrics::serve`]): the workers' snapshots and
+//! whose each SA is, nothing formatted; the costly part — making a
+//! [`Status`] of tens of thousands of SAs, turning it into text, writing
+//! megabytes to a slow client — happens on the endpoint's thread. The time the
 //! control thread spent is itself a metric, `esparto_metrics_gather_seconds`.
 //!
 //! **Bounded.** One connection is served at a time (a scraper asks every
@@ -71,8 +72,14 @@ pub struct Scrape {
     pub gather: Duration,
 }
 
-/// The control thread's answer: the figures, or why there are none.
-type Answer = Result<Scrape, String>;
+/// The figures for one scrape as the control thread hands them over,
+/// made into a [`Status`] on the endpoint's thread: formatting tens of
+/// thousands of SAs must not hold the control thread.
+pub type Figures = Box<dyn FnOnce() -> Status + Send>;
+
+/// The control thread's answer: the figures and how long it took to
+/// gather them, or why there are none.
+type Answer = Result<(Figures, Duration), String>;
 
 /// The bound listening socket, before its thread starts: binding first
 /// lets `esparto run` refuse an address in use before it touches any
@@ -141,19 +148,14 @@ impl Metrics {
     /// Answers the scrape waiting, if any, with `gather`'s figures; `woken`
     /// says that [`fd`](Self::fd) polled readable (the wake-up is then
     /// consumed). Never blocks on the endpoint.
-    pub fn serve(&mut self, woken: bool, gather: impl FnOnce() -> anyhow::Result<Status>) {
+    pub fn serve(&mut self, woken: bool, gather: impl FnOnce() -> anyhow::Result<Figures>) {
         if woken {
             let mut b = [0u8; 64];
             while matches!((&self.wake).read(&mut b), Ok(n) if n > 0) {}
         }
         let Ok(reply) = self.requests.try_recv() else { return };
         let t0 = Instant::now();
-        let answer = gather()
-            .map(|status| Scrape {
-                status,
-                gather: t0.elapsed(),
-            })
-            .map_err(|e| format!("{e:#}"));
+        let answer = gather().map(|f| (f, t0.elapsed())).map_err(|e| format!("{e:#}"));
         // A scraper that gave up has dropped its receiver: nothing to do.
         let _ = reply.try_send(answer);
     }
@@ -220,7 +222,8 @@ impl Endpoint {
         // A full socket means a wake-up is pending already.
         let _ = (&self.wake).write(&[1]);
         match rx.recv_timeout(GATHER_TIMEOUT) {
-            Ok(Ok(scrape)) => {
+            Ok(Ok((figures, gather))) => {
+                let scrape = Scrape { status: figures(), gather };
                 let facts = process::Facts::read(self.started);
                 match render(scrape, &facts, openmetrics) {
                     Ok(body) => http::Response::metrics(body, openmetrics),

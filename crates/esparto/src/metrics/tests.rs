@@ -31,7 +31,7 @@ impl Control {
                 let mut p = esparto_io::poll::Poller::new();
                 let i = p.add(m.fd());
                 p.wait(Duration::from_secs(30)).unwrap();
-                m.serve(p.readable(i), answer);
+                m.serve(p.readable(i), || answer().map(|s| Box::new(move || s) as Figures));
             }
         });
         Self {
