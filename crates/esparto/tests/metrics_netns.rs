@@ -2,7 +2,8 @@
 //! with traffic through an IKE tunnel, a scrape over TCP says what
 //! `esparto status --json` says (workers, Child SAs, drops, IKE SAs by
 //! state, set-ups, rekeys), from a thread that holds no capabilities; an
-//! address already in use stops the daemon before it touches anything.
+//! address already in use stops the daemon before it touches anything (no
+//! TUN device, no policy rule, no state file).
 //! Needs root, iproute2, ping: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -405,6 +406,8 @@ fn an_address_in_use_stops_the_start_before_anything_is_touched() {
     let state = tempfile::tempdir().unwrap();
     cfg.state_dir = Some(PathBuf::from(state.path()));
     let _holder = gw.run(|| TcpListener::bind(METRICS)).unwrap().unwrap();
+    let rules = |fam| String::from_utf8_lossy(&gw.ip(&[fam, "rule"]).unwrap().stdout).to_string();
+    let rules_before = (rules("-4"), rules("-6"));
     let ran = run_to_exit(gw, bin, &cfg, &[], Duration::from_secs(20)).unwrap();
     let status = ran.status.expect("the daemon exits by itself");
     assert!(!status.success(), "{status}: {}", ran.log);
@@ -417,6 +420,7 @@ fn an_address_in_use_stops_the_start_before_anything_is_touched() {
     );
     let links = String::from_utf8_lossy(&gw.ip(&["link"]).unwrap().stdout).to_string();
     assert!(!links.contains("esparto0"), "{links}");
+    assert_eq!((rules("-4"), rules("-6")), rules_before, "policy rules changed");
     assert!(
         std::fs::read_dir(state.path()).unwrap().next().is_none(),
         "the state directory was written"
