@@ -49,6 +49,7 @@ use super::seqstate::{self, Claims, FsStore, PairAt, Reservations, StaticOut, St
 use super::table::report::Counters;
 use super::table::{Effect, Table};
 use crate::config::{Config, Connection};
+use crate::metrics::SaRow;
 use crate::datapath::{self, EspCommand, EspDatapath, IcmpSources, SPI_STEERING, Snapshot, WorkerEvent};
 use crate::status::{IkeSaStatus, IoStatus, SaStatus, Status, WorkerStatus};
 
@@ -539,10 +540,23 @@ impl Gathered {
     /// The status, every figure formatted (no IKE engine counters: the
     /// IKE driver adds them).
     pub fn into_status(self) -> Status {
+        self.split(true).0
+    }
+
+    /// The status without its list of SAs, and that list unformatted: for
+    /// the metrics, which sum it per SA and format only the sums.
+    pub fn into_summary(self) -> (Status, Vec<SaRow>) {
+        self.split(false)
+    }
+
+    /// The status, with the SAs in it (`format_sas`) or beside it.
+    fn split(self, format_sas: bool) -> (Status, Vec<SaRow>) {
         let Gathered { snaps, owners, uptime_s, tun, steering, ike_sas, at } = self;
         let mut total = esparto_esp::Drops::default();
         let mut workers = Vec::with_capacity(snaps.len());
-        let mut sas = Vec::with_capacity(snaps.iter().map(|s| s.esp.sas.len()).sum());
+        let n = snaps.iter().map(|s| s.esp.sas.len()).sum();
+        let (mut sas, mut rows) = if format_sas { (Vec::with_capacity(n), Vec::new()) } else { (Vec::new(), Vec::with_capacity(n)) };
+        let nobody: Arc<str> = Arc::from("");
         let mut io_total: BTreeMap<String, u64> = BTreeMap::new();
         for (Snapshot { esp: s, io, keepalives }, owners) in snaps.into_iter().zip(owners) {
             total.add(&s.drops);
@@ -564,6 +578,19 @@ impl Gathered {
                 events_dropped: s.events_dropped,
             });
             for (sa, owner) in s.sas.into_iter().zip(owners) {
+                if !format_sas {
+                    let (connection, child) = owner.map_or_else(|| (nobody.clone(), nobody.clone()), |o| (o.connection, o.child));
+                    rows.push(SaRow {
+                        connection,
+                        child,
+                        direction: sa.direction,
+                        spi: sa.spi,
+                        packets: sa.counters.packets,
+                        bytes: sa.counters.bytes,
+                        drops: sa.counters.drops,
+                    });
+                    continue;
+                }
                 sas.push(SaStatus {
                     connection: owner.as_ref().map_or_else(String::new, |o| o.connection.to_string()),
                     child: owner.as_ref().map_or_else(String::new, |o| o.child.to_string()),
@@ -584,7 +611,7 @@ impl Gathered {
                 });
             }
         }
-        Status {
+        let status = Status {
             version: env!("CARGO_PKG_VERSION").into(),
             pid: std::process::id(),
             uptime_s,
@@ -596,6 +623,7 @@ impl Gathered {
             ike_sas,
             ike: BTreeMap::new(),
             ike_events: Default::default(),
-        }
+        };
+        (status, rows)
     }
 }

@@ -253,10 +253,10 @@ fn scrape_figures(gw: &Gateway, ike: Option<&Ike>) -> Result<metrics::Figures> {
     let gathered = gw.gather(false)?;
     let (counters, events) = ike.map(|i| (i.counters(), i.events())).unzip();
     Ok(Box::new(move || {
-        let mut s = gathered.into_status();
+        let (mut s, sas) = gathered.into_summary();
         s.ike = counters.unwrap_or_default();
         s.ike_events = events.unwrap_or_default();
-        s
+        (s, sas)
     }))
 }
 

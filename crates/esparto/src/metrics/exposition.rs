@@ -12,7 +12,8 @@
 //!   and the I/O layer's), system calls, NAT keepalives, lost events;
 //! - per SA (one direction of a Child SA, `spi` its SPI in hex): packets,
 //!   bytes and drops, summed over the workers (a fallback SA is sent on by
-//!   every worker);
+//!   every worker) from the workers' own rows ([`SaRow`](super::SaRow)),
+//!   so that only the sums are made into text;
 //! - the IKE engine: SAs by state, set-ups, rekeys, failures by reason,
 //!   its own counters (only when IKE connections are configured).
 //!
@@ -24,7 +25,9 @@
 //! time.
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::fmt::{self, Write as _};
+
+use esparto_esp::{Direction, Drops};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
@@ -113,6 +116,9 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
 /// A worker's I/O counter: metric name (without `_total`), help, and
 /// where it is in the status.
 type IoCounter = (&'static str, &'static str, fn(&IoStatus) -> u64);
+
+/// Hex digits of an SPI label.
+const SPI_DIGITS: usize = 8;
 
 /// The workers' I/O counters.
 const WORKER_IO: [IoCounter; 9] = [
@@ -257,9 +263,11 @@ fn reasons(map: &BTreeMap<String, u64>) -> impl Iterator<Item = ([(&'static str,
         .map(|(r, n)| ([("reason", r.as_str())], *n))
 }
 
-/// An SA's labels, from its (connection, child, direction, SPI).
+/// An SA's labels, from its (connection, child, direction, SPI) and the
+/// SPI in hex.
 fn sa_labels<'a>(
-    &(connection, child, direction, spi): &(&'a str, &'a str, &'a str, &'a str),
+    &(connection, child, direction, _): &(&'a str, &'a str, &'static str, u32),
+    spi: &'a str,
 ) -> [(&'static str, &'a str); 4] {
     [
         ("connection", connection),
@@ -274,7 +282,7 @@ fn sa_labels<'a>(
 struct SaSum {
     packets: u64,
     bytes: u64,
-    drops: BTreeMap<String, u64>,
+    drops: Drops,
 }
 
 impl Collector for Exposition {
@@ -442,23 +450,26 @@ impl Exposition {
     }
 
     fn sas(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
-        let s = &self.scrape.status;
-        // (connection, child, direction, spi) → figures over all workers.
-        let mut sums: BTreeMap<(&str, &str, &str, &str), SaSum> = BTreeMap::new();
-        for sa in &s.sas {
-            let key = (
-                sa.connection.as_str(),
-                sa.child.as_str(),
-                sa.direction.as_str(),
-                sa.spi.as_str(),
-            );
-            let sum = sums.entry(key).or_default();
+        // (connection, child, direction, SPI) → figures over all workers.
+        let mut sums: BTreeMap<(&str, &str, &str, u32), SaSum> = BTreeMap::new();
+        for sa in &self.scrape.sas {
+            let direction = match sa.direction {
+                Direction::Inbound => "in",
+                Direction::Outbound => "out",
+            };
+            let sum = sums
+                .entry((&*sa.connection, &*sa.child, direction, sa.spi))
+                .or_default();
             sum.packets += sa.packets;
             sum.bytes += sa.bytes;
-            for (r, n) in &sa.drops {
-                *sum.drops.entry(r.clone()).or_default() += n;
-            }
+            sum.drops.add(&sa.drops);
         }
+        // Every SPI in hex, as `esparto sas` shows it, in one buffer.
+        let mut hex = String::with_capacity(sums.len() * SPI_DIGITS);
+        for k in sums.keys() {
+            write!(hex, "{:08x}", k.3)?;
+        }
+        let labels = |i: usize, k| sa_labels(k, hex.get(i * SPI_DIGITS..(i + 1) * SPI_DIGITS).unwrap_or_default());
         let count = |dir: &str| sums.keys().filter(|k| k.2 == dir).count() as u64;
         gauges(
             e,
@@ -475,26 +486,25 @@ impl Exposition {
             "esparto_child_sa_packets",
             "Packets through one direction of a Child SA (spi: that direction's SPI), all workers.",
             None,
-            sums.iter().map(|(k, v)| (sa_labels(k), v.packets)),
+            sums.iter().enumerate().map(|(i, (k, v))| (labels(i, k), v.packets)),
         )?;
         counters(
             e,
             "esparto_child_sa",
             "Inner bytes through one direction of a Child SA, all workers.",
             Some(&Unit::Bytes),
-            sums.iter().map(|(k, v)| (sa_labels(k), v.bytes)),
+            sums.iter().enumerate().map(|(i, (k, v))| (labels(i, k), v.bytes)),
         )?;
         counters(
             e,
             "esparto_child_sa_drops",
             "Packets of one direction of a Child SA dropped, by reason (non-zero only).",
             None,
-            sums.iter().flat_map(|(k, v)| {
-                let [a, b, c, d] = sa_labels(k);
+            sums.iter().enumerate().flat_map(|(i, (k, v))| {
+                let [a, b, c, d] = labels(i, k);
                 v.drops
-                    .iter()
-                    .filter(|(_, n)| **n > 0)
-                    .map(move |(r, n)| ([a, b, c, d, ("reason", r.as_str())], *n))
+                    .nonzero()
+                    .map(move |(r, n)| ([a, b, c, d, ("reason", r.name())], n))
             }),
         )
     }

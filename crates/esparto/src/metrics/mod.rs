@@ -16,9 +16,10 @@
 //! thread for its figures through a channel of one and a wake-up socket
 //! the control loop polls. The control thread gathers them between two
 //! turns of its loop ([`Metrics::serve`]): the workers' snapshots and
-//! whose each SA is, nothing formatted; the costly part — making a
-//! [`Status`] of tens of thousands of SAs, turning it into text, writing
-//! megabytes to a slow client — happens on the endpoint's thread. The time the
+//! whose each SA is, nothing formatted; the costly part — summing tens of
+//! thousands of SAs ([`SaRow`]s, never made into strings one by one),
+//! turning the sums into text, writing megabytes to a slow client —
+//! happens on the endpoint's thread. The time the
 //! control thread spent is itself a metric, `esparto_metrics_gather_seconds`.
 //!
 //! **Bounded.** One connection is served at a time (a scraper asks every
@@ -42,9 +43,11 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::time::{Duration, Instant, SystemTime};
 
+use esparto_esp::{Direction, Drops};
 use tracing::warn;
 
 use crate::status::Status;
@@ -63,11 +66,34 @@ pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
 /// thread does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// What the control thread hands the endpoint for one scrape.
+/// One SA as one worker reports it, not formatted (an outbound fallback
+/// SA comes once per worker that holds it): the exposition sums these per
+/// SA and formats only the sums.
+#[derive(Debug, Clone)]
+pub struct SaRow {
+    /// Connection name (empty: an SA the table does not know).
+    pub connection: Arc<str>,
+    /// Child name.
+    pub child: Arc<str>,
+    /// Which way.
+    pub direction: Direction,
+    /// The SPI.
+    pub spi: u32,
+    /// Packets.
+    pub packets: u64,
+    /// Inner bytes.
+    pub bytes: u64,
+    /// Drops by reason.
+    pub drops: Drops,
+}
+
+/// One scrape's figures.
 #[derive(Debug, Clone)]
 pub struct Scrape {
-    /// The figures, as `esparto status --json` shows them.
+    /// The figures as `esparto status --json` shows them, but for `sas`.
     pub status: Status,
+    /// The SAs, as the workers report them.
+    pub sas: Vec<SaRow>,
     /// How long the control thread took to gather them.
     pub gather: Duration,
 }
@@ -75,7 +101,7 @@ pub struct Scrape {
 /// The figures for one scrape as the control thread hands them over,
 /// made into a [`Status`] on the endpoint's thread: formatting tens of
 /// thousands of SAs must not hold the control thread.
-pub type Figures = Box<dyn FnOnce() -> Status + Send>;
+pub type Figures = Box<dyn FnOnce() -> (Status, Vec<SaRow>) + Send>;
 
 /// The control thread's answer: the figures and how long it took to
 /// gather them, or why there are none.
@@ -223,7 +249,8 @@ impl Endpoint {
         let _ = (&self.wake).write(&[1]);
         match rx.recv_timeout(GATHER_TIMEOUT) {
             Ok(Ok((figures, gather))) => {
-                let scrape = Scrape { status: figures(), gather };
+                let (status, sas) = figures();
+                let scrape = Scrape { status, sas, gather };
                 let facts = process::Facts::read(self.started);
                 match render(scrape, &facts, openmetrics) {
                     Ok(body) => http::Response::metrics(body, openmetrics),

@@ -31,7 +31,9 @@ impl Control {
                 let mut p = esparto_io::poll::Poller::new();
                 let i = p.add(m.fd());
                 p.wait(Duration::from_secs(30)).unwrap();
-                m.serve(p.readable(i), || answer().map(|s| Box::new(move || s) as Figures));
+                m.serve(p.readable(i), || {
+                    answer().map(|s| Box::new(move || (s, Vec::new())) as Figures)
+                });
             }
         });
         Self {

@@ -6,28 +6,39 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::status::{IkeEvents, IoStatus, SaStatus, Status, WorkerStatus};
+use crate::metrics::SaRow;
+use crate::status::{IkeEvents, IoStatus, Status, WorkerStatus};
+use esparto_esp::DropReason;
 
 fn map(kv: &[(&str, u64)]) -> BTreeMap<String, u64> {
     kv.iter().map(|(k, v)| ((*k).to_string(), *v)).collect()
 }
 
-fn sa(spi: &str, direction: &str, worker: u16, packets: u64, drops: &[(&str, u64)]) -> SaStatus {
-    SaStatus {
+fn sa(spi: u32, direction: Direction, packets: u64, drops: &[(DropReason, u64)]) -> SaRow {
+    let mut d = Drops::default();
+    for (r, n) in drops {
+        for _ in 0..*n {
+            d.count(*r);
+        }
+    }
+    SaRow {
         connection: "site".into(),
         child: "lan".into(),
-        spi: spi.into(),
-        direction: direction.into(),
-        role: "fallback".into(),
-        worker,
-        suite: "aes256gcm16".into(),
-        peer: "192.0.2.2:4500".into(),
+        direction,
+        spi,
         packets,
         bytes: packets * 100,
-        last_seq: packets,
-        age_s: 1.0,
-        drops: map(drops),
+        drops: d,
     }
+}
+
+/// The fallback SA, sent on by both workers; the inbound SA on worker 1.
+fn rows() -> Vec<SaRow> {
+    vec![
+        sa(0xc000_0201, Direction::Outbound, 120, &[]),
+        sa(0xc000_0201, Direction::Outbound, 10, &[]),
+        sa(0xc000_0101, Direction::Inbound, 7, &[(DropReason::Replay, 2)]),
+    ]
 }
 
 fn status(ike: bool) -> Status {
@@ -56,12 +67,6 @@ fn status(ike: bool) -> Status {
         workers: vec![
             worker(0, 120, 0, &[]),
             worker(1, 10, 7, &[("replay", 2), ("send_buffer_full", 1)]),
-        ],
-        // The fallback SA, sent on by both workers; the inbound SA on worker 1.
-        sas: vec![
-            sa("c0000201", "out", 0, 120, &[]),
-            sa("c0000201", "out", 1, 10, &[]),
-            sa("c0000101", "in", 1, 7, &[("replay", 2), ("icv_failure", 0)]),
         ],
         drops: map(&[("replay", 2), ("send_buffer_full", 1), ("no_sa", 0)]),
         ..Status::default()
@@ -95,6 +100,7 @@ fn status(ike: bool) -> Status {
 fn text(ike: bool, openmetrics: bool) -> String {
     let scrape = Scrape {
         status: status(ike),
+        sas: rows(),
         gather: Duration::from_millis(3),
     };
     render(scrape, &Facts::read(SystemTime::now()), openmetrics).unwrap()
