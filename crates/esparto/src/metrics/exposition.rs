@@ -24,7 +24,7 @@
 //! new SPI): sum by `connection` and `child` for a tunnel's traffic over
 //! time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 
 use esparto_esp::{Direction, Drops};
@@ -263,12 +263,11 @@ fn reasons(map: &BTreeMap<String, u64>) -> impl Iterator<Item = ([(&'static str,
         .map(|(r, n)| ([("reason", r.as_str())], *n))
 }
 
-/// An SA's labels, from its (connection, child, direction, SPI) and the
-/// SPI in hex.
-fn sa_labels<'a>(
-    &(connection, child, direction, _): &(&'a str, &'a str, &'static str, u32),
-    spi: &'a str,
-) -> [(&'static str, &'a str); 4] {
+/// An SA: (connection, child, direction, SPI).
+type SaKey<'a> = (&'a str, &'a str, &'static str, u32);
+
+/// An SA's labels, from its key and the SPI in hex.
+fn sa_labels<'a>(&(connection, child, direction, _): &SaKey<'a>, spi: &'a str) -> [(&'static str, &'a str); 4] {
     [
         ("connection", connection),
         ("child", child),
@@ -451,26 +450,34 @@ impl Exposition {
 
     fn sas(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
         // (connection, child, direction, SPI) → figures over all workers.
-        let mut sums: BTreeMap<(&str, &str, &str, u32), SaSum> = BTreeMap::new();
+        // A hash index, then one sort by SPI: tens of thousands of string
+        // comparisons in a tree were half of a scrape's time.
+        let mut index: HashMap<SaKey<'_>, usize> = HashMap::with_capacity(self.scrape.sas.len());
+        let mut sums: Vec<(SaKey<'_>, SaSum)> = Vec::new();
         for sa in &self.scrape.sas {
             let direction = match sa.direction {
                 Direction::Inbound => "in",
                 Direction::Outbound => "out",
             };
-            let sum = sums
-                .entry((&*sa.connection, &*sa.child, direction, sa.spi))
-                .or_default();
+            let key = (&*sa.connection, &*sa.child, direction, sa.spi);
+            let i = *index.entry(key).or_insert_with(|| {
+                sums.push((key, SaSum::default()));
+                sums.len() - 1
+            });
+            let sum = &mut sums[i].1;
             sum.packets += sa.packets;
             sum.bytes += sa.bytes;
             sum.drops.add(&sa.drops);
         }
+        sums.sort_unstable_by(|(a, _), (b, _)| (a.3, a.2, a.0, a.1).cmp(&(b.3, b.2, b.0, b.1)));
+        let sums = sums;
         // Every SPI in hex, as `esparto sas` shows it, in one buffer.
         let mut hex = String::with_capacity(sums.len() * SPI_DIGITS);
-        for k in sums.keys() {
+        for (k, _) in &sums {
             write!(hex, "{:08x}", k.3)?;
         }
         let labels = |i: usize, k| sa_labels(k, hex.get(i * SPI_DIGITS..(i + 1) * SPI_DIGITS).unwrap_or_default());
-        let count = |dir: &str| sums.keys().filter(|k| k.2 == dir).count() as u64;
+        let count = |dir: &str| sums.iter().filter(|(k, _)| k.2 == dir).count() as u64;
         gauges(
             e,
             "esparto_sas",
