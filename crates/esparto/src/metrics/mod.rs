@@ -2,12 +2,12 @@
 //! /metrics` answers with everything `esparto status --json` knows, as
 //! counters and gauges (`docs/METRICS.md` lists them).
 //!
-//! **Where the figures come from.** Nothing new is counted for it: a
-//! scrape reads what the workers already publish for `status` (their
-//! snapshot of plain per-worker counters, taken between batches) and what
-//! the control thread's table and IKE driver hold, through the same
-//! [`Gateway::status`](crate::daemon::Gateway::status) the control socket
-//! uses. The data plane never sees a scrape except as one snapshot per
+//! **Where the figures come from.** Nothing is counted for the metrics
+//! alone: a scrape reads what the workers already publish for `status`
+//! (their snapshot of plain per-worker counters, taken between batches)
+//! and what the control thread's table and IKE driver hold, through the
+//! same [`Gateway::gather`](crate::daemon::Gateway::gather) as the control
+//! socket's `status`. The data plane never sees a scrape except as one snapshot per
 //! worker, so metrics cost it nothing between scrapes.
 //!
 //! **Threads.** The endpoint has a thread of its own (`esparto-metrics`,
@@ -19,15 +19,15 @@
 //! whose each SA is, nothing formatted; the costly part — summing tens of
 //! thousands of SAs ([`SaRow`]s, never made into strings one by one),
 //! turning the sums into text, writing megabytes to a slow client —
-//! happens on the endpoint's thread. The time the
-//! control thread spent is itself a metric, `esparto_metrics_gather_seconds`.
+//! happens on the endpoint's thread. The time the control thread spent
+//! is itself a metric, `esparto_metrics_gather_seconds`.
 //!
 //! **Bounded.** One connection is served at a time (a scraper asks every
 //! few seconds; a second waits in the listen backlog). A request head
 //! larger than [`MAX_REQUEST_HEAD`], or not complete within
 //! [`REQUEST_TIMEOUT`], is refused; a response not taken within
-//! [`WRITE_TIMEOUT`] is abandoned; a control thread that does not answer
-//! within [`GATHER_TIMEOUT`] gets a 503. Every connection is closed after
+//! [`WRITE_TIMEOUT`] is abandoned; if the control thread does not answer
+//! within [`GATHER_TIMEOUT`], the scrape gets a 503. Every connection is closed after
 //! its response.
 //!
 //! **Formats.** A scraper that accepts OpenMetrics (Prometheus does) gets
