@@ -33,7 +33,7 @@
 //! **Formats.** A scraper that accepts OpenMetrics (Prometheus does) gets
 //! OpenMetrics text; anyone else (curl) the Prometheus text format 0.0.4.
 //! Both come from the Prometheus project's Rust client
-//! ([`prometheus_client`]); [`exposition`] says what is exported.
+//! ([`prometheus_client`]); `exposition.rs` says what is exported.
 
 mod exposition;
 mod http;
