@@ -140,6 +140,11 @@ pub struct WorkerStats {
     pub tx_packets: u64,
     /// Packets decapsulated.
     pub rx_packets: u64,
+    /// Inner bytes encapsulated (the sum of its outbound SAs' bytes, SAs
+    /// since removed included).
+    pub tx_bytes: u64,
+    /// Inner bytes decapsulated and delivered.
+    pub rx_bytes: u64,
     /// Per-SA figures.
     pub sas: Vec<SaStats>,
     /// Events lost because [`MAX_PENDING_EVENTS`] were already waiting.
@@ -208,6 +213,8 @@ pub struct Worker {
     drops: Drops,
     tx_packets: u64,
     rx_packets: u64,
+    tx_bytes: u64,
+    rx_bytes: u64,
     events: VecDeque<Event>,
     events_dropped: u64,
 }
@@ -224,6 +231,8 @@ impl Worker {
             drops: Drops::default(),
             tx_packets: 0,
             rx_packets: 0,
+            tx_bytes: 0,
+            rx_bytes: 0,
             events: VecDeque::with_capacity(64),
             events_dropped: 0,
         }
@@ -285,9 +294,13 @@ impl Worker {
     /// [`TAILROOM`](crate::TAILROOM) after the inner packet.
     #[inline]
     pub fn encapsulate(&mut self, now: Instant, buf: &mut [u8], inner: Range<usize>) -> Result<Encapsulated, Dropped> {
+        let len = inner.len() as u64;
         let r = self.encapsulate_inner(now, buf, inner);
         match &r {
-            Ok(_) => self.tx_packets += 1,
+            Ok(_) => {
+                self.tx_packets += 1;
+                self.tx_bytes += len;
+            }
             Err(d) => self.drops.count(d.reason),
         }
         r
@@ -334,7 +347,10 @@ impl Worker {
     pub fn decapsulate(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
         let r = self.decapsulate_inner(now, buf, esp);
         match &r {
-            Ok(_) => self.rx_packets += 1,
+            Ok(inner) => {
+                self.rx_packets += 1;
+                self.rx_bytes += inner.len() as u64;
+            }
             Err(reason) => self.drops.count(*reason),
         }
         r
@@ -439,6 +455,8 @@ impl Worker {
             drops: self.drops,
             tx_packets: self.tx_packets,
             rx_packets: self.rx_packets,
+            tx_bytes: self.tx_bytes,
+            rx_bytes: self.rx_bytes,
             sas,
             events_dropped: self.events_dropped,
         }

@@ -102,6 +102,12 @@ fn fallback_then_sub_sa_with_one_acquire() {
     assert_eq!(stats.drops.get(DropReason::NoSa), 1);
     let by_spi = |spi| stats.sas.iter().find(|s| s.spi == spi).unwrap().counters.packets;
     assert_eq!((by_spi(0x100), by_spi(0x200)), (5, 1));
+    // The worker's bytes are its SAs' bytes, and stay when an SA goes.
+    let sa_bytes: u64 = stats.sas.iter().map(|s| s.counters.bytes).sum();
+    assert_eq!((stats.tx_bytes, sa_bytes), (6 * udp4(10).len() as u64, stats.tx_bytes));
+    assert_eq!(rx.stats().rx_bytes, stats.tx_bytes);
+    tx.apply(Command::RemoveOutbound(GROUP, 0x200));
+    assert_eq!(tx.stats().tx_bytes, stats.tx_bytes);
 }
 
 #[test]

@@ -118,6 +118,32 @@ pub enum Reason {
     PerResourceUnsupported,
 }
 
+impl Reason {
+    /// A stable snake_case name for logs, status output and metrics (a
+    /// peer's error notify and the text of protocol and local errors are
+    /// left out: the name has a fixed set of values).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::DeletedByPeer => "deleted_by_peer",
+            Reason::Terminated => "terminated",
+            Reason::Timeout => "timeout",
+            Reason::InvalidIkeSpi => "invalid_ike_spi",
+            Reason::HalfOpenExpired => "half_open_expired",
+            Reason::NoProposalChosen => "no_proposal_chosen",
+            Reason::InvalidKePayload => "invalid_ke_payload",
+            Reason::AuthenticationFailed => "authentication_failed",
+            Reason::TsUnacceptable => "ts_unacceptable",
+            Reason::PeerError(_) => "peer_error",
+            Reason::ProtocolError(_) => "protocol_error",
+            Reason::Local(_) => "local",
+            Reason::Rekeyed => "rekeyed",
+            Reason::Expired => "expired",
+            Reason::PeerRestarted => "peer_restarted",
+            Reason::PerResourceUnsupported => "per_resource_unsupported",
+        }
+    }
+}
+
 /// Which side of an authentication failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthFailure {
@@ -131,6 +157,19 @@ pub enum AuthFailure {
     UnsupportedMethod,
     /// The peer told us our AUTH did not verify (AUTHENTICATION_FAILED).
     RejectedByPeer,
+}
+
+impl AuthFailure {
+    /// A stable snake_case name for status output and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthFailure::BadAuth => "bad_auth",
+            AuthFailure::NoSecret => "no_secret",
+            AuthFailure::UnknownIdentity => "unknown_identity",
+            AuthFailure::UnsupportedMethod => "unsupported_method",
+            AuthFailure::RejectedByPeer => "rejected_by_peer",
+        }
+    }
 }
 
 /// A Child SA ready to install.

@@ -6,7 +6,7 @@
 
 mod sim;
 
-use esparto_ike::{AuthFailure, Event, Reason};
+use esparto_ike::{AuthFailure, Event, IkeSaStates, Reason};
 use esparto_wire::ike::ExchangeType;
 use sim::{MOON, SUN, Setup, assert_pair};
 use std::time::Duration;
@@ -101,6 +101,10 @@ fn lost_messages_are_retransmitted_with_exponential_backoff() {
     );
     assert_eq!(net.children(R).len(), 1);
     assert_pair(net.children(I)[0], net.children(R)[0]);
+    for p in [I, R] {
+        let established = IkeSaStates { established: 1, ..IkeSaStates::default() };
+        assert_eq!(net.peers[p].ep.ike_sa_states(), established);
+    }
 }
 
 #[test]
@@ -108,6 +112,8 @@ fn gives_up_after_the_retransmission_limit() {
     let mut net = Setup::default().build(3);
     net.loss = 1.0;
     let id = net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
+    let connecting = IkeSaStates { connecting: 1, ..IkeSaStates::default() };
+    assert_eq!(net.peers[I].ep.ike_sa_states(), connecting);
     net.run_for(Duration::from_secs(600));
     let sent = net.peers[I].sent.len();
     assert_eq!(sent, 6, "original + 5 retransmissions");
@@ -621,6 +627,10 @@ fn half_open_sa_expires_at_the_responder() {
     net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
     net.run_for(Duration::from_secs(1));
     assert_eq!(net.peers[R].ep.ike_sa_count(), 1);
+    for p in [I, R] {
+        let authenticating = IkeSaStates { authenticating: 1, ..IkeSaStates::default() };
+        assert_eq!(net.peers[p].ep.ike_sa_states(), authenticating);
+    }
     net.run_for(Duration::from_secs(31));
     assert_eq!(net.peers[R].ep.ike_sa_count(), 0);
     assert!(

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::{setup, tunnel};
+use crate::bench::{metrics, setup, tunnel};
 
 /// Esparto's test bed: two gateways in network namespaces, the demo and the
 /// end-to-end benchmarks. The gateways are the `esparto` binary, run as
@@ -49,6 +49,8 @@ enum BenchCmd {
     Tunnel(tunnel::Args),
     /// IKE tunnel set-up rate, memory per tunnel, SPI cost and config load scaling (two processes in namespaces).
     Setup(setup::Args),
+    /// A Prometheus scrape of a gateway with 10,000 Child SAs: time, size, the control thread's part.
+    Metrics(metrics::Args),
     /// One side of `bench setup` (started by it).
     #[command(hide = true)]
     SetupPeer(setup::PeerArgs),
@@ -76,6 +78,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Tunnel(a)) => tunnel::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
         Cmd::Bench(BenchCmd::Setup(a)) => setup::main(&a),
         Cmd::Bench(BenchCmd::SetupPeer(a)) => setup::peer_main(&a),
+        Cmd::Bench(BenchCmd::Metrics(a)) => metrics::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
     }
 }
 

@@ -113,7 +113,10 @@ pub struct EspartoConfig {
     /// `per_cpu_sas`: `no`, `eager` or `on-demand`.
     pub per_cpu_sas: String,
     /// Extra `key = value` lines (TOML values, written as given) for the
-    /// connection section, e.g. `("dpd_delay", "\"2s\"")`.
+    /// `[daemon]` section, e.g. `("metrics", "\"127.0.0.1:9720\"")`.
+    pub daemon_extra: Vec<(String, String)>,
+    /// Extra `key = value` lines for the connection section, e.g.
+    /// `("dpd_delay", "\"2s\"")`.
     pub conn_extra: Vec<(String, String)>,
     /// Extra lines for the child section, e.g. `("rekey_time", "\"5s\"")`.
     pub child_extra: Vec<(String, String)>,
@@ -210,6 +213,7 @@ impl EspartoConfig {
             remote_ts: rts.map(String::from).to_vec(),
             esp_proposal: "aes256gcm16".into(),
             per_cpu_sas: "no".into(),
+            daemon_extra: Vec::new(),
             conn_extra: Vec::new(),
             child_extra: Vec::new(),
             keying,
@@ -238,6 +242,9 @@ impl EspartoConfig {
             self.ike_port,
             q(&self.log)
         );
+        for (k, v) in &self.daemon_extra {
+            let _ = writeln!(t, "{k} = {v}");
+        }
         let conn = format!("connections.{}", self.name);
         let _ = writeln!(t, "\n[{conn}]");
         let _ = writeln!(
@@ -431,9 +438,10 @@ impl EspartoGateway {
     }
 
     fn wait_ready(&mut self) -> Result<()> {
+        // Generous: a gateway of 10,000 static SAs installs them all first.
         wait_for(
             "esparto's control socket",
-            Duration::from_secs(10),
+            Duration::from_secs(60),
             Duration::from_millis(50),
             || {
                 if let Some(st) = self.child.as_mut().context("not running")?.try_wait()? {

@@ -2,7 +2,8 @@
 //!
 //! This crate is the binary's library: the command line ([`cli`]), the
 //! configuration ([`config`]), the daemon, the ESP datapath its workers run
-//! ([`datapath`]), the status model ([`status`]), the in-process
+//! ([`datapath`]), the status model ([`status`]) and its Prometheus
+//! exposition ([`metrics`]), the in-process
 //! data-plane benchmark ([`bench`]), which measures the machine the gateway
 //! runs on, and the planner that turns saved measurements into calls and
 //! cores ([`plan`]). It is the only crate of the gateway that reads files, the
@@ -17,6 +18,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod datapath;
+pub mod metrics;
 pub mod plan;
 pub mod render;
 mod selector;

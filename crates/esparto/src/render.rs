@@ -1,5 +1,5 @@
 //! Text rendering of the daemon's [`Status`] for `esparto status`: a line
-//! per worker (its CPU, packets each way, drops by reason), the drops
+//! per worker (its CPU, packets and bytes each way, drops by reason), the drops
 //! summed over workers, then a table of SAs in the spirit of strongSwan's
 //! `ipsec trafficstatus` — connection/child, SPI, direction, role
 //! (fallback, per-worker sub-SA, or the single SA of a child), the worker
@@ -61,10 +61,12 @@ pub fn status_text(s: &Status) -> String {
             .map_or_else(|| "unpinned".to_string(), |c| format!("cpu {c}"));
         let _ = writeln!(
             out,
-            "worker {} ({cpu}): tx {} packets, rx {} packets, {}",
+            "worker {} ({cpu}): tx {} packets ({} bytes), rx {} packets ({} bytes), {}",
             w.worker,
             w.tx_packets,
+            w.tx_bytes,
             w.rx_packets,
+            w.rx_bytes,
             drops(&w.drops, "drops: ")
         );
         if w.io != IoStatus::default() {
@@ -351,6 +353,8 @@ mod tests {
             cpu: Some(0),
             tx_packets: 120,
             rx_packets: 7,
+            tx_bytes: 120_000,
+            rx_bytes: 7_000,
             drops: BTreeMap::new(),
             io: IoStatus {
                 tun_reads: 40,
@@ -391,12 +395,13 @@ mod tests {
             drops: w0.drops.clone(),
             ike_sas: vec![],
             ike: Default::default(),
+            ike_events: Default::default(),
         };
         let want = "\
 esparto 0.1.0 (pid 77), up 1m05s, tun esparto0 (flow table), 2 workers
-worker 0 (cpu 0): tx 120 packets, rx 7 packets, drops: replay 3
+worker 0 (cpu 0): tx 120 packets (120000 bytes), rx 7 packets (7000 bytes), drops: replay 3
   i/o: tun 40 reads (2 GSO), 3.0 packets/read, 2 writes, 3.5 packets/write; udp 4 recvmmsg, 1.8 datagrams/call; 8 sendmmsg, 15.0 datagrams/call; 3 datagrams dropped (send buffer full)
-worker 1 (unpinned): tx 0 packets, rx 0 packets, no drops
+worker 1 (unpinned): tx 0 packets (0 bytes), rx 0 packets (0 bytes), no drops
 all workers: drops: replay 3
 
 CHILD     SPI       DIR  ROLE      WORKER  SUITE        PEER            PACKETS   BYTES  LAST SEQ    AGE  DROPS

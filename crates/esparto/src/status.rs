@@ -33,6 +33,42 @@ pub struct Status {
     /// The IKE engine's counters (datagrams, drops, cookies, …).
     #[serde(default)]
     pub ike: BTreeMap<String, u64>,
+    /// IKE SAs by state, and the set-ups, rekeys and failures of IKE and
+    /// Child SAs since the daemon started (all zero without IKE).
+    #[serde(default)]
+    pub ike_events: IkeEvents,
+}
+
+/// The IKE engine's SAs by state and what became of the SAs it negotiated,
+/// counted since the daemon started. Maps by reason hold non-zero counts
+/// only; reasons are `esparto_ike::Reason::name`s (`timeout`,
+/// `no_proposal_chosen`, `authentication_failed`, …).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IkeEvents {
+    /// IKE SAs the engine holds, by state: `connecting` (IKE_SA_INIT sent),
+    /// `authenticating` (IKE_AUTH in progress, a responder's half-open SA
+    /// included), `established`, `failed` (a responder's failed
+    /// authentication, kept to answer retransmissions). Every state is
+    /// listed, zero or not.
+    pub ike_sa_states: BTreeMap<String, u64>,
+    /// IKE SAs established (IKE_AUTH completed), either role.
+    pub ike_sa_setups: u64,
+    /// IKE SAs rekeyed (RFC 7296 §1.3.2).
+    pub ike_sa_rekeys: u64,
+    /// IKE SAs that ended before they were established, by reason.
+    pub ike_sa_failures: BTreeMap<String, u64>,
+    /// Established IKE SAs that ended, by reason (`terminated` and
+    /// `deleted_by_peer` are the orderly ones).
+    pub ike_sa_deletes: BTreeMap<String, u64>,
+    /// Failed authentications, by what failed (`bad_auth`, `no_secret`,
+    /// `unknown_identity`, `unsupported_method`, `rejected_by_peer`).
+    pub auth_failures: BTreeMap<String, u64>,
+    /// Child SAs negotiated, not counting rekeys.
+    pub child_sa_setups: u64,
+    /// Child SAs negotiated to replace another (RFC 7296 §2.8).
+    pub child_sa_rekeys: u64,
+    /// Child SAs that could not be negotiated, by reason.
+    pub child_sa_failures: BTreeMap<String, u64>,
 }
 
 /// One worker.
@@ -46,6 +82,12 @@ pub struct WorkerStatus {
     pub tx_packets: u64,
     /// Packets decapsulated.
     pub rx_packets: u64,
+    /// Inner bytes encapsulated.
+    #[serde(default)]
+    pub tx_bytes: u64,
+    /// Inner bytes decapsulated.
+    #[serde(default)]
+    pub rx_bytes: u64,
     /// Drops by reason (non-zero only): the ESP engine's and the I/O
     /// layer's (`control_queue_full`, `send_buffer_full`, …).
     pub drops: BTreeMap<String, u64>,

@@ -60,6 +60,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
             state_dir: state.join(if east { "east" } else { "west" }),
             ike: Default::default(),
             routing: Default::default(),
+            metrics: None,
         },
         connections: vec![Connection {
             name: "site".into(),

@@ -117,6 +117,21 @@ pub struct Stats {
     pub closing_dropped: u64,
 }
 
+/// IKE SAs held, by where they are in their life (RFC 7296 §1.2).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IkeSaStates {
+    /// Our IKE_SA_INIT sent, not answered yet: no keys.
+    pub connecting: usize,
+    /// Keys derived, IKE_AUTH in progress (a responder's half-open SA
+    /// included).
+    pub authenticating: usize,
+    /// Authenticated (a rekeyed one included until its deletion).
+    pub established: usize,
+    /// Authentication failed as responder; kept only to answer
+    /// retransmissions until the half-open timer.
+    pub failed: usize,
+}
+
 /// Why `initiate`/`acquire`/`terminate` refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InitiateError {
@@ -263,6 +278,23 @@ impl Endpoint {
     /// Number of IKE SAs held (half-open included).
     pub fn ike_sa_count(&self) -> usize {
         self.sas.len()
+    }
+
+    /// IKE SAs held, by state. Walks every SA: for statistics, not for
+    /// anything per packet or per event.
+    pub fn ike_sa_states(&self) -> IkeSaStates {
+        let mut n = IkeSaStates::default();
+        for sa in self.sas.values() {
+            match sa.state {
+                State::Init => n.connecting += 1,
+                State::Auth => n.authenticating += 1,
+                State::Established => n.established += 1,
+                State::Failed => n.failed += 1,
+                // Removed in the same step that killed it.
+                State::Dead => {}
+            }
+        }
+        n
     }
 
     /// Next datagram to send.

@@ -1,6 +1,7 @@
 //! The end-to-end benchmarks: `esparto-testbed bench tunnel` (two gateways
-//! in namespaces, Esparto against strongSwan) and `bench setup` (IKE
-//! tunnels per second, memory per tunnel, config load scaling). The
+//! in namespaces, Esparto against strongSwan), `bench setup` (IKE
+//! tunnels per second, memory per tunnel, config load scaling) and `bench
+//! metrics` (a Prometheus scrape of a gateway with 10,000 Child SAs). The
 //! in-process data-plane benchmark is the gateway's own, `esparto bench
 //! dataplane`: it measures the machine the gateway runs on.
 //!
@@ -8,6 +9,7 @@
 //! noisy, so every benchmark reports ratios measured side by side in one
 //! run and medians of several runs.
 
+pub mod metrics;
 pub mod setup;
 pub mod tunnel;
 

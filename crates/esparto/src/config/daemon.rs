@@ -5,6 +5,7 @@
 //! `charon.port_nat_t`, …) rather than in `swanctl.conf`; Esparto keeps one
 //! file, so they live in their own section.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::error::KeyPath;
@@ -72,6 +73,7 @@ const KEYS: &[&str] = &[
     "routing_table",
     "routing_table_prio",
     "routing_mark",
+    "metrics",
 ];
 
 /// The number of workers when the file does not say: the CPUs this process
@@ -134,6 +136,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         state_dir: PathBuf::from(DEFAULT_STATE_DIR),
         ike: IkeLimits::default(),
         routing: Routing::default(),
+        metrics: None,
     };
     let root_path = KeyPath::root();
     let Some(f) = root.field(&root_path, "daemon") else {
@@ -181,6 +184,9 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     }
     ike_limits(cx, t, &path, &mut d.ike);
     d.routing = routing(cx, t, &path);
+    if let Some(f) = t.field(&path, "metrics") {
+        d.metrics = metrics_addr(cx, &f);
+    }
     if let Some(f) = t.field(&path, "log") {
         if let Some(s) = cx.str(&f) {
             match tracing_subscriber::EnvFilter::try_new(s) {
@@ -211,6 +217,27 @@ fn control_socket(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<PathBuf> {
         None
     } else {
         Some(p)
+    }
+}
+
+/// `metrics`: where the Prometheus endpoint listens, an IP address and a
+/// port (`"127.0.0.1:9720"`, `"[::1]:9720"`). No host names: the daemon
+/// binds before it resolves anything, and a name could change meaning.
+fn metrics_addr(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<SocketAddr> {
+    let s = cx.str(f)?;
+    match s.parse::<SocketAddr>() {
+        Ok(a) if a.port() == 0 => {
+            cx.err_at(f, format!("'{s}': port 0 would listen on a random port; name one (e.g. 9720)"));
+            None
+        }
+        Ok(a) => Some(a),
+        Err(_) => {
+            cx.err_at(
+                f,
+                format!("'{s}' is not an IP address and port (e.g. \"127.0.0.1:9720\" or \"[::1]:9720\")"),
+            );
+            None
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Names follow strongSwan's `swanctl.conf` where the concept is the same.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use esparto_crypto::{EspSuite, SecretBytes};
@@ -61,6 +61,8 @@ pub struct Daemon {
     pub ike: IkeLimits,
     /// Where the tunnel routes and their policy rules go.
     pub routing: Routing,
+    /// Where the Prometheus metrics endpoint listens (default: off).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The routing table of the tunnel routes and the policy rules that lead

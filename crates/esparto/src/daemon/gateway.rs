@@ -21,7 +21,10 @@
 //! packet: it sends the workers the commands the table's transitions
 //! produce ([`Gateway::apply`]: built SAs, policies one at a time, groups)
 //! and sets routes, drains their events, and gathers statistics snapshots
-//! for `status`, which the table labels.
+//! for `status`, which the table labels ([`Gateway::gather`], on the
+//! control thread) and which are formatted afterwards
+//! ([`Gathered::into_status`], on the metrics endpoint's thread for a
+//! scrape).
 //! Every channel between it and the workers is bounded (`esparto_io::worker`
 //! says how and why): what a worker cannot hand over is dropped and counted
 //! (`control_queue_full`), and the status's drops by reason include the I/O
@@ -30,7 +33,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -46,12 +49,13 @@ use super::seqstate::{self, Claims, FsStore, PairAt, Reservations, StaticOut, St
 use super::table::report::Counters;
 use super::table::{Effect, Table};
 use crate::config::{Config, Connection};
+use crate::metrics::SaRow;
 use crate::datapath::{self, EspCommand, EspDatapath, IcmpSources, SPI_STEERING, Snapshot, WorkerEvent};
-use crate::status::{IoStatus, SaStatus, Status, WorkerStatus};
+use crate::status::{IkeSaStatus, IoStatus, SaStatus, Status, WorkerStatus};
 
 /// TUN MTU when no SA suite is known yet (IKE children before negotiation).
 const DEFAULT_TUN_MTU: u16 = 1400;
-/// How long `status` waits for each worker's snapshot.
+/// How long `status` waits for the workers' snapshots.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Least time between two log lines about failing reservation writes.
 const RESERVATION_WARN_EVERY: Duration = Duration::from_secs(10);
@@ -426,79 +430,67 @@ impl Gateway {
     /// Gathers every worker's snapshot, labels it from the table, and
     /// lists the IKE SAs with their Child SAs' traffic.
     pub fn status(&self) -> Result<Status> {
-        let mut snaps: Vec<Snapshot> = Vec::with_capacity(self.nworkers);
+        self.gather(true).map(Gathered::into_status)
+    }
+
+    /// Every worker's snapshot and whose each SA in it is, formatting
+    /// nothing (that is [`Gathered::into_status`], which may run on another
+    /// thread); with `ike_sas`, also the IKE SAs with their Child SAs'
+    /// traffic. Every worker is asked before any answer is awaited, so
+    /// they take their snapshots at once and the wait is the slowest
+    /// worker's, not the sum.
+    pub fn gather(&self, ike_sas: bool) -> Result<Gathered> {
+        let mut replies = Vec::with_capacity(self.nworkers);
         for k in 0..self.nworkers {
             let (tx, rx) = mpsc::sync_channel(1);
             self.workers
                 .send(k, EspCommand::Snapshot(tx))
                 .map_err(|_| anyhow!("worker {k} has stopped"))?;
+            replies.push(rx);
+        }
+        let deadline = Instant::now() + SNAPSHOT_TIMEOUT;
+        let mut snaps: Vec<Snapshot> = Vec::with_capacity(self.nworkers);
+        for (k, rx) in replies.into_iter().enumerate() {
             let s = rx
-                .recv_timeout(SNAPSHOT_TIMEOUT)
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .map_err(|_| anyhow!("worker {k} did not answer within {SNAPSHOT_TIMEOUT:?}"))?;
             snaps.push(s);
         }
-        Ok(self.label(snaps))
-    }
-
-    fn label(&self, snaps: Vec<Snapshot>) -> Status {
-        let now = Instant::now();
-        let mut counters = Counters::default();
-        let mut total = esparto_esp::Drops::default();
-        let mut workers = Vec::new();
-        let mut sas = Vec::new();
-        let mut io_total: BTreeMap<String, u64> = BTreeMap::new();
-        for Snapshot { esp: s, io, keepalives } in snaps {
-            total.add(&s.drops);
-            let mut drops = drops_map(&s.drops);
-            for (reason, n) in io.drops().into_iter().filter(|(_, n)| *n > 0) {
-                drops.insert(reason.to_string(), n);
-                *io_total.entry(reason.to_string()).or_default() += n;
+        let at = Instant::now();
+        let owners = snaps
+            .iter()
+            .map(|s| {
+                s.esp
+                    .sas
+                    .iter()
+                    .map(|sa| {
+                        self.table.owner(sa.spi, sa.direction, sa.group).map(|(connection, child, role)| Owner {
+                            connection,
+                            child,
+                            role: role.name(),
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let ike_sas = if ike_sas {
+            let mut counters = Counters::default();
+            for sa in snaps.iter().flat_map(|s| &s.esp.sas) {
+                counters.add(sa);
             }
-            workers.push(WorkerStatus {
-                worker: s.worker,
-                cpu: io.cpu,
-                tx_packets: s.tx_packets,
-                rx_packets: s.rx_packets,
-                drops,
-                io: IoStatus::from_stats(&io),
-                keepalives,
-                events_dropped: s.events_dropped,
-            });
-            for sa in s.sas {
-                counters.add(&sa);
-                let label = self.table.label(sa.spi, sa.direction, sa.group);
-                sas.push(SaStatus {
-                    connection: label.map_or_else(String::new, |l| l.connection.to_string()),
-                    child: label.map_or_else(String::new, |l| l.child.to_string()),
-                    spi: format!("{:08x}", sa.spi),
-                    direction: match sa.direction {
-                        Direction::Inbound => "in".into(),
-                        Direction::Outbound => "out".into(),
-                    },
-                    role: label.map_or("single", |l| l.role.name()).into(),
-                    worker: s.worker,
-                    suite: sa.suite.into(),
-                    peer: sa.peer.to_string(),
-                    packets: sa.counters.packets,
-                    bytes: sa.counters.bytes,
-                    last_seq: sa.last_seq,
-                    age_s: now.duration_since(sa.installed).as_secs_f64(),
-                    drops: drops_map(&sa.counters.drops),
-                });
-            }
-        }
-        Status {
-            version: env!("CARGO_PKG_VERSION").into(),
-            pid: std::process::id(),
+            self.table.ike_sas_status(at, &counters)
+        } else {
+            Vec::new()
+        };
+        Ok(Gathered {
+            snaps,
+            owners,
             uptime_s: self.started.elapsed().as_secs_f64(),
             tun: self.tun.clone(),
             steering: self.steering.to_string(),
-            workers,
-            sas,
-            drops: drops_map(&total).into_iter().chain(io_total).collect(),
-            ike_sas: self.table.ike_sas_status(now, &counters),
-            ike: BTreeMap::new(),
-        }
+            ike_sas,
+            at,
+        })
     }
 
     /// Removes the rules and routes it added, then stops the workers
@@ -520,4 +512,118 @@ impl Gateway {
 
 fn drops_map(d: &esparto_esp::Drops) -> BTreeMap<String, u64> {
     d.nonzero().map(|(r, n)| (r.name().to_string(), n)).collect()
+}
+
+/// Whose an SA is, for [`Gathered`].
+#[derive(Debug, Clone)]
+struct Owner {
+    connection: Arc<str>,
+    child: Arc<str>,
+    role: &'static str,
+}
+
+/// The figures of [`Gateway::gather`], not formatted yet.
+#[derive(Debug)]
+pub struct Gathered {
+    snaps: Vec<Snapshot>,
+    /// For each snapshot, for each of its SAs in order: whose it is.
+    owners: Vec<Vec<Option<Owner>>>,
+    uptime_s: f64,
+    tun: String,
+    steering: String,
+    ike_sas: Vec<IkeSaStatus>,
+    /// When the snapshots were in.
+    at: Instant,
+}
+
+impl Gathered {
+    /// The status, every figure formatted (no IKE engine counters: the
+    /// IKE driver adds them).
+    pub fn into_status(self) -> Status {
+        self.split(true).0
+    }
+
+    /// The status without its list of SAs, and that list unformatted: for
+    /// the metrics, which sum it per SA and format only the sums.
+    pub fn into_summary(self) -> (Status, Vec<SaRow>) {
+        self.split(false)
+    }
+
+    /// The status, with the SAs in it (`format_sas`) or beside it.
+    fn split(self, format_sas: bool) -> (Status, Vec<SaRow>) {
+        let Gathered { snaps, owners, uptime_s, tun, steering, ike_sas, at } = self;
+        let mut total = esparto_esp::Drops::default();
+        let mut workers = Vec::with_capacity(snaps.len());
+        let n = snaps.iter().map(|s| s.esp.sas.len()).sum();
+        let (mut sas, mut rows) = if format_sas { (Vec::with_capacity(n), Vec::new()) } else { (Vec::new(), Vec::with_capacity(n)) };
+        let nobody: Arc<str> = Arc::from("");
+        let mut io_total: BTreeMap<String, u64> = BTreeMap::new();
+        for (Snapshot { esp: s, io, keepalives }, owners) in snaps.into_iter().zip(owners) {
+            total.add(&s.drops);
+            let mut drops = drops_map(&s.drops);
+            for (reason, n) in io.drops().into_iter().filter(|(_, n)| *n > 0) {
+                drops.insert(reason.to_string(), n);
+                *io_total.entry(reason.to_string()).or_default() += n;
+            }
+            workers.push(WorkerStatus {
+                worker: s.worker,
+                cpu: io.cpu,
+                tx_packets: s.tx_packets,
+                rx_packets: s.rx_packets,
+                tx_bytes: s.tx_bytes,
+                rx_bytes: s.rx_bytes,
+                drops,
+                io: IoStatus::from_stats(&io),
+                keepalives,
+                events_dropped: s.events_dropped,
+            });
+            for (sa, owner) in s.sas.into_iter().zip(owners) {
+                if !format_sas {
+                    let (connection, child) = owner.map_or_else(|| (nobody.clone(), nobody.clone()), |o| (o.connection, o.child));
+                    rows.push(SaRow {
+                        connection,
+                        child,
+                        direction: sa.direction,
+                        spi: sa.spi,
+                        packets: sa.counters.packets,
+                        bytes: sa.counters.bytes,
+                        drops: sa.counters.drops,
+                    });
+                    continue;
+                }
+                sas.push(SaStatus {
+                    connection: owner.as_ref().map_or_else(String::new, |o| o.connection.to_string()),
+                    child: owner.as_ref().map_or_else(String::new, |o| o.child.to_string()),
+                    spi: format!("{:08x}", sa.spi),
+                    direction: match sa.direction {
+                        Direction::Inbound => "in".into(),
+                        Direction::Outbound => "out".into(),
+                    },
+                    role: owner.as_ref().map_or("single", |o| o.role).into(),
+                    worker: s.worker,
+                    suite: sa.suite.into(),
+                    peer: sa.peer.to_string(),
+                    packets: sa.counters.packets,
+                    bytes: sa.counters.bytes,
+                    last_seq: sa.last_seq,
+                    age_s: at.saturating_duration_since(sa.installed).as_secs_f64(),
+                    drops: drops_map(&sa.counters.drops),
+                });
+            }
+        }
+        let status = Status {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            uptime_s,
+            tun,
+            steering,
+            workers,
+            sas,
+            drops: drops_map(&total).into_iter().chain(io_total).collect(),
+            ike_sas,
+            ike: BTreeMap::new(),
+            ike_events: Default::default(),
+        };
+        (status, rows)
+    }
 }

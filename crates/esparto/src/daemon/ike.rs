@@ -40,6 +40,7 @@ use super::Gateway;
 use super::log_limit::TRAFFIC;
 use super::table::{ChildId, ConnId};
 use crate::config::{Config, Connection};
+use crate::status::IkeEvents;
 
 /// Longest the shutdown loop sleeps between looks at worker-caught IKE.
 const SHUTDOWN_POLL: Duration = Duration::from_millis(20);
@@ -69,6 +70,29 @@ pub struct Ike {
     /// Datagrams to send from the IKE port and from the NAT-T port.
     tx500: esparto_io::TxBatch,
     tx4500: esparto_io::TxBatch,
+    /// Set-ups, rekeys and failures so far.
+    pub(super) counts: EventCounts,
+}
+
+/// Set-ups, rekeys and failures of IKE and Child SAs, counted as the
+/// engine reports them (`ike_events.rs`); `status` and the metrics read
+/// them ([`Ike::events`]). Reasons are a fixed set of names, so the maps
+/// stay small whatever peers send.
+#[derive(Debug, Default)]
+pub(super) struct EventCounts {
+    pub(super) ike_sa_setups: u64,
+    pub(super) ike_sa_rekeys: u64,
+    pub(super) ike_sa_failures: BTreeMap<&'static str, u64>,
+    pub(super) ike_sa_deletes: BTreeMap<&'static str, u64>,
+    pub(super) auth_failures: BTreeMap<&'static str, u64>,
+    pub(super) child_sa_setups: u64,
+    pub(super) child_sa_rekeys: u64,
+    pub(super) child_sa_failures: BTreeMap<&'static str, u64>,
+}
+
+/// Counts one more under `reason`.
+pub(super) fn bump(map: &mut BTreeMap<&'static str, u64>, reason: &'static str) {
+    *map.entry(reason).or_default() += 1;
 }
 
 impl std::fmt::Debug for Ike {
@@ -114,6 +138,7 @@ impl Ike {
             rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * esparto_io::udp::MAX_GRO_SEGMENTS),
             tx500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
             tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
+            counts: EventCounts::default(),
         };
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
@@ -422,6 +447,33 @@ impl Ike {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+    }
+
+    /// IKE SAs by state and the event counts, for `esparto status` and
+    /// the metrics.
+    pub fn events(&self) -> IkeEvents {
+        let states = self.ep.ike_sa_states();
+        let owned = |m: &BTreeMap<&'static str, u64>| m.iter().map(|(k, v)| ((*k).to_string(), *v)).collect();
+        let c = &self.counts;
+        IkeEvents {
+            ike_sa_states: [
+                ("connecting", states.connecting),
+                ("authenticating", states.authenticating),
+                ("established", states.established),
+                ("failed", states.failed),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v as u64))
+            .collect(),
+            ike_sa_setups: c.ike_sa_setups,
+            ike_sa_rekeys: c.ike_sa_rekeys,
+            ike_sa_failures: owned(&c.ike_sa_failures),
+            ike_sa_deletes: owned(&c.ike_sa_deletes),
+            auth_failures: owned(&c.auth_failures),
+            child_sa_setups: c.child_sa_setups,
+            child_sa_rekeys: c.child_sa_rekeys,
+            child_sa_failures: owned(&c.child_sa_failures),
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use esparto_ike::{AfterDeath, ChildSaEstablished, Event, IkeSaId, InitiateError,
 use tracing::{debug, info, warn};
 
 use super::Gateway;
-use super::ike::Ike;
+use super::ike::{Ike, bump};
 use super::log_limit::TRAFFIC;
 use super::table::{AcquireRequest, ConnId, IkeSaUp};
 
@@ -69,6 +69,7 @@ impl Ike {
                 initiator,
             } => {
                 info!(%ike_sa, %connection, %remote, %remote_id, "IKE SA established");
+                self.counts.ike_sa_setups += 1;
                 let Some(conn) = gw.table.conn_id(&connection) else {
                     return;
                 };
@@ -89,7 +90,14 @@ impl Ike {
                     }
                 }
             }
-            Event::ChildSaEstablished(c) => self.install(now, gw, &c),
+            Event::ChildSaEstablished(c) => {
+                if c.rekeys.is_some() {
+                    self.counts.child_sa_rekeys += 1;
+                } else {
+                    self.counts.child_sa_setups += 1;
+                }
+                self.install(now, gw, &c);
+            }
             Event::ChildSaOutboundActive {
                 ike_sa,
                 connection,
@@ -126,8 +134,12 @@ impl Ike {
                 reason,
             } => {
                 info!(%ike_sa, connection = ?connection, ?reason, "IKE SA deleted");
-                // Children die with their IKE SA (RFC 7296 §1.4.1).
-                gw.table.ike_sa_deleted(ike_sa);
+                // Children die with their IKE SA (RFC 7296 §1.4.1). The
+                // table knows established IKE SAs only.
+                match gw.table.ike_sa_deleted(ike_sa) {
+                    Some(_) => bump(&mut self.counts.ike_sa_deletes, reason.name()),
+                    None => bump(&mut self.counts.ike_sa_failures, reason.name()),
+                }
                 apply(gw, "removing the Child SAs of an IKE SA");
                 if let Some(conn) = connection.and_then(|c| gw.table.conn_id(&c)) {
                     // Children still waiting for the connection's first IKE
@@ -145,6 +157,7 @@ impl Ike {
             } => {
                 // The peer's answer to each request: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
+                bump(&mut self.counts.child_sa_failures, reason.name());
                 if let Some(id) = child.and_then(|ch| gw.table.child_id(&connection, &ch)) {
                     gw.table.child_failed(id);
                 }
@@ -157,10 +170,12 @@ impl Ike {
             } => {
                 // Anyone can cause one per message: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
+                bump(&mut self.counts.auth_failures, reason.name());
             }
             Event::IkeSaRekeyed { old, new, connection } => {
                 // RFC 7296 §1.3.2: the new IKE SA inherits every Child SA.
                 info!(%old, %new, %connection, "IKE SA rekeyed");
+                self.counts.ike_sa_rekeys += 1;
                 gw.table.ike_sa_rekeyed(old, new);
             }
             Event::PerResourceUnavailable {

@@ -17,6 +17,6 @@ mod run;
 mod seqstate;
 pub(crate) mod table;
 
-pub use gateway::Gateway;
+pub use gateway::{Gateway, Gathered};
 pub use run::run;
 pub use seqstate::{MAX_SEQ, STATE_FILE, STEP, STEP_ESN, check_static_keys};

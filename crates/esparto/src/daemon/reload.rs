@@ -164,6 +164,7 @@ fn daemon_changes(old: &Daemon, new: &Daemon) -> Vec<String> {
         "routing_table": |d: &Daemon| d.routing.table;
         "routing_table_prio": |d: &Daemon| d.routing.priority;
         "routing_mark": |d: &Daemon| d.routing.mark;
+        "metrics": |d: &Daemon| d.metrics;
     }
     if v.is_empty() && old != new {
         // A setting this list does not name yet.
@@ -455,5 +456,13 @@ secret = "a secret of {name} that is long enough"
                 .any(|n| n.contains("port: running with 4500, the file says 4501"))
         );
         assert!(p.needs_restart.iter().any(|n| n.contains("cookie_threshold")));
+    }
+
+    #[test]
+    fn a_new_metrics_address_needs_a_restart() {
+        let a = [conn("a", 1, "aes256gcm16")];
+        let p = Plan::new(&file("", &a), &file("metrics = \"127.0.0.1:9720\"", &a));
+        assert_eq!(p.fates, [Fate::Unchanged]);
+        assert_eq!(p.needs_restart, ["[daemon] metrics: running with None, the file says Some(127.0.0.1:9720)"]);
     }
 }

@@ -6,9 +6,10 @@
 //! file per claim under `/run/esparto`, per network namespace, and a check
 //! that the TUN device is not someone else's), so a second daemon is
 //! refused, naming the first one's pid, before it touches any device; then
-//! the control socket is bound, then the gateway (TUN, sockets, workers,
-//! SAs) and IKE; if anything fails, what was created is torn down and the
-//! error names it.
+//! the metrics endpoint's address is bound (an address in use is refused
+//! here, naming the key), then the control socket, then the gateway (TUN,
+//! sockets, workers, SAs) and IKE; if anything fails, what was created is
+//! torn down and the error names it.
 //!
 //! Set-up done, the control thread gives up every capability but
 //! `CAP_NET_ADMIN` (routes and policy rules), in every set including the bounding set, and
@@ -22,9 +23,10 @@
 //!
 //! The loop waits on the control socket and its clients, two signal pipes
 //! (SIGTERM, SIGINT: shut down; SIGHUP: reload the configuration file, as
-//! `esparto reload` does, see [`reload`](super::reload)) and the IKE
-//! socket, with a short timeout for worker events, which arrive over
-//! channels. Several SIGHUPs that arrive together make one reload. Shutdown first deletes every
+//! `esparto reload` does, see [`reload`](super::reload)), the IKE socket
+//! and the metrics endpoint's wake-up socket (a scrape waiting for figures,
+//! [`crate::metrics`]), with a short timeout for worker events, which
+//! arrive over channels. Several SIGHUPs that arrive together make one reload. Shutdown first deletes every
 //! IKE SA (an INFORMATIONAL Delete each, waiting at most
 //! [`SHUTDOWN_GRACE`] for the answers, so peers drop our SAs at once), then
 //! removes the routes and policy rules it added, stops the workers, which
@@ -32,10 +34,11 @@
 //! removes the control socket file.
 
 use std::io::Read;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, anyhow};
 use esparto_esp::{Event, Expiry};
@@ -49,6 +52,8 @@ use super::ike::Ike;
 use super::log_limit::Throttle;
 use crate::config::Config;
 use crate::control::{ControlServer, Request, Response};
+use crate::metrics::{self, Metrics};
+use crate::status::Status;
 
 /// Longest the loop sleeps when nothing happens (bounds event latency,
 /// and how long a dead worker goes unnoticed).
@@ -72,6 +77,10 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         warn!("{w}");
     }
     let _instance = claim(&config)?;
+    let mut metrics = match config.daemon.metrics {
+        Some(addr) => Some(start_metrics(&config, addr)?),
+        None => None,
+    };
     let mut server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
     let (mut sig_rx, sig_tx) = UnixStream::pair().context("signal pipe")?;
     sig_rx.set_nonblocking(true)?;
@@ -101,6 +110,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         for fd in server.client_fds() {
             poller.add(fd);
         }
+        let metrics_fd = metrics.as_ref().map(|m| poller.add(m.fd()));
         let ike_first = poller.add(gw.udp_control().as_raw_fd());
         if let Some(ike) = &ike {
             for fd in ike.fds() {
@@ -152,6 +162,9 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         }
         gw.keep_reservations();
         server.poll(|req| handle(&mut gw, ike.as_mut(), &mut config, req));
+        if let (Some(m), Some(i)) = (&mut metrics, metrics_fd) {
+            m.serve(poller.readable(i), || scrape_figures(&gw, ike.as_ref()));
+        }
         for ev in gw.poll_events() {
             match (&mut ike, ev.event) {
                 (Some(ike), _) => ike.on_dataplane(now, &mut gw, ev),
@@ -206,6 +219,47 @@ fn claim(config: &Config) -> Result<InstanceLock> {
     Ok(lock)
 }
 
+/// Binds the metrics endpoint's address (before any device: an address in
+/// use stops the start with nothing touched) and starts its thread.
+fn start_metrics(config: &Config, addr: SocketAddr) -> Result<Metrics> {
+    let listener = metrics::Listener::bind(addr).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => " (another esparto or another exporter listens there)",
+            std::io::ErrorKind::AddrNotAvailable => " (no interface in this network namespace has that address)",
+            std::io::ErrorKind::PermissionDenied => " (a port below 1024 needs CAP_NET_BIND_SERVICE)",
+            _ => "",
+        };
+        anyhow!("{}: [daemon] metrics = \"{addr}\": cannot listen there: {e}{hint}", config.path.display())
+    })?;
+    let m = Metrics::start(listener, SystemTime::now()).context("starting the metrics endpoint")?;
+    info!(metrics = %m.local_addr(), "metrics endpoint listening (GET /metrics)");
+    Ok(m)
+}
+
+/// The whole status: the gateway's, with the IKE engine's counters and
+/// events.
+fn full_status(gw: &Gateway, ike: Option<&Ike>) -> Result<Status> {
+    let mut s = gw.status()?;
+    if let Some(ike) = ike {
+        s.ike = ike.counters();
+        s.ike_events = ike.events();
+    }
+    Ok(s)
+}
+
+/// A scrape's figures: gathered here, formatted on the metrics endpoint's
+/// thread (the IKE SA list is left out: no metric needs it).
+fn scrape_figures(gw: &Gateway, ike: Option<&Ike>) -> Result<metrics::Figures> {
+    let gathered = gw.gather(false)?;
+    let (counters, events) = ike.map(|i| (i.counters(), i.events())).unzip();
+    Ok(Box::new(move || {
+        let (mut s, sas) = gathered.into_summary();
+        s.ike = counters.unwrap_or_default();
+        s.ike_events = events.unwrap_or_default();
+        (s, sas)
+    }))
+}
+
 /// Logs every panic (any thread) through the daemon's log: the thread,
 /// where, the message, and a backtrace if `RUST_BACKTRACE` asks for one.
 fn log_panics() {
@@ -240,20 +294,12 @@ fn readable_now(s: &UnixStream) -> bool {
 
 fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Request) -> Response {
     let now = Instant::now();
-    let status = |gw: &Gateway, ike: Option<&Ike>| {
-        gw.status().map(|mut s| {
-            if let Some(ike) = ike {
-                s.ike = ike.counters();
-            }
-            s
-        })
-    };
     match req {
-        Request::Status => match status(gw, ike.as_deref()) {
+        Request::Status => match full_status(gw, ike.as_deref()) {
             Ok(s) => Response::Status(Box::new(s)),
             Err(e) => Response::Error(format!("{e:#}")),
         },
-        Request::Sas => match status(gw, ike.as_deref()) {
+        Request::Sas => match full_status(gw, ike.as_deref()) {
             Ok(s) => Response::Sas(s.ike_sas),
             Err(e) => Response::Error(format!("{e:#}")),
         },

@@ -286,6 +286,16 @@ fn cpus_pin_in_the_order_given_and_set_the_worker_count() {
 }
 
 #[test]
+fn metrics_is_off_unless_an_address_is_named() {
+    assert_eq!(parse_str(&base(), "west.toml").unwrap().daemon.metrics, None);
+    for addr in ["127.0.0.1:9720", "[::1]:9720", "0.0.0.0:80"] {
+        let text = base().replacen("workers = 2", &format!("workers = 2\nmetrics = \"{addr}\""), 1);
+        let c = parse_str(&text, "west.toml").unwrap();
+        assert_eq!(c.daemon.metrics, Some(addr.parse().unwrap()));
+    }
+}
+
+#[test]
 fn state_dir_is_relative_to_the_config() {
     let text = base().replacen("workers = 2", "workers = 2\nstate_dir = \"state\"", 1);
     let c = parse_str(&text, "/etc/esparto/west.toml").unwrap();

@@ -7,16 +7,19 @@
 //! its own.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use esparto_esp::{Direction, GroupId, SaStats};
 
 use super::Table;
 use super::child::Role;
-use super::sa::Out;
+use super::sa::{ChildSa, Out};
 use crate::status::{ChildSaStatus, IkeSaStatus};
 
-/// Who an SA a worker reports belongs to.
+/// Who an SA a worker reports belongs to (for the table's tests; the
+/// gateway takes [`Table::owner`]).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Label<'a> {
     /// Connection name.
@@ -49,21 +52,43 @@ impl Counters {
 impl Table {
     /// Whose SA a worker reports: an inbound SPI, or an outbound SPI of a
     /// group (outbound SPIs are the peers' choice, unique only per peer).
+    #[cfg(test)]
     pub(crate) fn label(&self, spi: u32, direction: Direction, group: Option<GroupId>) -> Option<Label<'_>> {
-        let sa = match direction {
-            Direction::Inbound => self.by_in.get(&spi).map(|id| &self.sas[id.0]),
-            Direction::Outbound => self.by_out.get(&spi).and_then(|ids| {
-                ids.iter()
-                    .map(|id| &self.sas[id.0])
-                    .find(|sa| self.children[sa.child.0].group.as_ref().map(|g| g.id) == group || group.is_none())
-            }),
-        }?;
+        let sa = self.reported(spi, direction, group)?;
         let (connection, child) = self.names(sa.child)?;
         Some(Label {
             connection,
             child,
             role: sa.role,
         })
+    }
+
+    /// Whose SA a worker reports (see [`reported`](Self::reported)), with
+    /// shared names, to keep beyond a borrow of the table: (connection,
+    /// child, role).
+    pub(crate) fn owner(
+        &self,
+        spi: u32,
+        direction: Direction,
+        group: Option<GroupId>,
+    ) -> Option<(Arc<str>, Arc<str>, Role)> {
+        let sa = self.reported(spi, direction, group)?;
+        let (connection, child) = self.names(sa.child)?;
+        Some((connection.clone(), child.clone(), sa.role))
+    }
+
+    /// The Child SA a worker reports an SA of: by inbound SPI, or by
+    /// outbound SPI and group (outbound SPIs are the peers' choice, unique
+    /// only per peer).
+    fn reported(&self, spi: u32, direction: Direction, group: Option<GroupId>) -> Option<&ChildSa> {
+        match direction {
+            Direction::Inbound => self.by_in.get(&spi).map(|id| &self.sas[id.0]),
+            Direction::Outbound => self.by_out.get(&spi).and_then(|ids| {
+                ids.iter()
+                    .map(|id| &self.sas[id.0])
+                    .find(|sa| self.children[sa.child.0].group.as_ref().map(|g| g.id) == group || group.is_none())
+            }),
+        }
     }
 
     /// The IKE SAs with their Child SAs and each one's traffic.
