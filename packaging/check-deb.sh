@@ -12,8 +12,8 @@
 #     by `esparto status` through the configuration, the TUN steering
 #     program loaded), which keeps CAP_NET_ADMIN alone; a second
 #     connection added to the file, `systemctl reload` returns once the
-#     same daemon has loaded it; `systemctl stop` removes its device and
-#     socket;
+#     same daemon has loaded it; `systemctl stop` removes its device,
+#     socket, routes and rules;
 #   - without CAP_NET_ADMIN in the unit: the start fails with status 78,
 #     the log names the capability, nothing is created, no restart;
 #   - `dpkg -r` stops the daemon and keeps the configuration; `dpkg -P`
@@ -106,6 +106,8 @@ ids = ["@west.example", "@east.example"]
 secret = "a check of the package, not a real secret"
 TOML
 esparto check-config || fail "check-config on the IKE configuration"
+routing() { ip rule; ip -6 rule; ip route show table all; ip -6 route show table all; }
+routing_before=$(routing)
 
 systemctl start esparto || fail "systemctl start"
 [[ $(prop ActiveState) == active ]] || fail "not active after start: $(prop ActiveState)"
@@ -153,7 +155,10 @@ systemctl stop esparto || fail "systemctl stop"
 ip link show esparto0 >/dev/null 2>&1 && fail "TUN device left after stop"
 [[ -e /run/esparto/esparto.sock ]] && fail "control socket left after stop"
 compgen -G '/run/esparto/*.lock' >/dev/null && fail "lock files left after stop: $(ls /run/esparto)"
-ok "stopped: exit 0, device, socket and lock files gone"
+left=$(diff <(echo "$routing_before") <(routing))
+[[ -z $left ]] || fail "routes or rules left after stop:
+$left"
+ok "stopped: exit 0; device, socket, lock files, routes and rules gone"
 
 # Bad input: the unit without CAP_NET_ADMIN.
 mkdir -p /run/systemd/system/esparto.service.d
@@ -168,6 +173,7 @@ journalctl -u esparto --no-pager -o cat | grep -F 'esparto run needs CAP_NET_ADM
   || fail "the refusal does not name CAP_NET_ADMIN"
 ip link show esparto0 >/dev/null 2>&1 && fail "TUN device created without CAP_NET_ADMIN"
 [[ -z $(ls -A /run/esparto) ]] || fail "left in /run/esparto: $(ls -A /run/esparto)"
+[[ $(routing) == "$routing_before" ]] || fail "routes or rules changed without CAP_NET_ADMIN"
 rm -r /run/systemd/system/esparto.service.d
 systemctl daemon-reload
 systemctl reset-failed esparto
