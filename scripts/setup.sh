@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
 # Installs what `make demo` and `make test` need on a fresh Debian 12 machine:
-# the Debian packages that provide every program in scripts/programs.txt
+# the Debian packages that provide the programs in scripts/programs.txt
 # (iproute2, ethtool, iperf3, strongSwan with kernel-libipsec for the interop
-# tests, …) and strongSwan's plugins, then the Rust components (clippy;
-# nightly + cargo-fuzz for the fuzz targets). Ends by checking that every
-# listed program is there. Idempotent and quiet when everything is present.
+# tests, …) and strongSwan's plugins; Rust with rustup if there is no cargo
+# (Debian 12's rustc is older than the workspace's rust-version); then the
+# Rust components (clippy; nightly + cargo-fuzz for the fuzz targets). Ends
+# by checking that every listed program is there. Idempotent and quiet when
+# everything is present. The Makefile puts ~/.cargo/bin on PATH, so a Rust
+# installed here serves the `make` that ran it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
+# The groups of scripts/programs.txt to install: what `make demo` and `make
+# test` need, plus any named on the command line (`scripts/setup.sh package`
+# for `make deb-check`).
+WANTED_GROUPS=(setup build testbed strongswan "$@")
+
 # program -> package, from the one list of external programs.
 PROGRAMS=()
 PACKAGES=()
-while read -r prog pkg _group; do
+while read -r prog pkg group; do
   [[ -z "$prog" || "$prog" == \#* ]] && continue
+  [[ " ${WANTED_GROUPS[*]} " == *" $group "* ]] || continue
   PROGRAMS+=("$prog")
   PACKAGES+=("$pkg")
 done < scripts/programs.txt
-# Libraries and plugins (no program of their own to check).
+# Libraries, plugins and certificates (no program of their own to check).
 PACKAGES+=(
   libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
+  ca-certificates
 )
 mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" | sort -u)
 
@@ -45,6 +55,22 @@ fi
 
 if ! command -v cargo >/dev/null 2>&1; then
   [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  # rustup-init itself, from where https://sh.rustup.rs fetches it, checked
+  # against the SHA-256 published beside it.
+  log "installing Rust (rustup, stable toolchain) into $HOME/.cargo"
+  url="https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init"
+  tmp=$(mktemp -d)
+  curl --proto '=https' --tlsv1.2 -sSf -o "$tmp/rustup-init" "$url"
+  want=$(curl --proto '=https' --tlsv1.2 -sSf "$url.sha256" | cut -d' ' -f1)
+  if [[ $(sha256sum "$tmp/rustup-init" | cut -d' ' -f1) != "$want" ]]; then
+    log "rustup-init from $url does not match its SHA-256"; rm -rf "$tmp"; exit 1
+  fi
+  chmod +x "$tmp/rustup-init"
+  "$tmp/rustup-init" -y --quiet --no-modify-path --profile minimal --default-toolchain stable >/dev/null
+  rm -rf "$tmp"
+  export PATH="$HOME/.cargo/bin:$PATH"
 fi
 command -v cargo >/dev/null 2>&1 || { log "cargo not found: install Rust with rustup (https://rustup.rs)"; exit 1; }
 

@@ -20,7 +20,9 @@ use netlink_packet_core::{
     NlaBuffer, NlasIterator,
 };
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_packet_route::link::{InfoData, InfoKind, InfoTun, LinkAttribute, LinkInfo, LinkMessage};
+use netlink_packet_route::link::{
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoTun, LinkAttribute, LinkInfo, LinkMessage,
+};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
 /// Receive buffer: a dump's datagrams are at most a few pages each.
@@ -138,6 +140,19 @@ impl Rtnetlink {
             Some(l) => Ok(l.index),
             None => Err(io::Error::new(io::ErrorKind::NotFound, format!("no network device {name}"))),
         }
+    }
+
+    /// Sets the IPv6 address generation mode of device `index` to "none"
+    /// (`IFLA_INET6_ADDR_GEN_MODE`, what the sysctl `addr_gen_mode` = 1
+    /// sets): the device gets no link-local address when it goes up.
+    /// Over netlink, so it works where `/proc/sys` is read-only.
+    pub fn no_ipv6_link_local(&mut self, index: u32) -> io::Result<()> {
+        let mut req = LinkMessage::default();
+        req.header.index = index;
+        req.attributes.push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(vec![AfSpecInet6::AddrGenMode(
+            In6AddrGenMode::None,
+        )])]));
+        self.request(RouteNetlinkMessage::SetLink(req), 0)
     }
 
     fn send(&mut self, msg: RouteNetlinkMessage, flags: u16) -> io::Result<u32> {
@@ -314,5 +329,37 @@ mod tests {
         assert_eq!(lo.index, 1, "{lo:?}");
         assert_eq!(lo.tun_queues, None);
         assert!(missing.is_none());
+    }
+
+    #[test]
+    fn a_device_set_to_no_link_local_comes_up_without_one() {
+        if !netns::available() {
+            eprintln!("SKIP: needs root and iproute2");
+            return;
+        }
+        let ns = Netns::new("nl6").unwrap();
+        ns.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]).unwrap();
+        ns.run(|| {
+            let mut nl = Rtnetlink::open().unwrap();
+            let index = nl.link_index("d0").unwrap();
+            nl.no_ipv6_link_local(index).unwrap();
+        })
+        .unwrap();
+        ns.ip(&["link", "set", "d0", "up"]).unwrap();
+        ns.ip(&["link", "set", "d1", "up"]).unwrap();
+        let addrs = |dev: &str| {
+            let o = ns.ip(&["-6", "addr", "show", "dev", dev]).unwrap();
+            String::from_utf8_lossy(&o.stdout).to_string()
+        };
+        // The untouched end gets one once the kernel sees the carrier (an
+        // asynchronous event); by then the other end would have one too.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !addrs("d1").contains("fe80::") {
+            assert!(std::time::Instant::now() < deadline, "d1 never got a link-local address: {}", addrs("d1"));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!addrs("d0").contains("fe80::"), "{}", addrs("d0"));
+        let mode = ns.exec("cat", &["/proc/sys/net/ipv6/conf/d0/addr_gen_mode"]).unwrap();
+        assert_eq!(String::from_utf8_lossy(&mode.stdout).trim(), "1");
     }
 }

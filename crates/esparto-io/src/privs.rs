@@ -1,9 +1,10 @@
 //! Least privilege: once the daemon has set itself up, it keeps only the
 //! capabilities it still uses.
 //!
-//! Creating the TUN device, attaching the steering programs and binding
-//! ports below 1024 need root's capabilities; carrying packets on the
-//! descriptors that set-up produced needs none. What the daemon still does
+//! Creating the TUN device needs `CAP_NET_ADMIN`, binding ports below
+//! 1024 `CAP_NET_BIND_SERVICE`, and loading the steering programs `CAP_BPF`
+//! where unprivileged eBPF is disabled (Debian's default); carrying
+//! packets on the descriptors that set-up produced needs none. What the daemon still does
 //! later is change routes (and, in time, the TUN device and policy rules):
 //! `CAP_NET_ADMIN`. So [`restrict_thread`] reduces the effective, permitted
 //! and inheritable sets to what is kept, drops everything else from the
@@ -37,6 +38,12 @@ pub enum Capability {
     NetAdmin,
     /// `CAP_NET_BIND_SERVICE`: binding UDP ports below 1024.
     NetBindService,
+    /// `CAP_BPF`: loading eBPF programs and maps where unprivileged eBPF
+    /// is disabled (`kernel.unprivileged_bpf_disabled`).
+    Bpf,
+    /// `CAP_SYS_ADMIN`: covers what `CAP_BPF` allows (kernels before 5.8
+    /// know only this one).
+    SysAdmin,
 }
 
 impl Capability {
@@ -44,6 +51,8 @@ impl Capability {
         match self {
             Capability::NetAdmin => CapabilitySet::NET_ADMIN,
             Capability::NetBindService => CapabilitySet::NET_BIND_SERVICE,
+            Capability::Bpf => CapabilitySet::BPF,
+            Capability::SysAdmin => CapabilitySet::SYS_ADMIN,
         }
     }
 
@@ -52,8 +61,16 @@ impl Capability {
         match self {
             Capability::NetAdmin => "CAP_NET_ADMIN",
             Capability::NetBindService => "CAP_NET_BIND_SERVICE",
+            Capability::Bpf => "CAP_BPF",
+            Capability::SysAdmin => "CAP_SYS_ADMIN",
         }
     }
+}
+
+/// Whether the calling thread has `c` in its effective set (what the
+/// kernel checks when a system call needs it).
+pub fn has(c: Capability) -> io::Result<bool> {
+    Ok(capabilities(None)?.effective.contains(c.set()))
 }
 
 /// What [`restrict_thread`] left the thread with.
@@ -173,6 +190,23 @@ mod tests {
         // Capabilities are per thread: this one still has them all.
         assert_eq!(hex("CapBnd"), full);
         assert_ne!(hex("CapEff"), net_admin);
+    }
+
+    #[test]
+    fn has_reads_the_effective_set() {
+        if !privileged() {
+            eprintln!("SKIP: needs root");
+            return;
+        }
+        assert!(has(Capability::NetAdmin).unwrap() && has(Capability::NetBindService).unwrap());
+        let after = std::thread::spawn(|| {
+            restrict_thread(&[Capability::NetAdmin]).unwrap();
+            [Capability::NetAdmin, Capability::NetBindService, Capability::Bpf, Capability::SysAdmin]
+                .map(|c| has(c).unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(after, [true, false, false, false]);
     }
 
     #[test]

@@ -196,10 +196,18 @@ impl TunDevice {
 /// would make the kernel itself send router solicitations and MLD reports
 /// into the tunnel, which no policy covers: counted drops on an idle
 /// gateway. Inner IPv6 still flows: forwarding and delivery need no
-/// address on the device. Best effort (IPv6 may be disabled entirely).
+/// address on the device. Over rtnetlink (a service may see `/proc/sys`
+/// read-only), else the sysctl file; best effort (IPv6 may be disabled
+/// entirely).
 fn no_link_local(name: &str) {
+    let by_netlink = crate::netlink::Rtnetlink::open()
+        .and_then(|mut nl| {
+            let index = nl.link_index(name)?;
+            nl.no_ipv6_link_local(index)
+        })
+        .is_ok();
     let path = format!("/proc/sys/net/ipv6/conf/{name}/addr_gen_mode");
-    if std::path::Path::new(&path).exists() {
+    if !by_netlink && std::path::Path::new(&path).exists() {
         let _ = std::fs::write(&path, "1");
     }
 }

@@ -495,10 +495,21 @@ fn create_map(kind: u32, entries: u32, name: &str) -> io::Result<OwnedFd> {
     let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_CREATE, attr.as_mut_ptr(), attr.len()) };
     if fd < 0 {
         let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("creating the eBPF map {name}: {e}")));
+        return Err(io::Error::new(e.kind(), format!("creating the eBPF map {name}: {e}{}", bpf_hint(&e))));
     }
     // SAFETY: the syscall returned a new file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// What to do about a refused `bpf(2)` call: without `CAP_BPF` (or
+/// `CAP_SYS_ADMIN`) the kernel refuses every eBPF program and map while
+/// `kernel.unprivileged_bpf_disabled` is set.
+fn bpf_hint(e: &io::Error) -> &'static str {
+    if e.raw_os_error() == Some(libc::EPERM) {
+        " (needs CAP_BPF while kernel.unprivileged_bpf_disabled is set)"
+    } else {
+        ""
+    }
 }
 
 /// Loads `insns` and attaches them to the TUN device behind `queue_fd`.
@@ -525,7 +536,10 @@ fn load_and_attach(queue_fd: RawFd, insns: &[Insn]) -> io::Result<()> {
         let e = io::Error::last_os_error();
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let msg = String::from_utf8_lossy(&log[..end]);
-        return Err(io::Error::new(e.kind(), format!("loading the TUN steering program: {e}: {}", msg.trim())));
+        return Err(io::Error::new(
+            e.kind(),
+            format!("loading the TUN steering program: {e}{}: {}", bpf_hint(&e), msg.trim()),
+        ));
     }
     // SAFETY: the syscall returned a new file descriptor that nothing else owns.
     let prog = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };

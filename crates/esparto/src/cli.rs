@@ -4,12 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, anyhow};
 use clap::{Args, Parser, Subcommand};
 
 use crate::bench::dataplane;
 use crate::config;
-use crate::control::{self, Request, Response};
+use crate::control::{self, ClientError, Request, Response, Socket};
+use crate::daemon;
 use crate::plan::{self, results};
 use crate::render;
 
@@ -18,10 +19,18 @@ use crate::render;
 #[command(
     name = "esparto",
     version,
-    about,
+    about = "A site-to-site IPsec gateway in userspace (ESP data plane, IKEv2)",
     long_about = None,
     after_help = "The demo and the end-to-end benchmarks (two gateways in network namespaces) are \
-                  `esparto-testbed demo` and `esparto-testbed bench tunnel|setup` (`make demo`)."
+                  `esparto-testbed demo` and `esparto-testbed bench tunnel|setup` (`make demo`).",
+    after_long_help = "Files:\n\n\
+        /etc/esparto/esparto.toml: the configuration `run` reads, and where the other commands find the \
+        control socket ([daemon] control) unless given -c FILE.\n\n\
+        /run/esparto/: the control socket (esparto.sock) and the lock files of running daemons.\n\n\
+        /var/lib/esparto/: the sequence numbers of statically keyed SAs ([daemon] state_dir).\n\n\
+        The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` sends SIGHUP, \
+        which reloads the configuration as `esparto reload` does. \
+        Every configuration key: /usr/share/doc/esparto/CONFIG.md (docs/CONFIG.md in the source)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -38,7 +47,24 @@ enum Cmd {
     Plan(PlanCmd),
     /// Validate a configuration file: every error with file, line, column and key.
     CheckConfig(CheckConfigArgs),
-    /// Run the gateway.
+    /// Run the gateway (in the foreground).
+    ///
+    /// Reads the configuration (refusing to start on any error), checks its
+    /// capabilities (CAP_NET_ADMIN for the TUN device, routes and policy
+    /// rules; CAP_NET_BIND_SERVICE for UDP ports below
+    /// net.ipv4.ip_unprivileged_port_start, i.e. 500; CAP_BPF, if
+    /// unprivileged eBPF is disabled, for the TUN steering program), then
+    /// claims its TUN device and ports, creates them, starts its workers and
+    /// IKE, and keeps only CAP_NET_ADMIN. Under systemd (NOTIFY_SOCKET set)
+    /// it reports READY=1 once all that is done, RELOADING=1 and READY=1
+    /// around each reload, and STOPPING=1 when it stops. SIGTERM and SIGINT
+    /// stop it cleanly (IKE SAs deleted with the peers first); SIGHUP
+    /// reloads the configuration file, as `esparto reload` does.
+    ///
+    /// Exit status: 0 after SIGTERM or SIGINT; 78 if it refused to start
+    /// before setting anything up (the configuration is missing or
+    /// invalid, or a capability is missing), which the systemd unit does
+    /// not restart on; 1 on any other failure.
     Run(RunArgs),
     /// Show the running daemon's workers and SAs (packets, bytes, drops by reason).
     Status(StatusArgs),
@@ -56,11 +82,24 @@ enum Cmd {
     Reload(ReloadArgs),
 }
 
+/// How a client command finds the daemon: the control socket named by a
+/// configuration, or given outright.
+#[derive(Debug, Args)]
+struct Target {
+    /// The daemon's configuration: talk to the control socket its
+    /// `[daemon] control` names [default: /etc/esparto/esparto.toml if it
+    /// exists, else the socket /run/esparto/esparto.sock]
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The control socket itself, instead of the one a configuration names.
+    #[arg(long, value_name = "SOCKET", conflicts_with = "config")]
+    control: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 struct ReloadArgs {
-    /// Control socket of the daemon.
-    #[arg(long, default_value = config::DEFAULT_CONTROL)]
-    control: PathBuf,
+    #[command(flatten)]
+    target: Target,
     /// Print what the reload did as JSON.
     #[arg(long)]
     json: bool,
@@ -76,18 +115,16 @@ struct RekeyArgs {
     /// Rekey the IKE SA instead of the Child SAs.
     #[arg(long)]
     ike: bool,
-    /// Control socket of the daemon.
-    #[arg(long, default_value = config::DEFAULT_CONTROL)]
-    control: PathBuf,
+    #[command(flatten)]
+    target: Target,
 }
 
 #[derive(Debug, Args)]
 struct UpDownArgs {
     /// The connection name (`[connections.NAME]`).
     name: String,
-    /// Control socket of the daemon.
-    #[arg(long, default_value = config::DEFAULT_CONTROL)]
-    control: PathBuf,
+    #[command(flatten)]
+    target: Target,
     /// Seconds to wait for the outcome.
     #[arg(long, default_value_t = 15.0)]
     timeout: f64,
@@ -96,6 +133,7 @@ struct UpDownArgs {
 #[derive(Debug, Args)]
 struct CheckConfigArgs {
     /// The configuration file (TOML).
+    #[arg(default_value = config::DEFAULT_CONFIG)]
     file: PathBuf,
     /// Fail (exit 1) on warnings too.
     #[arg(long)]
@@ -105,18 +143,17 @@ struct CheckConfigArgs {
 #[derive(Debug, Args)]
 struct RunArgs {
     /// The configuration file (TOML).
-    #[arg(long, short = 'c')]
+    #[arg(long, short = 'c', value_name = "FILE", default_value = config::DEFAULT_CONFIG)]
     config: PathBuf,
     /// Control socket path (default: daemon.control from the file, else /run/esparto/esparto.sock).
-    #[arg(long)]
+    #[arg(long, value_name = "SOCKET")]
     control: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 struct StatusArgs {
-    /// Control socket of the daemon.
-    #[arg(long, default_value = config::DEFAULT_CONTROL)]
-    control: PathBuf,
+    #[command(flatten)]
+    target: Target,
     /// Print the status as JSON.
     #[arg(long)]
     json: bool,
@@ -252,19 +289,59 @@ fn check_config(a: CheckConfigArgs) -> Result<ExitCode> {
     }
 }
 
+impl Target {
+    /// The control socket (see `control::locate`).
+    fn socket(&self) -> Result<Socket> {
+        control::locate(self.config.as_deref(), self.control.as_deref()).map_err(|e| {
+            anyhow!(
+                "{e}\ncannot tell where the daemon's control socket is: fix the file, or name the socket with \
+                 --control SOCKET"
+            )
+        })
+    }
+}
+
+/// One request to the daemon at `sock`; a daemon that is not there is
+/// reported with the file that led to the socket.
+fn ask(sock: &Socket, req: &Request, timeout: Duration) -> Result<Response> {
+    control::request(&sock.path, req, timeout).map_err(|e| match e {
+        ClientError::NoDaemon(p) => anyhow!(
+            "no esparto daemon at {} ({}): is esparto running? (another daemon: -c CONFIG or --control SOCKET)",
+            p.display(),
+            sock.source
+        ),
+        e => anyhow!(e),
+    })
+}
+
 fn run(a: RunArgs) -> Result<ExitCode> {
-    // Refuse to start on an invalid configuration: every error, then exit 1.
+    let refused = ExitCode::from(daemon::EXIT_REFUSED);
+    if !a.config.exists() && a.config == std::path::Path::new(config::DEFAULT_CONFIG) {
+        eprintln!(
+            "esparto: {}: no such file: write the configuration there (docs/CONFIG.md; examples in \
+             /usr/share/doc/esparto/examples) or give another with --config FILE",
+            a.config.display()
+        );
+        return Ok(refused);
+    }
+    // Refuse to start on an invalid configuration: every error, then exit.
     let config = match config::load_on(&a.config, &host_routing()) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{errors}");
             eprintln!("esparto: {}: invalid configuration, not starting", a.config.display());
-            return Ok(ExitCode::FAILURE);
+            return Ok(refused);
         }
     };
     let control = a.control.unwrap_or_else(|| config.daemon.control.clone());
-    crate::daemon::run(config, &control)?;
-    Ok(ExitCode::SUCCESS)
+    match daemon::run(config, &control) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if e.is::<daemon::Refused>() => {
+            eprintln!("esparto: {e:#}");
+            Ok(refused)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn status(a: StatusArgs) -> Result<ExitCode> {
@@ -272,7 +349,7 @@ fn status(a: StatusArgs) -> Result<ExitCode> {
         anyhow::bail!("--timeout must be in (0, 600] seconds");
     }
     let timeout = Duration::from_secs_f64(a.timeout);
-    match control::request(&a.control, &Request::Status, timeout)? {
+    match ask(&a.target.socket()?, &Request::Status, timeout)? {
         Response::Status(s) => {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
@@ -290,7 +367,7 @@ fn sas(a: StatusArgs) -> Result<ExitCode> {
     if !(a.timeout > 0.0 && a.timeout <= 600.0) {
         anyhow::bail!("--timeout must be in (0, 600] seconds");
     }
-    let sas = fetch_sas(&a.control, Duration::from_secs_f64(a.timeout))?;
+    let sas = fetch_sas(&a.target.socket()?, Duration::from_secs_f64(a.timeout))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&sas)?);
     } else {
@@ -303,7 +380,7 @@ fn list_conns(a: StatusArgs) -> Result<ExitCode> {
     if !(a.timeout > 0.0 && a.timeout <= 600.0) {
         anyhow::bail!("--timeout must be in (0, 600] seconds");
     }
-    match control::request(&a.control, &Request::ListConns, Duration::from_secs_f64(a.timeout))? {
+    match ask(&a.target.socket()?, &Request::ListConns, Duration::from_secs_f64(a.timeout))? {
         Response::Conns(c) if a.json => println!("{}", serde_json::to_string_pretty(&c)?),
         Response::Conns(c) => print!("{}", render::conns_text(&c)),
         Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
@@ -312,8 +389,8 @@ fn list_conns(a: StatusArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn fetch_sas(control: &std::path::Path, timeout: Duration) -> Result<Vec<crate::status::IkeSaStatus>> {
-    match control::request(control, &Request::Sas, timeout)? {
+fn fetch_sas(sock: &Socket, timeout: Duration) -> Result<Vec<crate::status::IkeSaStatus>> {
+    match ask(sock, &Request::Sas, timeout)? {
         Response::Sas(s) => Ok(s),
         Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
         other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
@@ -327,8 +404,9 @@ fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
         anyhow::bail!("--timeout must be in (0, 600] seconds");
     }
     let rpc = Duration::from_secs(5);
+    let sock = a.target.socket()?;
     let req = if up { Request::Up { name: a.name.clone() } } else { Request::Down { name: a.name.clone() } };
-    match control::request(&a.control, &req, rpc)? {
+    match ask(&sock, &req, rpc)? {
         Response::Done(msg) => println!("{msg}"),
         Response::Error(e) => {
             eprintln!("esparto: {e}");
@@ -338,7 +416,7 @@ fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
     }
     let deadline = std::time::Instant::now() + Duration::from_secs_f64(a.timeout);
     loop {
-        let sas = fetch_sas(&a.control, rpc)?;
+        let sas = fetch_sas(&sock, rpc)?;
         let mine: Vec<_> = sas.iter().filter(|s| s.connection == a.name).collect();
         let done = if up {
             mine.iter().any(|s| s.state == "established" && !s.children.is_empty())
@@ -368,7 +446,8 @@ fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
 }
 
 fn rekey(a: RekeyArgs) -> Result<ExitCode> {
-    match control::request(&a.control, &Request::Rekey { name: a.name.clone(), ike: a.ike }, Duration::from_secs(5))? {
+    let sock = a.target.socket()?;
+    match ask(&sock, &Request::Rekey { name: a.name.clone(), ike: a.ike }, Duration::from_secs(5))? {
         Response::Done(msg) => {
             println!("{msg}");
             Ok(ExitCode::SUCCESS)
@@ -387,7 +466,7 @@ fn reload(a: ReloadArgs) -> Result<ExitCode> {
     if !(a.timeout > 0.0 && a.timeout <= 600.0) {
         anyhow::bail!("--timeout must be in (0, 600] seconds");
     }
-    match control::request(&a.control, &Request::Reload, Duration::from_secs_f64(a.timeout))? {
+    match ask(&a.target.socket()?, &Request::Reload, Duration::from_secs_f64(a.timeout))? {
         Response::Reload(r) => {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&r)?);

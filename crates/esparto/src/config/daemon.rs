@@ -198,6 +198,17 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     d
 }
 
+/// `[daemon] control` alone, for a client looking for the daemon: the path
+/// if the file names one (checked as [`parse`] checks it), `None` if not.
+pub(crate) fn control_only(cx: &mut Cx<'_>, root: &Node) -> Option<PathBuf> {
+    let root_path = KeyPath::root();
+    let f = root.field(&root_path, "daemon")?;
+    let t = cx.table(&f)?;
+    let path = f.path.clone();
+    t.field(&path, "control")
+        .and_then(|f| control_socket(cx, &f))
+}
+
 /// `control`: the control socket's path, relative to the file's directory,
 /// short enough for a Unix socket address.
 fn control_socket(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<PathBuf> {

@@ -58,6 +58,10 @@ use tree::{Cx, Kind};
 /// some 100,000 tunnels; 4 MiB refused a 10,000-spoke hub.
 pub const MAX_FILE_SIZE: u64 = 64 << 20;
 
+/// Where `esparto run` reads its configuration, and where the client
+/// commands look for the control socket's path, when not told otherwise.
+pub const DEFAULT_CONFIG: &str = "/etc/esparto/esparto.toml";
+
 const TOP_KEYS: &[&str] = &["daemon", "connections", "secrets"];
 const TOP_UNSUPPORTED: &[(&str, &str)] = &[
     ("authorities", "certificates are not supported (PSK only)"),
@@ -75,36 +79,58 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// [`load`], with warnings that compare the file with `host`'s routing
 /// (`Host::read()`: the calling thread's network namespace).
 pub fn load_on(path: &Path, host: &Host) -> Result<Config, ConfigErrors> {
-    let file = path.display().to_string();
+    let text = read(path)?;
+    parse_in(&text, path.display().to_string(), dir_of(path), path.to_path_buf(), host, true)
+}
+
+/// The control socket that the file at `path` names (`[daemon] control`,
+/// relative to the file's directory), or `None` if it names none. Only that
+/// key is read and checked: a client looking for the daemon needs no more,
+/// and a file being edited while the daemon runs may be invalid elsewhere.
+pub fn control_socket(path: &Path) -> Result<Option<PathBuf>, ConfigErrors> {
+    let text = read(path)?;
+    let mut cx = Cx::new(path.display().to_string(), &text, dir_of(path));
+    let control = match tree::parse(&text) {
+        Ok(root) => daemon::control_only(&mut cx, &root),
+        Err(e) => {
+            cx.err(&e.span, &KeyPath::root(), format!("TOML syntax: {}", e.message));
+            None
+        }
+    };
+    if cx.has_errors() { Err(ConfigErrors(cx.into_errors())) } else { Ok(control) }
+}
+
+/// The file's text, refused early if it cannot be a configuration.
+fn read(path: &Path) -> Result<String, ConfigErrors> {
     let fail = |message: String| {
-        Err(ConfigErrors(vec![ConfigError {
-            file: file.clone(),
+        ConfigErrors(vec![ConfigError {
+            file: path.display().to_string(),
             line: 0,
             column: 0,
             key: String::new(),
             message,
-        }]))
+        }])
     };
     match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => return fail("is a directory".into()),
+        Ok(m) if m.is_dir() => return Err(fail("is a directory".into())),
         Ok(m) if m.len() > MAX_FILE_SIZE => {
-            return fail(format!(
+            return Err(fail(format!(
                 "{} bytes: larger than any configuration ({MAX_FILE_SIZE} bytes at most)",
                 m.len()
-            ));
+            )));
         }
         Ok(_) => {}
-        Err(e) => return fail(format!("cannot read: {e}")),
+        Err(e) => return Err(fail(format!("cannot read: {e}"))),
     }
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => return fail(format!("cannot read: {e}")),
-    };
-    let dir = match path.parent() {
+    std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))
+}
+
+/// The directory relative paths in the file at `path` are resolved against.
+fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
-    };
-    parse_in(&text, file, dir, path.to_path_buf(), host, true)
+    }
 }
 
 /// Validate `text` as if read from `path_for_messages` (which names the file
@@ -116,11 +142,7 @@ pub fn parse_str(text: &str, path_for_messages: &str) -> Result<Config, ConfigEr
 /// [`parse_str`], compared with `host`'s routing (see [`load_on`]).
 pub fn parse_str_on(text: &str, path_for_messages: &str, host: &Host) -> Result<Config, ConfigErrors> {
     let path = PathBuf::from(path_for_messages);
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    parse_in(text, path_for_messages.to_string(), dir, path, host, false)
+    parse_in(text, path_for_messages.to_string(), dir_of(&path), path, host, false)
 }
 
 /// `on_disk`: `path` is the file `text` was read from (its permissions

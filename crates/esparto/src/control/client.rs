@@ -24,11 +24,7 @@ impl std::fmt::Display for ClientError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ClientError::NoDaemon(p) => {
-                write!(
-                    f,
-                    "no esparto daemon at {} (is it running? try --control)",
-                    p.display()
-                )
+                write!(f, "no esparto daemon at {}: is it running?", p.display())
             }
             ClientError::Timeout(p) => {
                 write!(f, "the daemon at {} did not answer in time", p.display())

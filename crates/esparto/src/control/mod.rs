@@ -23,7 +23,9 @@
 //! a client fd ([`ControlServer::client_fds`]) is readable, or on its
 //! periodic tick.
 //!
-//! The client side is [`request`] (in `client`).
+//! The client side is [`request`] (in `client`); [`locate`] finds the
+//! socket the way the daemon chose it (`--control`, else the
+//! configuration's `[daemon] control`, else the default).
 //!
 //! The socket file: the daemon creates it, and removes it at exit — only if
 //! it is still the one it created. A socket file nobody listens on (a
@@ -33,6 +35,7 @@
 //! reachable with looser permissions.
 
 mod client;
+mod locate;
 mod server;
 
 use std::time::Duration;
@@ -42,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::status::{ConnStatus, IkeSaStatus, ReloadReport, Status};
 
 pub use client::{ClientError, request};
+pub use locate::{Socket, Source, locate};
 pub use server::ControlServer;
 
 /// Longest request line accepted, in bytes.

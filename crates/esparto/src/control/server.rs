@@ -416,7 +416,7 @@ mod tests {
         match request(&path, &Request::Status, T).unwrap_err() {
             e @ ClientError::NoDaemon(_) => {
                 assert!(e.to_string().starts_with("no esparto daemon at "), "{e}");
-                assert!(e.to_string().ends_with("(is it running? try --control)"));
+                assert!(e.to_string().ends_with(": is it running?"), "{e}");
             }
             e => panic!("{e:?}"),
         }

@@ -5,18 +5,23 @@
 //! [`ike`] drives the IKE engine and turns its events into transitions;
 //! [`run`] is the control thread's loop; [`reload`] applies a changed
 //! configuration file to the running daemon.
-//! Log lines that traffic can cause are limited ([`log_limit`]).
+//! Log lines that traffic can cause are limited ([`log_limit`]); the
+//! service manager hears of readiness, reloads and stops through
+//! [`notify`].
 
+mod caps;
 pub mod fault;
 mod gateway;
 pub mod ike;
 mod ike_events;
 pub mod log_limit;
+mod notify;
 mod reload;
 mod run;
 mod seqstate;
 pub(crate) mod table;
 
+pub use caps::{EXIT_REFUSED, Refused};
 pub use gateway::{Gateway, Gathered};
 pub use run::run;
 pub use seqstate::{MAX_SEQ, STATE_FILE, STEP, STEP_ESN, check_static_keys};

@@ -176,8 +176,21 @@ fn daemon_changes(old: &Daemon, new: &Daemon) -> Vec<String> {
 /// Reloads the configuration `running` was read from (see the module
 /// docs), for `why` (`SIGHUP`, `esparto reload`). A refusal is returned
 /// as the message for the operator; the running configuration is then
-/// unchanged.
+/// unchanged. The service manager hears `RELOADING=1` before and `READY=1`
+/// after, whatever the outcome ([`notify`](super::notify)).
 pub(super) fn reload(
+    running: &mut Config,
+    gw: &mut Gateway,
+    ike: Option<&mut Ike>,
+    why: &str,
+) -> Result<ReloadReport, String> {
+    super::notify::reloading(&format!("reloading {} ({why})", running.path.display()));
+    let outcome = apply(running, gw, ike, why);
+    super::notify::ready(running, gw);
+    outcome
+}
+
+fn apply(
     running: &mut Config,
     gw: &mut Gateway,
     mut ike: Option<&mut Ike>,

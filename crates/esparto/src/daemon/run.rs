@@ -1,7 +1,9 @@
 //! `esparto run`: the daemon's control thread.
 //!
 //! Start-up order makes failures cheap and complete: first the daemon
-//! claims its TUN device, UDP ports, routing table and rule priorities
+//! checks that it holds the capabilities the configuration needs
+//! ([`caps`](super::caps): a refusal names each one and what needs it),
+//! then it claims its TUN device, UDP ports, routing table and rule priorities
 //! ([`esparto_io::instance`]: a lock
 //! file per claim under `/run/esparto`, per network namespace, and a check
 //! that the TUN device is not someone else's), so a second daemon is
@@ -14,6 +16,8 @@
 //! Set-up done, the control thread gives up every capability but
 //! `CAP_NET_ADMIN` (routes and policy rules), in every set including the bounding set, and
 //! sets `no_new_privs`; the workers never had any ([`Gateway::start`]).
+//! Then, and only then, it tells a service manager that it is ready
+//! ([`notify`](super::notify)).
 //!
 //! A worker that stops on its own (a panic, its TUN device deleted) stops
 //! the daemon: the loop asks after every turn, logs which worker and why,
@@ -47,9 +51,9 @@ use esparto_io::poll::Poller;
 use esparto_io::privs::{self, Capability};
 use tracing::{error, info, warn};
 
-use super::Gateway;
 use super::ike::Ike;
 use super::log_limit::Throttle;
+use super::{Gateway, caps, notify};
 use crate::config::Config;
 use crate::control::{ControlServer, Request, Response};
 use crate::metrics::{self, Metrics};
@@ -76,6 +80,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     for w in &config.warnings {
         warn!("{w}");
     }
+    caps::check(&config)?;
     let _instance = claim(&config)?;
     let mut metrics = match config.daemon.metrics {
         Some(addr) => Some(start_metrics(&config, addr)?),
@@ -100,6 +105,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         config = %config.path.display(), control = %control.display(), tun = gw.tun(), workers = gw.workers(),
         pid = std::process::id(), capabilities = %kept, "esparto running"
     );
+    notify::ready(&config, &gw);
 
     let started = Instant::now();
     loop {
@@ -125,6 +131,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         poller.wait(wait)?;
         if let Some(f) = gw.worker_failure() {
             error!(worker = f.index, reason = %f, "a worker stopped; stopping the daemon");
+            notify::stopping(&format!("stopping: worker {} stopped ({f})", f.index));
             throttle.flush(Instant::now(), true);
             gw.shutdown();
             return Err(anyhow!(f)).context("the data plane lost a worker");
@@ -134,6 +141,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
             let mut b = [0u8; 16];
             let _ = sig_rx.read(&mut b);
             info!(uptime_s = started.elapsed().as_secs(), "signal received, shutting down");
+            notify::stopping("stopping: deleting IKE SAs, then the data plane");
             break;
         }
         if poller.readable(hup) {
