@@ -348,22 +348,7 @@ impl Table {
     /// rekey, as (IKE SA, inbound SPI), each once (every worker's copy of
     /// a fallback SA raises its own event).
     pub(crate) fn soft_expire(&mut self, spi: u32, direction: Direction) -> SmallVec<[(IkeSaId, u32); 1]> {
-        let ids: SmallVec<[SaId; 1]> = match direction {
-            Direction::Inbound => self.by_in.get(&spi).copied().into_iter().collect(),
-            Direction::Outbound => self.by_out.get(&spi).cloned().unwrap_or_default(),
-        };
-        let mut out = SmallVec::new();
-        for id in ids {
-            let sa = &mut self.sas[id.0];
-            if sa.rekeying || sa.linger.is_some() {
-                continue;
-            }
-            if let Some(ike_sa) = sa.ike_sa {
-                sa.rekeying = true;
-                out.push((ike_sa, sa.in_spi));
-            }
-        }
-        out
+        self.limit_reached(spi, direction, |sa| &mut sa.rekeying)
     }
 
     /// The SA with this SPI (in `direction`) reached a hard byte or packet
@@ -372,6 +357,18 @@ impl Table {
     /// and inbound SPI of each to delete (none for static SAs, which have
     /// no peer to tell, nor for SAs already going away).
     pub(crate) fn hard_expire(&mut self, spi: u32, direction: Direction) -> SmallVec<[(IkeSaId, u32); 1]> {
+        self.limit_reached(spi, direction, |sa| &mut sa.expired)
+    }
+
+    /// The IKE-keyed, not lingering SAs with this SPI in `direction` whose
+    /// `flag` is not yet set, as (IKE SA, inbound SPI); sets the flag, so
+    /// each is returned once.
+    fn limit_reached(
+        &mut self,
+        spi: u32,
+        direction: Direction,
+        flag: fn(&mut ChildSa) -> &mut bool,
+    ) -> SmallVec<[(IkeSaId, u32); 1]> {
         let ids: SmallVec<[SaId; 1]> = match direction {
             Direction::Inbound => self.by_in.get(&spi).copied().into_iter().collect(),
             Direction::Outbound => self.by_out.get(&spi).cloned().unwrap_or_default(),
@@ -379,11 +376,11 @@ impl Table {
         let mut out = SmallVec::new();
         for id in ids {
             let sa = &mut self.sas[id.0];
-            if sa.expired || sa.linger.is_some() {
+            if sa.linger.is_some() || *flag(sa) {
                 continue;
             }
             if let Some(ike_sa) = sa.ike_sa {
-                sa.expired = true;
+                *flag(sa) = true;
                 out.push((ike_sa, sa.in_spi));
             }
         }
