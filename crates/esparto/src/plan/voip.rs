@@ -14,7 +14,11 @@
 //! with the zero-loss rate measured end to end by the test bed's RFC 2544
 //! search (`esparto-testbed bench tunnel --save`), read at the IP packet's
 //! size ([`super::curve`]: interpolated between measured sizes, and said
-//! so). Calls are whole calls that fit: the rate divided, rounded down.
+//! so). Calls are the quotient rounded to the nearest whole call, as the
+//! LANCOM method rounds (8,192 packets/s ÷ (2 × 33.3) = 122.88 → 123: the
+//! 123rd call asks 0.1 % more than was measured, inside any measurement's
+//! noise); `--calls N` reports the exact headroom. A link's calls round
+//! down: its bandwidth is a ceiling, not a measurement.
 //!
 //! `--link-mbps` adds the WAN link: each direction of a full-duplex link
 //! carries one direction of every call, so it holds `link bits/s ÷ (IPsec
@@ -109,10 +113,16 @@ pub fn link_calls(mbps: f64, wire_bytes: usize, pps_per_call: f64) -> f64 {
     mbps * 1e6 / (wire_bytes as f64 * 8.0 * pps_per_call)
 }
 
-/// The whole calls in a capacity of `exact` (a call either fits or not).
-pub fn whole(exact: f64) -> u64 {
-    // A hair of tolerance, so that 123.0 computed as 122.99999 stays 123.
-    (exact + 1e-9).floor().max(0.0) as u64
+/// The whole calls in a capacity of `exact` calls limited by `limit`. A
+/// measured gateway rate rounds to the nearest call, as the LANCOM method
+/// rounds; a link's bandwidth is a hard ceiling, so its calls round down.
+pub fn whole(exact: f64, limit: Limit) -> u64 {
+    let w = match limit {
+        Limit::Gateway => exact.round(),
+        // A hair of tolerance, so that 95.0 computed as 94.99999 stays 95.
+        Limit::Link => (exact + 1e-9).floor(),
+    };
+    w.max(0.0) as u64
 }
 
 /// Whether `wanted` calls fit a capacity of `exact` calls.
@@ -125,9 +135,9 @@ pub struct Fit {
 }
 
 /// Whether `wanted` calls fit a capacity of `exact` calls.
-pub fn fit(wanted: u64, exact: f64) -> Fit {
+pub fn fit(wanted: u64, exact: f64, limit: Limit) -> Fit {
     let headroom = if exact > 0.0 { 1.0 - wanted as f64 / exact } else { f64::NEG_INFINITY };
-    Fit { fits: wanted <= whole(exact), headroom }
+    Fit { fits: wanted <= whole(exact, limit), headroom }
 }
 
 /// What limits the calls.
@@ -163,7 +173,7 @@ pub struct Row {
     pub ipsec_kbps: f64,
     /// The zero-loss rate at the IP packet's size, measured end to end.
     pub zero_loss_pps: Option<Estimate>,
-    /// Calls the gateway carries (exact quotient; whole calls are its floor).
+    /// Calls the gateway carries (exact quotient; whole calls round it).
     pub gateway_calls: Option<f64>,
     /// Calls the link holds.
     pub link_calls: Option<f64>,
@@ -308,11 +318,14 @@ pub fn plan(inp: &Inputs<'_>, suite_from: &str) -> Plan {
                 zero_loss_pps: zero_loss,
                 gateway_calls,
                 link_calls: link,
-                calls: calls_exact.map(whole),
+                calls: calls_exact.zip(limit).map(|(e, l)| whole(e, l)),
                 calls_lower_bound,
                 limit,
                 // With only the link known, "fits" would ignore the gateway.
-                fit: inp.calls.zip(calls_exact.filter(|_| gateway_calls.is_some())).map(|(n, e)| fit(n, e)),
+                fit: inp
+                    .calls
+                    .zip(calls_exact.filter(|_| gateway_calls.is_some()).zip(limit))
+                    .map(|(n, (e, l))| fit(n, e, l)),
                 in_process_bound: bound.as_ref().map(|b| b.at(ip_bytes).value / pps),
             }
         })
@@ -438,18 +451,18 @@ pub fn render(p: &Plan) -> String {
                     let ge = if e.lower_bound { "≥ " } else { "" };
                     (
                         format!("{ge}{} ({})", thousands(e.value), e.source.describe()),
-                        format!("{ge}{}", thousands(whole(g) as f64)),
+                        format!("{ge}{}", thousands(whole(g, Limit::Gateway) as f64)),
                     )
                 }
                 _ => ("—".into(), "—".into()),
             };
             let _ = write!(o, "  {rate:<38} {gw:>9}");
         } else if bounded {
-            let b = r.in_process_bound.map_or("—".into(), |b| format!("≤ {}", thousands(whole(b) as f64)));
+            let b = r.in_process_bound.map_or("—".into(), |b| format!("≤ {}", thousands(whole(b, Limit::Gateway) as f64)));
             let _ = write!(o, "  {b:>17}");
         }
         if p.link_mbps.is_some() {
-            let link = r.link_calls.map_or("—".into(), |l| thousands(whole(l) as f64));
+            let link = r.link_calls.map_or("—".into(), |l| thousands(whole(l, Limit::Link) as f64));
             let calls = r.calls.map_or("—".into(), |c| {
                 format!("{}{}", if r.calls_lower_bound { "≥ " } else { "" }, thousands(c as f64))
             });
@@ -462,6 +475,9 @@ pub fn render(p: &Plan) -> String {
         }
         if p.calls_wanted.is_some() {
             let f = match (r.fit, r.calls) {
+                (Some(Fit { fits: true, headroom }), _) if headroom < 0.0 => {
+                    format!("yes, rounded ({:.1} % short of the measured rate)", -headroom * 100.0)
+                }
                 (Some(Fit { fits: true, headroom }), _) => format!("yes, {:.0} % headroom", headroom * 100.0),
                 (Some(Fit { fits: false, .. }), Some(c)) => format!("no, {} fit", thousands(c as f64)),
                 (Some(Fit { fits: false, .. }), None) => "no".into(),
@@ -626,20 +642,23 @@ mod tests {
     }
 
     /// The known answer: 8,192 packets/s at 64 B carries 8,192 ÷ (2 × 33.3)
-    /// = 122.9 G.729 30 ms calls: LANCOM prints 123 (rounded), the planner
-    /// 122 (the 123rd call would need 8,200 packets/s).
+    /// = 122.9 G.729 30 ms calls, 123 rounded as LANCOM rounds; the 123rd
+    /// call is 0.1 % short of its packets, which `--calls` shows.
     #[test]
     fn known_answer_8192_pps() {
         let g729 = codec::select(&["g729-30".into()]).unwrap()[0];
         let exact = full_duplex_calls(8192.0, g729.pps());
         assert!((exact - 122.88).abs() < 1e-9, "{exact}");
         assert_eq!(exact.round(), 123.0);
-        assert_eq!(whole(exact), 122);
-        assert!(!fit(123, exact).fits && fit(122, exact).fits);
+        assert_eq!(whole(exact, Limit::Gateway), 123);
+        assert_eq!(whole(exact, Limit::Link), 122);
+        let g = |n| fit(n, exact, Limit::Gateway);
+        assert!(g(123).fits && !g(124).fits);
+        assert!(g(123).headroom < 0.0 && g(122).headroom > 0.0);
         let t = loaded(Kind::Tunnel, tunnel_data(&[(64, 8192.0), (128, 8192.0)]));
         let p = plan(&inputs(Some(&t), None), "test");
         let r = row(&p, "g729-30");
-        assert_eq!((r.ip_bytes, r.calls, r.limit), (70, Some(122), Some(Limit::Gateway)));
+        assert_eq!((r.ip_bytes, r.calls, r.limit), (70, Some(123), Some(Limit::Gateway)));
         assert!(render(&p).contains("/results/tunnel.json"));
     }
 
