@@ -20,6 +20,8 @@ pub mod daemon;
 pub mod datapath;
 pub mod metrics;
 pub mod plan;
+#[cfg(feature = "svg")]
+pub mod plot;
 pub mod render;
 mod selector;
 pub mod status;
