@@ -147,8 +147,8 @@ const SYSTEMS: usize = 3;
 /// (which sets their colours) and their legends.
 fn sections(r: &Report) -> Vec<(usize, String, &Section)> {
     let swan = r.machine.strongswan.as_deref().map_or("strongSwan".to_string(), |v| {
-        // charon prints "Linux strongSwan U5.9.8/K6.1.0": keep the name and version.
-        let v = v.split_whitespace().find(|w| w.starts_with('U')).map(|w| w.trim_start_matches('U'));
+        // charon prints "Linux strongSwan 5.9.8" (or "U5.9.8/K6.1.0"): keep the version.
+        let v = v.split_whitespace().map(|w| w.trim_start_matches('U')).find(|w| w.starts_with(|c: char| c.is_ascii_digit()));
         v.and_then(|v| v.split('/').next()).map_or("strongSwan".into(), |v| format!("strongSwan {v}"))
     });
     let all: [(String, Option<&Section>); SYSTEMS] = [
@@ -305,7 +305,7 @@ mod tests {
 
     fn run(esparto_64: f64) -> Report {
         let mut r = report(vec![]);
-        r.machine.strongswan = Some("Linux strongSwan U5.9.8/K6.1.0-27-amd64".into());
+        r.machine.strongswan = Some("Linux strongSwan 5.9.8".into());
         r.esparto = section(vec![udp(64, esparto_64, false), udp(1400, 200_000.0, true)]);
         r.strongswan = section(vec![udp(64, 25_000.0, false), udp(1400, 20_000.0, false)]);
         r.routed = section(vec![udp(64, 800_000.0, false)]);
@@ -328,6 +328,11 @@ mod tests {
         );
         assert_eq!(c.series[0].points[1], SizePoint { ip_size: 1400, mbps: 2240.0, pps: 200_000.0, lower_bound: true });
         assert!(c.note.contains("1970-01-01T00:00:00Z") && c.note.contains("esparto-testbed bench tunnel"), "{}", c.note);
+        let mut u = run(1.0);
+        u.machine.strongswan = Some("Linux strongSwan U5.9.8/K6.1.0-27-amd64".into());
+        assert_eq!(TunnelChart::of_report(&u).series[1].name, "strongSwan 5.9.8 (kernel-libipsec)");
+        u.machine.strongswan = Some("strongSwan (version unknown)".into());
+        assert_eq!(TunnelChart::of_report(&u).series[1].name, "strongSwan (kernel-libipsec)");
         // strongSwan not measured: two series.
         let mut r = run(1.0);
         r.strongswan = None;
@@ -416,7 +421,7 @@ mod tests {
         let out = dir.path().join("sas.svg");
         main(&Cmd::Dataplane(DataplaneArgs { from: vec![json.clone(), saved], svg: out.clone() })).unwrap();
         let t = texts(&out);
-        for s in ["64 B, zipf", "1420 B, zipf", "active SA pairs per worker"] {
+        for s in ["64 B, zipf", "1420 B, zipf", "active SA pairs per worker (log)"] {
             assert!(t.iter().any(|x| x == s), "{s:?} missing from {t:?}");
         }
         assert!(t.iter().any(|x| x.contains("from ") && x.contains("rows.json")), "{t:?}");

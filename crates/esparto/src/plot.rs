@@ -30,18 +30,25 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use plotters::coord::Shift;
+use plotters::coord::combinators::WithKeyPoints;
 use plotters::prelude::*;
 
 use crate::bench::dataplane::AgilityRow;
 
 /// Width of a chart, pixels.
-const WIDTH: u32 = 960;
+const WIDTH: u32 = 1000;
 /// Height of one panel of a two-panel chart, pixels.
-const PANEL_HEIGHT: u32 = 340;
-/// Height of the footnote strip, pixels.
-const FOOT_HEIGHT: u32 = 28;
+const PANEL_HEIGHT: u32 = 360;
+/// Height of a line of the footnote, pixels.
+const FOOT_LINE: u32 = 16;
+/// Characters per line of the footnote (12-pixel text across [`WIDTH`]).
+const NOTE_CHARS: usize = 150;
+/// Width of the legend on the right, pixels.
+const LEGEND_WIDTH: u32 = 270;
+/// Characters per line of a legend entry.
+const LEGEND_CHARS: usize = 34;
 /// Height of the bar chart, pixels.
-const BAR_HEIGHT: u32 = 520;
+const BAR_HEIGHT: u32 = 560;
 /// Width per codec group of the bar chart, pixels (at least [`WIDTH`] in all).
 const BAR_GROUP_WIDTH: u32 = 110;
 /// Most series one chart draws: beyond it lines cannot be told apart.
@@ -176,52 +183,37 @@ pub fn packet_sizes_svg(title: &str, note: &str, series: &[SizeSeries]) -> Resul
     let all = || series.iter().flat_map(|s| s.points.iter());
     let max_size = all().map(|p| p.ip_size).max().unwrap_or(1500) as f64;
     let x = 0.0..(max_size * 1.08).max(100.0);
-    let lower_bounds = all().any(|p| p.lower_bound && p.pps > 0.0);
     let panels: [Panel<SizePoint>; 2] = [
-        ("throughput, Mbit/s of inner IP packets", |p| p.mbps),
-        ("zero-loss packet rate, kpps", |p| p.pps / 1e3),
+        ("throughput, Mbit/s of inner IP packets (log)", |p| p.mbps),
+        ("zero-loss packet rate, kpps (log)", |p| p.pps / 1e3),
     ];
+    let mut entries: Vec<(String, Swatch)> = series.iter().zip(PALETTE).map(|(s, c)| (s.name.clone(), Swatch::Line(c))).collect();
+    if all().any(|p| p.lower_bound && p.pps > 0.0) {
+        entries.push(("lower bound: the generator or the search's cap, not the gateway, set it".into(), Swatch::Triangle));
+    }
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 2 * PANEL_HEIGHT + FOOT_HEIGHT + 40)).into_drawing_area();
-        let body = frame(&root, title, note)?;
-        for (area, (desc, value)) in body.split_evenly((2, 1)).iter().zip(panels) {
-            let y = log_range(all().map(value))?;
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 2 * PANEL_HEIGHT)).into_drawing_area();
+        let plots = frame(&root, title, note, &entries)?;
+        for (area, (desc, value)) in plots.split_evenly((2, 1)).iter().zip(panels) {
             let mut chart = ChartBuilder::on(area)
                 .margin(12)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
-                .build_cartesian_2d(x.clone(), y.log_scale())?;
+                .build_cartesian_2d(x.clone(), log_axis(all().map(value))?)?;
             chart
                 .configure_mesh()
                 .x_desc("inner IP packet size, bytes")
                 .y_desc(desc)
+                .x_label_formatter(&|v| format!("{v:.0}"))
                 .y_label_formatter(&|v| number(*v))
                 .axis_desc_style((FONT, 15))
                 .label_style((FONT, 13))
                 .draw()?;
-            for (i, s) in series.iter().enumerate() {
-                let color = PALETTE[i];
-                let mut pts: Vec<(f64, f64, bool)> = s
-                    .points
-                    .iter()
-                    .filter(|p| value(p) > 0.0)
-                    .map(|p| (p.ip_size as f64, value(p), p.lower_bound))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                chart
-                    .draw_series(LineSeries::new(pts.iter().map(|&(x, y, _)| (x, y)), color.stroke_width(2)))?
-                    .label(s.name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-                markers(&mut chart, &pts, color)?;
+            for (s, color) in series.iter().zip(PALETTE) {
+                let pts = s.points.iter().map(|p| (p.ip_size as f64, value(p), p.lower_bound));
+                line(&mut chart, pts, color)?;
             }
-            if lower_bounds {
-                chart
-                    .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
-                    .label("▲ lower bound: the generator or the cap set it")
-                    .legend(|(x, y)| TriangleMarker::new((x + 10, y), 5, BLACK.filled()));
-            }
-            legend(&mut chart)?;
         }
         root.present()?;
     }
@@ -233,47 +225,34 @@ pub fn active_sas_svg(title: &str, note: &str, series: &[SaSeries]) -> Result<St
     let series: Vec<&SaSeries> = series.iter().filter(|s| s.points.iter().any(|p| p.mpps > 0.0)).collect();
     check_series(series.len())?;
     let all = || series.iter().flat_map(|s| s.points.iter());
-    let most = all().map(|p| p.sas).max().unwrap_or(1).max(10) as f64;
-    let x = 1.0..10f64.powf(most.log10().ceil());
-    let keys: Vec<f64> = (0..=most.log10().ceil() as i32).map(|e| 10f64.powi(e)).collect();
+    let decades = (all().map(|p| p.sas).max().unwrap_or(1).max(10) as f64).log10().ceil() as i32;
+    let x = 1.0..10f64.powi(decades);
+    let keys: Vec<f64> = (0..=decades).map(|e| 10f64.powi(e)).collect();
     let panels: [Panel<SaPoint>; 2] =
-        [("ESP round trips, Mpps", |p| p.mpps), ("Gbit/s of inner packets", |p| p.gbps)];
+        [("ESP round trips, Mpps (log)", |p| p.mpps), ("Gbit/s of inner packets (log)", |p| p.gbps)];
+    let entries: Vec<(String, Swatch)> = series.iter().zip(PALETTE).map(|(s, c)| (s.name.clone(), Swatch::Line(c))).collect();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 2 * PANEL_HEIGHT + FOOT_HEIGHT + 40)).into_drawing_area();
-        let body = frame(&root, title, note)?;
-        for (area, (desc, value)) in body.split_evenly((2, 1)).iter().zip(panels) {
-            let y = log_range(all().map(value))?;
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 2 * PANEL_HEIGHT)).into_drawing_area();
+        let plots = frame(&root, title, note, &entries)?;
+        for (area, (desc, value)) in plots.split_evenly((2, 1)).iter().zip(panels) {
             let mut chart = ChartBuilder::on(area)
                 .margin(12)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
-                .build_cartesian_2d(x.clone().log_scale().with_key_points(keys.clone()), y.log_scale())?;
+                .build_cartesian_2d(x.clone().log_scale().with_key_points(keys.clone()), log_axis(all().map(value))?)?;
             chart
                 .configure_mesh()
-                .x_desc("active SA pairs per worker")
+                .x_desc("active SA pairs per worker (log)")
                 .y_desc(desc)
                 .x_label_formatter(&|v| number(*v))
                 .y_label_formatter(&|v| number(*v))
                 .axis_desc_style((FONT, 15))
                 .label_style((FONT, 13))
                 .draw()?;
-            for (i, s) in series.iter().enumerate() {
-                let color = PALETTE[i];
-                let mut pts: Vec<(f64, f64, bool)> = s
-                    .points
-                    .iter()
-                    .filter(|p| value(p) > 0.0)
-                    .map(|p| (p.sas.max(1) as f64, value(p), false))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                chart
-                    .draw_series(LineSeries::new(pts.iter().map(|&(x, y, _)| (x, y)), color.stroke_width(2)))?
-                    .label(s.name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-                markers(&mut chart, &pts, color)?;
+            for (s, color) in series.iter().zip(PALETTE) {
+                line(&mut chart, s.points.iter().map(|p| (p.sas.max(1) as f64, value(p), false)), color)?;
             }
-            legend(&mut chart)?;
         }
         root.present()?;
     }
@@ -302,12 +281,13 @@ pub fn voip_calls_svg(note: &str, calls: &[CodecCalls]) -> Result<String> {
     let most = calls.iter().flat_map(|c| bars.iter().map(move |b| (b.2)(c))).max().unwrap_or(0).max(1) as f64;
     let n = calls.len();
     let names: Vec<&str> = calls.iter().map(|c| c.codec.as_str()).collect();
-    let width = WIDTH.max(BAR_GROUP_WIDTH * n as u32 + 120);
+    let width = WIDTH.max(BAR_GROUP_WIDTH * n as u32 + LEGEND_WIDTH + 80);
+    let entries: Vec<(String, Swatch)> = bars.iter().map(|b| (b.0.to_string(), Swatch::Bar(b.1))).collect();
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (width, BAR_HEIGHT + FOOT_HEIGHT + 40)).into_drawing_area();
-        let body = frame(&root, "Full-duplex VoIP calls per gateway, by codec", note)?;
-        let mut chart = ChartBuilder::on(&body)
+        let root = SVGBackend::with_string(&mut svg, (width, BAR_HEIGHT)).into_drawing_area();
+        let plot = frame(&root, "Full-duplex VoIP calls per gateway, by codec", note, &entries)?;
+        let mut chart = ChartBuilder::on(&plot)
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
@@ -333,14 +313,11 @@ pub fn voip_calls_svg(note: &str, calls: &[CodecCalls]) -> Result<String> {
             .draw()?;
         // A group takes 84 % of its codec's slot; a bar 92 % of its share.
         let w = SLOT * 84 / 100 / bars.len() as i32;
-        for (k, &(name, color, value)) in bars.iter().enumerate() {
+        for (k, &(_, color, value)) in bars.iter().enumerate() {
             let left = |i: usize| i as i32 * SLOT - SLOT * 42 / 100 + k as i32 * w;
-            chart
-                .draw_series(calls.iter().enumerate().map(|(i, c)| {
-                    Rectangle::new([(left(i), 0.0), (left(i) + w * 92 / 100, value(c) as f64)], color.filled())
-                }))?
-                .label(name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+            chart.draw_series(calls.iter().enumerate().map(|(i, c)| {
+                Rectangle::new([(left(i), 0.0), (left(i) + w * 92 / 100, value(c) as f64)], color.filled())
+            }))?;
             chart.draw_series(calls.iter().enumerate().map(|(i, c)| {
                 Text::new(
                     value(c).to_string(),
@@ -349,7 +326,6 @@ pub fn voip_calls_svg(note: &str, calls: &[CodecCalls]) -> Result<String> {
                 )
             }))?;
         }
-        legend(&mut chart)?;
         root.present()?;
     }
     Ok(svg)
@@ -376,44 +352,98 @@ type Panel<P> = (&'static str, fn(&P) -> f64);
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
-/// White background, the title on top, the footnote at the bottom; the
-/// area between them.
-fn frame<'a>(root: &Area<'a>, title: &str, note: &str) -> Result<Area<'a>> {
-    root.fill(&WHITE)?;
-    let (_, h) = root.dim_in_pixel();
-    let (body, foot) = root.split_vertically(h - FOOT_HEIGHT);
-    foot.draw(&Text::new(note.to_string(), (10, 6), (FONT, 12).into_font().color(&RGBColor(80, 80, 80))))?;
-    Ok(body.titled(title, (FONT, 20))?)
+/// How a legend entry is marked.
+#[derive(Debug, Clone, Copy)]
+enum Swatch {
+    /// A series' line with its dot.
+    Line(RGBColor),
+    /// The lower-bound marker.
+    Triangle,
+    /// A bar's colour.
+    Bar(RGBColor),
 }
 
-/// A dot per exact figure, a triangle per lower bound.
-fn markers<'a, X, Y>(
+/// White background, the title on top, the footnote (wrapped) at the
+/// bottom, the legend on the right; returns the area left for the plots.
+fn frame<'a>(root: &Area<'a>, title: &str, note: &str, legend: &[(String, Swatch)]) -> Result<Area<'a>> {
+    root.fill(&WHITE)?;
+    let (w, h) = root.dim_in_pixel();
+    let note = wrap(note, NOTE_CHARS);
+    let (body, foot) = root.split_vertically(h - FOOT_LINE * note.len() as u32 - 10);
+    let grey = (FONT, 12).into_font().color(&RGBColor(80, 80, 80));
+    for (k, l) in note.iter().enumerate() {
+        foot.draw(&Text::new(l.clone(), (10, 4 + FOOT_LINE as i32 * k as i32), grey.clone()))?;
+    }
+    let body = body.titled(title, (FONT, 20))?;
+    let (plots, side) = body.split_horizontally(w - LEGEND_WIDTH);
+    let mut y = 24;
+    for (label, swatch) in legend {
+        let mid = y + 8;
+        match *swatch {
+            Swatch::Line(c) => {
+                side.draw(&PathElement::new(vec![(4, mid), (30, mid)], c.stroke_width(2)))?;
+                side.draw(&Circle::new((17, mid), 4, c.filled()))?;
+            }
+            Swatch::Triangle => side.draw(&TriangleMarker::new((17, mid), 6, BLACK.filled()))?,
+            Swatch::Bar(c) => side.draw(&Rectangle::new([(9, mid - 7), (25, mid + 7)], c.filled()))?,
+        }
+        let lines = wrap(label, LEGEND_CHARS);
+        for (k, l) in lines.iter().enumerate() {
+            side.draw(&Text::new(l.clone(), (38, y + 17 * k as i32), (FONT, 13)))?;
+        }
+        y += 17 * lines.len() as i32 + 10;
+    }
+    Ok(plots)
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (a
+/// longer word gets a line of its own).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// One series' line through its points (in x order, zeros left out), a
+/// dot per exact figure and a triangle per lower bound.
+fn line<'a, X, Y>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
-    pts: &[(f64, f64, bool)],
+    pts: impl Iterator<Item = (f64, f64, bool)>,
     color: RGBColor,
 ) -> Result<()>
 where
     X: Ranged<ValueType = f64>,
     Y: Ranged<ValueType = f64>,
 {
+    let mut pts: Vec<(f64, f64, bool)> = pts.filter(|p| p.1 > 0.0 && p.1.is_finite()).collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    chart.draw_series(LineSeries::new(pts.iter().map(|&(x, y, _)| (x, y)), color.stroke_width(2)))?;
     chart.draw_series(pts.iter().filter(|p| !p.2).map(|&(x, y, _)| Circle::new((x, y), 4, color.filled())))?;
     chart.draw_series(pts.iter().filter(|p| p.2).map(|&(x, y, _)| TriangleMarker::new((x, y), 6, color.filled())))?;
     Ok(())
 }
 
-fn legend<'a, X, Y>(chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>) -> Result<()>
-where
-    X: Ranged,
-    Y: Ranged,
-{
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .label_font((FONT, 13))
-        .draw()?;
-    Ok(())
+/// A log axis over whole decades around the positive values, labelled at
+/// 1, 2 and 5 times each power of ten when it spans three decades or
+/// fewer, else at the powers of ten.
+fn log_axis(values: impl Iterator<Item = f64>) -> Result<WithKeyPoints<LogCoord<f64>>> {
+    let r = log_range(values)?;
+    let (lo, hi) = (r.start.log10().round() as i32, r.end.log10().round() as i32);
+    let steps: &[f64] = if hi - lo <= 3 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    let keys = (lo..=hi).flat_map(|e| steps.iter().map(move |m| m * 10f64.powi(e))).filter(|v| *v <= r.end * 1.000_001).collect();
+    Ok(r.log_scale().with_key_points(keys))
 }
 
 /// Whole decades around the positive values (a log axis shows no zero).
@@ -523,19 +553,23 @@ mod tests {
         ] {
             assert!(svg.has(s), "{s:?} missing from {:?}", svg.texts);
         }
-        // Each panel, each series: its line and its legend swatch; a dot per
-        // exact non-zero figure (the routed 64 B zero is left out), a
-        // triangle per lower bound.
+        // Each series: its line on each panel and its legend swatch (a line
+        // with a dot); a dot per exact non-zero figure (the routed 64 B zero
+        // is left out), a triangle per lower bound.
         let [esparto, swan, routed] = [PALETTE[0], PALETTE[1], PALETTE[2]];
         for c in [esparto, swan, routed] {
-            assert_eq!(svg.count("polyline", c), 2 * 2);
+            assert_eq!(svg.count("polyline", c), 2 + 1);
         }
-        assert_eq!(svg.count("circle", esparto), 2);
+        assert_eq!(svg.count("circle", esparto), 2 + 1);
         assert_eq!(svg.count("polygon", esparto), 2);
-        assert_eq!(svg.count("circle", swan), 2 * 2);
-        assert_eq!(svg.count("circle", routed), 2);
-        // The lower bounds' legend entry, once per panel.
-        assert_eq!(svg.count("polygon", BLACK), 2);
+        assert_eq!(svg.count("circle", swan), 2 * 2 + 1);
+        assert_eq!(svg.count("circle", routed), 2 + 1);
+        // The lower bounds' legend entry.
+        assert_eq!(svg.count("polygon", BLACK), 1);
+        // Without a lower bound, no such entry.
+        let exact: Vec<SizeSeries> = series[1..].to_vec();
+        let svg = Svg::parse(&packet_sizes_svg("t", "n", &exact).unwrap());
+        assert!(!svg.has("lower bound") && svg.count("polygon", BLACK) == 0);
     }
 
     #[test]
@@ -595,8 +629,8 @@ mod tests {
         // The log axis is labelled by decade up to 100k.
         assert!(svg.has("100k") && svg.has("1k"), "{:?}", svg.texts);
         for (c, dots) in [(PALETTE[0], 2), (PALETTE[1], 2), (PALETTE[2], 1)] {
-            assert_eq!(svg.count("polyline", c), 2 * 2);
-            assert_eq!(svg.count("circle", c), 2 * dots);
+            assert_eq!(svg.count("polyline", c), 2 + 1);
+            assert_eq!(svg.count("circle", c), 2 * dots + 1);
         }
     }
 
@@ -644,6 +678,19 @@ mod tests {
     }
 
     #[test]
+    fn long_notes_wrap_at_spaces() {
+        assert_eq!(wrap("a bb ccc dddd", 6), ["a bb", "ccc", "dddd"]);
+        assert_eq!(wrap("averyveryverylongword x", 4), ["averyveryverylongword", "x"]);
+        assert_eq!(wrap("", 4), [""]);
+        // A long footnote becomes several <text> lines, none of them lost.
+        let note = (0..60).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+        let svg = Svg::parse(&voip_calls_svg(&note, &calls()).unwrap());
+        let lines: Vec<&String> = svg.texts.iter().filter(|t| t.starts_with('w')).collect();
+        assert!(lines.len() >= 2, "{lines:?}");
+        assert_eq!(lines.iter().map(|l| l.split(' ').count()).sum::<usize>(), 60);
+    }
+
+    #[test]
     fn axis_numbers() {
         assert_eq!(number(1.0), "1");
         assert_eq!(number(100_000.0), "100k");
@@ -653,5 +700,12 @@ mod tests {
         assert_eq!(log_range([0.0, 3.0, 250.0].into_iter()).unwrap(), 1.0..1000.0);
         assert_eq!(log_range([10.0].into_iter()).unwrap(), 10.0..100.0);
         assert!(log_range([0.0, f64::NAN].into_iter()).is_err());
+        // Labels at 1-2-5 over three decades or fewer, the lowest included.
+        let k = log_axis([0.37, 17.9].into_iter()).unwrap().bold_points().to_vec();
+        let want = [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0];
+        assert_eq!(k.len(), want.len(), "{k:?}");
+        assert!(k.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9), "{k:?}");
+        let k = log_axis([1.0, 20_000.0].into_iter()).unwrap().bold_points().to_vec();
+        assert_eq!(k, [1.0, 10.0, 100.0, 1e3, 1e4, 1e5]);
     }
 }
