@@ -372,7 +372,7 @@ mod tests {
             let out = dir.path().join(format!("{name}.svg"));
             main(&Cmd::Tunnel(TunnelArgs { from: from.clone(), svg: out.clone() })).unwrap();
             let t = texts(&out);
-            for s in ["Esparto (per-CPU Child SAs)", "strongSwan 5.9.8 (kernel-libipsec)", "routed (no IPsec)", "zero-loss packet rate, kpps"] {
+            for s in ["Esparto (per-CPU Child SAs)", "strongSwan 5.9.8 (kernel-libipsec)", "routed (no IPsec)", "zero-loss packet rate, kpps (log)"] {
                 assert!(t.iter().any(|x| x == s), "{from:?}: {s:?} missing from {t:?}");
             }
         }
@@ -425,6 +425,21 @@ mod tests {
             assert!(t.iter().any(|x| x == s), "{s:?} missing from {t:?}");
         }
         assert!(t.iter().any(|x| x.contains("from ") && x.contains("rows.json")), "{t:?}");
+    }
+
+    #[test]
+    fn bench_tunnel_svg_needs_a_directory_before_measuring() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: crate::bench::tunnel::Args,
+        }
+        let cli = Cli::try_parse_from(["t", "--quick", "--svg", "/nonexistent-testbed-dir/t.svg"]).unwrap();
+        assert_eq!(cli.a.svg.as_deref(), Some(Path::new("/nonexistent-testbed-dir/t.svg")));
+        // The binary is never started: the check comes first.
+        let e = crate::bench::tunnel::main(&cli.a, Path::new("/nonexistent/esparto")).unwrap_err();
+        assert!(format!("{e:#}").contains("no directory /nonexistent-testbed-dir"), "{e:#}");
     }
 
     #[test]
