@@ -24,7 +24,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use esparto::bench::dataplane::AgilityRow;
 use esparto::plan::results::{self, AgilityData, Saved, TunnelData};
-use esparto::plot::{SizePoint, SizeSeries};
+use esparto::plot::{SaSeries, SizePoint, SizeSeries};
 use serde_json::Value;
 
 use crate::baseline::Section;
@@ -58,7 +58,7 @@ pub struct TunnelArgs {
 #[derive(Debug, clap::Args)]
 pub struct DataplaneArgs {
     /// The results: `esparto bench dataplane --sas … --json` or a file `--save` wrote;
-    /// repeat to draw several runs (say round-robin and zipf) on one chart.
+    /// repeat to draw several runs on one chart (round-robin and zipf; two builds: a line per file).
     #[arg(long, value_name = "FILE", required = true)]
     pub from: Vec<PathBuf>,
     /// The chart to write.
@@ -75,11 +75,11 @@ pub fn main(cmd: &Cmd) -> Result<ExitCode> {
             eprintln!("wrote {} from {}", a.svg.display(), a.from.display());
         }
         Cmd::Dataplane(a) => {
-            let mut rows = Vec::new();
+            let mut series = Vec::new();
             let mut notes = Vec::new();
             for f in &a.from {
-                let (r, note) = load_agility(f)?;
-                rows.extend(r);
+                let (rows, note) = load_agility(f)?;
+                series.push((f.as_path(), esparto::plot::agility_series(&rows)));
                 notes.push(note);
             }
             notes.dedup();
@@ -87,12 +87,34 @@ pub fn main(cmd: &Cmd) -> Result<ExitCode> {
                 &a.svg,
                 "Key agility: ESP rate against active SAs (in process)",
                 &notes.join(" | "),
-                &esparto::plot::agility_series(&rows),
+                &merge_series(series),
             )?;
             eprintln!("wrote {}", a.svg.display());
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lines of several files on one chart: a size and mix that more than
+/// one file measured (two builds, two days) is a line per file, named
+/// after its file.
+fn merge_series(files: Vec<(&Path, Vec<SaSeries>)>) -> Vec<SaSeries> {
+    let names: Vec<&str> = files.iter().flat_map(|(_, s)| s.iter().map(|x| x.name.as_str())).collect();
+    let shared: Vec<String> =
+        names.iter().filter(|n| names.iter().filter(|m| m == n).count() > 1).map(|n| n.to_string()).collect();
+    files
+        .into_iter()
+        .flat_map(|(path, series)| {
+            let stem = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+            let shared = &shared;
+            series.into_iter().map(move |mut s| {
+                if shared.contains(&s.name) {
+                    s.name = format!("{}, {stem}", s.name);
+                }
+                s
+            })
+        })
+        .collect()
 }
 
 /// A packet-size chart ready to draw.
@@ -425,6 +447,14 @@ mod tests {
             assert!(t.iter().any(|x| x == s), "{s:?} missing from {t:?}");
         }
         assert!(t.iter().any(|x| x.contains("from ") && x.contains("rows.json")), "{t:?}");
+        // The same size and mix from two files: a line each, named after its file.
+        let again = dir.path().join("again.json");
+        std::fs::write(&again, serde_json::to_string(&[row(64, 1, 0.9), row(64, 10_000, 0.8)]).unwrap()).unwrap();
+        main(&Cmd::Dataplane(DataplaneArgs { from: vec![json, again], svg: out.clone() })).unwrap();
+        let t = texts(&out);
+        for s in ["64 B, zipf, rows", "64 B, zipf, again"] {
+            assert!(t.iter().any(|x| x == s), "{s:?} missing from {t:?}");
+        }
     }
 
     #[test]

@@ -307,7 +307,7 @@ pub fn voip_calls_svg(note: &str, calls: &[CodecCalls]) -> Result<String> {
             .x_desc("codec (packetisation)")
             .y_desc("concurrent full-duplex calls")
             .x_label_formatter(&label)
-            .y_label_formatter(&|v| number(*v))
+            .y_label_formatter(&|v| format!("{v:.0}"))
             .axis_desc_style((FONT, 15))
             .label_style((FONT, 13))
             .draw()?;
