@@ -19,7 +19,9 @@
 //! same distance wherever it lies. A figure that is only a lower bound (the
 //! generator or the search's cap, not the gateway, set it) is drawn with a
 //! triangle instead of a dot, as the tables print it with `≥`. A zero (no
-//! rate found) has no place on a log axis and is left out.
+//! rate found) has no place on a log axis and is left out. Bars stay on a
+//! linear axis: a bar's length is its count. The legend sits beside the
+//! plots, never over a point, and a long footnote wraps.
 //!
 //! The drawing is plotters' with its SVG backend alone: text is written as
 //! SVG `<text>` for the viewer to lay out, so no font files or font
