@@ -28,6 +28,9 @@ enum Cmd {
     /// Measure Esparto end to end.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Redraw a benchmark's chart (SVG) from its saved results, without measuring again.
+    #[command(subcommand)]
+    Plot(crate::plot::Cmd),
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +78,7 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Demo(a) => demo(a, cli.esparto),
+        Cmd::Plot(c) => crate::plot::main(&c),
         Cmd::Bench(BenchCmd::Tunnel(a)) => tunnel::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
         Cmd::Bench(BenchCmd::Setup(a)) => setup::main(&a),
         Cmd::Bench(BenchCmd::SetupPeer(a)) => setup::peer_main(&a),

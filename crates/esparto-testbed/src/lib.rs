@@ -22,7 +22,9 @@
 //! - [`strongswan`] and [`esparto`]: a gateway of either kind in a
 //!   namespace, started, queried and stopped;
 //! - [`baseline`]: the strongSwan ↔ strongSwan baseline and the plain routed
-//!   ceiling, as data the benchmark prints beside its own figures.
+//!   ceiling, as data the benchmark prints beside its own figures;
+//! - [`plot`]: the benchmarks' SVG charts, drawn after a run or redrawn
+//!   from its saved results.
 //!
 //! **Packet sizes** are IP packet sizes of the *inner* packet (the LANCOM
 //! paper's and RFC 2544's frame sizes, less the Ethernet header and FCS):
@@ -41,6 +43,7 @@ pub mod demo;
 pub mod esparto;
 pub mod mem;
 pub mod pinger;
+pub mod plot;
 pub mod strongswan;
 pub mod topology;
 pub mod traffic;

@@ -214,6 +214,10 @@ struct DataplaneArgs {
     /// Directory --save writes into.
     #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
     results: PathBuf,
+    /// With --sas: also draw the rate (Mpps, Gbit/s) against the number of
+    /// active SAs, one line per packet size, as an SVG chart into FILE.
+    #[arg(long, value_name = "FILE", requires = "sas")]
+    svg: Option<PathBuf>,
 }
 
 /// Entry point of the binary.
@@ -524,11 +528,18 @@ fn bench_agility(a: DataplaneArgs, suite: esparto_crypto::EspSuite) -> Result<Ex
         runs: a.runs,
         count: a.count,
     };
+    if let Some(path) = &a.svg {
+        svg_writable(path)?;
+    }
     let rows = dataplane::run_agility(&opts)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         dataplane::print_agility(&rows);
+    }
+    if let Some(path) = &a.svg {
+        agility_chart(path, &rows)?;
+        eprintln!("wrote {}", path.display());
     }
     if a.save {
         if a.count.is_some() {
@@ -539,6 +550,37 @@ fn bench_agility(a: DataplaneArgs, suite: esparto_crypto::EspSuite) -> Result<Ex
         eprintln!("saved {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Fails before a measurement, not after, if the chart has nowhere to go.
+#[cfg(feature = "svg")]
+fn svg_writable(path: &std::path::Path) -> Result<()> {
+    crate::plot::check_destination(path)
+}
+
+#[cfg(not(feature = "svg"))]
+fn svg_writable(_: &std::path::Path) -> Result<()> {
+    anyhow::bail!("--svg: this esparto was built without charts (cargo feature \"svg\")")
+}
+
+#[cfg(feature = "svg")]
+fn agility_chart(path: &std::path::Path, rows: &[dataplane::AgilityRow]) -> Result<()> {
+    let Some(first) = rows.first() else { anyhow::bail!("--svg: nothing was measured") };
+    let (_, date) = results::now();
+    let note = format!(
+        "{}, {} worker(s); {}; load average {}; {date}; {}",
+        first.suite,
+        first.workers,
+        results::Machine::this().cpu_model,
+        results::load_average(),
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
+    crate::plot::active_sas(path, "Key agility: ESP rate against active SAs (in process)", &note, &crate::plot::agility_series(rows))
+}
+
+#[cfg(not(feature = "svg"))]
+fn agility_chart(_: &std::path::Path, _: &[dataplane::AgilityRow]) -> Result<()> {
+    anyhow::bail!("--svg: this esparto was built without charts (cargo feature \"svg\")")
 }
 
 fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {

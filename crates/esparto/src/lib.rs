@@ -5,8 +5,9 @@
 //! ([`datapath`]), the status model ([`status`]) and its Prometheus
 //! exposition ([`metrics`]), the in-process
 //! data-plane benchmark ([`bench`]), which measures the machine the gateway
-//! runs on, and the planner that turns saved measurements into calls and
-//! cores ([`plan`]). It is the only crate of the gateway that reads files, the
+//! runs on, the planner that turns saved measurements into calls and
+//! cores ([`plan`]), and the benchmarks' SVG charts (`plot`, cargo feature
+//! `svg`, on by default). It is the only crate of the gateway that reads files, the
 //! environment and flags; the core crates take typed, validated values. The
 //! test bed (two gateways in network namespaces, the demo, the end-to-end
 //! benchmarks) is the `esparto-testbed` crate, which runs this binary as a
@@ -20,6 +21,8 @@ pub mod daemon;
 pub mod datapath;
 pub mod metrics;
 pub mod plan;
+#[cfg(feature = "svg")]
+pub mod plot;
 pub mod render;
 mod selector;
 pub mod status;

@@ -145,6 +145,9 @@ pub struct Report {
 /// print the tables (or the JSON), and fail if any section failed.
 pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
     let opts = args.options()?;
+    if let Some(path) = &args.svg {
+        crate::plot::check_destination(path)?;
+    }
     crate::clean_up_on_signal("esparto-testbed bench tunnel")?;
     if args.runs > 1 {
         return main_series(bin, &opts, args);
@@ -152,6 +155,9 @@ pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
     let report = run(bin, &opts, false)?;
     if args.save {
         save_run(&report, args);
+    }
+    if let Some(path) = &args.svg {
+        draw(path, || Ok(crate::plot::TunnelChart::of_report(&report)));
     }
     if args.json {
         // The tables too, on stderr with the progress: one run, both forms.
@@ -192,6 +198,9 @@ fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
         }
         runs.push(report);
     }
+    if let Some(path) = &args.svg {
+        draw(path, || crate::plot::TunnelChart::of_runs(&runs));
+    }
     let summary = series::summarise(&runs);
     let text = series::render(&summary, n);
     let failed = runs.iter().any(|r| !r.errors.is_empty());
@@ -210,6 +219,15 @@ fn save_run(report: &Report, args: &Args) {
     match save::save(report, &args.results) {
         Ok(path) => eprintln!("esparto-testbed bench tunnel: saved {}", path.display()),
         Err(e) => eprintln!("esparto-testbed bench tunnel: {e:#}"),
+    }
+}
+
+/// `--svg`: a failure to draw is reported, and the run's figures are still
+/// printed.
+fn draw(path: &Path, chart: impl FnOnce() -> Result<crate::plot::TunnelChart>) {
+    match chart().and_then(|c| c.write(path)) {
+        Ok(()) => eprintln!("esparto-testbed bench tunnel: wrote {}", path.display()),
+        Err(e) => eprintln!("esparto-testbed bench tunnel: --svg: {e:#}"),
     }
 }
 

@@ -546,7 +546,8 @@ impl SaMix {
         }
     }
 
-    fn label(self) -> &'static str {
+    /// "round-robin", "zipf".
+    pub fn label(self) -> &'static str {
         match self {
             SaMix::RoundRobin => "round-robin",
             SaMix::Zipf => "zipf",

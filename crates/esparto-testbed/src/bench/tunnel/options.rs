@@ -278,6 +278,10 @@ pub struct Args {
     /// Directory --save writes into.
     #[arg(long, value_name = "DIR", default_value = esparto::plan::results::DEFAULT_DIR)]
     pub results: std::path::PathBuf,
+    /// Also draw throughput and zero-loss packet rate against packet size (routed, strongSwan,
+    /// Esparto) as an SVG chart into FILE; with --runs, the medians.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
 }
 
 impl Args {
