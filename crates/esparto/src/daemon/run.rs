@@ -251,6 +251,7 @@ fn full_status(gw: &Gateway, ike: Option<&Ike>) -> Result<Status> {
     if let Some(ike) = ike {
         s.ike = ike.counters();
         s.ike_events = ike.events();
+        ike.annotate(Instant::now(), &mut s.ike_sas);
     }
     Ok(s)
 }

@@ -692,7 +692,7 @@ fn status_joins_worker_counters_by_spi() {
             .role,
         Role::Fallback
     );
-    let s = h.table.ike_sas_status(h.now, &counters);
+    let s = h.table.ike_sas_status(h.now, &counters, 4500);
     assert_eq!(s.len(), 1);
     assert_eq!(s[0].connection, "a");
     let c: Vec<(&str, &str, Option<u16>, Option<u16>)> = s[0]
