@@ -23,6 +23,37 @@ struct Client {
     eof: bool,
     /// We decided to close after the output is flushed.
     closing: bool,
+    /// The stream this client is reading ([`Answer::Stream`]).
+    watching: Option<u64>,
+}
+
+/// How the daemon answers one request.
+#[derive(Debug)]
+pub enum Answer {
+    /// One response line.
+    Reply(Response),
+    /// The lines of stream `id`, until it ends ([`Streams`]).
+    Stream(u64),
+}
+
+/// Streamed answers: where [`ControlServer::poll_streams`] gets their
+/// lines.
+pub trait Streams {
+    /// Appends stream `id`'s news to `out` (JSON lines); `true` when its
+    /// last line is written.
+    fn take(&mut self, id: u64, out: &mut Vec<u8>) -> bool;
+    /// The client of stream `id` left.
+    fn cancel(&mut self, id: u64);
+}
+
+/// No streams: [`ControlServer::poll`].
+struct NoStreams;
+
+impl Streams for NoStreams {
+    fn take(&mut self, _id: u64, _out: &mut Vec<u8>) -> bool {
+        true
+    }
+    fn cancel(&mut self, _id: u64) {}
 }
 
 /// The daemon's end of the control socket.
@@ -141,11 +172,33 @@ impl ControlServer {
     /// Accept new clients and serve every request that is complete, without
     /// blocking. `handler` answers one request at a time.
     pub fn poll(&mut self, mut handler: impl FnMut(Request) -> Response) {
+        self.poll_streams(|r| Answer::Reply(handler(r)), &mut NoStreams);
+    }
+
+    /// [`poll`](Self::poll) with streamed answers: a request answered
+    /// with [`Answer::Stream`] gets the stream's lines as `streams` has
+    /// them, each poll, as fast as the client reads them; the client is
+    /// closed after the last. A client that leaves, or stops reading for
+    /// the client timeout, has its stream cancelled.
+    pub fn poll_streams(&mut self, mut handler: impl FnMut(Request) -> Answer, streams: &mut dyn Streams) {
         let now = Instant::now();
         self.accept(now);
         let timeout = self.timeout;
-        self.clients
-            .retain_mut(|c| serve(c, now, timeout, &mut handler));
+        self.clients.retain_mut(|c| {
+            let keep = serve(c, now, timeout, &mut handler, streams);
+            if !keep {
+                if let Some(id) = c.watching.take() {
+                    streams.cancel(id);
+                }
+            }
+            keep
+        });
+    }
+
+    /// Whether some client is reading a stream (the daemon then pumps
+    /// streams after its own work, so lines logged by it leave at once).
+    pub fn streaming(&self) -> bool {
+        self.clients.iter().any(|c| c.watching.is_some())
     }
 
     fn accept(&mut self, now: Instant) {
@@ -168,6 +221,7 @@ impl ControlServer {
                         deadline: now + self.timeout,
                         eof: false,
                         closing: false,
+                        watching: None,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -183,10 +237,14 @@ fn serve(
     c: &mut Client,
     now: Instant,
     timeout: Duration,
-    handler: &mut impl FnMut(Request) -> Response,
+    handler: &mut impl FnMut(Request) -> Answer,
+    streams: &mut dyn Streams,
 ) -> bool {
     if !flush(c, now, timeout) {
         return false;
+    }
+    if let Some(id) = c.watching {
+        return pump(c, id, now, timeout, streams);
     }
     // Read only when all answers are out: a client that does not read its
     // answers is not read from, so nothing piles up on our side.
@@ -238,9 +296,17 @@ fn serve(
             }
             let resp = match serde_json::from_str::<Request>(text) {
                 Ok(req) => handler(req),
-                Err(e) => Response::Error(format!("bad request: {e}")),
+                Err(e) => Answer::Reply(Response::Error(format!("bad request: {e}"))),
             };
-            answer(c, &resp);
+            match resp {
+                Answer::Reply(r) => answer(c, &r),
+                Answer::Stream(id) => {
+                    // The stream is this connection's last answer.
+                    c.watching = Some(id);
+                    c.input.clear();
+                    return pump(c, id, now, timeout, streams);
+                }
+            }
         }
         if !c.closing && c.input.len() > MAX_REQUEST && !c.input.contains(&b'\n') {
             answer(
@@ -259,6 +325,39 @@ fn serve(
         return false;
     }
     if idle && c.closing {
+        return false;
+    }
+    now < c.deadline
+}
+
+/// Serves a client reading stream `id`: whatever of it is ready once the
+/// previous lines are out; `false` when it is done or the client left.
+fn pump(c: &mut Client, id: u64, now: Instant, timeout: Duration, streams: &mut dyn Streams) -> bool {
+    // Anything it sends now is ignored; reading shows when it hangs up.
+    let mut buf = [0u8; 512];
+    loop {
+        match c.stream.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => return false,
+        }
+    }
+    if c.written == c.output.len() {
+        c.output.clear();
+        c.written = 0;
+        // Waiting for news is progress: the stream has its own limit.
+        c.deadline = now + timeout;
+        if streams.take(id, &mut c.output) {
+            c.watching = None;
+            c.closing = true;
+        }
+        if !flush(c, now, timeout) {
+            return false;
+        }
+    }
+    if c.closing && c.written == c.output.len() {
         return false;
     }
     now < c.deadline
@@ -335,7 +434,7 @@ mod tests {
         match req {
             Request::Status => Response::Status(Box::new(fake_status())),
             Request::Sas => Response::Sas(vec![]),
-            Request::Up { name } => Response::Done(format!("{name} up")),
+            Request::Up { name, .. } => Response::Done(format!("{name} up")),
             Request::Down { name } => Response::Error(format!("no connection '{name}'")),
             Request::Rekey { name, .. } => Response::Done(format!("{name} rekeyed")),
             Request::Reload => Response::Error("not reloaded".into()),
@@ -396,7 +495,7 @@ mod tests {
             r => panic!("{r:?}"),
         }
         assert_eq!(
-            request(&path, &Request::Up { name: "a".into() }, T).unwrap(),
+            request(&path, &Request::Up { name: "a".into(), watch: false }, T).unwrap(),
             Response::Done("a up".into())
         );
         assert_eq!(

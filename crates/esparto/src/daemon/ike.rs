@@ -303,7 +303,7 @@ impl Ike {
 
     /// `esparto up NAME`.
     pub fn up(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
-        let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e:?}"));
+        let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e}"));
         self.flush(now, gw);
         r.map(|id| format!("initiating IKE SA {id} for {name}"))
     }
