@@ -3,7 +3,10 @@
 //! through it both ways (IPv4 and IPv6), `esparto sas` lists the IKE SA and
 //! its Child SA on both sides, `esparto down` deletes them on both sides,
 //! `esparto up` brings them back, a wrong PSK never installs anything, and a
-//! Child SA past its hard packet limit is deleted on both sides.
+//! Child SA past its hard packet limit is deleted on both sides. `up` shows
+//! the negotiation as it happens and its outcome (an installed Child SA, a
+//! failed authentication, a proposal mismatch), `sas --json` the timers,
+//! NAT state and last packets, and with `--json` every error is JSON.
 //! Needs root: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -183,6 +186,15 @@ fn wrong_psk_installs_nothing() {
     assert!(st.sas.is_empty(), "no SA in the responder's data plane: {:?}", st.sas);
     let log = std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
     assert!(log.contains("authentication failed") || log.contains("AUTHENTICATION_FAILED"), "a clear log line: {log}");
+    // `up` shows the attempt and ends with the reason, exit 1.
+    let (ok, out) = west.cli(&["up", "site", "--timeout", "20"]).unwrap();
+    assert!(!ok, "{out}");
+    assert!(out.contains("sending IKE_SA_INIT request"), "{out}");
+    assert!(out.to_lowercase().contains("authentication"), "the reason: {out}");
+    let (ok, out) = west.cli(&["up", "site", "--timeout", "20", "--json"]).unwrap();
+    assert!(!ok, "{out}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!((last["ok"].as_bool(), last["kind"].as_str()), (Some(false), Some("failed")), "{out}");
     west.stop().unwrap();
     east.stop().unwrap();
 }
@@ -226,6 +238,35 @@ fn a_hard_limit_deletes_the_child_sa_on_both_sides() {
     let log = std::fs::read_to_string(west.dir().path().join("esparto.log")).unwrap_or_default()
         + &std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
     assert!(log.contains("deleting the expired Child SA"), "{log}");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
+/// Proposals that do not meet: `up` shows what was offered and ends with
+/// the reason; nothing is installed.
+#[test]
+fn up_shows_a_proposal_mismatch() {
+    if skip("ike_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let psk = "correct horse battery staple";
+    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &EspartoConfig::site(Node::GwEast, keying(false, false, psk)).unwrap()).unwrap();
+    let mut w = keying(false, true, psk);
+    if let Keying::Ike { proposal, .. } = &mut w {
+        *proposal = "aes128gcm16-prfsha256-x25519".into();
+    }
+    let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &EspartoConfig::site(Node::GwWest, w).unwrap()).unwrap();
+    let (ok, out) = west.cli(&["up", "site", "--timeout", "20"]).unwrap();
+    assert!(!ok, "{out}");
+    assert!(out.contains("sending IKE_SA_INIT request, proposals: IKE:AES_GCM_16_128/PRF_HMAC_SHA2_256/CURVE_25519"), "{out}");
+    assert!(out.contains("the peer accepts none of our configured proposals"), "{out}");
+    assert!(out.lines().last().unwrap().contains("no_proposal_chosen"), "the reason last: {out}");
+    // The responder's log says what it received beside what it has.
+    let log = std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
+    assert!(log.contains("received proposals: IKE:AES_GCM_16_128"), "{log}");
+    assert!(west.sas().unwrap().is_empty());
     west.stop().unwrap();
     east.stop().unwrap();
 }

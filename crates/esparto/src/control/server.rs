@@ -601,6 +601,109 @@ mod tests {
         );
     }
 
+    /// A stream of three parts: a line now, a line later, the end.
+    #[derive(Default)]
+    struct Script {
+        step: usize,
+        cancelled: Vec<u64>,
+    }
+
+    impl Streams for Script {
+        fn take(&mut self, id: u64, out: &mut Vec<u8>) -> bool {
+            self.step += 1;
+            let line = match self.step {
+                1 => format!("{{\"log\":{{\"level\":\"INFO\",\"target\":\"t\",\"message\":\"stream {id}\"}}}}\n"),
+                2 | 3 => String::new(),
+                4 => "{\"dropped\":2}\n".to_string(),
+                _ => {
+                    out.extend_from_slice(b"{\"ok\":true,\"message\":\"done\"}\n");
+                    return true;
+                }
+            };
+            out.extend_from_slice(line.as_bytes());
+            false
+        }
+
+        fn cancel(&mut self, id: u64) {
+            self.cancelled.push(id);
+        }
+    }
+
+    fn stream_handler(req: Request) -> Answer {
+        match req {
+            Request::Up { watch: true, .. } => Answer::Stream(7),
+            req => Answer::Reply(handler(req)),
+        }
+    }
+
+    #[test]
+    fn a_streamed_answer_arrives_line_by_line_then_the_connection_closes() {
+        use crate::control::{StreamItem, stream};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let mut server = ControlServer::bind(&path).unwrap();
+        let p = path.clone();
+        let asker = thread::spawn(move || {
+            let mut items = Vec::new();
+            let end = stream(&p, &Request::Up { name: "a".into(), watch: true }, T, &mut |i| items.push(i));
+            (end, items)
+        });
+        let mut script = Script::default();
+        let deadline = Instant::now() + T;
+        while !asker.is_finished() && Instant::now() < deadline {
+            server.poll_streams(stream_handler, &mut script);
+            thread::sleep(Duration::from_millis(2));
+        }
+        let (end, items) = asker.join().unwrap();
+        assert_eq!(end.unwrap(), Response::Done("done".into()));
+        assert!(matches!(&items[..], [StreamItem::Log { log }, StreamItem::Dropped { dropped: 2 }] if log.message == "stream 7"), "{items:?}");
+        assert!(!server.streaming());
+        server.poll_streams(stream_handler, &mut script);
+        assert_eq!(server.client_count(), 0, "closed after the end");
+        assert!(script.cancelled.is_empty(), "an ended stream is not cancelled");
+        // Plain requests still get one answer.
+        let p = path.clone();
+        let asker = thread::spawn(move || request(&p, &Request::Sas, T));
+        while !asker.is_finished() {
+            server.poll_streams(stream_handler, &mut script);
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(asker.join().unwrap().unwrap(), Response::Sas(vec![]));
+    }
+
+    #[test]
+    fn a_client_that_hangs_up_cancels_its_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let mut server = ControlServer::bind(&path).unwrap();
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(b"{\"cmd\":\"up\",\"name\":\"a\",\"watch\":true}\n").unwrap();
+        // Never ends: only the first line, then nothing.
+        struct Forever(Vec<u64>);
+        impl Streams for Forever {
+            fn take(&mut self, _id: u64, _out: &mut Vec<u8>) -> bool {
+                false
+            }
+            fn cancel(&mut self, id: u64) {
+                self.0.push(id);
+            }
+        }
+        let mut f = Forever(Vec::new());
+        let deadline = Instant::now() + T;
+        while !server.streaming() && Instant::now() < deadline {
+            server.poll_streams(stream_handler, &mut f);
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert!(server.streaming());
+        drop(s);
+        while server.client_count() > 0 && Instant::now() < deadline {
+            server.poll_streams(stream_handler, &mut f);
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(server.client_count(), 0);
+        assert_eq!(f.0, [7], "cancelled once");
+    }
+
     #[test]
     fn stale_sockets_are_replaced_other_files_are_not() {
         let dir = tempfile::tempdir().unwrap();

@@ -192,3 +192,41 @@ impl Table {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use esparto_esp::SaCounters;
+    use std::time::Duration;
+
+    fn stats(packets: u64, last_used: Option<Instant>) -> SaStats {
+        SaStats {
+            spi: 0x100,
+            direction: Direction::Inbound,
+            group: None,
+            fallback: false,
+            suite: "aes256gcm16",
+            peer: "192.0.2.2:4500".parse().unwrap(),
+            last_seq: packets,
+            installed: Instant::now(),
+            last_used,
+            counters: SaCounters { packets, bytes: packets * 100, ..SaCounters::default() },
+        }
+    }
+
+    /// An SA's traffic is summed over the workers, and its last packet is
+    /// the latest any worker saw.
+    #[test]
+    fn workers_figures_sum_and_the_latest_last_packet_wins() {
+        let t0 = Instant::now();
+        let mut c = Counters::default();
+        c.add(&stats(3, Some(t0 + Duration::from_secs(2))));
+        c.add(&stats(0, None));
+        c.add(&stats(4, Some(t0 + Duration::from_secs(1))));
+        let t = c.get(0x100, Direction::Inbound, None);
+        assert_eq!((t.packets, t.bytes, t.last_used), (7, 700, Some(t0 + Duration::from_secs(2))));
+        let none = c.get(0x200, Direction::Inbound, None);
+        assert_eq!((none.packets, none.last_used), (0, None));
+    }
+}
