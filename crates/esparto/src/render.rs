@@ -478,7 +478,7 @@ site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7 
             ],
             ..IkeSaStatus::default()
         };
-        let text = ike_sas_text(&[ike.clone()]);
+        let text = ike_sas_text(std::slice::from_ref(&ike));
         assert!(text.contains("  net: 10.1.0.0/16 === 10.2.0.0/16 fd02::/64\n"), "{text}");
         assert!(text.contains("  NAT: none detected, ESP-in-UDP 0 -> ?\n"), "an older daemon's JSON: {text}");
         assert!(!text.contains("rekeying"), "{text}");
