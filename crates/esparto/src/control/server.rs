@@ -195,6 +195,23 @@ impl ControlServer {
         });
     }
 
+    /// Only the streams: each streaming client gets what is ready of its
+    /// stream; nothing is accepted or read (no request is answered here).
+    pub fn pump_streams(&mut self, streams: &mut dyn Streams) {
+        let now = Instant::now();
+        let timeout = self.timeout;
+        self.clients.retain_mut(|c| {
+            let Some(id) = c.watching else { return true };
+            let keep = flush(c, now, timeout) && pump(c, id, now, timeout, streams);
+            if !keep {
+                if let Some(id) = c.watching.take() {
+                    streams.cancel(id);
+                }
+            }
+            keep
+        });
+    }
+
     /// Whether some client is reading a stream (the daemon then pumps
     /// streams after its own work, so lines logged by it leave at once).
     pub fn streaming(&self) -> bool {
@@ -695,13 +712,32 @@ mod tests {
             thread::sleep(Duration::from_millis(2));
         }
         assert!(server.streaming());
+        // A client waiting with a request is not served by pump_streams.
+        let mut other = UnixStream::connect(&path).unwrap();
+        other.write_all(b"{\"cmd\":\"sas\"}\n").unwrap();
+        server.pump_streams(&mut f);
+        other.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 64];
+        assert_eq!(other.read(&mut b).unwrap_err().kind(), io::ErrorKind::WouldBlock, "no answer from pump_streams");
         drop(s);
-        while server.client_count() > 0 && Instant::now() < deadline {
-            server.poll_streams(stream_handler, &mut f);
+        while server.streaming() && Instant::now() < deadline {
+            server.pump_streams(&mut f);
             thread::sleep(Duration::from_millis(2));
         }
         assert_eq!(server.client_count(), 0);
         assert_eq!(f.0, [7], "cancelled once");
+        // The waiting request is served by the next poll.
+        other.set_nonblocking(false).unwrap();
+        other.set_read_timeout(Some(T)).unwrap();
+        server.poll_streams(stream_handler, &mut f);
+        let mut got = Vec::new();
+        while !got.ends_with(b"\n") {
+            server.poll_streams(stream_handler, &mut f);
+            let n = other.read(&mut b).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&b[..n]);
+        }
+        assert_eq!(got, b"{\"ok\":true,\"sas\":[]}\n");
     }
 
     #[test]

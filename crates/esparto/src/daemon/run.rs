@@ -198,7 +198,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         if server.streaming() {
             // Lines logged since the poll above leave now, not at the
             // next wake-up.
-            server.poll_streams(|_| Answer::Reply(Response::Error("busy".into())), &mut WatchStreams);
+            server.pump_streams(&mut WatchStreams);
         }
     }
     // Delete every IKE SA first, while the data plane still runs (the
