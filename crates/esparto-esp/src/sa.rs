@@ -163,6 +163,9 @@ pub struct OutboundSa {
     icv_len: usize,
     block: usize,
     installed: Instant,
+    /// The time of the last batch that carried a packet on it: the
+    /// caller's per-batch `now`, one store per packet, no clock read.
+    last_used: Option<Instant>,
     counters: SaCounters,
     /// Sequence numbers below this need no look at `limit` (`u64::MAX`
     /// without one): the packet path's only cost of a reservation.
@@ -201,6 +204,7 @@ impl OutboundSa {
             icv_len: cfg.suite.icv_len(),
             block: cfg.suite.block_size(),
             installed: now,
+            last_used: None,
             counters: SaCounters::default(),
             check_at: u64::MAX,
             limit: None,
@@ -234,6 +238,12 @@ impl OutboundSa {
     /// The suite.
     pub fn suite(&self) -> EspSuite {
         self.cipher.suite()
+    }
+
+    /// When it last carried a packet (the `now` of that packet's batch;
+    /// `None`: never).
+    pub fn last_used(&self) -> Option<Instant> {
+        self.last_used
     }
 
     /// When it was installed.
@@ -357,6 +367,7 @@ impl OutboundSa {
         }
         self.counters.packets += 1;
         self.counters.bytes += inner_len as u64;
+        self.last_used = Some(now);
         Ok(start..end)
     }
 }
@@ -418,6 +429,9 @@ pub struct InboundSa {
     /// flow is checked once (the selectors of an SA never change).
     last_admitted: Option<FlowKey>,
     installed: Instant,
+    /// The time of the last batch that delivered a packet of it (see
+    /// [`OutboundSa`]'s).
+    last_used: Option<Instant>,
     counters: SaCounters,
 }
 
@@ -438,6 +452,7 @@ impl InboundSa {
             min_len: wesp::HEADER_LEN + cfg.suite.iv_len() + wesp::TRAILER_LEN + cfg.suite.icv_len(),
             last_admitted: None,
             installed: now,
+            last_used: None,
             counters: SaCounters::default(),
         })
     }
@@ -455,6 +470,12 @@ impl InboundSa {
     /// The peer's endpoint as configured.
     pub fn peer(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// When it last carried a packet (the `now` of that packet's batch;
+    /// `None`: never).
+    pub fn last_used(&self) -> Option<Instant> {
+        self.last_used
     }
 
     /// When it was installed.
@@ -570,6 +591,7 @@ impl InboundSa {
         }
         self.counters.packets += 1;
         self.counters.bytes += inner_len as u64;
+        self.last_used = Some(now);
         Ok(start..start + inner_len)
     }
 

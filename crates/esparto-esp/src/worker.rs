@@ -125,6 +125,8 @@ pub struct SaStats {
     pub last_seq: u64,
     /// Installed at.
     pub installed: Instant,
+    /// When it last carried a packet on this worker (`None`: never).
+    pub last_used: Option<Instant>,
     /// Packets, bytes, drops.
     pub counters: SaCounters,
 }
@@ -431,6 +433,7 @@ impl Worker {
                         peer: sa.peer(),
                         last_seq: sa.last_seq(),
                         installed: sa.installed(),
+                        last_used: sa.last_used(),
                         counters: *sa.counters(),
                     });
                 }
@@ -446,6 +449,7 @@ impl Worker {
                 peer: sa.peer(),
                 last_seq: sa.last_seq(),
                 installed: sa.installed(),
+                last_used: sa.last_used(),
                 counters: *sa.counters(),
             });
         }

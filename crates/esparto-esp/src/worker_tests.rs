@@ -8,6 +8,7 @@ use crate::sa::{HEADROOM, SaConfig, SharedSeq, TAILROOM};
 use crate::spd::{FlowKey, Policy, Spd};
 use crate::testutil::*;
 use esparto_crypto::EspSuite;
+use std::time::Duration;
 use proptest::prelude::*;
 
 const GROUP: GroupId = 7;
@@ -108,6 +109,26 @@ fn fallback_then_sub_sa_with_one_acquire() {
     assert_eq!(rx.stats().rx_bytes, stats.tx_bytes);
     tx.apply(Command::RemoveOutbound(GROUP, 0x200));
     assert_eq!(tx.stats().tx_bytes, stats.tx_bytes);
+}
+
+/// Each SA remembers the batch time of its last packet, each way; a
+/// refused packet does not count.
+#[test]
+fn sas_remember_when_they_last_carried_a_packet() {
+    let now = Instant::now();
+    let (mut tx, mut rx, cfgs) = setup(false, &[0x100], now);
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+    let last = |w: &Worker| w.stats().sas.iter().map(|s| s.last_used).collect::<Vec<_>>();
+    assert_eq!((last(&tx), last(&rx)), (vec![None], vec![None]), "nothing yet");
+    let t1 = now + Duration::from_millis(10);
+    let (esp, _) = send(&mut tx, t1, &udp4(10)).unwrap();
+    assert_eq!(last(&tx), [Some(t1)]);
+    let t2 = t1 + Duration::from_millis(10);
+    recv(&mut rx, t2, &esp).unwrap();
+    assert_eq!(last(&rx), [Some(t2)]);
+    // A replayed packet is refused and leaves the time as it was.
+    assert!(recv(&mut rx, t2 + Duration::from_secs(1), &esp).is_err());
+    assert_eq!(last(&rx), [Some(t2)]);
 }
 
 #[test]

@@ -57,7 +57,7 @@ impl fmt::Display for Proposals<'_> {
     }
 }
 
-struct OneProposal<'a>(&'a ProposalRepr);
+pub(crate) struct OneProposal<'a>(pub(crate) &'a ProposalRepr);
 
 /// The order strongSwan prints transform types in.
 const TYPE_ORDER: [TransformType; 5] = [

@@ -108,7 +108,7 @@ pub use config::{
     AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction,
     EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction,
 };
-pub use endpoint::{Endpoint, IkeSaStates, InitiateError, NewConnection, Stats};
+pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, NewConnection, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
 pub use identity::Identity;
 pub use psk::PskIndex;

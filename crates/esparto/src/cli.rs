@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use crate::bench::dataplane;
@@ -72,7 +72,13 @@ enum Cmd {
     ListConns(StatusArgs),
     /// List IKE SAs and their Child SAs (SPIs, algorithms, ages, bytes, workers).
     Sas(StatusArgs),
-    /// Bring a connection up (IKE) and wait until its Child SA is installed.
+    /// Bring a connection up (IKE) and wait until its Child SA is installed,
+    /// showing the negotiation's log lines as they happen (as `swanctl
+    /// --initiate` does; --quiet hides them).
+    ///
+    /// Exit status: 0 once a Child SA is installed; 1 if the negotiation
+    /// failed (the reason is the last line), the daemon refused, or the
+    /// timeout passed.
     Up(UpDownArgs),
     /// Take a connection down (delete its IKE SA and Child SAs) and wait.
     Down(UpDownArgs),
@@ -117,6 +123,9 @@ struct RekeyArgs {
     ike: bool,
     #[command(flatten)]
     target: Target,
+    /// Print the answer (or the error) as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +137,13 @@ struct UpDownArgs {
     /// Seconds to wait for the outcome.
     #[arg(long, default_value_t = 15.0)]
     timeout: f64,
+    /// Print the outcome (or the error) as JSON; `up` prints each log line
+    /// as a JSON object first.
+    #[arg(long)]
+    json: bool,
+    /// `up`: do not show the negotiation's log lines, only the outcome.
+    #[arg(long, short = 'q')]
+    quiet: bool,
 }
 
 #[derive(Debug, Args)]
@@ -223,12 +239,75 @@ struct DataplaneArgs {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.command.json();
     match dispatch(cli) {
         Ok(code) => code,
+        Err(e) if json => {
+            // The error is the command's output: stdout, like a result.
+            let kind = e.downcast_ref::<Failure>().map_or("error", |f| f.kind);
+            println!("{}", serde_json::json!({ "ok": false, "error": format!("{e:#}"), "kind": kind }));
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("esparto: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+impl Cmd {
+    /// Whether the command was asked for JSON (then its errors are JSON too).
+    fn json(&self) -> bool {
+        match self {
+            Cmd::Status(a) | Cmd::ListConns(a) | Cmd::Sas(a) => a.json,
+            Cmd::Up(a) | Cmd::Down(a) => a.json,
+            Cmd::Rekey(a) => a.json,
+            Cmd::Reload(a) => a.json,
+            Cmd::Bench(BenchCmd::Dataplane(a)) => a.json,
+            Cmd::Plan(_) | Cmd::CheckConfig(_) | Cmd::Run(_) => false,
+        }
+    }
+}
+
+/// A client command's failure, with the `kind` its JSON form names:
+/// `no_daemon` (nothing listens at the control socket), `config` (the
+/// configuration that names the socket cannot be read), `timeout`,
+/// `protocol` (an answer that is not one), `io` (permission denied, …),
+/// `refused` (the daemon said no: an unknown connection, …), `failed`
+/// (the negotiation failed), `usage` (a bad option value).
+#[derive(Debug)]
+pub struct Failure {
+    /// The kind.
+    pub kind: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+fn fail(kind: &'static str, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Failure { kind, message: message.into() })
+}
+
+/// `--timeout` in (0, 600] seconds.
+fn timeout_arg(secs: f64) -> Result<Duration> {
+    if !(secs > 0.0 && secs <= 600.0) {
+        return Err(fail("usage", "--timeout must be in (0, 600] seconds"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The daemon's refusal of a request, or an answer of the wrong kind.
+fn refused(r: Response) -> anyhow::Error {
+    match r {
+        Response::Error(e) => fail("refused", e),
+        other => fail("protocol", format!("unexpected answer from the daemon: {other:?}")),
     }
 }
 
@@ -297,9 +376,12 @@ impl Target {
     /// The control socket (see `control::locate`).
     fn socket(&self) -> Result<Socket> {
         control::locate(self.config.as_deref(), self.control.as_deref()).map_err(|e| {
-            anyhow!(
-                "{e}\ncannot tell where the daemon's control socket is: fix the file, or name the socket with \
-                 --control SOCKET"
+            fail(
+                "config",
+                format!(
+                    "{e}\ncannot tell where the daemon's control socket is: fix the file, or name the socket with \
+                     --control SOCKET"
+                ),
             )
         })
     }
@@ -308,14 +390,24 @@ impl Target {
 /// One request to the daemon at `sock`; a daemon that is not there is
 /// reported with the file that led to the socket.
 fn ask(sock: &Socket, req: &Request, timeout: Duration) -> Result<Response> {
-    control::request(&sock.path, req, timeout).map_err(|e| match e {
-        ClientError::NoDaemon(p) => anyhow!(
-            "no esparto daemon at {} ({}): is esparto running? (another daemon: -c CONFIG or --control SOCKET)",
-            p.display(),
-            sock.source
+    control::request(&sock.path, req, timeout).map_err(|e| client_error(sock, e))
+}
+
+/// A failed exchange with the daemon, with the file that led to the socket.
+fn client_error(sock: &Socket, e: ClientError) -> anyhow::Error {
+    match e {
+        ClientError::NoDaemon(p) => fail(
+            "no_daemon",
+            format!(
+                "no esparto daemon at {} ({}): is esparto running? (another daemon: -c CONFIG or --control SOCKET)",
+                p.display(),
+                sock.source
+            ),
         ),
-        e => anyhow!(e),
-    })
+        e @ ClientError::Timeout(_) => fail("timeout", e.to_string()),
+        e @ ClientError::Protocol(_) => fail("protocol", e.to_string()),
+        e @ ClientError::Io(..) => fail("io", e.to_string()),
+    }
 }
 
 fn run(a: RunArgs) -> Result<ExitCode> {
@@ -349,29 +441,17 @@ fn run(a: RunArgs) -> Result<ExitCode> {
 }
 
 fn status(a: StatusArgs) -> Result<ExitCode> {
-    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
-        anyhow::bail!("--timeout must be in (0, 600] seconds");
-    }
-    let timeout = Duration::from_secs_f64(a.timeout);
+    let timeout = timeout_arg(a.timeout)?;
     match ask(&a.target.socket()?, &Request::Status, timeout)? {
-        Response::Status(s) => {
-            if a.json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
-            } else {
-                print!("{}", render::status_text(&s));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
-        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+        Response::Status(s) if a.json => println!("{}", serde_json::to_string_pretty(&s)?),
+        Response::Status(s) => print!("{}", render::status_text(&s)),
+        r => return Err(refused(r)),
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn sas(a: StatusArgs) -> Result<ExitCode> {
-    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
-        anyhow::bail!("--timeout must be in (0, 600] seconds");
-    }
-    let sas = fetch_sas(&a.target.socket()?, Duration::from_secs_f64(a.timeout))?;
+    let sas = fetch_sas(&a.target.socket()?, timeout_arg(a.timeout)?)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&sas)?);
     } else {
@@ -381,14 +461,10 @@ fn sas(a: StatusArgs) -> Result<ExitCode> {
 }
 
 fn list_conns(a: StatusArgs) -> Result<ExitCode> {
-    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
-        anyhow::bail!("--timeout must be in (0, 600] seconds");
-    }
-    match ask(&a.target.socket()?, &Request::ListConns, Duration::from_secs_f64(a.timeout))? {
+    match ask(&a.target.socket()?, &Request::ListConns, timeout_arg(a.timeout)?)? {
         Response::Conns(c) if a.json => println!("{}", serde_json::to_string_pretty(&c)?),
         Response::Conns(c) => print!("{}", render::conns_text(&c)),
-        Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
-        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+        r => return Err(refused(r)),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -396,81 +472,130 @@ fn list_conns(a: StatusArgs) -> Result<ExitCode> {
 fn fetch_sas(sock: &Socket, timeout: Duration) -> Result<Vec<crate::status::IkeSaStatus>> {
     match ask(sock, &Request::Sas, timeout)? {
         Response::Sas(s) => Ok(s),
-        Response::Error(e) => anyhow::bail!("the daemon refused: {e}"),
-        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+        r => Err(refused(r)),
     }
 }
 
-/// `up`/`down`: ask, then watch `sas` until the outcome (as `swanctl
-/// --initiate` / `--terminate` wait for theirs).
+/// What `up`/`down --json` prints last.
+fn outcome_json(message: &str, sas: Option<&[crate::status::IkeSaStatus]>) -> serde_json::Value {
+    match sas {
+        Some(sas) => serde_json::json!({ "ok": true, "message": message, "sas": sas }),
+        None => serde_json::json!({ "ok": true, "message": message }),
+    }
+}
+
+/// `up`: initiate and show the negotiation's log lines as the daemon
+/// streams them, ending with its outcome (as `swanctl --initiate` does);
+/// with `--quiet`, or for `down`, ask and then watch `sas` until the
+/// outcome.
 fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
-    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
-        anyhow::bail!("--timeout must be in (0, 600] seconds");
+    let timeout = timeout_arg(a.timeout)?;
+    let sock = a.target.socket()?;
+    if up && !a.quiet {
+        return up_streamed(&a, &sock, timeout);
     }
     let rpc = Duration::from_secs(5);
-    let sock = a.target.socket()?;
-    let req = if up { Request::Up { name: a.name.clone() } } else { Request::Down { name: a.name.clone() } };
-    match ask(&sock, &req, rpc)? {
-        Response::Done(msg) => println!("{msg}"),
-        Response::Error(e) => {
-            eprintln!("esparto: {e}");
-            return Ok(ExitCode::FAILURE);
-        }
-        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    let req = if up { Request::Up { name: a.name.clone(), watch: false } } else { Request::Down { name: a.name.clone() } };
+    let first = match ask(&sock, &req, rpc)? {
+        Response::Done(msg) => msg,
+        r => return Err(refused(r)),
+    };
+    if !a.json {
+        println!("{first}");
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs_f64(a.timeout);
+    let deadline = std::time::Instant::now() + timeout;
     loop {
         let sas = fetch_sas(&sock, rpc)?;
-        let mine: Vec<_> = sas.iter().filter(|s| s.connection == a.name).collect();
+        let mine: Vec<_> = sas.into_iter().filter(|s| s.connection == a.name).collect();
         let done = if up {
             mine.iter().any(|s| s.state == "established" && !s.children.is_empty())
         } else {
             mine.is_empty()
         };
         if done {
-            if up {
-                let list: Vec<_> = mine.into_iter().cloned().collect();
-                print!("{}", render::ike_sas_text(&list));
+            let message = if up { format!("{}: up", a.name) } else { format!("{}: down", a.name) };
+            if a.json {
+                println!("{}", outcome_json(&message, up.then_some(&mine[..])));
+            } else if up {
+                print!("{}", render::ike_sas_text(&mine));
             } else {
-                println!("{}: down", a.name);
+                println!("{message}");
             }
             return Ok(ExitCode::SUCCESS);
         }
         if std::time::Instant::now() >= deadline {
-            eprintln!(
-                "esparto: {}: not {} after {:.0} s (see the daemon's log)",
-                a.name,
-                if up { "established" } else { "deleted" },
-                a.timeout
-            );
-            return Ok(ExitCode::FAILURE);
+            return Err(fail(
+                "timeout",
+                format!(
+                    "{}: not {} after {:.0} s (see the daemon's log)",
+                    a.name,
+                    if up { "established" } else { "deleted" },
+                    a.timeout
+                ),
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
+/// `up` with the negotiation's log lines: each printed as it arrives
+/// (`--json`: one JSON object per line), then the outcome and the SAs.
+fn up_streamed(a: &UpDownArgs, sock: &Socket, timeout: Duration) -> Result<ExitCode> {
+    use std::io::Write as _;
+    let req = Request::Up { name: a.name.clone(), watch: true };
+    let json = a.json;
+    let mut started = false;
+    let mut each = |item: control::StreamItem| {
+        let mut out = std::io::stdout().lock();
+        started |= matches!(item, control::StreamItem::Started { .. });
+        let _ = match item {
+            _ if json => writeln!(out, "{}", serde_json::to_string(&item).unwrap_or_default()),
+            control::StreamItem::Started { .. } => Ok(()),
+            control::StreamItem::Log { log } => writeln!(out, "{log}"),
+            control::StreamItem::Dropped { dropped } => {
+                writeln!(out, "… {dropped} log line(s) dropped (this client read too slowly)")
+            }
+            control::StreamItem::End(_) => Ok(()),
+        };
+        let _ = out.flush();
+    };
+    let end = control::stream(&sock.path, &req, timeout, &mut each).map_err(|e| match e {
+        ClientError::Timeout(_) => fail(
+            "timeout",
+            format!("{}: no outcome after {:.0} s (see the daemon's log and `esparto sas`)", a.name, a.timeout),
+        ),
+        e => client_error(sock, e),
+    })?;
+    let message = match end {
+        Response::Done(m) => m,
+        // Refused before it started (an unknown connection, …), or failed.
+        Response::Error(e) => return Err(fail(if started { "failed" } else { "refused" }, e)),
+        r => return Err(refused(r)),
+    };
+    let sas: Vec<_> = fetch_sas(sock, Duration::from_secs(5))?.into_iter().filter(|s| s.connection == a.name).collect();
+    if a.json {
+        println!("{}", outcome_json(&message, Some(&sas)));
+    } else {
+        println!("{message}");
+        print!("{}", render::ike_sas_text(&sas));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn rekey(a: RekeyArgs) -> Result<ExitCode> {
     let sock = a.target.socket()?;
     match ask(&sock, &Request::Rekey { name: a.name.clone(), ike: a.ike }, Duration::from_secs(5))? {
-        Response::Done(msg) => {
-            println!("{msg}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Response::Error(e) => {
-            eprintln!("esparto: {e}");
-            Ok(ExitCode::FAILURE)
-        }
-        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+        Response::Done(msg) if a.json => println!("{}", outcome_json(&msg, None)),
+        Response::Done(msg) => println!("{msg}"),
+        r => return Err(refused(r)),
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `reload`: the daemon's report; a refused reload (its reasons on
-/// stderr) exits 1, and so does one that applied with problems.
+/// stderr, or as JSON) exits 1, and so does one that applied with problems.
 fn reload(a: ReloadArgs) -> Result<ExitCode> {
-    if !(a.timeout > 0.0 && a.timeout <= 600.0) {
-        anyhow::bail!("--timeout must be in (0, 600] seconds");
-    }
-    match ask(&a.target.socket()?, &Request::Reload, Duration::from_secs_f64(a.timeout))? {
+    match ask(&a.target.socket()?, &Request::Reload, timeout_arg(a.timeout)?)? {
         Response::Reload(r) => {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
@@ -479,14 +604,7 @@ fn reload(a: ReloadArgs) -> Result<ExitCode> {
             }
             Ok(if r.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        Response::Error(e) => {
-            if a.json {
-                println!("{}", serde_json::json!({ "ok": false, "error": e }));
-            }
-            eprintln!("esparto: {e}");
-            Ok(ExitCode::FAILURE)
-        }
-        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+        r => Err(refused(r)),
     }
 }
 

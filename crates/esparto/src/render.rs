@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::status::{ConnStatus, IkeSaStatus, IoStatus, ReloadReport, SaStatus, Status};
+use crate::status::{ConnStatus, IkeSaStatus, IoStatus, NatStatus, ReloadReport, SaStatus, Status};
 
 /// A worker's system calls and what each carried on average: the sending
 /// side's TUN reads (one packet each unless the kernel hands over GSO
@@ -184,6 +184,11 @@ pub fn ike_sas_text(sas: &[IkeSaStatus]) -> String {
             s.remote_id,
             if s.initiator { " (initiator)" } else { "" }
         );
+        if !s.proposal.is_empty() || s.rekey_in_s.is_some() {
+            let proposal = if s.proposal.is_empty() { "proposal not chosen yet" } else { &s.proposal };
+            let _ = writeln!(o, "  {proposal}{}", timer(", rekeying in ", s.rekey_in_s));
+        }
+        let _ = writeln!(o, "  {}", nat_text(&s.nat));
         for c in &s.children {
             let out_on = match (c.out_state.as_str(), c.out_worker) {
                 ("waiting", _) => "nobody yet (until the peer switches to it)".to_string(),
@@ -197,23 +202,52 @@ pub fn ike_sas_text(sas: &[IkeSaStatus]) -> String {
             let in_on = c.in_worker.map_or_else(|| "-".to_string(), |w| format!("worker {w}"));
             let _ = writeln!(
                 o,
-                "  {}: INSTALLED {} {}, {} ago\n    in  {} on {}: {} packets, {} bytes\n    out {} on {}: {} packets, {} bytes",
+                "  {}: INSTALLED {} {}, {} ago{}{}\n    in  {} on {}: {} packets, {} bytes{}\n    out {} on {}: {} packets, {} bytes{}",
                 c.child,
                 c.role,
                 c.suite,
                 age(c.age_s),
+                timer(", rekeying in ", c.rekey_in_s),
+                timer(", expires in ", c.expire_in_s),
                 c.in_spi,
                 in_on,
                 c.in_packets,
                 c.in_bytes,
+                last(c.in_idle_s),
                 c.out_spi,
                 out_on,
                 c.out_packets,
-                c.out_bytes
+                c.out_bytes,
+                last(c.out_idle_s)
             );
         }
     }
     o
+}
+
+/// `, rekeying in 55m00s`, or nothing for a timer that is not set.
+fn timer(what: &str, secs: Option<f64>) -> String {
+    secs.map_or_else(String::new, |s| format!("{what}{}", age(s)))
+}
+
+/// `, last 2s ago`, or nothing before the first packet.
+fn last(idle: Option<f64>) -> String {
+    idle.map_or_else(String::new, |s| format!(", last {} ago", age(s)))
+}
+
+/// `NAT: local behind NAT, ESP-in-UDP 4500 -> 4500`, as every field of
+/// the JSON form says it.
+fn nat_text(n: &NatStatus) -> String {
+    let found = match (n.local_behind_nat, n.remote_behind_nat) {
+        (false, false) => "none detected",
+        (true, false) => "local behind NAT",
+        (false, true) => "remote behind NAT",
+        (true, true) => "local and remote behind NAT",
+    };
+    let encap = if n.encap.is_empty() || n.encap == "esp-in-udp" { "ESP-in-UDP" } else { &n.encap };
+    let remote = if n.remote_port == 0 { "?".to_string() } else { n.remote_port.to_string() };
+    let forced = if n.encap_forced { " (encapsulation forced)" } else { "" };
+    format!("NAT: {found}, {encap} {} -> {remote}{forced}", n.local_port)
 }
 
 /// The loaded connections, as `swanctl --list-conns` lays them out. Every
@@ -315,7 +349,7 @@ pub fn reload_text(r: &ReloadReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{ChildSaStatus, WorkerStatus};
+    use crate::status::{ChildSaStatus, NatStatus, WorkerStatus};
 
     fn sa(child: &str, spi: &str, dir: &str, role: &str, worker: u16, packets: u64) -> SaStatus {
         SaStatus {
@@ -444,8 +478,10 @@ site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7 
             ],
             ..IkeSaStatus::default()
         };
-        let text = ike_sas_text(&[ike]);
+        let text = ike_sas_text(std::slice::from_ref(&ike));
         assert!(text.contains("  net: 10.1.0.0/16 === 10.2.0.0/16 fd02::/64\n"), "{text}");
+        assert!(text.contains("  NAT: none detected, ESP-in-UDP 0 -> ?\n"), "an older daemon's JSON: {text}");
+        assert!(!text.contains("rekeying"), "{text}");
         let outs: Vec<&str> =
             text.lines().filter(|l| l.trim_start().starts_with("out ")).map(|l| l.split_once(" on ").map_or("", |(_, rest)| rest)).collect();
         assert_eq!(
@@ -458,6 +494,32 @@ site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7 
                 "every worker: 0 packets, 0 bytes",
             ]
         );
+        // The timers, the proposal, NAT and the last packets' ages.
+        let mut ike = ike;
+        ike.children.truncate(1);
+        ike.proposal = "IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519".into();
+        ike.rekey_in_s = Some(14_000.4);
+        ike.nat = NatStatus {
+            local_behind_nat: true,
+            encap: "esp-in-udp".into(),
+            encap_forced: true,
+            local_port: 4500,
+            remote_port: 4501,
+            ..NatStatus::default()
+        };
+        let c = &mut ike.children[0];
+        (c.rekey_in_s, c.expire_in_s, c.in_idle_s, c.out_idle_s) = (Some(3300.0), Some(3600.0), Some(2.2), None);
+        let text = ike_sas_text(&[ike]);
+        let want = "\
+site: #0000000000000001 ESTABLISHED, 0s ago, 192.0.2.1:4500[]...192.0.2.2:4500[]
+  IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519, rekeying in 3h53m
+  NAT: local behind NAT, ESP-in-UDP 4500 -> 4501 (encapsulation forced)
+  net: 10.1.0.0/16 === 10.2.0.0/16 fd02::/64
+  net: INSTALLED sub aes256gcm16, 5s ago, rekeying in 55m00s, expires in 1h00m
+    in  c0000101 on worker 1: 0 packets, 0 bytes, last 2s ago
+    out c0000900 on worker 1: 0 packets, 0 bytes
+";
+        assert_eq!(text, want);
     }
 
     #[test]

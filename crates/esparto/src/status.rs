@@ -202,8 +202,37 @@ pub struct IkeSaStatus {
     pub remote_id: String,
     /// Seconds since it was established.
     pub age_s: f64,
+    /// The chosen IKE proposal in strongSwan's syntax
+    /// (`IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519`; empty until
+    /// IKE_SA_INIT completed, and from older daemons).
+    #[serde(default)]
+    pub proposal: String,
+    /// Seconds until it is rekeyed (`None`: never, or not known).
+    #[serde(default)]
+    pub rekey_in_s: Option<f64>,
+    /// What NAT detection found and how ESP travels.
+    #[serde(default)]
+    pub nat: NatStatus,
     /// Its Child SAs.
     pub children: Vec<ChildSaStatus>,
+}
+
+/// NAT detection (RFC 7296 §2.23) and the encapsulation of ESP (RFC 3948).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NatStatus {
+    /// Our address was translated on the way to the peer (we send keepalives).
+    pub local_behind_nat: bool,
+    /// The peer's address was translated (or the peer forces encapsulation).
+    pub remote_behind_nat: bool,
+    /// How ESP travels: `esp-in-udp` (Esparto's data plane sends nothing else).
+    pub encap: String,
+    /// The connection forces UDP encapsulation (`encap = true`): the NAT
+    /// detection hash we send is faked, so the peer sees us behind a NAT.
+    pub encap_forced: bool,
+    /// Our ESP-in-UDP port.
+    pub local_port: u16,
+    /// The peer's ESP-in-UDP port (0: no Child SA yet).
+    pub remote_port: u16,
 }
 
 /// One Child SA (an inbound and an outbound ESP SA).
@@ -237,6 +266,21 @@ pub struct ChildSaStatus {
     pub remote_ts: Vec<String>,
     /// Seconds since it was established.
     pub age_s: f64,
+    /// Seconds until it is rekeyed: its soft lifetime (`None`: never, a
+    /// rekey is under way, or an older daemon).
+    #[serde(default)]
+    pub rekey_in_s: Option<f64>,
+    /// Seconds until it expires: its hard lifetime (`None`: never).
+    #[serde(default)]
+    pub expire_in_s: Option<f64>,
+    /// Seconds since a packet was last received on it (`None`: none yet).
+    /// The data plane stamps each SA with the time of the batch that
+    /// carried its last packet, so this is exact to a batch.
+    #[serde(default)]
+    pub in_idle_s: Option<f64>,
+    /// Seconds since a packet was last sent on it (`None`: none yet).
+    #[serde(default)]
+    pub out_idle_s: Option<f64>,
     /// Inner bytes received.
     pub in_bytes: u64,
     /// Packets received.

@@ -3,7 +3,10 @@
 //! through it both ways (IPv4 and IPv6), `esparto sas` lists the IKE SA and
 //! its Child SA on both sides, `esparto down` deletes them on both sides,
 //! `esparto up` brings them back, a wrong PSK never installs anything, and a
-//! Child SA past its hard packet limit is deleted on both sides.
+//! Child SA past its hard packet limit is deleted on both sides. `up` shows
+//! the negotiation as it happens and its outcome (an installed Child SA, a
+//! failed authentication, a proposal mismatch), `sas --json` the timers,
+//! NAT state and last packets, and with `--json` every error is JSON.
 //! Needs root: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -71,6 +74,14 @@ fn esparto_to_esparto_with_ikev2_psk() {
     assert!(traffic::ping(topo.ns(Node::HostEast), back, 3, Duration::from_millis(100)).unwrap().all_answered());
     let w = west.sas().unwrap();
     assert!(w[0].children[0].out_packets >= 6 && w[0].children[0].in_packets >= 6, "{w:?}");
+    check_sas_details(&w[0]);
+
+    // Errors are JSON with --json: an unknown connection.
+    let (ok, out) = west.cli(&["up", "nosuch", "--json"]).unwrap();
+    assert!(!ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!((v["ok"].as_bool(), v["kind"].as_str()), (Some(false), Some("refused")), "{out}");
+    assert!(v["error"].as_str().unwrap().contains("nosuch"), "{out}");
 
     // Down on one side deletes on both (INFORMATIONAL Delete).
     let (ok, out) = west.cli(&["down", "site"]).unwrap();
@@ -83,15 +94,80 @@ fn esparto_to_esparto_with_ikev2_psk() {
     let r = traffic::ping(host, Topology::addr(Node::HostEast, Net::Lan, Family::V4), 2, Duration::from_millis(100)).unwrap();
     assert_eq!(r.received, 0, "no tunnel, no traffic");
 
-    // And up again.
+    // And up again, the negotiation's log lines shown as they happen.
     let (ok, out) = west.cli(&["up", "site"]).unwrap();
     assert!(ok, "{out}");
-    assert!(out.contains("INSTALLED"), "{out}");
+    for line in [
+        "sending IKE_SA_INIT request, proposals: IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519",
+        "IKE_SA_INIT response received: selected proposal IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519",
+        "IKE_SA established",
+        "Child SA installed",
+        "site: Child SA lan installed, SPIs ",
+        "INSTALLED",
+    ] {
+        assert!(out.contains(line), "`up` shows {line:?}: {out}");
+    }
     let r = traffic::ping(host, Topology::addr(Node::HostEast, Net::Lan, Family::V4), 3, Duration::from_millis(100)).unwrap();
     assert!(r.all_answered(), "{r:?}");
 
+    // `up --json`: one JSON object per log line, then the outcome with the SAs.
+    let (ok, out) = west.cli(&["down", "site", "--json"]).unwrap();
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["ok"].as_bool(), Some(true), "{out}");
+    let (ok, out) = west.cli(&["up", "site", "--json"]).unwrap();
+    assert!(ok, "{out}");
+    let lines: Vec<serde_json::Value> =
+        out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let logs: Vec<&str> = lines.iter().filter_map(|v| v["log"]["message"].as_str()).collect();
+    assert!(logs.iter().any(|m| m.starts_with("sending IKE_SA_INIT request")), "{out}");
+    assert!(lines.iter().filter_map(|v| v["log"]["level"].as_str()).all(|l| ["INFO", "WARN", "ERROR", "DEBUG"].contains(&l)));
+    let last = lines.last().unwrap();
+    assert_eq!(last["ok"].as_bool(), Some(true), "{out}");
+    let sas: Vec<IkeSaStatus> = serde_json::from_value(last["sas"].clone()).unwrap();
+    assert!(sas.iter().any(|s| s.state == "established" && !s.children.is_empty()), "{out}");
+
+    let control = west.control_path().to_path_buf();
     west.stop().unwrap();
     east.stop().unwrap();
+
+    // No daemon: a JSON error on stdout and a non-zero exit.
+    for cmd in [&["status"][..], &["sas"], &["list-conns"], &["up", "site"], &["down", "site"], &["rekey", "site"], &["reload"]] {
+        let out = std::process::Command::new(bin).args(cmd).arg("--json").arg("--control").arg(&control).output().unwrap();
+        assert!(!out.status.success(), "{cmd:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{cmd:?}: {e}: {text}"));
+        assert_eq!((v["ok"].as_bool(), v["kind"].as_str()), (Some(false), Some("no_daemon")), "{cmd:?}: {text}");
+        assert!(v["error"].as_str().unwrap().contains("no esparto daemon at"), "{text}");
+    }
+    // A configuration that cannot be read.
+    let out = std::process::Command::new(bin).args(["sas", "--json", "-c", "/nonexistent/esparto.toml"]).output().unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"].as_str(), Some("config"), "{v}");
+}
+
+/// What `sas --json` says of a fresh, pinged tunnel with the default
+/// lifetimes (Child SA rekey 1 h, life 1 h + 10 %; IKE SA rekey 4 h).
+fn check_sas_details(s: &IkeSaStatus) {
+    assert_eq!(s.proposal, "IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519", "{s:?}");
+    let ike_rekey = s.rekey_in_s.expect("IKE SA rekey timer");
+    assert!(ike_rekey > 0.0 && ike_rekey <= 4.0 * 3600.0, "{ike_rekey}");
+    // `encap = true` (the default) fakes our NAT hash; the peer's is faked too.
+    assert_eq!((s.nat.encap.as_str(), s.nat.encap_forced), ("esp-in-udp", true), "{:?}", s.nat);
+    assert!(s.nat.remote_behind_nat && !s.nat.local_behind_nat, "{:?}", s.nat);
+    assert_eq!((s.nat.local_port, s.nat.remote_port), (4500, 4500), "{:?}", s.nat);
+    let c = &s.children[0];
+    let rekey = c.rekey_in_s.expect("Child SA rekey timer");
+    let expire = c.expire_in_s.expect("Child SA expiry");
+    assert!(rekey > 0.0 && rekey <= 3600.0, "rekey in {rekey} s");
+    assert!(expire > rekey && expire <= 3960.0, "expires in {expire} s");
+    // Pinged a moment ago, both ways.
+    for idle in [c.in_idle_s, c.out_idle_s] {
+        let idle = idle.expect("a packet went each way");
+        assert!((0.0..10.0).contains(&idle), "last packet {idle} s ago");
+    }
+    assert!(!c.local_ts.is_empty() && !c.remote_ts.is_empty(), "{c:?}");
 }
 
 #[test]
@@ -110,6 +186,15 @@ fn wrong_psk_installs_nothing() {
     assert!(st.sas.is_empty(), "no SA in the responder's data plane: {:?}", st.sas);
     let log = std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
     assert!(log.contains("authentication failed") || log.contains("AUTHENTICATION_FAILED"), "a clear log line: {log}");
+    // `up` shows the attempt and ends with the reason, exit 1.
+    let (ok, out) = west.cli(&["up", "site", "--timeout", "20"]).unwrap();
+    assert!(!ok, "{out}");
+    assert!(out.contains("sending IKE_SA_INIT request"), "{out}");
+    assert!(out.to_lowercase().contains("authentication"), "the reason: {out}");
+    let (ok, out) = west.cli(&["up", "site", "--timeout", "20", "--json"]).unwrap();
+    assert!(!ok, "{out}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!((last["ok"].as_bool(), last["kind"].as_str()), (Some(false), Some("failed")), "{out}");
     west.stop().unwrap();
     east.stop().unwrap();
 }
@@ -153,6 +238,35 @@ fn a_hard_limit_deletes_the_child_sa_on_both_sides() {
     let log = std::fs::read_to_string(west.dir().path().join("esparto.log")).unwrap_or_default()
         + &std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
     assert!(log.contains("deleting the expired Child SA"), "{log}");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
+/// Proposals that do not meet: `up` shows what was offered and ends with
+/// the reason; nothing is installed.
+#[test]
+fn up_shows_a_proposal_mismatch() {
+    if skip("ike_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let psk = "correct horse battery staple";
+    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &EspartoConfig::site(Node::GwEast, keying(false, false, psk)).unwrap()).unwrap();
+    let mut w = keying(false, true, psk);
+    if let Keying::Ike { proposal, .. } = &mut w {
+        *proposal = "aes128gcm16-prfsha256-x25519".into();
+    }
+    let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &EspartoConfig::site(Node::GwWest, w).unwrap()).unwrap();
+    let (ok, out) = west.cli(&["up", "site", "--timeout", "20"]).unwrap();
+    assert!(!ok, "{out}");
+    assert!(out.contains("sending IKE_SA_INIT request, proposals: IKE:AES_GCM_16_128/PRF_HMAC_SHA2_256/CURVE_25519"), "{out}");
+    assert!(out.contains("the peer accepts none of our configured proposals"), "{out}");
+    assert!(out.lines().last().unwrap().contains("no_proposal_chosen"), "the reason last: {out}");
+    // The responder's log says what it received beside what it has.
+    let log = std::fs::read_to_string(east.dir().path().join("esparto.log")).unwrap_or_default();
+    assert!(log.contains("received proposals: IKE:AES_GCM_16_128"), "{log}");
+    assert!(west.sas().unwrap().is_empty());
     west.stop().unwrap();
     east.stop().unwrap();
 }

@@ -222,12 +222,14 @@ macro_rules! ctx {
     };
 }
 
+mod info;
 mod init_responder;
 mod lifecycle;
 mod reconfigure;
 mod recovery;
 pub(crate) mod sa_index;
 
+pub use info::{ChildSaInfo, IkeSaInfo};
 pub use reconfigure::NewConnection;
 
 impl Endpoint {

@@ -172,6 +172,12 @@ impl IkeInit {
             &dst,
         )));
         let packet = sa.encode(ExchangeType::IKE_SA_INIT, false, 0, &payloads)?;
+        if let Some(PayloadRepr::Sa(offer)) = payloads.iter().find(|p| matches!(p, PayloadRepr::Sa(_))) {
+            tracing::info!(
+                ike_sa = %sa.id, peer = %sa.remote, connection = %sa.conn.name,
+                "sending IKE_SA_INIT request, proposals: {}", diag::Proposals(&offer.proposals)
+            );
+        }
         let hs = sa.handshake_mut();
         hs.ni.clone_from(&self.nonce);
         hs.init_request.clone_from(&packet);
@@ -210,7 +216,19 @@ impl IkeInit {
         if sa.nat.local_behind_nat {
             sa.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
         }
-        tracing::debug!(ike_sa = %sa.id, nat = ?sa.nat, "IKE_SA_INIT done");
+        if let Some(chosen) = sa.suite.as_ref() {
+            let nat = match (sa.nat.local_behind_nat, sa.nat.remote_behind_nat) {
+                (false, false) => "no NAT",
+                (true, false) => "local host is behind NAT",
+                (false, true) => "remote host is behind NAT (or fakes it to force encapsulation)",
+                (true, true) => "both hosts are behind NAT",
+            };
+            tracing::info!(
+                ike_sa = %sa.id, peer = %rx.from,
+                "IKE_SA_INIT response received: selected proposal {}, {nat}",
+                diag::OneProposal(&chosen.to_wire(Protocol::Ike, Spi::None))
+            );
+        }
         sa.state = State::Auth;
         Outcome::Then(Box::new(super::Task::IkeAuth(IkeAuth::new(
             self.child.take(),

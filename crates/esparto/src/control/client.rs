@@ -5,7 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{MAX_RESPONSE, Request, Response};
+use super::{MAX_RESPONSE, Request, Response, StreamItem};
 
 /// Why a request to the daemon failed.
 #[derive(Debug)]
@@ -47,6 +47,45 @@ impl std::error::Error for ClientError {}
 /// Send one request to the daemon at `path` and wait at most `timeout`
 /// for the answer.
 pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response, ClientError> {
+    let mut first = None;
+    exchange(path, req, timeout, &mut |line| {
+        first = Some(serde_json::from_slice(line).map_err(|e| ClientError::Protocol(e.to_string()))?);
+        Ok(false)
+    })?;
+    first.ok_or_else(|| ClientError::Protocol("no answer".into()))
+}
+
+/// Send a request whose answer is streamed ([`StreamItem`]s), hand each
+/// log line and drop count to `each` as it arrives, and return the
+/// outcome; all within `timeout`.
+pub fn stream(
+    path: &Path,
+    req: &Request,
+    timeout: Duration,
+    each: &mut dyn FnMut(StreamItem),
+) -> Result<Response, ClientError> {
+    let mut end = None;
+    exchange(path, req, timeout, &mut |line| {
+        match serde_json::from_slice(line).map_err(|e| ClientError::Protocol(e.to_string()))? {
+            StreamItem::End(r) => {
+                end = Some(r);
+                return Ok(false);
+            }
+            item => each(item),
+        }
+        Ok(true)
+    })?;
+    end.ok_or_else(|| ClientError::Protocol("no answer".into()))
+}
+
+/// Sends `req`, then hands each answer line to `line_fn` while it returns
+/// `true`.
+fn exchange(
+    path: &Path,
+    req: &Request,
+    timeout: Duration,
+    line_fn: &mut dyn FnMut(&[u8]) -> Result<bool, ClientError>,
+) -> Result<(), ClientError> {
     let io_err = |e: io::Error| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
             ClientError::Timeout(path.to_path_buf())
@@ -82,9 +121,12 @@ pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response
             }
             Ok(n) => {
                 got.extend_from_slice(&buf[..n]);
-                if let Some(i) = got.iter().position(|&b| b == b'\n') {
-                    got.truncate(i);
-                    break;
+                while let Some(i) = got.iter().position(|&b| b == b'\n') {
+                    let more = line_fn(&got[..i])?;
+                    if !more {
+                        return Ok(());
+                    }
+                    got.drain(..=i);
                 }
                 if got.len() > MAX_RESPONSE {
                     return Err(ClientError::Protocol(format!(
@@ -96,5 +138,4 @@ pub fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response
             Err(e) => return Err(io_err(e)),
         }
     }
-    serde_json::from_slice(&got).map_err(|e| ClientError::Protocol(e.to_string()))
 }

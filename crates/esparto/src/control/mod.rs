@@ -44,9 +44,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::status::{ConnStatus, IkeSaStatus, ReloadReport, Status};
 
-pub use client::{ClientError, request};
+pub use client::{ClientError, request, stream};
 pub use locate::{Socket, Source, locate};
-pub use server::ControlServer;
+pub use server::{Answer, ControlServer, Streams};
 
 /// Longest request line accepted, in bytes.
 pub const MAX_REQUEST: usize = 64 * 1024;
@@ -72,6 +72,10 @@ pub enum Request {
     Up {
         /// Connection name.
         name: String,
+        /// Stream the negotiation's log lines, then its outcome
+        /// ([`StreamItem`]s), instead of one answer.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        watch: bool,
     },
     /// Take a connection down (delete its SAs).
     Down {
@@ -108,6 +112,32 @@ pub enum Response {
     Conns(Vec<ConnStatus>),
     /// Refused or failed (`{"ok":false,"error":"…"}`).
     Error(String),
+}
+
+/// One line of a streamed answer (`up` with `watch`): that it started, log lines, a count
+/// of lines the daemon dropped because the client read too slowly, and
+/// last the outcome as an ordinary [`Response`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StreamItem {
+    /// `{"started":"site"}`: the request was accepted and this stream
+    /// follows the connection named (first line of every stream).
+    Started {
+        /// The connection.
+        started: String,
+    },
+    /// `{"log":{"level":"INFO","target":"…","message":"…"}}`.
+    Log {
+        /// The line.
+        log: crate::daemon::watch::LogLine,
+    },
+    /// `{"dropped":3}`: lines lost before the next one.
+    Dropped {
+        /// How many.
+        dropped: u64,
+    },
+    /// The outcome (`{"ok":true,"message":"…"}` or `{"ok":false,"error":"…"}`).
+    End(Response),
 }
 
 /// The JSON shape of a [`Response`]: `ok` plus one payload field.
@@ -212,7 +242,8 @@ mod tests {
         );
         assert_eq!(
             serde_json::to_string(&Request::Up {
-                name: "site".into()
+                name: "site".into(),
+                watch: false,
             })
             .unwrap(),
             r#"{"cmd":"up","name":"site"}"#
@@ -244,6 +275,25 @@ mod tests {
         );
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
         assert_eq!(serde_json::to_string(&Request::Reload).unwrap(), r#"{"cmd":"reload"}"#);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"up","name":"s","watch":true}"#).unwrap(),
+            Request::Up { name: "s".into(), watch: true }
+        );
+        let log = crate::daemon::watch::LogLine { level: "INFO".into(), target: "t".into(), message: "m".into() };
+        for item in [
+            StreamItem::Started { started: "site".into() },
+            StreamItem::Log { log },
+            StreamItem::Dropped { dropped: 3 },
+            StreamItem::End(Response::Done("up".into())),
+            StreamItem::End(Response::Error("no".into())),
+        ] {
+            let line = serde_json::to_string(&item).unwrap();
+            assert_eq!(serde_json::from_str::<StreamItem>(&line).unwrap(), item, "{line}");
+        }
+        assert_eq!(
+            serde_json::to_string(&StreamItem::Dropped { dropped: 3 }).unwrap(),
+            r#"{"dropped":3}"#
+        );
         assert_eq!(serde_json::to_string(&Request::ListConns).unwrap(), r#"{"cmd":"list-conns"}"#);
     }
 }

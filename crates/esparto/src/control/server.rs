@@ -23,6 +23,37 @@ struct Client {
     eof: bool,
     /// We decided to close after the output is flushed.
     closing: bool,
+    /// The stream this client is reading ([`Answer::Stream`]).
+    watching: Option<u64>,
+}
+
+/// How the daemon answers one request.
+#[derive(Debug)]
+pub enum Answer {
+    /// One response line.
+    Reply(Response),
+    /// The lines of stream `id`, until it ends ([`Streams`]).
+    Stream(u64),
+}
+
+/// Streamed answers: where [`ControlServer::poll_streams`] gets their
+/// lines.
+pub trait Streams {
+    /// Appends stream `id`'s news to `out` (JSON lines); `true` when its
+    /// last line is written.
+    fn take(&mut self, id: u64, out: &mut Vec<u8>) -> bool;
+    /// The client of stream `id` left.
+    fn cancel(&mut self, id: u64);
+}
+
+/// No streams: [`ControlServer::poll`].
+struct NoStreams;
+
+impl Streams for NoStreams {
+    fn take(&mut self, _id: u64, _out: &mut Vec<u8>) -> bool {
+        true
+    }
+    fn cancel(&mut self, _id: u64) {}
 }
 
 /// The daemon's end of the control socket.
@@ -141,11 +172,50 @@ impl ControlServer {
     /// Accept new clients and serve every request that is complete, without
     /// blocking. `handler` answers one request at a time.
     pub fn poll(&mut self, mut handler: impl FnMut(Request) -> Response) {
+        self.poll_streams(|r| Answer::Reply(handler(r)), &mut NoStreams);
+    }
+
+    /// [`poll`](Self::poll) with streamed answers: a request answered
+    /// with [`Answer::Stream`] gets the stream's lines as `streams` has
+    /// them, each poll, as fast as the client reads them; the client is
+    /// closed after the last. A client that leaves, or stops reading for
+    /// the client timeout, has its stream cancelled.
+    pub fn poll_streams(&mut self, mut handler: impl FnMut(Request) -> Answer, streams: &mut dyn Streams) {
         let now = Instant::now();
         self.accept(now);
         let timeout = self.timeout;
-        self.clients
-            .retain_mut(|c| serve(c, now, timeout, &mut handler));
+        self.clients.retain_mut(|c| {
+            let keep = serve(c, now, timeout, &mut handler, streams);
+            if !keep {
+                if let Some(id) = c.watching.take() {
+                    streams.cancel(id);
+                }
+            }
+            keep
+        });
+    }
+
+    /// Only the streams: each streaming client gets what is ready of its
+    /// stream; nothing is accepted or read (no request is answered here).
+    pub fn pump_streams(&mut self, streams: &mut dyn Streams) {
+        let now = Instant::now();
+        let timeout = self.timeout;
+        self.clients.retain_mut(|c| {
+            let Some(id) = c.watching else { return true };
+            let keep = flush(c, now, timeout) && pump(c, id, now, timeout, streams);
+            if !keep {
+                if let Some(id) = c.watching.take() {
+                    streams.cancel(id);
+                }
+            }
+            keep
+        });
+    }
+
+    /// Whether some client is reading a stream (the daemon then pumps
+    /// streams after its own work, so lines logged by it leave at once).
+    pub fn streaming(&self) -> bool {
+        self.clients.iter().any(|c| c.watching.is_some())
     }
 
     fn accept(&mut self, now: Instant) {
@@ -168,6 +238,7 @@ impl ControlServer {
                         deadline: now + self.timeout,
                         eof: false,
                         closing: false,
+                        watching: None,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -183,10 +254,14 @@ fn serve(
     c: &mut Client,
     now: Instant,
     timeout: Duration,
-    handler: &mut impl FnMut(Request) -> Response,
+    handler: &mut impl FnMut(Request) -> Answer,
+    streams: &mut dyn Streams,
 ) -> bool {
     if !flush(c, now, timeout) {
         return false;
+    }
+    if let Some(id) = c.watching {
+        return pump(c, id, now, timeout, streams);
     }
     // Read only when all answers are out: a client that does not read its
     // answers is not read from, so nothing piles up on our side.
@@ -238,9 +313,17 @@ fn serve(
             }
             let resp = match serde_json::from_str::<Request>(text) {
                 Ok(req) => handler(req),
-                Err(e) => Response::Error(format!("bad request: {e}")),
+                Err(e) => Answer::Reply(Response::Error(format!("bad request: {e}"))),
             };
-            answer(c, &resp);
+            match resp {
+                Answer::Reply(r) => answer(c, &r),
+                Answer::Stream(id) => {
+                    // The stream is this connection's last answer.
+                    c.watching = Some(id);
+                    c.input.clear();
+                    return pump(c, id, now, timeout, streams);
+                }
+            }
         }
         if !c.closing && c.input.len() > MAX_REQUEST && !c.input.contains(&b'\n') {
             answer(
@@ -259,6 +342,39 @@ fn serve(
         return false;
     }
     if idle && c.closing {
+        return false;
+    }
+    now < c.deadline
+}
+
+/// Serves a client reading stream `id`: whatever of it is ready once the
+/// previous lines are out; `false` when it is done or the client left.
+fn pump(c: &mut Client, id: u64, now: Instant, timeout: Duration, streams: &mut dyn Streams) -> bool {
+    // Anything it sends now is ignored; reading shows when it hangs up.
+    let mut buf = [0u8; 512];
+    loop {
+        match c.stream.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => return false,
+        }
+    }
+    if c.written == c.output.len() {
+        c.output.clear();
+        c.written = 0;
+        // Waiting for news is progress: the stream has its own limit.
+        c.deadline = now + timeout;
+        if streams.take(id, &mut c.output) {
+            c.watching = None;
+            c.closing = true;
+        }
+        if !flush(c, now, timeout) {
+            return false;
+        }
+    }
+    if c.closing && c.written == c.output.len() {
         return false;
     }
     now < c.deadline
@@ -335,7 +451,7 @@ mod tests {
         match req {
             Request::Status => Response::Status(Box::new(fake_status())),
             Request::Sas => Response::Sas(vec![]),
-            Request::Up { name } => Response::Done(format!("{name} up")),
+            Request::Up { name, .. } => Response::Done(format!("{name} up")),
             Request::Down { name } => Response::Error(format!("no connection '{name}'")),
             Request::Rekey { name, .. } => Response::Done(format!("{name} rekeyed")),
             Request::Reload => Response::Error("not reloaded".into()),
@@ -396,7 +512,7 @@ mod tests {
             r => panic!("{r:?}"),
         }
         assert_eq!(
-            request(&path, &Request::Up { name: "a".into() }, T).unwrap(),
+            request(&path, &Request::Up { name: "a".into(), watch: false }, T).unwrap(),
             Response::Done("a up".into())
         );
         assert_eq!(
@@ -500,6 +616,128 @@ mod tests {
             0,
             "silent clients dropped after the timeout"
         );
+    }
+
+    /// A stream of three parts: a line now, a line later, the end.
+    #[derive(Default)]
+    struct Script {
+        step: usize,
+        cancelled: Vec<u64>,
+    }
+
+    impl Streams for Script {
+        fn take(&mut self, id: u64, out: &mut Vec<u8>) -> bool {
+            self.step += 1;
+            let line = match self.step {
+                1 => format!("{{\"log\":{{\"level\":\"INFO\",\"target\":\"t\",\"message\":\"stream {id}\"}}}}\n"),
+                2 | 3 => String::new(),
+                4 => "{\"dropped\":2}\n".to_string(),
+                _ => {
+                    out.extend_from_slice(b"{\"ok\":true,\"message\":\"done\"}\n");
+                    return true;
+                }
+            };
+            out.extend_from_slice(line.as_bytes());
+            false
+        }
+
+        fn cancel(&mut self, id: u64) {
+            self.cancelled.push(id);
+        }
+    }
+
+    fn stream_handler(req: Request) -> Answer {
+        match req {
+            Request::Up { watch: true, .. } => Answer::Stream(7),
+            req => Answer::Reply(handler(req)),
+        }
+    }
+
+    #[test]
+    fn a_streamed_answer_arrives_line_by_line_then_the_connection_closes() {
+        use crate::control::{StreamItem, stream};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let mut server = ControlServer::bind(&path).unwrap();
+        let p = path.clone();
+        let asker = thread::spawn(move || {
+            let mut items = Vec::new();
+            let end = stream(&p, &Request::Up { name: "a".into(), watch: true }, T, &mut |i| items.push(i));
+            (end, items)
+        });
+        let mut script = Script::default();
+        let deadline = Instant::now() + T;
+        while !asker.is_finished() && Instant::now() < deadline {
+            server.poll_streams(stream_handler, &mut script);
+            thread::sleep(Duration::from_millis(2));
+        }
+        let (end, items) = asker.join().unwrap();
+        assert_eq!(end.unwrap(), Response::Done("done".into()));
+        assert!(matches!(&items[..], [StreamItem::Log { log }, StreamItem::Dropped { dropped: 2 }] if log.message == "stream 7"), "{items:?}");
+        assert!(!server.streaming());
+        server.poll_streams(stream_handler, &mut script);
+        assert_eq!(server.client_count(), 0, "closed after the end");
+        assert!(script.cancelled.is_empty(), "an ended stream is not cancelled");
+        // Plain requests still get one answer.
+        let p = path.clone();
+        let asker = thread::spawn(move || request(&p, &Request::Sas, T));
+        while !asker.is_finished() {
+            server.poll_streams(stream_handler, &mut script);
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(asker.join().unwrap().unwrap(), Response::Sas(vec![]));
+    }
+
+    #[test]
+    fn a_client_that_hangs_up_cancels_its_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let mut server = ControlServer::bind(&path).unwrap();
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(b"{\"cmd\":\"up\",\"name\":\"a\",\"watch\":true}\n").unwrap();
+        // Never ends: only the first line, then nothing.
+        struct Forever(Vec<u64>);
+        impl Streams for Forever {
+            fn take(&mut self, _id: u64, _out: &mut Vec<u8>) -> bool {
+                false
+            }
+            fn cancel(&mut self, id: u64) {
+                self.0.push(id);
+            }
+        }
+        let mut f = Forever(Vec::new());
+        let deadline = Instant::now() + T;
+        while !server.streaming() && Instant::now() < deadline {
+            server.poll_streams(stream_handler, &mut f);
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert!(server.streaming());
+        // A client waiting with a request is not served by pump_streams.
+        let mut other = UnixStream::connect(&path).unwrap();
+        other.write_all(b"{\"cmd\":\"sas\"}\n").unwrap();
+        server.pump_streams(&mut f);
+        other.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 64];
+        assert_eq!(other.read(&mut b).unwrap_err().kind(), io::ErrorKind::WouldBlock, "no answer from pump_streams");
+        drop(s);
+        while server.streaming() && Instant::now() < deadline {
+            server.pump_streams(&mut f);
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(server.client_count(), 0);
+        assert_eq!(f.0, [7], "cancelled once");
+        // The waiting request is served by the next poll.
+        other.set_nonblocking(false).unwrap();
+        other.set_read_timeout(Some(T)).unwrap();
+        server.poll_streams(stream_handler, &mut f);
+        let mut got = Vec::new();
+        while !got.ends_with(b"\n") {
+            server.poll_streams(stream_handler, &mut f);
+            let n = other.read(&mut b).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&b[..n]);
+        }
+        assert_eq!(got, b"{\"ok\":true,\"sas\":[]}\n");
     }
 
     #[test]

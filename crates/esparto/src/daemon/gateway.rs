@@ -478,7 +478,7 @@ impl Gateway {
             for sa in snaps.iter().flat_map(|s| &s.esp.sas) {
                 counters.add(sa);
             }
-            self.table.ike_sas_status(at, &counters)
+            self.table.ike_sas_status(at, &counters, self.bind.port())
         } else {
             Vec::new()
         };

@@ -40,7 +40,7 @@ use super::Gateway;
 use super::log_limit::TRAFFIC;
 use super::table::{ChildId, ConnId};
 use crate::config::{Config, Connection};
-use crate::status::IkeEvents;
+use crate::status::{IkeEvents, IkeSaStatus};
 
 /// Longest the shutdown loop sleeps between looks at worker-caught IKE.
 const SHUTDOWN_POLL: Duration = Duration::from_millis(20);
@@ -303,7 +303,7 @@ impl Ike {
 
     /// `esparto up NAME`.
     pub fn up(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
-        let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e:?}"));
+        let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e}"));
         self.flush(now, gw);
         r.map(|id| format!("initiating IKE SA {id} for {name}"))
     }
@@ -447,6 +447,31 @@ impl Ike {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+    }
+
+    /// Adds what only the engine knows to the table's view of the IKE
+    /// SAs: the IKE proposal, NAT detection, and the rekey and expiry
+    /// timers (jittered, RFC 7296 §2.8) that replace the configured
+    /// lifetimes the table filled in.
+    pub fn annotate(&self, now: Instant, sas: &mut [IkeSaStatus]) {
+        let left = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(now).as_secs_f64());
+        for s in sas {
+            let Some(info) = u64::from_str_radix(&s.id, 16).ok().and_then(|id| self.ep.ike_sa_info(IkeSaId(id))) else {
+                continue;
+            };
+            s.proposal = info.proposal;
+            s.rekey_in_s = left(info.rekey_at);
+            s.nat.local_behind_nat = info.nat.local_behind_nat;
+            s.nat.remote_behind_nat = info.nat.remote_behind_nat;
+            s.nat.encap_forced = info.encap_forced;
+            for c in &mut s.children {
+                let spi = u32::from_str_radix(&c.in_spi, 16).ok();
+                if let Some(ci) = info.children.iter().find(|ci| Some(ci.inbound_spi) == spi) {
+                    c.rekey_in_s = left(ci.rekey_at);
+                    c.expire_in_s = left(ci.expire_at);
+                }
+            }
+        }
     }
 
     /// IKE SAs by state and the event counts, for `esparto status` and

@@ -27,6 +27,8 @@ use tracing::{debug, info, warn};
 use super::Gateway;
 use super::ike::{Ike, bump};
 use super::log_limit::TRAFFIC;
+use super::watch;
+use crate::control::Response;
 use super::table::{AcquireRequest, ConnId, IkeSaUp};
 
 /// Sends the table's queued commands; a failure is logged with `what`.
@@ -134,6 +136,7 @@ impl Ike {
                 reason,
             } => {
                 info!(%ike_sa, connection = ?connection, ?reason, "IKE SA deleted");
+                watch::global().finish_ike_sa(&ike_sa.to_string(), &Response::Error(format!("IKE SA {ike_sa} deleted: {}", reason.name())));
                 // Children die with their IKE SA (RFC 7296 §1.4.1). The
                 // table knows established IKE SAs only.
                 match gw.table.ike_sa_deleted(ike_sa) {
@@ -157,6 +160,8 @@ impl Ike {
             } => {
                 // The peer's answer to each request: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
+                let what = child.as_deref().map_or_else(String::new, |c| format!(" {c}"));
+                watch::global().finish(&connection, &Response::Error(format!("{connection}: Child SA{what} failed: {}", reason.name())));
                 bump(&mut self.counts.child_sa_failures, reason.name());
                 if let Some(id) = child.and_then(|ch| gw.table.child_id(&connection, &ch)) {
                     gw.table.child_failed(id);
@@ -170,6 +175,7 @@ impl Ike {
             } => {
                 // Anyone can cause one per message: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
+                watch::global().finish_ike_sa(&ike_sa.to_string(), &Response::Error(format!("IKE SA {ike_sa}: authentication failed: {}", reason.name())));
                 bump(&mut self.counts.auth_failures, reason.name());
             }
             Event::IkeSaRekeyed { old, new, connection } => {
@@ -252,11 +258,27 @@ impl Ike {
         let peer = SocketAddr::new(c.remote.ip(), peer_port);
         match gw.table.child_established(now, c, peer) {
             Ok(done) => {
+                let ts = |v: &[esparto_ike::TrafficSelector]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
                 info!(
                     connection = %c.connection, child = %c.child, ike_sa = %c.ike_sa, suite = c.suite.name(),
                     in_spi = %format!("{:08x}", c.inbound_spi), out_spi = %format!("{:08x}", c.outbound_spi),
+                    ts = %format!("{} === {}", ts(&c.local_ts), ts(&c.remote_ts)),
                     slot = ?done.slot, rekey = c.rekeys.is_some(), "Child SA installed"
                 );
+                if c.rekeys.is_none() {
+                    watch::global().finish(
+                        &c.connection,
+                        &Response::Done(format!(
+                            "{}: Child SA {} installed, SPIs {:08x}_i {:08x}_o, {} === {}",
+                            c.connection,
+                            c.child,
+                            c.inbound_spi,
+                            c.outbound_spi,
+                            ts(&c.local_ts),
+                            ts(&c.remote_ts)
+                        )),
+                    );
+                }
                 // The SAs go in even if their routes do not (they come back
                 // with the next install).
                 apply(gw, "installing Child SA");

@@ -20,6 +20,7 @@ mod reload;
 mod run;
 mod seqstate;
 pub(crate) mod table;
+pub mod watch;
 
 pub use caps::{EXIT_REFUSED, Refused};
 pub use gateway::{Gateway, Gathered};

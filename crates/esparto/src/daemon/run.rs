@@ -55,7 +55,8 @@ use super::ike::Ike;
 use super::log_limit::Throttle;
 use super::{Gateway, caps, notify};
 use crate::config::Config;
-use crate::control::{ControlServer, Request, Response};
+use crate::control::{Answer, ControlServer, Request, Response, Streams};
+use super::watch::{self, Taken, WatchLayer};
 use crate::metrics::{self, Metrics};
 use crate::status::Status;
 
@@ -169,7 +170,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
             }
         }
         gw.keep_reservations();
-        server.poll(|req| handle(&mut gw, ike.as_mut(), &mut config, req));
+        server.poll_streams(|req| handle(&mut gw, ike.as_mut(), &mut config, req), &mut WatchStreams);
         if let (Some(m), Some(i)) = (&mut metrics, metrics_fd) {
             m.serve(poller.readable(i), || scrape_figures(&gw, ike.as_ref()));
         }
@@ -194,6 +195,11 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
             }
         }
         throttle.flush(Instant::now(), false);
+        if server.streaming() {
+            // Lines logged since the poll above leave now, not at the
+            // next wake-up.
+            server.pump_streams(&mut WatchStreams);
+        }
     }
     // Delete every IKE SA first, while the data plane still runs (the
     // Deletes' answers may arrive through a worker).
@@ -251,6 +257,7 @@ fn full_status(gw: &Gateway, ike: Option<&Ike>) -> Result<Status> {
     if let Some(ike) = ike {
         s.ike = ike.counters();
         s.ike_events = ike.events();
+        ike.annotate(Instant::now(), &mut s.ike_sas);
     }
     Ok(s)
 }
@@ -300,7 +307,45 @@ fn readable_now(s: &UnixStream) -> bool {
     p.wait(Duration::ZERO).is_ok() && p.readable(i)
 }
 
-fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Request) -> Response {
+/// The streams of `up --watch`: the daemon's [`watch`]es.
+struct WatchStreams;
+
+impl Streams for WatchStreams {
+    fn take(&mut self, id: u64, out: &mut Vec<u8>) -> bool {
+        watch::global().take(id, Instant::now(), out) == Taken::Ended
+    }
+
+    fn cancel(&mut self, id: u64) {
+        watch::global().cancel(id);
+    }
+}
+
+fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Request) -> Answer {
+    match req {
+        Request::Up { name, watch: true } => {
+            let Some(ike) = ike else {
+                return Answer::Reply(Response::Error(format!("{name}: no IKE connections are configured")));
+            };
+            // Open before initiating: the first lines are logged by it.
+            let Some(id) = watch::global().begin(&name, Instant::now()) else {
+                return Answer::Reply(Response::Error(format!(
+                    "{name}: {} `up` commands are already waiting; try again",
+                    watch::MAX_WATCHES
+                )));
+            };
+            match ike.up(Instant::now(), gw, &name) {
+                Ok(_) => Answer::Stream(id),
+                Err(e) => {
+                    watch::global().cancel(id);
+                    Answer::Reply(Response::Error(e))
+                }
+            }
+        }
+        req => Answer::Reply(answer(gw, ike, config, req)),
+    }
+}
+
+fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Request) -> Response {
     let now = Instant::now();
     match req {
         Request::Status => match full_status(gw, ike.as_deref()) {
@@ -311,7 +356,7 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             Ok(s) => Response::Sas(s.ike_sas),
             Err(e) => Response::Error(format!("{e:#}")),
         },
-        Request::Up { name } => match ike {
+        Request::Up { name, .. } => match ike {
             Some(ike) => ike.up(now, gw, &name).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
@@ -350,6 +395,7 @@ fn init_logging(filter: &str) -> Throttle {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     // A second initialisation (tests) is harmless.
-    let _ = tracing_subscriber::registry().with(filter).with(throttle.layer()).with(fmt).try_init();
+    let watch = WatchLayer(watch::global());
+    let _ = tracing_subscriber::registry().with(filter).with(throttle.layer()).with(fmt).with(watch).try_init();
     throttle
 }

@@ -15,7 +15,7 @@ use esparto_esp::{Direction, GroupId, SaStats};
 use super::Table;
 use super::child::Role;
 use super::sa::{ChildSa, Out};
-use crate::status::{ChildSaStatus, IkeSaStatus};
+use crate::status::{ChildSaStatus, IkeSaStatus, NatStatus};
 
 /// Who an SA a worker reports belongs to (for the table's tests; the
 /// gateway takes [`Table::owner`]).
@@ -30,21 +30,32 @@ pub(crate) struct Label<'a> {
     pub(crate) role: Role,
 }
 
-/// Packets and bytes of every SA, summed over the workers.
+/// Packets and bytes of every SA, summed over the workers, and when the
+/// last worker to use it did.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    by_sa: HashMap<(u32, Direction, Option<GroupId>), (u64, u64)>,
+    by_sa: HashMap<(u32, Direction, Option<GroupId>), Traffic>,
+}
+
+/// One SA's figures over every worker.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Traffic {
+    pub(crate) packets: u64,
+    pub(crate) bytes: u64,
+    /// The latest of the workers' last-packet times.
+    pub(crate) last_used: Option<Instant>,
 }
 
 impl Counters {
     /// Adds one worker's figures of one SA.
     pub(crate) fn add(&mut self, s: &SaStats) {
         let e = self.by_sa.entry((s.spi, s.direction, s.group)).or_default();
-        e.0 += s.counters.packets;
-        e.1 += s.counters.bytes;
+        e.packets += s.counters.packets;
+        e.bytes += s.counters.bytes;
+        e.last_used = e.last_used.max(s.last_used);
     }
 
-    fn get(&self, spi: u32, direction: Direction, group: Option<GroupId>) -> (u64, u64) {
+    fn get(&self, spi: u32, direction: Direction, group: Option<GroupId>) -> Traffic {
         self.by_sa.get(&(spi, direction, group)).copied().unwrap_or_default()
     }
 }
@@ -91,8 +102,9 @@ impl Table {
         }
     }
 
-    /// The IKE SAs with their Child SAs and each one's traffic.
-    pub(crate) fn ike_sas_status(&self, now: Instant, counters: &Counters) -> Vec<IkeSaStatus> {
+    /// The IKE SAs with their Child SAs and each one's traffic; ESP is
+    /// received on `esp_port`.
+    pub(crate) fn ike_sas_status(&self, now: Instant, counters: &Counters, esp_port: u16) -> Vec<IkeSaStatus> {
         let mut ids: Vec<_> = self.ike_sas.keys().copied().collect();
         ids.sort_unstable();
         ids.iter()
@@ -110,6 +122,18 @@ impl Table {
                 local_id: r.local_id.clone(),
                 remote_id: r.remote_id.clone(),
                 age_s: now.saturating_duration_since(r.since).as_secs_f64(),
+                proposal: String::new(),
+                rekey_in_s: None,
+                nat: NatStatus {
+                    encap: "esp-in-udp".into(),
+                    local_port: esp_port,
+                    remote_port: r
+                        .sas
+                        .iter()
+                        .find_map(|sid| self.children[self.sas[sid.0].child.0].group.as_ref())
+                        .map_or(0, |g| g.peer.port()),
+                    ..NatStatus::default()
+                },
                 children: r
                     .sas
                     .iter()
@@ -117,8 +141,15 @@ impl Table {
                         let sa = &self.sas[sid.0];
                         let c = &self.children[sa.child.0];
                         let group = c.group.as_ref().map(|g| g.id);
-                        let (in_packets, in_bytes) = counters.get(sa.in_spi, Direction::Inbound, None);
-                        let (out_packets, out_bytes) = counters.get(sa.out_spi, Direction::Outbound, group);
+                        let rx = counters.get(sa.in_spi, Direction::Inbound, None);
+                        let tx = counters.get(sa.out_spi, Direction::Outbound, group);
+                        let idle = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t).as_secs_f64());
+                        // The configured lifetime; the IKE engine's jittered
+                        // timers replace it for negotiated SAs (`Ike::annotate`).
+                        let left = |limit: Option<std::time::Duration>| {
+                            limit.map(|l| (sa.since + l).saturating_duration_since(now).as_secs_f64())
+                        };
+                        let lifetime = &c.settings.lifetime;
                         ChildSaStatus {
                             child: c.name.to_string(),
                             in_spi: format!("{:08x}", sa.in_spi),
@@ -146,14 +177,56 @@ impl Table {
                                 .map(ToString::to_string)
                                 .collect(),
                             age_s: now.saturating_duration_since(sa.since).as_secs_f64(),
-                            in_bytes,
-                            in_packets,
-                            out_bytes,
-                            out_packets,
+                            rekey_in_s: if sa.rekeying { None } else { left(lifetime.soft_time) },
+                            expire_in_s: left(lifetime.hard_time),
+                            in_idle_s: idle(rx.last_used),
+                            out_idle_s: idle(tx.last_used),
+                            in_bytes: rx.bytes,
+                            in_packets: rx.packets,
+                            out_bytes: tx.bytes,
+                            out_packets: tx.packets,
                         }
                     })
                     .collect(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use esparto_esp::SaCounters;
+    use std::time::Duration;
+
+    fn stats(packets: u64, last_used: Option<Instant>) -> SaStats {
+        SaStats {
+            spi: 0x100,
+            direction: Direction::Inbound,
+            group: None,
+            fallback: false,
+            suite: "aes256gcm16",
+            peer: "192.0.2.2:4500".parse().unwrap(),
+            last_seq: packets,
+            installed: Instant::now(),
+            last_used,
+            counters: SaCounters { packets, bytes: packets * 100, ..SaCounters::default() },
+        }
+    }
+
+    /// An SA's traffic is summed over the workers, and its last packet is
+    /// the latest any worker saw.
+    #[test]
+    fn workers_figures_sum_and_the_latest_last_packet_wins() {
+        let t0 = Instant::now();
+        let mut c = Counters::default();
+        c.add(&stats(3, Some(t0 + Duration::from_secs(2))));
+        c.add(&stats(0, None));
+        c.add(&stats(4, Some(t0 + Duration::from_secs(1))));
+        let t = c.get(0x100, Direction::Inbound, None);
+        assert_eq!((t.packets, t.bytes, t.last_used), (7, 700, Some(t0 + Duration::from_secs(2))));
+        let none = c.get(0x200, Direction::Inbound, None);
+        assert_eq!((none.packets, none.last_used), (0, None));
     }
 }

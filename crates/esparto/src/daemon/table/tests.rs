@@ -692,9 +692,13 @@ fn status_joins_worker_counters_by_spi() {
             .role,
         Role::Fallback
     );
-    let s = h.table.ike_sas_status(h.now, &counters);
+    let s = h.table.ike_sas_status(h.now, &counters, 4500);
     assert_eq!(s.len(), 1);
     assert_eq!(s[0].connection, "a");
+    // ESP-in-UDP from our port to the group's peer; no packet yet either way.
+    let nat = &s[0].nat;
+    assert_eq!((nat.encap.as_str(), nat.local_port, nat.remote_port), ("esp-in-udp", 4500, 4500));
+    assert!(s[0].children.iter().all(|c| c.in_idle_s.is_none() && c.out_idle_s.is_none()));
     let c: Vec<(&str, &str, Option<u16>, Option<u16>)> = s[0]
         .children
         .iter()
