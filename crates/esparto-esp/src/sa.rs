@@ -148,26 +148,49 @@ impl From<DropReason> for Dropped {
 }
 
 /// The sending half of an SA.
+///
+/// `repr(C)` to keep the fields every packet reads or writes together at
+/// the front (the first [`HOT_LINES`] cache lines, which
+/// [`Worker::prefetch_outbound`](crate::Worker::prefetch_outbound) asks
+/// for ahead of use), and what only the control plane reads behind them.
 #[derive(Debug)]
+#[repr(C)]
 pub struct OutboundSa {
-    spi: Spi,
     cipher: EspCipher,
-    esn: bool,
-    peer: SocketAddr,
     seq: SeqSource,
-    lifetime: LifetimeState,
+    /// Sequence numbers below this need no look at `limit` (`u64::MAX`
+    /// without one): the packet path's only cost of a reservation.
+    check_at: u64,
     /// Largest inner packet that fits the path MTU.
     max_inner: usize,
     /// ESP header + IV, ICV and padding alignment of the suite, looked up once.
     hdr_len: usize,
     icv_len: usize,
     block: usize,
-    installed: Instant,
+    spi: Spi,
+    esn: bool,
+    peer: SocketAddr,
     counters: SaCounters,
-    /// Sequence numbers below this need no look at `limit` (`u64::MAX`
-    /// without one): the packet path's only cost of a reservation.
-    check_at: u64,
+    lifetime: LifetimeState,
+    installed: Instant,
     limit: Option<Arc<SeqLimit>>,
+}
+
+/// Cache lines at the front of an SA that every packet touches (the cipher
+/// handle, sequence or replay state, lifetime marks, counters); see the
+/// layout of [`OutboundSa`] and [`InboundSa`].
+pub const HOT_LINES: usize = 5;
+
+/// A cache line, for prefetching.
+const LINE: usize = 64;
+
+/// Asks `prefetch` for the first [`HOT_LINES`] lines of `value`.
+#[inline]
+fn prefetch_hot<T>(value: &T, prefetch: crate::sad::Prefetch) {
+    let base = (value as *const T).cast::<u8>();
+    for line in 0..HOT_LINES.min(size_of::<T>().div_ceil(LINE)) {
+        prefetch(base.wrapping_add(line * LINE));
+    }
 }
 
 /// The largest inner packet whose ESP-in-UDP encapsulation fits `path_mtu`
@@ -224,6 +247,14 @@ impl OutboundSa {
     /// The SPI.
     pub fn spi(&self) -> Spi {
         self.spi
+    }
+
+    /// Asks `prefetch` for the cache lines the next packet will touch in
+    /// the SA (not the cipher's key schedule, which lives inside the crypto
+    /// library, nor a fallback SA's shared counter).
+    #[inline]
+    pub fn prefetch(&self, prefetch: crate::sad::Prefetch) {
+        prefetch_hot(self, prefetch);
     }
 
     /// The peer's UDP endpoint.
@@ -397,28 +428,34 @@ fn check_reservation(
 }
 
 /// The receiving half of an SA.
+///
+/// `repr(C)` and aligned to a cache line: the fields every packet reads or
+/// writes come first and fill the first [`HOT_LINES`] lines, which
+/// [`Sad::prefetch`](crate::Sad::prefetch) asks for ahead of use; the
+/// selectors, the peer and the drop counters come after.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct InboundSa {
-    spi: Spi,
     cipher: EspCipher,
-    esn: bool,
     replay: Option<ReplayWindow>,
-    lifetime: LifetimeState,
     /// Inner bytes and packets counted against the lifetime: every packet
     /// that authenticated with a well-formed trailer, delivered or not
     /// (the counters count only what was delivered).
     lifetime_bytes: u64,
     lifetime_packets: u64,
+    /// Shortest packet the suite can produce: header, IV, trailer, ICV.
+    min_len: usize,
+    spi: Spi,
+    esn: bool,
+    /// The last inner flow that passed the selector check: a run of one
+    /// flow is checked once (the selectors of an SA never change).
+    counters: SaCounters,
+    last_admitted: Option<FlowKey>,
+    lifetime: LifetimeState,
     local_ts: Vec<Selector>,
     remote_ts: Vec<Selector>,
     peer: SocketAddr,
-    /// Shortest packet the suite can produce: header, IV, trailer, ICV.
-    min_len: usize,
-    /// The last inner flow that passed the selector check: a run of one
-    /// flow is checked once (the selectors of an SA never change).
-    last_admitted: Option<FlowKey>,
     installed: Instant,
-    counters: SaCounters,
 }
 
 impl InboundSa {
@@ -450,6 +487,18 @@ impl InboundSa {
     /// The suite.
     pub fn suite(&self) -> EspSuite {
         self.cipher.suite()
+    }
+
+    /// Asks `prefetch` for the cache lines the next packet will touch in
+    /// the SA: its hot fields and the replay window's word for the next
+    /// number in order (not the cipher's key schedule, which lives inside
+    /// the crypto library).
+    #[inline]
+    pub fn prefetch(&self, prefetch: crate::sad::Prefetch) {
+        prefetch_hot(self, prefetch);
+        if let Some(w) = &self.replay {
+            w.prefetch(prefetch);
+        }
     }
 
     /// The peer's endpoint as configured.

@@ -434,3 +434,33 @@ fn short_and_garbage_packets_are_malformed_or_fail_icv() {
         assert_eq!(r, Err(DropReason::IcvFailure), "{suite:?}");
     }
 }
+
+#[test]
+fn what_every_packet_touches_lies_in_the_hot_lines() {
+    use core::mem::offset_of;
+    let hot = HOT_LINES * 64;
+    let counted = 2 * size_of::<u64>(); // packets and bytes
+    let lifetime = crate::lifetime::HOT_LEN;
+    assert_eq!(align_of::<InboundSa>(), 64);
+    for end in [
+        offset_of!(InboundSa, cipher) + size_of::<EspCipher>(),
+        offset_of!(InboundSa, replay) + size_of::<Option<ReplayWindow>>(),
+        offset_of!(InboundSa, lifetime_packets) + 8,
+        offset_of!(InboundSa, esn) + 1,
+        offset_of!(InboundSa, counters) + counted,
+        offset_of!(InboundSa, last_admitted) + size_of::<Option<FlowKey>>(),
+        offset_of!(InboundSa, lifetime) + lifetime,
+    ] {
+        assert!(end <= hot, "inbound: a hot field ends at {end}, past {hot}");
+    }
+    for end in [
+        offset_of!(OutboundSa, cipher) + size_of::<EspCipher>(),
+        offset_of!(OutboundSa, seq) + size_of::<SeqSource>(),
+        offset_of!(OutboundSa, esn) + 1,
+        offset_of!(OutboundSa, peer) + size_of::<SocketAddr>(),
+        offset_of!(OutboundSa, counters) + counted,
+        offset_of!(OutboundSa, lifetime) + lifetime,
+    ] {
+        assert!(end <= hot, "outbound: a hot field ends at {end}, past {hot}");
+    }
+}
