@@ -524,7 +524,9 @@ fn interleaved_ratio(suite: EspSuite, size: Size, k: usize, stop: Stop) -> Resul
 // different SAs, round robin (every SA cold when its turn comes) or drawn
 // from a Zipf(s = 1) distribution (a few busy tunnels, a long tail). Each
 // N is measured side by side with N = 1 through the same code, so the ratio
-// is the cost of switching.
+// is the cost of switching. Rates are per CPU-second of the measuring
+// thread, so time another process held the core does not count against
+// either side.
 
 /// How packets are spread over the SAs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -599,7 +601,9 @@ pub struct AgilityRow {
     pub workers: usize,
     /// Suite.
     pub suite: String,
-    /// ESP round trips per second with `sas` SAs, all workers, millions.
+    /// ESP round trips per second with `sas` SAs, all workers, millions
+    /// (per CPU-second of the measuring threads: on a shared machine, time
+    /// they were preempted does not count).
     pub mpps: f64,
     /// The same in Gbit/s of inner packets.
     pub gbps: f64,
@@ -864,7 +868,7 @@ fn zipf_order(n: usize, len: usize, seed: u64) -> Vec<u32> {
 }
 
 /// Runs each rig on its own pinned thread for one measurement; packets per
-/// second summed over the threads.
+/// CPU-second of each thread, summed over the threads.
 fn measure_rigs(opts: &AgilityOptions, cpus: &[usize], rigs: &mut [AgilityRig]) -> Result<f64> {
     let barrier = Barrier::new(rigs.len() + 1);
     let seconds = Duration::from_secs_f64(opts.seconds);
@@ -881,8 +885,12 @@ fn measure_rigs(opts: &AgilityOptions, cpus: &[usize], rigs: &mut [AgilityRig]) 
                     }
                     barrier.wait();
                     let start = Instant::now();
+                    let cpu_start = esparto_io::cpu::thread_cpu_time();
                     let packets = run_rig(rig, Stop { deadline: start + seconds, count: opts.count })?;
-                    Ok((packets, start.elapsed()))
+                    // Per CPU-second of this thread: time it spent preempted
+                    // by other work on a shared machine does not count.
+                    let cpu = esparto_io::cpu::thread_cpu_time().saturating_sub(cpu_start);
+                    Ok((packets, if cpu.is_zero() { start.elapsed() } else { cpu }))
                 })
             })
             .collect();
