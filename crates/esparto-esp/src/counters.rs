@@ -124,6 +124,9 @@ impl Drops {
 
 /// Traffic through one SA as seen by one worker.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+// In this order: the two every packet writes first, beside an SA's other
+// hot fields, the drops (rare) after them.
+#[repr(C)]
 pub struct SaCounters {
     /// Packets processed successfully.
     pub packets: u64,

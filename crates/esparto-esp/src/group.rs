@@ -33,7 +33,10 @@ pub const ACQUIRE_RETRY: Duration = Duration::from_secs(2);
 pub struct SaGroup {
     id: GroupId,
     per_cpu: bool,
-    fallback: Option<OutboundSa>,
+    /// Boxed: a worker sends on it only until its sub-SA is installed, and
+    /// inline it would double the size of every group (the worker's group
+    /// table holds groups inline, one per tunnel).
+    fallback: Option<Box<OutboundSa>>,
     sub: Option<OutboundSa>,
     last_acquire: Option<Instant>,
 }
@@ -64,7 +67,7 @@ impl SaGroup {
     }
 
     /// Sets the fallback SA, returning the one it replaces.
-    pub fn set_fallback(&mut self, sa: Option<OutboundSa>) -> Option<OutboundSa> {
+    pub fn set_fallback(&mut self, sa: Option<Box<OutboundSa>>) -> Option<Box<OutboundSa>> {
         core::mem::replace(&mut self.fallback, sa)
     }
 
@@ -78,7 +81,7 @@ impl SaGroup {
 
     /// The fallback SA.
     pub fn fallback(&self) -> Option<&OutboundSa> {
-        self.fallback.as_ref()
+        self.fallback.as_deref()
     }
 
     /// This worker's sub-SA.
@@ -87,7 +90,7 @@ impl SaGroup {
     }
 
     pub(crate) fn both_mut(&mut self) -> (Option<&mut OutboundSa>, Option<&mut OutboundSa>) {
-        (self.sub.as_mut(), self.fallback.as_mut())
+        (self.sub.as_mut(), self.fallback.as_deref_mut())
     }
 
     /// Removes whichever SA has `spi`; true if one did.
@@ -110,7 +113,7 @@ impl SaGroup {
             return Selected { sa: Some(sub), acquire: None };
         }
         let due = self.last_acquire.is_none_or(|t| now.duration_since(t) >= ACQUIRE_RETRY);
-        let fallback = self.fallback.as_mut().filter(|s| !s.is_dead());
+        let fallback = self.fallback.as_deref_mut().filter(|s| !s.is_dead());
         let acquire = match (&fallback, due) {
             (_, false) => None,
             (Some(_), true) if self.per_cpu => Some(true),

@@ -47,14 +47,14 @@ pub use lifetime::{Expiry, Lifetime};
 pub use overhead::{Framing, Mode, WireSize, ip_header_len};
 pub use replay::{DEFAULT_WINDOW, MAX_WINDOW, ReplayError, ReplayWindow};
 pub use sa::{
-    Dropped, HEADROOM, InboundSa, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,
+    Dropped, HEADROOM, HOT_LINES, InboundSa, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,
     TAILROOM, max_inner_len, next_header_for, outer_overhead,
 };
-pub use sad::{Sad, SpiHasher};
+pub use sad::{Prefetch, Sad, SpiHasher};
 pub use selector::{Family, IpRange, Selector, SelectorError, addr_bits};
 pub use seqlimit::SeqLimit;
 pub use spd::{Action, FlowKey, GroupId, Policy, PolicyId, Spd};
-pub use worker::{Command, Direction, Encapsulated, Event, MAX_PENDING_EVENTS, SaStats, Worker, WorkerStats};
+pub use worker::{Command, Direction, Encapsulated, Event, MAX_PENDING_EVENTS, PREFETCH_AHEAD, SaStats, Worker, WorkerStats};
 
 // Re-exported so users of the data plane name one crate for the suite.
 pub use esparto_crypto::{EspSuite, SecretBytes};

@@ -50,19 +50,26 @@ pub(crate) enum Verdict {
 
 /// Per-SA tracking of the limits.
 #[derive(Debug, Clone)]
+// In this order: what every packet reads first (a cache line's worth at
+// the front), the limits only the slow path reads after it.
+#[repr(C)]
 pub(crate) struct LifetimeState {
-    limits: Lifetime,
-    soft_at: Option<Instant>,
-    hard_at: Option<Instant>,
-    soft_raised: bool,
-    hard_raised: bool,
     /// The fast path: below all three, nothing can have been crossed.
     next_bytes: u64,
     next_packets: u64,
     next_time: Option<Instant>,
+    soft_raised: bool,
+    hard_raised: bool,
+    limits: Lifetime,
+    soft_at: Option<Instant>,
+    hard_at: Option<Instant>,
 }
 
 /// Seq numbers left before a 32-bit counter wraps at which we ask for a rekey.
+/// Bytes at the front of a [`LifetimeState`] that every packet reads.
+#[cfg(test)]
+pub(crate) const HOT_LEN: usize = core::mem::offset_of!(LifetimeState, limits);
+
 pub(crate) const SEQ_SOFT_MARGIN: u64 = 1 << 20;
 
 impl LifetimeState {

@@ -3,10 +3,16 @@
 //! The receiver keeps the highest authenticated sequence number `top` and a
 //! bitmap of which of the `size` numbers below it were seen. A naive bitmap
 //! shifts on every advance; RFC 6479 instead treats the bitmap as a ring of
-//! 64-bit blocks indexed by `seq / 64`, so advancing the window only clears the
-//! blocks it passes over and the per-packet cost is constant whatever the
-//! window size. The ring has one block more than the window needs, so the
-//! block holding `top` never aliases the oldest one in the window.
+//! 64-bit blocks indexed by `seq / 64`, so the per-packet cost is constant
+//! whatever the window size. RFC 6479 clears whole blocks as the window
+//! passes them and so needs one block more than the window; here advancing
+//! clears exactly the bits of the numbers it passes over (one bit in order,
+//! a few words for a jump), so the ring holds the window and nothing more:
+//! number `s` lives at bit `s mod ring`, and the `size <= ring` numbers in
+//! the window never share a bit. The ring's length is a power of two (the
+//! index is a mask), which for the default window is exactly its size:
+//! 512 bytes for 4096 packets, half of what a spare block rounded up costs.
+//! Every SA has one, so this is most of an inbound SA's memory.
 //!
 //! Checking and committing are separate, as in strongSwan's libipsec
 //! (`verify_seqno` / `set_authenticated_seqno`): [`ReplayWindow::check`] runs
@@ -49,7 +55,7 @@ pub struct ReplayWindow {
     size: u64,
     /// Whether the SA uses 64-bit extended sequence numbers.
     esn: bool,
-    /// The ring of bitmap blocks; its length is a power of two.
+    /// The ring of bitmap blocks: a power of two of them, at least `size` bits.
     blocks: Box<[u64]>,
 }
 
@@ -58,9 +64,9 @@ impl ReplayWindow {
     /// at least 64, at most [`MAX_WINDOW`]).
     pub fn new(size: u32, esn: bool) -> Self {
         let size = u64::from(size.clamp(64, MAX_WINDOW)).next_multiple_of(BLOCK_BITS);
-        // One spare block (RFC 6479 §2), rounded to a power of two so the
-        // ring index is a mask.
-        let nblocks = (size / BLOCK_BITS + 1).next_power_of_two() as usize;
+        // Exact clearing needs no spare block; a power of two so the ring
+        // index is a mask.
+        let nblocks = (size / BLOCK_BITS).next_power_of_two() as usize;
         Self {
             top: 0,
             size,
@@ -124,21 +130,37 @@ impl ReplayWindow {
         Ok(())
     }
 
+    /// Asks `prefetch` for the word of the bitmap the next number in order
+    /// lands in (the word at the top, or the next one).
+    #[inline]
+    pub(crate) fn prefetch(&self, prefetch: crate::sad::Prefetch) {
+        let (block, _) = self.locate(self.top.wrapping_add(1));
+        prefetch((&raw const self.blocks[block]).cast());
+    }
+
     fn locate(&self, seq: u64) -> (usize, u64) {
         let mask = self.blocks.len() as u64 - 1;
         (((seq / BLOCK_BITS) & mask) as usize, 1u64 << (seq % BLOCK_BITS))
     }
 
-    /// Moves the right edge to `seq`, clearing every block it passes
-    /// (RFC 6479 §2: only whole blocks are cleared, never shifted).
+    /// Moves the right edge to `seq`, clearing the bits of the numbers it
+    /// passes over (`top + 1 ..= seq`): each of them takes the bit of the
+    /// number one ring length older, which has left the window.
     fn advance(&mut self, seq: u64) {
-        let old_block = self.top / BLOCK_BITS;
-        let new_block = seq / BLOCK_BITS;
-        let nblocks = self.blocks.len() as u64;
-        let to_clear = (new_block - old_block).min(nblocks);
-        let mask = nblocks - 1;
-        for i in 1..=to_clear {
-            self.blocks[((old_block + i) & mask) as usize] = 0;
+        let ring_bits = self.blocks.len() as u64 * BLOCK_BITS;
+        if seq - self.top >= ring_bits {
+            self.blocks.fill(0);
+        } else {
+            let mut s = self.top + 1;
+            let end = seq + 1;
+            while s < end {
+                let bit = s % BLOCK_BITS;
+                let take = (BLOCK_BITS - bit).min(end - s);
+                let ones = if take == BLOCK_BITS { u64::MAX } else { (1u64 << take) - 1 };
+                let (block, _) = self.locate(s);
+                self.blocks[block] &= !(ones << bit);
+                s += take;
+            }
         }
         self.top = seq;
     }
@@ -284,28 +306,46 @@ mod tests {
     /// Against a reference model: a set of every accepted number.
     #[test]
     fn matches_a_reference_model() {
+        // 192 has a ring of 256 bits, larger than the window; the others
+        // have exactly their size.
+        for size in [64u64, 128, 192, 4096] {
+            reference_model(size);
+        }
+    }
+
+    #[test]
+    fn the_ring_is_the_window_for_power_of_two_sizes() {
+        assert_eq!(ReplayWindow::new(DEFAULT_WINDOW, true).blocks.len() * 8, DEFAULT_WINDOW as usize / 8);
+        assert_eq!(ReplayWindow::new(64, false).blocks.len(), 1);
+        assert_eq!(ReplayWindow::new(192, false).blocks.len(), 4);
+    }
+
+    fn reference_model(size: u64) {
         use std::collections::BTreeSet;
-        let mut w = ReplayWindow::new(128, false);
+        let mut w = ReplayWindow::new(size as u32, false);
         let mut seen = BTreeSet::new();
         let mut top = 0u64;
-        // A deterministic walk with jumps, duplicates and stragglers.
-        let mut x: u64 = 0x1234_5678;
-        for _ in 0..20_000 {
+        // A deterministic walk with jumps (within a block, across blocks,
+        // past the whole ring), duplicates and stragglers.
+        let mut x: u64 = 0x1234_5678 ^ size;
+        for _ in 0..40_000 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let s = match x % 10 {
+            let s = match x % 12 {
                 0..=5 => top + 1 + (x >> 20) % 4,
-                6 | 7 => top.saturating_sub((x >> 20) % 200),
-                8 => top + (x >> 20) % 500,
-                _ => top.saturating_sub(127),
+                6 | 7 => top.saturating_sub((x >> 20) % (size + size / 2)),
+                8 => top + (x >> 20) % (size * 4),
+                9 => top + 60 + (x >> 20) % 10,
+                10 => top.saturating_sub(size - 1 - (x >> 20) % 3),
+                _ => top.saturating_sub(size - 1),
             };
             let s = s.min(u64::from(u32::MAX)) as u32;
             let want = if s == 0 {
                 Err(ReplayError::Zero)
             } else if u64::from(s) > top {
                 Ok(u64::from(s))
-            } else if top - u64::from(s) >= 128 {
+            } else if top - u64::from(s) >= size {
                 Err(ReplayError::TooOld)
             } else if seen.contains(&u64::from(s)) {
                 Err(ReplayError::Duplicate)
@@ -313,7 +353,7 @@ mod tests {
                 Ok(u64::from(s))
             };
             let got = accept(&mut w, s);
-            assert_eq!(got, want, "seq {s} top {top}");
+            assert_eq!(got, want, "window {size}: seq {s} top {top}");
             if let Ok(v) = got {
                 seen.insert(v);
                 top = top.max(v);

@@ -148,29 +148,78 @@ impl From<DropReason> for Dropped {
 }
 
 /// The sending half of an SA.
+///
+/// `repr(C)` to keep the fields every packet reads or writes together at
+/// the front (the first [`HOT_LINES`] cache lines, which
+/// [`Worker::prefetch_outbound`](crate::Worker::prefetch_outbound) asks
+/// for ahead of use), and what only the control plane reads behind them.
 #[derive(Debug)]
+#[repr(C)]
 pub struct OutboundSa {
-    spi: Spi,
     cipher: EspCipher,
-    esn: bool,
-    peer: SocketAddr,
     seq: SeqSource,
-    lifetime: LifetimeState,
+    /// Sequence numbers below this need no look at `limit` (`u64::MAX`
+    /// without one): the packet path's only cost of a reservation.
+    check_at: u64,
     /// Largest inner packet that fits the path MTU.
     max_inner: usize,
     /// ESP header + IV, ICV and padding alignment of the suite, looked up once.
     hdr_len: usize,
     icv_len: usize,
     block: usize,
-    installed: Instant,
+    spi: Spi,
+    esn: bool,
+    peer: SocketAddr,
+    counters: SaCounters,
     /// The time of the last batch that carried a packet on it: the
     /// caller's per-batch `now`, one store per packet, no clock read.
-    last_used: Option<Instant>,
-    counters: SaCounters,
-    /// Sequence numbers below this need no look at `limit` (`u64::MAX`
-    /// without one): the packet path's only cost of a reservation.
-    check_at: u64,
+    last_used: Stamp,
+    lifetime: LifetimeState,
+    installed: Instant,
     limit: Option<Arc<SeqLimit>>,
+}
+
+/// Cache lines at the front of an SA that every packet touches (the cipher
+/// handle, sequence or replay state, lifetime marks, counters); see the
+/// layout of [`OutboundSa`] and [`InboundSa`].
+pub const HOT_LINES: usize = 5;
+
+/// A point in time in 8 bytes (an `Option<Instant>` takes 16), so that the
+/// per-packet "last used" store stays in an SA's hot lines: nanoseconds
+/// since a process-wide epoch, 0 for never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp(u64);
+
+/// The epoch [`Stamp`]s count from: the first time one is taken.
+static STAMP_EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+impl Stamp {
+    const NEVER: Self = Self(0);
+
+    /// `now` as a stamp; a time before the epoch (an `Instant` made before
+    /// the first stamp) counts as the epoch itself.
+    fn at(now: Instant) -> Self {
+        let epoch = *STAMP_EPOCH.get_or_init(|| now);
+        // +1 keeps 0 for "never"; 2^64 ns is 584 years of uptime.
+        Self((now.saturating_duration_since(epoch).as_nanos() as u64).saturating_add(1))
+    }
+
+    fn get(self) -> Option<Instant> {
+        let epoch = STAMP_EPOCH.get()?;
+        (self.0 != 0).then(|| *epoch + core::time::Duration::from_nanos(self.0 - 1))
+    }
+}
+
+/// A cache line, for prefetching.
+const LINE: usize = 64;
+
+/// Asks `prefetch` for the first [`HOT_LINES`] lines of `value`.
+#[inline]
+fn prefetch_hot<T>(value: &T, prefetch: crate::sad::Prefetch) {
+    let base = (value as *const T).cast::<u8>();
+    for line in 0..HOT_LINES.min(size_of::<T>().div_ceil(LINE)) {
+        prefetch(base.wrapping_add(line * LINE));
+    }
 }
 
 /// The largest inner packet whose ESP-in-UDP encapsulation fits `path_mtu`
@@ -204,7 +253,7 @@ impl OutboundSa {
             icv_len: cfg.suite.icv_len(),
             block: cfg.suite.block_size(),
             installed: now,
-            last_used: None,
+            last_used: Stamp::NEVER,
             counters: SaCounters::default(),
             check_at: u64::MAX,
             limit: None,
@@ -230,6 +279,14 @@ impl OutboundSa {
         self.spi
     }
 
+    /// Asks `prefetch` for the cache lines the next packet will touch in
+    /// the SA (not the cipher's key schedule, which lives inside the crypto
+    /// library, nor a fallback SA's shared counter).
+    #[inline]
+    pub fn prefetch(&self, prefetch: crate::sad::Prefetch) {
+        prefetch_hot(self, prefetch);
+    }
+
     /// The peer's UDP endpoint.
     pub fn peer(&self) -> SocketAddr {
         self.peer
@@ -243,7 +300,7 @@ impl OutboundSa {
     /// When it last carried a packet (the `now` of that packet's batch;
     /// `None`: never).
     pub fn last_used(&self) -> Option<Instant> {
-        self.last_used
+        self.last_used.get()
     }
 
     /// When it was installed.
@@ -367,7 +424,7 @@ impl OutboundSa {
         }
         self.counters.packets += 1;
         self.counters.bytes += inner_len as u64;
-        self.last_used = Some(now);
+        self.last_used = Stamp::at(now);
         Ok(start..end)
     }
 }
@@ -408,31 +465,38 @@ fn check_reservation(
 }
 
 /// The receiving half of an SA.
+///
+/// `repr(C)` and aligned to a cache line: the fields every packet reads or
+/// writes come first and fill the first [`HOT_LINES`] lines, which
+/// [`Sad::prefetch`](crate::Sad::prefetch) asks for ahead of use; the
+/// selectors, the peer and the drop counters come after.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct InboundSa {
-    spi: Spi,
     cipher: EspCipher,
-    esn: bool,
     replay: Option<ReplayWindow>,
-    lifetime: LifetimeState,
     /// Inner bytes and packets counted against the lifetime: every packet
     /// that authenticated with a well-formed trailer, delivered or not
     /// (the counters count only what was delivered).
     lifetime_bytes: u64,
     lifetime_packets: u64,
-    local_ts: Vec<Selector>,
-    remote_ts: Vec<Selector>,
-    peer: SocketAddr,
-    /// Shortest packet the suite can produce: header, IV, trailer, ICV.
-    min_len: usize,
+    spi: Spi,
+    /// Shortest packet the suite can produce: header, IV, trailer, ICV
+    /// (at most a few dozen bytes; 16 bits keep it in the SPI's word).
+    min_len: u16,
+    esn: bool,
+    /// The time of the last batch that delivered a packet of it (see
+    /// [`OutboundSa`]'s).
+    last_used: Stamp,
+    counters: SaCounters,
     /// The last inner flow that passed the selector check: a run of one
     /// flow is checked once (the selectors of an SA never change).
     last_admitted: Option<FlowKey>,
+    lifetime: LifetimeState,
+    local_ts: Vec<Selector>,
+    remote_ts: Vec<Selector>,
+    peer: SocketAddr,
     installed: Instant,
-    /// The time of the last batch that delivered a packet of it (see
-    /// [`OutboundSa`]'s).
-    last_used: Option<Instant>,
-    counters: SaCounters,
 }
 
 impl InboundSa {
@@ -449,10 +513,10 @@ impl InboundSa {
             local_ts: cfg.local_ts.clone(),
             remote_ts: cfg.remote_ts.clone(),
             peer: cfg.peer,
-            min_len: wesp::HEADER_LEN + cfg.suite.iv_len() + wesp::TRAILER_LEN + cfg.suite.icv_len(),
+            min_len: (wesp::HEADER_LEN + cfg.suite.iv_len() + wesp::TRAILER_LEN + cfg.suite.icv_len()) as u16,
             last_admitted: None,
             installed: now,
-            last_used: None,
+            last_used: Stamp::NEVER,
             counters: SaCounters::default(),
         })
     }
@@ -467,6 +531,18 @@ impl InboundSa {
         self.cipher.suite()
     }
 
+    /// Asks `prefetch` for the cache lines the next packet will touch in
+    /// the SA: its hot fields and the replay window's word for the next
+    /// number in order (not the cipher's key schedule, which lives inside
+    /// the crypto library).
+    #[inline]
+    pub fn prefetch(&self, prefetch: crate::sad::Prefetch) {
+        prefetch_hot(self, prefetch);
+        if let Some(w) = &self.replay {
+            w.prefetch(prefetch);
+        }
+    }
+
     /// The peer's endpoint as configured.
     pub fn peer(&self) -> SocketAddr {
         self.peer
@@ -475,7 +551,7 @@ impl InboundSa {
     /// When it last carried a packet (the `now` of that packet's batch;
     /// `None`: never).
     pub fn last_used(&self) -> Option<Instant> {
-        self.last_used
+        self.last_used.get()
     }
 
     /// When it was installed.
@@ -532,7 +608,7 @@ impl InboundSa {
     ) -> Result<Range<usize>, DropReason> {
         let packet = buf.get_mut(esp.clone()).ok_or(DropReason::Malformed)?;
         // Header, IV, at least the two trailer bytes, ICV.
-        if packet.len() < self.min_len {
+        if packet.len() < usize::from(self.min_len) {
             return Err(DropReason::Malformed);
         }
         if self.lifetime.is_dead() {
@@ -591,7 +667,7 @@ impl InboundSa {
         }
         self.counters.packets += 1;
         self.counters.bytes += inner_len as u64;
-        self.last_used = Some(now);
+        self.last_used = Stamp::at(now);
         Ok(start..start + inner_len)
     }
 

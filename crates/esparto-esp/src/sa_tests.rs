@@ -434,3 +434,49 @@ fn short_and_garbage_packets_are_malformed_or_fail_icv() {
         assert_eq!(r, Err(DropReason::IcvFailure), "{suite:?}");
     }
 }
+
+#[test]
+fn what_every_packet_touches_lies_in_the_hot_lines() {
+    use core::mem::offset_of;
+    let hot = HOT_LINES * 64;
+    let counted = 2 * size_of::<u64>(); // packets and bytes
+    let lifetime = crate::lifetime::HOT_LEN;
+    assert_eq!(align_of::<InboundSa>(), 64);
+    for end in [
+        offset_of!(InboundSa, cipher) + size_of::<EspCipher>(),
+        offset_of!(InboundSa, replay) + size_of::<Option<ReplayWindow>>(),
+        offset_of!(InboundSa, lifetime_packets) + 8,
+        offset_of!(InboundSa, esn) + 1,
+        offset_of!(InboundSa, counters) + counted,
+        offset_of!(InboundSa, last_used) + size_of::<Stamp>(),
+        offset_of!(InboundSa, last_admitted) + size_of::<Option<FlowKey>>(),
+        offset_of!(InboundSa, lifetime) + lifetime,
+    ] {
+        assert!(end <= hot, "inbound: a hot field ends at {end}, past {hot}");
+    }
+    for end in [
+        offset_of!(OutboundSa, cipher) + size_of::<EspCipher>(),
+        offset_of!(OutboundSa, seq) + size_of::<SeqSource>(),
+        offset_of!(OutboundSa, esn) + 1,
+        offset_of!(OutboundSa, peer) + size_of::<SocketAddr>(),
+        offset_of!(OutboundSa, counters) + counted,
+        offset_of!(OutboundSa, last_used) + size_of::<Stamp>(),
+        offset_of!(OutboundSa, lifetime) + lifetime,
+    ] {
+        assert!(end <= hot, "outbound: a hot field ends at {end}, past {hot}");
+    }
+}
+
+#[test]
+fn a_stamp_keeps_the_time_to_the_nanosecond() {
+    let t0 = Instant::now();
+    let t1 = t0 + std::time::Duration::from_millis(1500);
+    assert_eq!(Stamp::NEVER.get(), None);
+    let (a, b) = (Stamp::at(t0), Stamp::at(t1));
+    assert_eq!(b.get(), Some(t1));
+    // Another test may have taken the epoch after `t0` was made: then `t0`
+    // reads as the epoch.
+    let epoch = *STAMP_EPOCH.get().unwrap();
+    assert_eq!(a.get(), Some(t0.max(epoch)));
+    assert_eq!(size_of::<Stamp>(), 8);
+}

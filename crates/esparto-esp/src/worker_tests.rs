@@ -390,3 +390,61 @@ proptest! {
         prop_assert!(recv(&mut rx, now, &esp).is_err());
     }
 }
+
+thread_local! {
+    static PREFETCHED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A prefetch that records the addresses it was asked for.
+fn record(addr: *const u8) {
+    PREFETCHED.with(|p| p.borrow_mut().push(addr as usize));
+}
+
+fn prefetched() -> Vec<usize> {
+    PREFETCHED.with(|p| core::mem::take(&mut *p.borrow_mut()))
+}
+
+#[test]
+fn prefetch_asks_for_the_hot_lines_of_the_packets_sa_and_nothing_else() {
+    let now = Instant::now();
+    let (mut tx, mut rx, cfgs) = setup(true, &[0x100, 0x200], now);
+    tx.apply(Command::SetSub(GROUP, Box::new(OutboundSa::owned(&cfgs[1], now).unwrap())));
+    let inner = udp4(100);
+    let mut buf = vec![0u8; HEADROOM + inner.len() + TAILROOM];
+    buf[HEADROOM..HEADROOM + inner.len()].copy_from_slice(&inner);
+    let range = HEADROOM..HEADROOM + inner.len();
+
+    // Outbound: the group's sub-SA, its first HOT_LINES lines.
+    let _ = prefetched();
+    tx.prefetch_outbound(&buf, range.clone(), record);
+    let sub = tx.group(GROUP).unwrap().sub().unwrap() as *const OutboundSa as usize;
+    let want: Vec<usize> = (0..crate::sa::HOT_LINES).map(|l| sub + 64 * l).collect();
+    assert_eq!(prefetched(), want);
+    // A packet no policy protects, or one that is not IP: nothing.
+    let mut other = buf.clone();
+    other[HEADROOM + 16..HEADROOM + 20].copy_from_slice(&[192, 0, 2, 1]);
+    tx.prefetch_outbound(&other, range.clone(), record);
+    tx.prefetch_outbound(&[0u8; 10], 0..10, record);
+    assert_eq!(prefetched(), Vec::<usize>::new());
+    // Prefetching changed nothing: the packet goes out and comes back.
+    let e = tx.encapsulate(now, &mut buf, range.clone()).unwrap();
+    let esp = e.esp.clone();
+
+    // Inbound: the SA's hot lines (it is aligned to a line), then the
+    // replay window's word for the next number.
+    rx.prefetch_inbound(&buf[esp.clone()], record);
+    let sa = rx.sad().get(0x200).unwrap() as *const InboundSa as usize;
+    assert_eq!(sa % 64, 0);
+    let got = prefetched();
+    assert_eq!(got.len(), crate::sa::HOT_LINES + 1);
+    assert_eq!(got[..crate::sa::HOT_LINES], (0..crate::sa::HOT_LINES).map(|l| sa + 64 * l).collect::<Vec<_>>()[..]);
+    assert!(got[crate::sa::HOT_LINES] < sa || got[crate::sa::HOT_LINES] >= sa + size_of::<InboundSa>(), "the bitmap is on the heap");
+    // Unknown SPI, too short: nothing.
+    let mut unknown = buf[esp.clone()].to_vec();
+    unknown[..4].copy_from_slice(&0x999u32.to_be_bytes());
+    rx.prefetch_inbound(&unknown, record);
+    rx.prefetch_inbound(&[1, 2, 3], record);
+    assert_eq!(prefetched(), Vec::<usize>::new());
+    assert_eq!(rx.decapsulate(now, &mut buf, esp), Ok(range));
+    assert_eq!(rx.drops().total() + tx.drops().total(), 0);
+}

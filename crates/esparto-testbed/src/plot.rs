@@ -434,6 +434,9 @@ mod tests {
             sas_used: sas,
             out_bytes_per_sa: None,
             in_bytes_per_sa: None,
+            out_heap_per_sa: None,
+            in_heap_per_sa: None,
+            prefetch: true,
         };
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("rows.json");

@@ -208,6 +208,10 @@ struct DataplaneArgs {
     /// With --sas: how packets are spread over the SAs, "round-robin" or "zipf" (Zipf, s = 1).
     #[arg(long, default_value = "round-robin", requires = "sas")]
     sa_mix: String,
+    /// With --sas: do not prefetch each packet's SA state ahead in the batch
+    /// (to measure what prefetching buys).
+    #[arg(long, requires = "sas")]
+    no_prefetch: bool,
     /// Worker threads (default: the CPUs this process may use).
     #[arg(long)]
     workers: Option<usize>,
@@ -645,6 +649,7 @@ fn bench_agility(a: DataplaneArgs, suite: esparto_crypto::EspSuite) -> Result<Ex
         seconds: a.seconds,
         runs: a.runs,
         count: a.count,
+        prefetch: !a.no_prefetch,
     };
     if let Some(path) = &a.svg {
         svg_writable(path)?;

@@ -154,3 +154,63 @@ fn plan_capacity_names_its_sources() {
     assert!(r.ends_with('*') || r.contains("* "), "{r}");
     assert!(out.contains("[1] *: more than the 2 cores measured"), "{out}");
 }
+
+#[test]
+fn plan_capacity_tunnels_adds_the_measured_agility_cost_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d: &Path = dir.path();
+    let rows: Vec<esparto::bench::dataplane::Row> =
+        serde_json::from_str(include_str!("data/dataplane_aes256gcm16.json")).unwrap();
+    let data = DataplaneData { suite: "aes256gcm16".into(), workers: 2, seconds: 0.5, runs: 5, rows };
+    results::save(d, "aes256gcm16", &results::envelope(Kind::Dataplane, data)).unwrap();
+    let ds = d.to_str().unwrap();
+    // No key-agility measurement: said, and the row is unchanged.
+    let (ok, plain, err) = esparto(&["plan", "capacity", "--results", ds, "--size", "64"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = esparto(&["plan", "capacity", "--results", ds, "--size", "64", "--tunnels", "100000"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("--tunnels 100000: no key-agility measurement of aes256gcm16"), "{out}");
+    assert_eq!(line(&out, "aes256gcm16, ESP in process [1]"), line(&plain, "aes256gcm16, ESP in process [1]"));
+    // With one: 1 Mpps with one SA on one worker, half that with 100,000
+    // SAs, so a 64-byte packet costs twice the cycles.
+    let row = |sas: usize, ratio: f64| esparto::bench::dataplane::AgilityRow {
+        size: 64,
+        sas,
+        mix: esparto::bench::dataplane::SaMix::Zipf,
+        workers: 1,
+        suite: "aes256gcm16".into(),
+        mpps: ratio,
+        gbps: ratio * 64.0 * 8.0 / 1e3,
+        mpps_1: 1.0,
+        ratio,
+        packets: 1000,
+        sas_used: sas,
+        out_bytes_per_sa: None,
+        in_bytes_per_sa: None,
+        out_heap_per_sa: None,
+        in_heap_per_sa: None,
+        prefetch: true,
+    };
+    let agility = results::AgilityData {
+        suite: "aes256gcm16".into(),
+        workers: 1,
+        seconds: 0.3,
+        runs: 5,
+        rows: vec![row(1, 1.0), row(100_000, 0.5)],
+    };
+    let saved = results::envelope(Kind::Agility, agility);
+    let a = results::save(d, "aes256gcm16", &saved).unwrap();
+    let (ok, out, err) = esparto(&["plan", "capacity", "--results", ds, "--size", "64", "--tunnels", "100000"]);
+    assert!(ok, "{err}");
+    // One round trip with one SA: a microsecond of this clock's cycles.
+    let extra = format!("100,000 tunnels: +{:.0} cycles per packet", saved.clock_hz / 1e6);
+    assert!(out.contains(&extra), "{extra}: {out}");
+    assert!(out.contains(&format!("from the key-agility measurement {}", a.display())), "{out}");
+    assert!(!out.contains("no key-agility measurement"), "{out}");
+    // More tunnels than measured: marked.
+    let (ok, out, _) = esparto(&["plan", "capacity", "--results", ds, "--size", "64", "--tunnels", "1000000"]);
+    assert!(ok);
+    assert!(out.contains("more than the most SAs measured"), "{out}");
+    let (ok, _, err) = esparto(&["plan", "capacity", "--results", ds, "--tunnels", "0"]);
+    assert!(!ok && err.contains("--tunnels must be at least 1"), "{err}");
+}

@@ -31,8 +31,8 @@ use aws_lc_rs::cipher::{DecryptingKey, EncryptingKey, EncryptionContext, Unbound
 use aws_lc_rs::{cipher, hmac};
 use esparto_crypto::{EspSuite, Integ, SecretBytes};
 use esparto_esp::{
-    Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, Policy, SaConfig, TAILROOM, Selector,
-    Worker,
+    Action, Command, HEADROOM, InboundSa, Lifetime, OutboundSa, PREFETCH_AHEAD, Policy, Prefetch, SaConfig,
+    Selector, TAILROOM, Worker,
 };
 use serde::{Deserialize, Serialize};
 
@@ -524,7 +524,9 @@ fn interleaved_ratio(suite: EspSuite, size: Size, k: usize, stop: Stop) -> Resul
 // different SAs, round robin (every SA cold when its turn comes) or drawn
 // from a Zipf(s = 1) distribution (a few busy tunnels, a long tail). Each
 // N is measured side by side with N = 1 through the same code, so the ratio
-// is the cost of switching.
+// is the cost of switching. Rates are per CPU-second of the measuring
+// thread, so time another process held the core does not count against
+// either side.
 
 /// How packets are spread over the SAs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -581,6 +583,9 @@ pub struct AgilityOptions {
     pub runs: usize,
     /// Exactly this many packets per thread and measurement instead of `seconds`.
     pub count: Option<u64>,
+    /// Prefetch each packet's SA state [`PREFETCH_AHEAD`] packets ahead in
+    /// the batch, as the data path does (off: to measure what it buys).
+    pub prefetch: bool,
 }
 
 /// One row of the key-agility results: one packet size, one number of SAs.
@@ -596,7 +601,9 @@ pub struct AgilityRow {
     pub workers: usize,
     /// Suite.
     pub suite: String,
-    /// ESP round trips per second with `sas` SAs, all workers, millions.
+    /// ESP round trips per second with `sas` SAs, all workers, millions
+    /// (per CPU-second of the measuring threads: on a shared machine, time
+    /// they were preempted does not count).
     pub mpps: f64,
     /// The same in Gbit/s of inner packets.
     pub gbps: f64,
@@ -617,6 +624,18 @@ pub struct AgilityRow {
     pub out_bytes_per_sa: Option<f64>,
     /// The same for one inbound SA in the SAD.
     pub in_bytes_per_sa: Option<f64>,
+    /// Heap bytes the allocator handed out for one outbound SA with its
+    /// policy and group (the crypto library's key schedule included, and
+    /// the tables' spare capacity): the allocator's bytes in use before and
+    /// after the install, divided by the SAs installed.
+    #[serde(default)]
+    pub out_heap_per_sa: Option<f64>,
+    /// The same for one inbound SA in the SAD.
+    #[serde(default)]
+    pub in_heap_per_sa: Option<f64>,
+    /// Whether the SA state was prefetched ahead in each batch.
+    #[serde(default)]
+    pub prefetch: bool,
 }
 
 /// Fewest SAs per worker for which the memory per SA is reported: below it
@@ -636,8 +655,15 @@ fn rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Packets the agility rig handles as one batch, as the data path does
+/// with a batch of reads from the TUN or the UDP socket: the batch is
+/// encapsulated, then the result decapsulated.
+const AGILITY_BATCH: usize = 32;
+const _: () = assert!(CHUNK as usize % AGILITY_BATCH == 0, "a chunk is whole batches");
+
 /// One worker's rig: a sender with N policies and N groups (one sub-SA
-/// each) and a receiver with the N inbound SAs, plus one buffer per size.
+/// each) and a receiver with the N inbound SAs, plus a batch of buffers
+/// per size.
 struct AgilityRig {
     tx: Worker,
     rx: Worker,
@@ -645,15 +671,20 @@ struct AgilityRig {
     /// Zipf: the sequence of SA indices; round robin: empty.
     order: Vec<u32>,
     next: usize,
-    bufs: Vec<(Vec<u8>, usize)>,
+    /// Per size: its length and [`AGILITY_BATCH`] buffers holding a packet.
+    bufs: Vec<(usize, Vec<Vec<u8>>)>,
     size: usize,
+    prefetch: Option<Prefetch>,
     /// RSS growth while installing the outbound and the inbound SAs.
     out_bytes: Option<u64>,
     in_bytes: Option<u64>,
+    /// Heap (allocator) growth while installing them.
+    out_heap: Option<u64>,
+    in_heap: Option<u64>,
 }
 
 impl AgilityRig {
-    fn new(suite: EspSuite, sizes: &[usize], n: usize, mix: SaMix, k: usize, now: Instant) -> Result<Self> {
+    fn new(suite: EspSuite, sizes: &[usize], n: usize, mix: SaMix, k: usize, prefetch: bool, now: Instant) -> Result<Self> {
         let local: Selector = "10.1.0.0/16".parse()?;
         let peer: SocketAddr = "192.0.2.2:4500".parse()?;
         let order = match mix {
@@ -665,7 +696,7 @@ impl AgilityRig {
             .map(|&len| {
                 let mut buf = vec![0u8; HEADROOM + len + TAILROOM];
                 buf[HEADROOM..HEADROOM + len].copy_from_slice(&udp_packet(len));
-                (buf, len)
+                (len, vec![buf; AGILITY_BATCH])
             })
             .collect();
         let cfg = |i: usize| -> Result<SaConfig> {
@@ -686,6 +717,7 @@ impl AgilityRig {
         };
         let sa_err = |e| anyhow::anyhow!("{e:?}");
         let mut tx = Worker::new(k as u16);
+        let heap_before = esparto_io::mem::heap_in_use();
         let before = rss_bytes();
         for i in 0..n {
             let c = cfg(i)?;
@@ -698,11 +730,13 @@ impl AgilityRig {
             tx.apply(Command::SetSub(id, Box::new(OutboundSa::owned(&c, now).map_err(sa_err)?)));
         }
         let mid = rss_bytes();
+        let heap_mid = esparto_io::mem::heap_in_use();
         let mut rx = Worker::new(k as u16);
         for i in 0..n {
             rx.apply(Command::AddInbound(Box::new(InboundSa::new(&cfg(i)?, now).map_err(sa_err)?)));
         }
         let after = rss_bytes();
+        let heap_after = esparto_io::mem::heap_in_use();
         let delta = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
         Ok(Self {
             tx,
@@ -712,8 +746,11 @@ impl AgilityRig {
             next: 0,
             bufs,
             size: 0,
+            prefetch: prefetch.then_some(esparto_io::cpu::prefetch as Prefetch),
             out_bytes: delta(before, mid),
             in_bytes: delta(mid, after),
+            out_heap: delta(heap_before, heap_mid),
+            in_heap: delta(heap_mid, heap_after),
         })
     }
 
@@ -737,26 +774,68 @@ impl AgilityRig {
     }
 }
 
-impl Rig for AgilityRig {
-    fn chunk(&mut self, now: Instant) -> Result<()> {
-        for _ in 0..CHUNK {
-            let i = self.next_sa();
-            let (buf, len) = &mut self.bufs[self.size];
-            let inner = HEADROOM..HEADROOM + *len;
-            {
-                // Address the packet to SA i's remote /32 (and keep the
-                // IPv4 header checksum valid).
-                let ip = &mut buf[HEADROOM..HEADROOM + 20];
-                ip[16..20].copy_from_slice(&remote_addr(i));
-                ip[10..12].fill(0);
-                let sum = !esparto_wire::checksum::data(ip);
-                ip[10..12].copy_from_slice(&sum.to_be_bytes());
+impl AgilityRig {
+    /// One batch: address each packet to its SA's /32 (as if just read
+    /// from the TUN), encapsulate the batch, decapsulate it; with
+    /// prefetching, each packet's SA is looked up and its state asked for
+    /// [`PREFETCH_AHEAD`] packets before its turn, as the data path does.
+    fn batch(&mut self, now: Instant) -> Result<()> {
+        let mut sa = [0usize; AGILITY_BATCH];
+        for s in &mut sa {
+            *s = self.next_sa();
+        }
+        let (len, bufs) = &mut self.bufs[self.size];
+        let inner = HEADROOM..HEADROOM + *len;
+        for (buf, &i) in bufs.iter_mut().zip(&sa) {
+            // Address the packet to SA i's remote /32 (and keep the IPv4
+            // header checksum valid).
+            let ip = &mut buf[HEADROOM..HEADROOM + 20];
+            ip[16..20].copy_from_slice(&remote_addr(i));
+            ip[10..12].fill(0);
+            let sum = !esparto_wire::checksum::data(ip);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        }
+        let mut esp: [core::ops::Range<usize>; AGILITY_BATCH] = core::array::from_fn(|_| 0..0);
+        if let Some(pf) = self.prefetch {
+            for buf in bufs.iter().take(PREFETCH_AHEAD) {
+                self.tx.prefetch_outbound(buf, inner.clone(), pf);
             }
-            let e = self.tx.encapsulate(now, buf, inner.clone()).map_err(|d| anyhow::anyhow!("encapsulate: {:?}", d))?;
-            let got = self.rx.decapsulate(now, buf, e.esp).map_err(|d| anyhow::anyhow!("decapsulate: {d}"))?;
+        }
+        for j in 0..AGILITY_BATCH {
+            if let (Some(pf), Some(ahead)) = (self.prefetch, bufs.get(j + PREFETCH_AHEAD)) {
+                self.tx.prefetch_outbound(ahead, inner.clone(), pf);
+            }
+            let e = self
+                .tx
+                .encapsulate(now, &mut bufs[j], inner.clone())
+                .map_err(|d| anyhow::anyhow!("encapsulate: {:?}", d))?;
+            esp[j] = e.esp;
+        }
+        if let Some(pf) = self.prefetch {
+            for (buf, r) in bufs.iter().zip(&esp).take(PREFETCH_AHEAD) {
+                self.rx.prefetch_inbound(&buf[r.clone()], pf);
+            }
+        }
+        for j in 0..AGILITY_BATCH {
+            if let Some(pf) = self.prefetch {
+                if let (Some(ahead), Some(r)) = (bufs.get(j + PREFETCH_AHEAD), esp.get(j + PREFETCH_AHEAD)) {
+                    self.rx.prefetch_inbound(&ahead[r.clone()], pf);
+                }
+            }
+            let got =
+                self.rx.decapsulate(now, &mut bufs[j], esp[j].clone()).map_err(|d| anyhow::anyhow!("decapsulate: {d}"))?;
             if got != inner {
                 bail!("decapsulated packet at {got:?}, expected {inner:?}");
             }
+        }
+        Ok(())
+    }
+}
+
+impl Rig for AgilityRig {
+    fn chunk(&mut self, now: Instant) -> Result<()> {
+        for _ in 0..CHUNK as usize / AGILITY_BATCH {
+            self.batch(now)?;
         }
         Ok(())
     }
@@ -789,7 +868,7 @@ fn zipf_order(n: usize, len: usize, seed: u64) -> Vec<u32> {
 }
 
 /// Runs each rig on its own pinned thread for one measurement; packets per
-/// second summed over the threads.
+/// CPU-second of each thread, summed over the threads.
 fn measure_rigs(opts: &AgilityOptions, cpus: &[usize], rigs: &mut [AgilityRig]) -> Result<f64> {
     let barrier = Barrier::new(rigs.len() + 1);
     let seconds = Duration::from_secs_f64(opts.seconds);
@@ -806,8 +885,12 @@ fn measure_rigs(opts: &AgilityOptions, cpus: &[usize], rigs: &mut [AgilityRig]) 
                     }
                     barrier.wait();
                     let start = Instant::now();
+                    let cpu_start = esparto_io::cpu::thread_cpu_time();
                     let packets = run_rig(rig, Stop { deadline: start + seconds, count: opts.count })?;
-                    Ok((packets, start.elapsed()))
+                    // Per CPU-second of this thread: time it spent preempted
+                    // by other work on a shared machine does not count.
+                    let cpu = esparto_io::cpu::thread_cpu_time().saturating_sub(cpu_start);
+                    Ok((packets, if cpu.is_zero() { start.elapsed() } else { cpu }))
                 })
             })
             .collect();
@@ -823,7 +906,7 @@ fn measure_rigs(opts: &AgilityOptions, cpus: &[usize], rigs: &mut [AgilityRig]) 
 
 fn build_rigs(opts: &AgilityOptions, n: usize) -> Result<Vec<AgilityRig>> {
     let now = Instant::now();
-    (0..opts.workers).map(|k| AgilityRig::new(opts.suite, &opts.sizes, n, opts.mix, k, now)).collect()
+    (0..opts.workers).map(|k| AgilityRig::new(opts.suite, &opts.sizes, n, opts.mix, k, opts.prefetch, now)).collect()
 }
 
 /// Runs the key-agility benchmark: for each number of SAs (smallest
@@ -846,6 +929,8 @@ pub fn run_agility(opts: &AgilityOptions) -> Result<Vec<AgilityRow>> {
         let per_sa = |b: Option<u64>| (n >= MEMORY_MIN_SAS).then_some(b.map(|b| b as f64)).flatten();
         let out_bytes = rigs.iter().map(|r| per_sa(r.out_bytes)).sum::<Option<f64>>().map(|b| b / installed);
         let in_bytes = rigs.iter().map(|r| per_sa(r.in_bytes)).sum::<Option<f64>>().map(|b| b / installed);
+        let out_heap = rigs.iter().map(|r| per_sa(r.out_heap)).sum::<Option<f64>>().map(|b| b / installed);
+        let in_heap = rigs.iter().map(|r| per_sa(r.in_heap)).sum::<Option<f64>>().map(|b| b / installed);
         for (si, &size) in opts.sizes.iter().enumerate() {
             for r in base.iter_mut().chain(rigs.iter_mut()) {
                 r.size = si;
@@ -882,6 +967,9 @@ pub fn run_agility(opts: &AgilityOptions) -> Result<Vec<AgilityRow>> {
                 sas_used: last.2,
                 out_bytes_per_sa: out_bytes,
                 in_bytes_per_sa: in_bytes,
+                out_heap_per_sa: out_heap,
+                in_heap_per_sa: in_heap,
+                prefetch: opts.prefetch,
             });
         }
     }
@@ -892,19 +980,21 @@ pub fn run_agility(opts: &AgilityOptions) -> Result<Vec<AgilityRow>> {
 pub fn print_agility(rows: &[AgilityRow]) {
     let Some(first) = rows.first() else { return };
     println!(
-        "esparto bench dataplane --sas: suite {}, {} worker(s), packets spread {} over N SA pairs per worker",
+        "esparto bench dataplane --sas: suite {}, {} worker(s), packets spread {} over N SA pairs per worker, \
+         batches of {AGILITY_BATCH}, {}",
         first.suite,
         first.workers,
-        first.mix.label()
+        first.mix.label(),
+        if first.prefetch { format!("SA state prefetched {PREFETCH_AHEAD} packets ahead") } else { "no prefetch".into() }
     );
     println!(
-        "{:>6} {:>8} {:>9} {:>9} {:>10} {:>8} {:>11} {:>11}",
-        "size", "SAs", "Mpps", "Gb/s", "1-SA Mpps", "ratio", "out B/SA", "in B/SA"
+        "{:>6} {:>8} {:>9} {:>9} {:>10} {:>8} {:>11} {:>11} {:>11} {:>11}",
+        "size", "SAs", "Mpps", "Gb/s", "1-SA Mpps", "ratio", "out B/SA", "in B/SA", "out heap/SA", "in heap/SA"
     );
     let mem = |b: Option<f64>| b.map_or_else(|| "-".to_string(), |b| format!("{b:.0}"));
     for r in rows {
         println!(
-            "{:>6} {:>8} {:>9.3} {:>9.2} {:>10.3} {:>8.3} {:>11} {:>11}",
+            "{:>6} {:>8} {:>9.3} {:>9.2} {:>10.3} {:>8.3} {:>11} {:>11} {:>11} {:>11}",
             r.size,
             r.sas,
             r.mpps,
@@ -912,19 +1002,24 @@ pub fn print_agility(rows: &[AgilityRow]) {
             r.mpps_1,
             r.ratio,
             mem(r.out_bytes_per_sa),
-            mem(r.in_bytes_per_sa)
+            mem(r.in_bytes_per_sa),
+            mem(r.out_heap_per_sa),
+            mem(r.in_heap_per_sa)
         );
     }
     println!(
         "Mpps/Gb/s = ESP round trips (encapsulate + decapsulate) with N SAs, all workers; ratio = median of \
          (N SAs / one SA) measured back to back; out/in B/SA = resident memory (VmRSS growth) per outbound SA \
-         (with its policy and group) and per inbound SA, shown from {MEMORY_MIN_SAS} SAs."
+         (with its policy and group) and per inbound SA; heap/SA = bytes the allocator handed out for them \
+         (key schedules and spare table capacity included); memory shown from {MEMORY_MIN_SAS} SAs."
     );
     println!(
-        "inline sizes: OutboundSa {} B, InboundSa {} B, SaGroup {} B, Policy {} B; replay bitmap {} B on the heap \
-         (plus the cipher's key schedule and the selectors, also on the heap).",
+        "inline sizes: OutboundSa {} B, InboundSa {} B (boxed in the SAD; {} hot lines first), SaGroup {} B, \
+         Policy {} B; replay bitmap {} B on the heap (plus the cipher's key schedule and the selectors, also on \
+         the heap).",
         core::mem::size_of::<OutboundSa>(),
         core::mem::size_of::<InboundSa>(),
+        esparto_esp::HOT_LINES,
         core::mem::size_of::<esparto_esp::SaGroup>(),
         core::mem::size_of::<Policy>(),
         esparto_esp::DEFAULT_WINDOW / 8
@@ -978,8 +1073,15 @@ mod tests {
 
     #[test]
     fn round_robin_spreads_packets_evenly_and_every_packet_comes_back() {
+        for prefetch in [true, false] {
+            round_robin_rig(prefetch);
+        }
+    }
+
+    fn round_robin_rig(prefetch: bool) {
         let n = 5;
-        let mut rig = AgilityRig::new(EspSuite::Aes256Gcm16, &[64, 1420], n, SaMix::RoundRobin, 0, Instant::now()).unwrap();
+        let mut rig =
+            AgilityRig::new(EspSuite::Aes256Gcm16, &[64, 1420], n, SaMix::RoundRobin, 0, prefetch, Instant::now()).unwrap();
         assert_eq!(rig.tx.spd().len(), n);
         assert_eq!(rig.rx.sad().len(), n);
         let now = Instant::now();
@@ -1027,6 +1129,7 @@ mod tests {
             seconds: 1.0,
             runs: 2,
             count: Some(7 * CHUNK),
+            prefetch: true,
         };
         let rows = run_agility(&opts).unwrap();
         assert_eq!(rows.iter().map(|r| r.sas).collect::<Vec<_>>(), [1, 7]);
@@ -1035,6 +1138,8 @@ mod tests {
             assert_eq!(r.sas_used, r.sas);
             assert!(r.mpps > 0.0 && r.mpps_1 > 0.0 && r.ratio > 0.0);
             assert_eq!(r.out_bytes_per_sa, None, "below {MEMORY_MIN_SAS} SAs no memory figure");
+            assert_eq!(r.in_heap_per_sa, None);
+            assert!(r.prefetch);
         }
     }
 }

@@ -64,7 +64,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
-use esparto_esp::{Command, DropReason, Event, Worker, WorkerStats};
+use esparto_esp::{Command, DropReason, Event, PREFETCH_AHEAD, Worker, WorkerStats};
 use esparto_io::batch::{RxBatch, TxBatch};
 use esparto_io::worker::{Datapath, IoStats};
 use esparto_wire::espinudp::{Datagram, Kind};
@@ -285,11 +285,17 @@ impl Datapath for EspDatapath {
         out: &mut TxBatch,
         to_tun: &mut TxBatch,
     ) -> usize {
+        // Each packet's SA is looked up and its state asked for a few
+        // packets before its turn (see esparto_esp::Worker::prefetch_outbound).
+        for i in from..pkts.len().min(from + PREFETCH_AHEAD) {
+            prefetch_outbound(&mut self.esp, pkts, i);
+        }
         for i in from..pkts.len() {
             if out.is_full() || to_tun.is_full() {
                 self.flush_events();
                 return i;
             }
+            prefetch_outbound(&mut self.esp, pkts, i + PREFETCH_AHEAD);
             let Some((slot, inner)) = pkts.slot_mut(i) else {
                 // An entry outside its slot: a batch bug, counted anyway.
                 self.esp.count_drop(DropReason::Malformed);
@@ -321,11 +327,15 @@ impl Datapath for EspDatapath {
         to_tun: &mut TxBatch,
         to_control: &mut TxBatch,
     ) -> usize {
+        for i in from..dgrams.len().min(from + PREFETCH_AHEAD) {
+            prefetch_inbound(&self.esp, dgrams, i);
+        }
         for i in from..dgrams.len() {
             if to_tun.is_full() || to_control.is_full() {
                 self.flush_events();
                 return i;
             }
+            prefetch_inbound(&self.esp, dgrams, i + PREFETCH_AHEAD);
             let peer = dgrams.peer(i);
             let Some((slot, range)) = dgrams.slot_mut(i) else {
                 self.esp.count_drop(DropReason::Malformed);
@@ -373,6 +383,22 @@ impl Datapath for EspDatapath {
     fn on_tick(&mut self, now: Instant) {
         self.esp.tick(now);
         self.flush_events();
+    }
+}
+
+/// Asks for the SA state of read packet `i` (if there is one) ahead of use.
+#[inline]
+fn prefetch_outbound(esp: &mut Worker, pkts: &RxBatch, i: usize) {
+    if let Some(p) = pkts.packet(i) {
+        esp.prefetch_outbound(p, 0..p.len(), esparto_io::cpu::prefetch);
+    }
+}
+
+/// Asks for the inbound SA state of datagram `i` (if it is ESP) ahead of use.
+#[inline]
+fn prefetch_inbound(esp: &Worker, dgrams: &RxBatch, i: usize) {
+    if let Some(p) = dgrams.packet(i) {
+        esp.prefetch_inbound(p, esparto_io::cpu::prefetch);
     }
 }
 

@@ -28,6 +28,9 @@
 //! marked where it goes beyond what was measured: more cores than the
 //! measurement ran on (taken to scale linearly), or, end to end, a rate
 //! above what the test bed carried.
+//!
+//! `--tunnels N` adds what N active tunnels cost a packet (its SA state
+//! out of cache), from the key-agility measurement ([`super::agility`]).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -62,6 +65,10 @@ pub struct Args {
     /// A link of this many Mbit/s each way, beside the table's.
     #[arg(long, value_name = "MBPS")]
     pub mbps: Option<f64>,
+    /// Active tunnels: add what switching between this many SAs costs a packet, from the saved
+    /// key-agility measurement (`esparto bench dataplane --sas 1,100,10000,100000 --save`).
+    #[arg(long, value_name = "N")]
+    pub tunnels: Option<usize>,
     /// Only these suites, comma separated (default: every suite measured).
     #[arg(long, value_delimiter = ',')]
     pub suite: Vec<String>,
@@ -458,6 +465,25 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         )),
         None => notes.push("no end-to-end measurement for this machine (`esparto-testbed bench tunnel --save`)".into()),
     }
+    if let Some(n) = a.tunnels {
+        if n == 0 {
+            bail!("--tunnels must be at least 1");
+        }
+        let mut without = Vec::new();
+        for r in &mut rows {
+            match found.newest_agility(&r.suite) {
+                Some(d) => super::agility::apply(r, d, &mix, n),
+                None => without.push(r.suite.clone()),
+            }
+        }
+        without.dedup();
+        for s in without {
+            notes.push(format!(
+                "--tunnels {n}: no key-agility measurement of {s} on this machine (`esparto bench dataplane --suite {s} \
+                 --sas 1,100,10000,100000 --sa-mix zipf --save`): its rows are for a few tunnels"
+            ));
+        }
+    }
     for s in &suites {
         if !rows.iter().any(|r| r.suite == s.name()) {
             notes.push(format!("{s}: not measured on this machine (`esparto bench dataplane --suite {s} --save`)"));
@@ -510,6 +536,63 @@ mod tests {
             assert!(e.contains(want), "{bad:?}: {e}");
         }
         assert!(Mix::parse_histogram("h.txt", "1 x\n").unwrap_err().starts_with("h.txt:1: "));
+    }
+
+    fn agility_row(size: usize, sas: usize, ratio: f64, mpps_1: f64) -> crate::bench::dataplane::AgilityRow {
+        crate::bench::dataplane::AgilityRow {
+            size,
+            sas,
+            mix: crate::bench::dataplane::SaMix::Zipf,
+            workers: 1,
+            suite: "aes256gcm16".into(),
+            mpps: mpps_1 * ratio,
+            gbps: 0.0,
+            mpps_1,
+            ratio,
+            packets: 1,
+            sas_used: sas,
+            out_bytes_per_sa: None,
+            in_bytes_per_sa: None,
+            out_heap_per_sa: None,
+            in_heap_per_sa: None,
+            prefetch: true,
+        }
+    }
+
+    /// `--tunnels`: with one SA a round trip takes 1,000 cycles (1 Mpps at
+    /// 1 GHz); at 100,000 SAs the rate is half, so a packet costs 1,000
+    /// cycles more; at 10,000 a quarter less, so a third more.
+    #[test]
+    fn tunnels_add_the_measured_cost_of_cold_sa_state() {
+        let mut data = dataplane_data("aes256gcm16");
+        data.rows = vec![dp_row(64, 20.0), dp_row(1420, 20.0)];
+        data.workers = 1;
+        let mut d = loaded(Kind::Dataplane, data);
+        d.saved.clock_hz = 1e9;
+        let rows = vec![
+            agility_row(64, 100, 1.02, 1.0),
+            agility_row(64, 10_000, 0.75, 1.0),
+            agility_row(64, 100_000, 0.5, 1.0),
+        ];
+        let agility = crate::plan::results::AgilityData { suite: "aes256gcm16".into(), workers: 1, seconds: 1.0, runs: 5, rows };
+        let mut a = loaded(Kind::Agility, agility);
+        a.saved.clock_hz = 1e9;
+        let mix = Mix::fixed(64);
+        let base = in_process(&d, &mix, &LINKS_MBPS).unwrap();
+        for (tunnels, extra, beyond) in [(1, 0.0, false), (100, 0.0, false), (10_000, 1000.0 / 3.0, false), (100_000, 1000.0, false), (1_000_000, 1000.0, true)] {
+            let mut r = base.clone();
+            crate::plan::agility::apply(&mut r, &a, &mix, tunnels);
+            assert!((r.cycles_per_packet - (base.cycles_per_packet + extra)).abs() < 1e-6, "{tunnels}: {}", r.cycles_per_packet);
+            let scale = r.cycles_per_packet / base.cycles_per_packet;
+            assert!((r.links[2].cores - base.links[2].cores * scale).abs() < 1e-9);
+            assert!(r.notes.iter().any(|n| n.contains("key-agility measurement /results/agility.json")), "{:?}", r.notes);
+            assert_eq!(r.notes.iter().any(|n| n.contains("more than the most SAs measured")), beyond, "{tunnels}");
+            assert_eq!(r.links[0].extrapolated, beyond);
+        }
+        // A size outside the measured ones is said.
+        let mut r = in_process(&d, &Mix::fixed(1420), &LINKS_MBPS).unwrap();
+        crate::plan::agility::apply(&mut r, &a, &Mix::fixed(1420), 100_000);
+        assert!(r.notes.iter().any(|n| n.contains("outside the key-agility measurement")), "{:?}", r.notes);
     }
 
     /// FreeS/WAN's rule, exactly: 140 cycles per byte at a given clock make

@@ -23,6 +23,7 @@
 //! when it was interpolated or extrapolated rather than measured.
 
 pub mod calibrate;
+pub mod agility;
 pub mod capacity;
 pub mod codec;
 pub mod curve;

@@ -247,6 +247,28 @@ impl Plausible for DataplaneData {
     }
 }
 
+impl Plausible for AgilityData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        if self.rows.is_empty() {
+            return Err("no rows".into());
+        }
+        if self.workers == 0 {
+            return Err("0 workers".into());
+        }
+        for r in &self.rows {
+            if r.size == 0 || r.sas == 0 {
+                return Err(format!("a row of {} B with {} SAs", r.size, r.sas));
+            }
+            positive(&format!("{} B, {} SAs: ratio", r.size, r.sas), r.ratio)?;
+            positive(&format!("{} B, {} SAs: one-SA Mpps", r.size, r.sas), r.mpps_1)?;
+        }
+        Ok(())
+    }
+}
+
 impl Plausible for TunnelData {
     fn check(&self) -> Result<(), String> {
         if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
@@ -306,6 +328,8 @@ pub struct Found {
     pub dataplane: Vec<Loaded<DataplaneData>>,
     /// End-to-end results of this machine.
     pub tunnel: Vec<Loaded<TunnelData>>,
+    /// Key-agility results of this machine.
+    pub agility: Vec<Loaded<AgilityData>>,
     /// Files not used, with the reason.
     pub ignored: Vec<Ignored>,
     /// The directory does not exist (nothing was ever saved there).
@@ -327,6 +351,18 @@ impl Found {
     /// [`EspSuite::ALL`](esparto_crypto::EspSuite::ALL) order.
     pub fn newest_dataplane_per_suite(&self) -> Vec<&Loaded<DataplaneData>> {
         esparto_crypto::EspSuite::ALL.iter().filter_map(|s| self.newest_dataplane(s.name())).collect()
+    }
+}
+
+impl Found {
+    /// The newest key-agility result for `suite`, preferring a Zipf mix of
+    /// tunnels (a few busy, a long tail: what a gateway sees) over round
+    /// robin when both were measured.
+    pub fn newest_agility(&self, suite: &str) -> Option<&Loaded<AgilityData>> {
+        let of = |mix: dataplane::SaMix| {
+            newest(self.agility.iter().filter(|d| d.saved.data.suite == suite && d.saved.data.rows.first().is_some_and(|r| r.mix == mix)))
+        };
+        of(dataplane::SaMix::Zipf).or_else(|| of(dataplane::SaMix::RoundRobin))
     }
 }
 
@@ -476,8 +512,10 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
                 Ok(saved) => found.tunnel.push(Loaded { path: path.clone(), saved }),
                 Err(e) => ignore(e),
             },
-            // Kept for the operator and for plots; no plan reads it yet.
-            Some(Ok(Kind::Agility)) => {}
+            Some(Ok(Kind::Agility)) => match parse(value, this) {
+                Ok(saved) => found.agility.push(Loaded { path: path.clone(), saved }),
+                Err(e) => ignore(e),
+            },
             Some(Err(e)) => ignore(format!("corrupt: kind: {e}")),
             None => ignore("corrupt: no \"kind\" field".into()),
         }
