@@ -65,11 +65,11 @@ pub(crate) struct LifetimeState {
     hard_at: Option<Instant>,
 }
 
-/// Seq numbers left before a 32-bit counter wraps at which we ask for a rekey.
 /// Bytes at the front of a [`LifetimeState`] that every packet reads.
 #[cfg(test)]
 pub(crate) const HOT_LEN: usize = core::mem::offset_of!(LifetimeState, limits);
 
+/// Seq numbers left before a 32-bit counter wraps at which we ask for a rekey.
 pub(crate) const SEQ_SOFT_MARGIN: u64 = 1 << 20;
 
 impl LifetimeState {
