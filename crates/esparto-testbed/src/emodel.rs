@@ -39,8 +39,10 @@ pub const PLAYOUT_ALLOWANCE_MS: f64 = 20.0;
 /// The MOS a call must reach to count as good ("toll quality").
 pub const MOS_GOOD: f64 = 4.0;
 
+const WIDEBAND_ASSUMED: &str = "assumed (wideband, no G.113 App. I value): Ie 0, Bpl of G.711 with PLC";
+
 /// A codec's impairment figures.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Impairment {
     /// Equipment impairment factor `Ie`.
     pub ie: f64,
@@ -49,7 +51,7 @@ pub struct Impairment {
     /// Algorithmic look-ahead beyond the packetisation time, ms.
     pub lookahead_ms: f64,
     /// Where the figures come from.
-    pub source: &'static str,
+    pub source: String,
 }
 
 /// The impairment of a codec by its `esparto plan voip` key (`g711-20`,
@@ -57,31 +59,31 @@ pub struct Impairment {
 pub fn impairment(codec_key: &str) -> Impairment {
     let family = codec_key.split('-').next().unwrap_or(codec_key).to_ascii_lowercase();
     match family.as_str() {
-        "g711" => Impairment { ie: 0.0, bpl: 25.1, lookahead_ms: 0.0, source: "G.113 App. I: G.711 with PLC" },
-        "g729" => Impairment { ie: 11.0, bpl: 19.0, lookahead_ms: 5.0, source: "G.113 App. I: G.729A + VAD" },
+        "g711" => Impairment { ie: 0.0, bpl: 25.1, lookahead_ms: 0.0, source: "G.113 App. I: G.711 with PLC".into() },
+        "g729" => Impairment { ie: 11.0, bpl: 19.0, lookahead_ms: 5.0, source: "G.113 App. I: G.729A + VAD".into() },
         "g726" => Impairment {
             ie: 7.0,
             bpl: 4.3,
             lookahead_ms: 0.0,
-            source: "G.113 App. I: Ie of G.726 32 kbit/s; Bpl of a codec without PLC (G.711 without PLC)",
+            source: "G.113 App. I: Ie of G.726 32 kbit/s; Bpl of a codec without PLC (G.711 without PLC)".into(),
         },
         "opus" => Impairment {
             ie: 0.0,
             bpl: 25.1,
             lookahead_ms: 6.5,
-            source: "assumed (wideband, no G.113 App. I value): Ie 0, Bpl of G.711 with PLC",
+            source: WIDEBAND_ASSUMED.into(),
         },
         "amrwb" => Impairment {
             ie: 0.0,
             bpl: 25.1,
             lookahead_ms: 5.0,
-            source: "assumed (wideband, no G.113 App. I value): Ie 0, Bpl of G.711 with PLC",
+            source: WIDEBAND_ASSUMED.into(),
         },
         _ => Impairment {
             ie: 0.0,
             bpl: 25.1,
             lookahead_ms: 0.0,
-            source: "assumed (wideband, no G.113 App. I value): Ie 0, Bpl of G.711 with PLC",
+            source: WIDEBAND_ASSUMED.into(),
         },
     }
 }

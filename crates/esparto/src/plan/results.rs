@@ -55,6 +55,8 @@ pub enum Kind {
     Tunnel,
     /// `esparto bench dataplane --sas`: in process, many active SAs.
     Agility,
+    /// `esparto-testbed bench voip`: concurrent calls end to end.
+    Voip,
 }
 
 impl fmt::Display for Kind {
@@ -63,6 +65,7 @@ impl fmt::Display for Kind {
             Kind::Dataplane => "dataplane",
             Kind::Tunnel => "tunnel",
             Kind::Agility => "agility",
+            Kind::Voip => "voip",
         })
     }
 }
@@ -516,6 +519,8 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
                 Ok(saved) => found.agility.push(Loaded { path: path.clone(), saved }),
                 Err(e) => ignore(e),
             },
+            // Kept for the operator and for charts; no plan reads it.
+            Some(Ok(Kind::Voip)) => {}
             Some(Err(e)) => ignore(format!("corrupt: kind: {e}")),
             None => ignore("corrupt: no \"kind\" field".into()),
         }
