@@ -13,14 +13,17 @@
 //! overload) are counted apart and never credited.
 //!
 //! **Flows.** A call's two flows are distinct UDP 5-tuples per direction
-//! drawn from [`SOURCES_PER_THREAD`] source sockets per sending thread and
-//! [`SINK_PORTS`] listening ports per host: with the defaults 512 tuples
-//! each way, spread over calls round robin, so that no two consecutive
-//! packets of the aggregate share a 5-tuple (as with a tuple per call: a
-//! gateway hashing flows to workers sees many, and a GRO engine coalesces
-//! none), while the receivers stay cheap (64 sockets a host, read in
-//! batches). A real call has its own tuple; this many tuples changes
-//! nothing a gateway does per packet.
+//! drawn from [`Options::sources_per_thread`] source sockets per sending
+//! thread and the receiving host's addresses (the bench gives each host
+//! 64): with the defaults 2 × 4 × 64 = 512 tuples each way, spread over
+//! the calls round robin, so that no two consecutive packets of the
+//! aggregate share a 5-tuple (as with a tuple per call: a gateway hashing
+//! flows to workers sees many, and a GRO engine coalesces none). Each host
+//! receives on one socket bound to the wildcard address, read with
+//! `recvmmsg` in batches, and each sending socket reaches every address
+//! in one `sendmmsg`: the tuples cost the generator nothing per packet. A
+//! real call has its own tuple; this many changes nothing a gateway does
+//! per packet.
 //!
 //! **Pacing.** A few sending threads ([`Options::threads`]), not one per
 //! call: each carries a share of the calls as one stream whose packet *j*
@@ -56,11 +59,9 @@ const PAYLOAD_TYPE: u8 = 96;
 /// RTP clock of the narrowband codecs' timestamps, Hz.
 const RTP_CLOCK_HZ: u64 = 8_000;
 
-/// Listening ports per host.
-pub const SINK_PORTS: usize = 64;
-/// The first of them.
-pub const SINK_PORT_BASE: u16 = 16_384;
-/// Source sockets per sending thread and direction.
+/// The port every host receives calls on.
+pub const SINK_PORT: u16 = 16_384;
+/// Source sockets per sending thread and direction, by default.
 pub const SOURCES_PER_THREAD: usize = 4;
 /// Datagrams per `sendmmsg`.
 const TX_BATCH: usize = 64;
@@ -73,7 +74,7 @@ const MIN_NAP: Duration = Duration::from_micros(250);
 pub const BEHIND_LIMIT: f64 = 0.5;
 /// A trial whose send rate is below this fraction of the target was
 /// limited by the generator.
-pub const GENERATOR_SHORTFALL: f64 = 0.97;
+pub const GENERATOR_SHORTFALL: f64 = 0.95;
 /// One-way delays are histogrammed in buckets of this many ns…
 const DELAY_BUCKET_NS: u64 = 10_000;
 /// …up to this many ns; later packets are counted in the last bucket.
@@ -100,6 +101,9 @@ impl Stream {
 pub struct Options {
     /// Sending threads (both directions each).
     pub threads: usize,
+    /// Source sockets per thread and direction.
+    #[serde(default = "default_sources")]
+    pub sources_per_thread: usize,
     /// How long the receivers must be quiet to end a trial.
     #[serde(with = "crate::zeroloss::secs")]
     pub quiet: Duration,
@@ -108,9 +112,36 @@ pub struct Options {
     pub drain_limit: Duration,
 }
 
+fn default_sources() -> usize {
+    SOURCES_PER_THREAD
+}
+
 impl Default for Options {
     fn default() -> Self {
-        Self { threads: 2, quiet: Duration::from_millis(300), drain_limit: Duration::from_secs(20) }
+        Self {
+            threads: 2,
+            sources_per_thread: SOURCES_PER_THREAD,
+            quiet: Duration::from_millis(300),
+            drain_limit: Duration::from_secs(20),
+        }
+    }
+}
+
+impl Options {
+    /// Distinct UDP 5-tuples each way towards a host with `addresses` addresses.
+    pub fn tuples(&self, addresses: usize) -> usize {
+        self.threads * self.sources_per_thread * addresses
+    }
+
+    /// Refuses what the generator cannot do.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=16).contains(&self.threads) {
+            bail!("call generator: {} threads (1 to 16)", self.threads);
+        }
+        if !(1..=64).contains(&self.sources_per_thread) {
+            bail!("call generator: {} source sockets per thread (1 to 64)", self.sources_per_thread);
+        }
+        Ok(())
     }
 }
 
@@ -230,7 +261,7 @@ fn parse(pkt: &[u8]) -> Option<(u32, u32, u32, u64)> {
     Some((call, seq, trial, sent))
 }
 
-/// The receivers: [`SINK_PORTS`] sockets on each host, read by one thread.
+/// The receivers: a socket on each host, read by one thread.
 #[derive(Debug)]
 struct Sinks {
     state: Arc<Mutex<Gathered>>,
@@ -245,13 +276,16 @@ impl Sinks {
         let cfg = UdpConfig { recv_buffer: 4 << 20, gro: false, gso: false, ..UdpConfig::default() };
         let mut socks: Vec<(usize, UdpSocket)> = Vec::new();
         for (dir, (ns, addr)) in hosts.into_iter().enumerate() {
-            for p in 0..SINK_PORTS {
-                let bind = SocketAddr::new(addr, SINK_PORT_BASE + p as u16);
-                let s = ns
-                    .run(|| UdpSocket::bind(bind, &cfg, false))?
-                    .with_context(|| format!("binding the call receiver {bind}"))?;
-                socks.push((dir, s));
-            }
+            let any = if addr.is_ipv4() {
+                IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED)
+            } else {
+                IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
+            };
+            let bind = SocketAddr::new(any, SINK_PORT);
+            let s = ns
+                .run(|| UdpSocket::bind(bind, &cfg, false))?
+                .with_context(|| format!("binding the call receiver {bind}"))?;
+            socks.push((dir, s));
         }
         let state = Arc::new(Mutex::new(Gathered::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -343,10 +377,10 @@ struct SentBy {
 }
 
 impl Sender {
-    fn new(hosts: [(&Netns, IpAddr); 2]) -> Result<Self> {
+    fn new(hosts: [(&Netns, IpAddr); 2], sources: usize) -> Result<Self> {
         let cfg = UdpConfig { send_buffer: 4 << 20, gro: false, gso: false, steering: None, ..UdpConfig::default() };
         let mk = |(ns, addr): (&Netns, IpAddr)| -> Result<Vec<UdpSocket>> {
-            (0..SOURCES_PER_THREAD)
+            (0..sources)
                 .map(|_| Ok(ns.run(|| UdpSocket::bind(SocketAddr::new(addr, 0), &cfg, false))??))
                 .collect()
         };
@@ -354,11 +388,11 @@ impl Sender {
     }
 
     /// Sends calls `first .. first + count` of `stream` for `duration`:
-    /// direction `d` to `dst[d]` (the far host's address).
+    /// direction `d` to the far host's addresses `dst[d]`.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
-        dst: [IpAddr; 2],
+        dst: [&[IpAddr]; 2],
         stream: Stream,
         first: u32,
         count: u32,
@@ -368,8 +402,9 @@ impl Sender {
         let m = u64::from(count);
         let rate = m as f64 * stream.pps();
         let total = ((duration.as_secs_f64() * rate).round() as u64).max(m);
+        let sources = self.socks[0].len();
         let mut batches: Vec<Vec<TxBatch>> = (0..2)
-            .map(|_| (0..SOURCES_PER_THREAD).map(|_| TxBatch::new(TX_BATCH, 0, stream.payload)).collect())
+            .map(|_| (0..sources).map(|_| TxBatch::new(TX_BATCH, 0, stream.payload)).collect())
             .collect();
         let give_up = duration.mul_f64(1.0 + BEHIND_LIMIT);
         let start = Instant::now();
@@ -393,11 +428,11 @@ impl Sender {
                 let call = (j % m) as u32;
                 let seq = (j / m) as u32;
                 let global = first + call;
-                let sock = call as usize % SOURCES_PER_THREAD;
-                let port = SINK_PORT_BASE + ((call as usize / SOURCES_PER_THREAD) % SINK_PORTS) as u16;
+                let sock = call as usize % sources;
+                let at = call as usize / sources;
                 for d in 0..2 {
                     let b = &mut batches[d][sock];
-                    let to = SocketAddr::new(dst[d], port);
+                    let to = SocketAddr::new(dst[d][at % dst[d].len()], SINK_PORT);
                     let _ = b.push_with(Some(to), |buf| {
                         write_packet(buf, global, seq, stream.ptime_ms, trial, stamp);
                         stream.payload
@@ -437,6 +472,14 @@ fn flush(s: &mut UdpSocket, b: &mut TxBatch) -> Result<()> {
     Ok(())
 }
 
+/// `field` of the `prefix` lines of an SNMP table (`/proc/net/snmp`:
+/// a line of names, then a line of values).
+fn snmp_field(text: &str, prefix: &str, field: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (names, values) = (lines.next()?, lines.next()?);
+    names.split_whitespace().zip(values.split_whitespace()).find(|(n, _)| *n == field)?.1.parse().ok()
+}
+
 /// Percentiles of one trial's one-way delay, ms.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Delay {
@@ -474,7 +517,12 @@ pub struct CallTrial {
     pub stray: u64,
     /// Packets that arrived after a later one of the same flow.
     pub reordered: u64,
-    /// Sending fell behind: the generator, not the path, limited this trial.
+    /// Packets the receiving hosts' sockets dropped, their buffers full
+    /// (UDP `RcvbufErrors`): lost by the generator's receiver, not the path.
+    #[serde(default)]
+    pub receiver_drops: u64,
+    /// Sending fell behind, or the receivers dropped packets: the
+    /// generator, not the path, limited this trial.
     pub generator_limited: bool,
     /// One-way delay over all received packets.
     pub delay: Option<Delay>,
@@ -501,29 +549,66 @@ impl CallTrial {
     }
 }
 
+/// One end of the calls.
+#[derive(Debug, Clone)]
+pub struct Host<'a> {
+    /// Its namespace.
+    pub ns: &'a Netns,
+    /// The address it sends from.
+    pub addr: IpAddr,
+    /// The addresses it receives on (all on [`SINK_PORT`]).
+    pub receive: Vec<IpAddr>,
+}
+
 /// The call generator between two hosts.
 #[derive(Debug)]
-pub struct CallGen {
+pub struct CallGen<'a> {
+    /// The receiving namespaces: east (direction 0), west.
+    receivers: [&'a Netns; 2],
     senders: Vec<Sender>,
     sinks: Sinks,
-    addrs: [IpAddr; 2],
+    /// Receiving addresses: of east (direction 0), of west.
+    addrs: [Vec<IpAddr>; 2],
     trial: u32,
     opts: Options,
 }
 
-impl CallGen {
+impl<'a> CallGen<'a> {
     /// Calls between `west` (its namespace and address) and `east`.
-    pub fn new(west: (&Netns, IpAddr), east: (&Netns, IpAddr), opts: Options) -> Result<Self> {
-        if !(1..=16).contains(&opts.threads) {
-            bail!("call generator: {} threads (1 to 16)", opts.threads);
+    /// Calls between `west` (its namespace, the address it sends from and
+    /// the addresses it receives on) and `east`.
+    pub fn new(west: Host<'a>, east: Host<'a>, opts: Options) -> Result<Self> {
+        opts.validate()?;
+        for h in [&west, &east] {
+            if h.receive.is_empty() || h.receive.iter().any(|a| a.is_ipv4() != west.addr.is_ipv4()) {
+                bail!("call generator: {}: no receiving address, or addresses of mixed families", h.addr);
+            }
         }
-        if west.1.is_ipv4() != east.1.is_ipv4() {
-            bail!("call generator: {} and {} are of different families", west.1, east.1);
+        if west.addr.is_ipv4() != east.addr.is_ipv4() {
+            bail!("call generator: {} and {} are of different families", west.addr, east.addr);
         }
         // Direction 0 is west → east: sent from west, received at east.
-        let senders = (0..opts.threads).map(|_| Sender::new([west, east])).collect::<Result<_>>()?;
-        let sinks = Sinks::start([east, west])?;
-        Ok(Self { senders, sinks, addrs: [east.1, west.1], trial: 0, opts })
+        let senders = (0..opts.threads)
+            .map(|_| Sender::new([(west.ns, west.addr), (east.ns, east.addr)], opts.sources_per_thread))
+            .collect::<Result<_>>()?;
+        let sinks = Sinks::start([(east.ns, east.addr), (west.ns, west.addr)])?;
+        Ok(Self { receivers: [east.ns, west.ns], senders, sinks, addrs: [east.receive, west.receive], trial: 0, opts })
+    }
+
+    /// Distinct UDP 5-tuples each way (the fewer of the two directions').
+    pub fn tuples(&self) -> usize {
+        self.opts.tuples(self.addrs[0].len().min(self.addrs[1].len()))
+    }
+
+    /// UDP receive-buffer drops in both receiving namespaces so far.
+    fn rcvbuf_errors(&self) -> Result<u64> {
+        let mut n = 0;
+        for ns in self.receivers {
+            // /proc/thread-self/net is the reading thread's namespace.
+            let text = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))??;
+            n += snmp_field(&text, "Udp:", "RcvbufErrors").unwrap_or(0);
+        }
+        Ok(n)
     }
 
     /// One trial: `calls` concurrent calls of `stream` for `duration`.
@@ -537,6 +622,7 @@ impl CallGen {
         self.sinks.wait_quiet(self.opts.quiet, self.opts.drain_limit)?;
         self.trial = self.trial.wrapping_add(1);
         let trial = self.trial;
+        let rcvbuf_before = self.rcvbuf_errors()?;
         let stray_before = {
             let mut g = self.sinks.lock()?;
             g.begin(trial, calls as usize);
@@ -544,7 +630,7 @@ impl CallGen {
         };
         let threads = (self.senders.len() as u32).min(calls);
         let share = |t: u32| (u64::from(calls) * u64::from(t) / u64::from(threads)) as u32;
-        let dst = self.addrs;
+        let dst = [self.addrs[0].as_slice(), self.addrs[1].as_slice()];
         let results: Vec<Result<SentBy>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .senders
@@ -566,6 +652,7 @@ impl CallGen {
             by.push(r?);
         }
         self.sinks.wait_quiet(self.opts.quiet, self.opts.drain_limit)?;
+        let receiver_drops = self.rcvbuf_errors()?.saturating_sub(rcvbuf_before);
         let g = self.sinks.lock()?;
         // Packets each call sent each way: thread t sent `packets` stream
         // packets over its M calls round robin.
@@ -612,7 +699,10 @@ impl CallGen {
             received,
             stray: g.stray - stray_before,
             reordered,
-            generator_limited: by.iter().any(|s| s.behind) || offered_pps < target_pps * GENERATOR_SHORTFALL,
+            receiver_drops,
+            generator_limited: by.iter().any(|s| s.behind)
+                || offered_pps < target_pps * GENERATOR_SHORTFALL
+                || receiver_drops > 0,
             delay: percentiles(&g.delays),
             jitter_mean_ms: jit_sum / (2.0 * f64::from(calls)),
             jitter_max_ms: jit_max,
@@ -662,6 +752,14 @@ mod tests {
     }
 
     #[test]
+    fn snmp_fields() {
+        let t = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts RcvbufErrors\nUdp: 10 2 7\n";
+        assert_eq!(snmp_field(t, "Udp:", "RcvbufErrors"), Some(7));
+        assert_eq!(snmp_field(t, "Udp:", "Nope"), None);
+        assert_eq!(snmp_field(t, "Tcp:", "RcvbufErrors"), None);
+    }
+
+    #[test]
     fn rfc3550_jitter_and_reordering() {
         let mut f = FlowStat::default();
         // Constant transit: no jitter.
@@ -708,9 +806,11 @@ mod tests {
         }
         let ns = Netns::new("callgen").unwrap();
         ns.ip(&["link", "set", "lo", "up"]).unwrap();
-        let a: IpAddr = "127.0.0.1".parse().unwrap();
-        let b: IpAddr = "127.0.0.2".parse().unwrap();
-        let mut g = CallGen::new((&ns, a), (&ns, b), Options::default()).unwrap();
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let west = Host { ns: &ns, addr: ip("127.0.0.1"), receive: vec![ip("127.0.0.1")] };
+        let east = Host { ns: &ns, addr: ip("127.0.0.2"), receive: vec![ip("127.0.0.2"), ip("127.0.0.3")] };
+        let mut g = CallGen::new(west, east, Options::default()).unwrap();
+        assert_eq!(g.tuples(), 2 * SOURCES_PER_THREAD);
         // 100 G.711 20 ms calls for a second: 100 × 50 packets each way.
         let stream = Stream { payload: 172, ptime_ms: 20 };
         let t = g.trial(100, stream, Duration::from_secs(1)).unwrap();

@@ -100,6 +100,12 @@ pub struct Args {
     /// Sending threads of the call generator.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Source sockets per sending thread and direction.
+    #[arg(long, default_value_t = callgen::SOURCES_PER_THREAD)]
+    pub sources_per_thread: usize,
+    /// Addresses each host receives calls on (added to its LAN interface; 5-tuples each way = threads × sources × this).
+    #[arg(long, default_value_t = HOST_ADDRS)]
+    pub host_addrs: usize,
     /// Workers per Esparto gateway (default: the CPUs this process may use).
     #[arg(long)]
     pub workers: Option<usize>,
@@ -143,6 +149,8 @@ pub struct Options {
     pub resolution: f64,
     /// The generator.
     pub generator: callgen::Options,
+    /// Addresses each host receives on.
+    pub host_addrs: usize,
     /// Esparto's workers per gateway.
     pub workers: usize,
     /// IKE proposal.
@@ -178,8 +186,14 @@ impl Args {
         if !(1..=64).contains(&workers) {
             bail!("--workers must be between 1 and 64");
         }
-        if !(1..=16).contains(&self.threads) {
-            bail!("--threads must be between 1 and 16");
+        let generator = callgen::Options {
+            threads: self.threads,
+            sources_per_thread: self.sources_per_thread,
+            ..callgen::Options::default()
+        };
+        generator.validate()?;
+        if !(1..=MAX_HOST_ADDRS).contains(&self.host_addrs) {
+            bail!("--host-addrs must be between 1 and {MAX_HOST_ADDRS}");
         }
         Ok(Options {
             codecs: codecs.iter().map(|c| c.key.to_string()).collect(),
@@ -188,7 +202,8 @@ impl Args {
             start_calls: self.start_calls,
             max_calls: self.max_calls,
             resolution: self.resolution,
-            generator: callgen::Options { threads: self.threads, ..callgen::Options::default() },
+            generator,
+            host_addrs: self.host_addrs,
             workers,
             ike_proposal: self.ike_proposal.clone(),
             esp_proposal: self.esp_proposal.clone(),
@@ -483,6 +498,28 @@ impl Up {
 
 const SWAN_PSK: &str = "esparto voip benchmark psk";
 
+/// Addresses each host receives calls on, by default.
+pub const HOST_ADDRS: usize = 64;
+/// The most: `.100` to `.199` of the host's /24.
+pub const MAX_HOST_ADDRS: usize = 100;
+
+/// A host of the topology with `n` addresses to receive calls on: its own
+/// and `n − 1` more of its LAN (from `.100`), added to its LAN interface.
+fn host(topo: &Topology, node: Node, n: usize) -> Result<callgen::Host<'_>> {
+    let addr = Topology::addr(node, Net::Lan, Family::V4);
+    let std::net::IpAddr::V4(v4) = addr else { bail!("{addr}: the call bench runs over IPv4") };
+    let [a, b, c, _] = v4.octets();
+    let mut receive = vec![addr];
+    for k in 0..n.saturating_sub(1) {
+        let extra = std::net::Ipv4Addr::new(a, b, c, 100 + k as u8);
+        topo.ns(node)
+            .addr(crate::topology::LAN_IF, &format!("{extra}/24"))
+            .with_context(|| format!("adding {extra} to {node:?}"))?;
+        receive.push(extra.into());
+    }
+    Ok(callgen::Host { ns: topo.ns(node), addr, receive })
+}
+
 fn bring_up(peer: Peer, bin: &Path, o: &Options) -> Result<(Up, String)> {
     Ok(match peer {
         Peer::Strongswan => {
@@ -521,8 +558,8 @@ fn run_peer(peer: Peer, bin: &Path, o: &Options, codecs: &[Codec], t0: Instant) 
         if o.lan_gro {
             topo.set_lan_gro(true)?;
         }
-        let west = (topo.ns(Node::HostWest), Topology::addr(Node::HostWest, Net::Lan, Family::V4));
-        let east = (topo.ns(Node::HostEast), Topology::addr(Node::HostEast, Net::Lan, Family::V4));
+        let west = host(topo, Node::HostWest, o.host_addrs)?;
+        let east = host(topo, Node::HostEast, o.host_addrs)?;
         let mut generator = CallGen::new(west, east, o.generator.clone())?;
         let ramp = Ramp { start: o.start_calls, max: o.max_calls, resolution: o.resolution };
         let duration = Duration::from_secs_f64(o.trial_seconds);
@@ -676,7 +713,7 @@ fn step_line(s: &Step) -> String {
     let t = &s.trial;
     let (med, p99) = t.delay.map_or(("-".into(), "-".into()), |d| (format!("{:.2}", d.median_ms), format!("{:.2}", d.p99_ms)));
     format!(
-        "{:>6} {:>9.0} {:>9.0} {:>8.3} {:>6} {:>8} {:>8} {:>6.2} {:>6.2} {:>5.2} {:>5.2}  {}{}{}",
+        "{:>6} {:>9.0} {:>9.0} {:>8.3} {:>6} {:>8} {:>8} {:>6.2} {:>6.2} {:>5.2} {:>5.2}  {}{}{}{}",
         t.calls,
         t.target_pps,
         t.offered_pps,
@@ -691,6 +728,7 @@ fn step_line(s: &Step) -> String {
         if s.zero_loss { "zero-loss " } else { "" },
         if s.mos_ok { "MOS≥4 " } else { "" },
         if t.generator_limited { "GENERATOR-LIMITED" } else { "" },
+        if t.receiver_drops > 0 { format!(" (receivers dropped {})", t.receiver_drops) } else { String::new() },
     )
 }
 
@@ -721,7 +759,7 @@ pub fn render(r: &Report) -> String {
         op.max_calls,
         op.resolution * 100.0,
         op.generator.threads,
-        op.generator.threads * callgen::SOURCES_PER_THREAD * callgen::SINK_PORTS,
+        op.generator.tuples(op.host_addrs),
         op.ike_proposal,
         op.esp_proposal,
         op.workers,
@@ -884,6 +922,7 @@ mod tests {
             received,
             stray: 0,
             reordered: 0,
+            receiver_drops: 0,
             generator_limited: n > gen_max,
             delay: Some(Delay { median_ms: 1.0, p99_ms: 2.0, max_ms: 3.0 }),
             jitter_mean_ms: 0.1,
@@ -1008,6 +1047,8 @@ mod tests {
                 max_calls: 10,
                 resolution: 0.05,
                 threads: 2,
+                sources_per_thread: 4,
+                host_addrs: 64,
                 workers: Some(2),
                 ike_proposal: "x".into(),
                 esp_proposal: "aes256gcm16".into(),
