@@ -8,8 +8,9 @@
 //! host-east ([`crate::callgen`]: a pair of RTP-like flows per call at the
 //! codec's packet size and rate), N ramped:
 //!
-//! 1. doubling from `--start-calls` until a trial's calls are no longer
-//!    all good (MOS ≥ 4.0), the generator falls short, or `--max-calls`;
+//! 1. doubling from `--start-calls` until a trial neither kept every call
+//!    at MOS ≥ 4.0 nor lost nothing, the generator falls short, or
+//!    `--max-calls`;
 //! 2. bisection between the largest N whose every call reached MOS ≥ 4.0
 //!    and the smallest that did not, to `--resolution`;
 //! 3. the same for zero loss (RFC 2544's criterion, applied to calls: not
@@ -353,7 +354,10 @@ pub fn search(ramp: &Ramp, mut measure: impl FnMut(u32) -> Result<Step>) -> Resu
     let mut n = ramp.start.clamp(1, ramp.max);
     loop {
         let s = measure(n)?;
-        let stop = !s.mos_ok || n >= ramp.max;
+        // Either criterion can fail first: delay costs MOS without a
+        // packet lost, and a codec with loss concealment keeps its MOS
+        // through some loss.
+        let stop = !(s.mos_ok || s.zero_loss) || n >= ramp.max;
         steps.push(s);
         if stop {
             break;
@@ -432,6 +436,9 @@ pub struct PlanComparison {
     pub plan_lower_bound: bool,
     /// Esparto's measured calls at zero loss.
     pub measured_calls: u32,
+    /// That figure is a lower bound (the generator or --max-calls stopped the ramp).
+    #[serde(default)]
+    pub measured_lower_bound: bool,
     /// plan ÷ measured.
     pub ratio: Option<f64>,
 }
@@ -702,6 +709,7 @@ fn compare_with_plan(codecs: &[CodecResult], dir: &Path) -> Option<PlanCheck> {
                 plan_calls,
                 plan_lower_bound: e.lower_bound,
                 measured_calls: measured.calls,
+                measured_lower_bound: measured.limit != Limit::Gateway,
                 ratio: (measured.calls > 0).then(|| plan_calls / f64::from(measured.calls)),
             })
         })
@@ -847,14 +855,23 @@ pub fn render(r: &Report) -> String {
             for row in &p.rows {
                 let ratio = row.ratio.map_or("-".into(), |x| format!("{x:.2}"));
                 let within = row.ratio.is_some_and(|x| (x - 1.0).abs() <= 0.15);
+                let verdict = match (row.plan_lower_bound, row.measured_lower_bound) {
+                    (false, false) if within => "within 15 %",
+                    (false, false) => "NOT within 15 %",
+                    (true, true) => "both lower bounds: undetermined",
+                    (false, true) if row.ratio.is_some_and(|x| x < 0.85) => "NOT within 15 % (the plan is below a lower bound)",
+                    (false, true) => "undetermined: the measured figure is a lower bound (the ratio is at most this)",
+                    (true, false) if row.ratio.is_some_and(|x| x > 1.15) => "NOT within 15 % (the plan's lower bound is above the measurement)",
+                    (true, false) => "undetermined: the plan's rate is a lower bound",
+                };
                 let _ = writeln!(
                     o,
-                    "  {:<12} plan {:>9}{} measured {:>7}  plan/measured {ratio:>5} {}",
+                    "  {:<12} plan {}{:>9} measured {}{:>7}  plan/measured {ratio:>5}  {verdict}",
                     row.codec,
+                    if row.plan_lower_bound { "≥ " } else { "" },
                     esparto::plan::thousands(row.plan_calls),
-                    if row.plan_lower_bound { " (≥)" } else { "" },
+                    if row.measured_lower_bound { "≥ " } else { "" },
                     esparto::plan::thousands(f64::from(row.measured_calls)),
-                    if within { "within 15 %" } else { "NOT within 15 %" }
                 );
             }
         }
@@ -970,6 +987,25 @@ mod tests {
         // Nothing passes: 0 calls, the gateway's doing.
         let (_, zero, _) = run(0, 1_000_000, "g729-30", 20_000);
         assert_eq!(zero, Found { calls: 0, limit: Limit::Gateway });
+    }
+
+    #[test]
+    fn delay_can_cost_the_mos_before_any_loss() {
+        // Above 500 calls the path queues (300 ms at the 99th percentile):
+        // G.729 falls below MOS 4 with nothing lost; above 1000 it loses.
+        let imp = emodel::impairment("g729-30");
+        let ramp = Ramp { start: 16, max: 20_000, resolution: 0.05 };
+        let (_, zero, mos) = search(&ramp, |n| {
+            let mut t = trial(n, 1000, 1_000_000);
+            if n > 500 {
+                t.delay = Some(Delay { median_ms: 100.0, p99_ms: 300.0, max_ms: 400.0 });
+            }
+            Ok(Step::judge(t, 30, &imp))
+        })
+        .unwrap();
+        assert_eq!((mos.limit, zero.limit), (Limit::Gateway, Limit::Gateway));
+        assert!(mos.calls <= 500 && mos.calls >= 475, "{mos:?}");
+        assert!(zero.calls <= 1000 && zero.calls >= 950, "{zero:?}");
     }
 
     #[test]
