@@ -7,6 +7,8 @@
 //! test bed's `esparto-testbed bench tunnel --save` (end to end: the RFC 2544
 //! zero-loss packet rate by inner packet size and the gateways' CPU per GB,
 //! [`TunnelData`], with the test bed's whole report kept beside it).
+//! The test bed's `bench voip --save` ([`Kind::Voip`], calls measured end
+//! to end) is kept for the operator and for charts; no plan reads it.
 //!
 //! A plan is only as good as the figures it stands on, so nothing is
 //! trusted silently. [`load_dir`] reads every `*.json` in the directory and
