@@ -128,6 +128,9 @@ pub struct Args {
     /// Save the results (with this machine, the commit and the date) in --results.
     #[arg(long)]
     pub save: bool,
+    /// Also draw calls per codec (Esparto beside strongSwan, zero loss and MOS ≥ 4.0) as an SVG chart into FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
     /// Results directory: --save writes here, and `bench tunnel --save` results here are compared with.
     #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
     pub results: PathBuf,
@@ -888,6 +891,49 @@ pub fn render(r: &Report) -> String {
     o
 }
 
+/// The bars of the calls-per-codec chart: codecs measured through both
+/// Esparto and strongSwan (0 where a search failed).
+pub fn chart(r: &Report) -> Vec<crate::plot::CodecCalls> {
+    fn get(c: &CodecResult, peer: Peer) -> Option<&PeerResult> {
+        c.peers.iter().find(|p| p.peer == peer)
+    }
+    let n = |p: Option<&PeerResult>, mos: bool| {
+        u64::from(p.and_then(|p| if mos { p.mos } else { p.zero_loss }).map_or(0, |f| f.calls))
+    };
+    r.codecs
+        .iter()
+        .filter(|c| get(c, Peer::Esparto).is_some() && get(c, Peer::Strongswan).is_some())
+        .map(|c| crate::plot::CodecCalls {
+            codec: c.name.clone(),
+            esparto_zero_loss: n(get(c, Peer::Esparto), false),
+            esparto_mos4: n(get(c, Peer::Esparto), true),
+            strongswan_zero_loss: n(get(c, Peer::Strongswan), false),
+            strongswan_mos4: n(get(c, Peer::Strongswan), true),
+        })
+        .collect()
+}
+
+/// The chart's footnote: the run, and which bars are lower bounds.
+fn chart_note(r: &Report) -> String {
+    let bounded: Vec<String> = r
+        .summary
+        .iter()
+        .filter(|s| s.peer != Peer::Routed && (s.zero_loss_lower_bound || s.mos_lower_bound))
+        .map(|s| format!("{} {}", s.peer.name(), s.name))
+        .collect();
+    format!(
+        "esparto-testbed bench voip, {:.0} s trials, load {} – {}{}",
+        r.options.trial_seconds,
+        r.machine.loadavg_start,
+        r.machine.loadavg_end,
+        if bounded.is_empty() {
+            String::new()
+        } else {
+            format!("; lower bounds (the generator's limit): {}", bounded.join(", "))
+        }
+    )
+}
+
 fn limit_note(f: Option<Found>) -> &'static str {
     match f.map(|f| f.limit) {
         Some(Limit::Generator) => " (the generator could not offer more: not the gateways' limit)",
@@ -899,8 +945,17 @@ fn limit_note(f: Option<Found>) -> &'static str {
 /// `esparto-testbed bench voip`.
 pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
     let o = args.options()?;
+    if let Some(path) = &args.svg {
+        crate::plot::check_destination(path)?;
+    }
     crate::clean_up_on_signal("esparto-testbed bench voip")?;
     let report = run(bin, &o, &args.results)?;
+    if let Some(path) = &args.svg {
+        match crate::plot::voip_calls(path, &chart_note(&report), &chart(&report)) {
+            Ok(()) => eprintln!("esparto-testbed bench voip: wrote {}", path.display()),
+            Err(e) => eprintln!("esparto-testbed bench voip: --svg: {e:#}"),
+        }
+    }
     if args.save {
         let suite = o.esp_proposal.clone();
         match results::save(&args.results, &suite, &results::envelope(Kind::Voip, &report)) {
@@ -1089,6 +1144,7 @@ mod tests {
                 ike_proposal: "x".into(),
                 esp_proposal: "aes256gcm16".into(),
                 no_lan_gro: false,
+                svg: None,
                 json: false,
                 verbose: false,
                 save: false,
@@ -1103,6 +1159,14 @@ mod tests {
             plan: None,
             errors: vec![],
         };
+        let bars = chart(&r);
+        assert_eq!(bars.len(), 1);
+        assert_eq!((bars[0].esparto_mos4, bars[0].strongswan_zero_loss), (1500, 100));
+        assert!(chart_note(&r).contains("lower bounds (the generator's limit): Esparto G.711 20 ms"), "{}", chart_note(&r));
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("voip.svg");
+        crate::plot::voip_calls(&svg, &chart_note(&r), &bars).unwrap();
+        assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
         let text = render(&r);
         assert!(text.contains("g711-20 calls at MOS ≥ 4.0, Esparto / strongSwan ≥ 10: 1500 / 100 = 15.0 — met"), "{text}");
         assert!(text.contains("the generator could not offer more"), "{text}");
