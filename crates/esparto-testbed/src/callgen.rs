@@ -442,8 +442,8 @@ impl Sender {
                     }
                 }
             }
-            for d in 0..2 {
-                for (s, b) in self.socks[d].iter_mut().zip(batches[d].iter_mut()) {
+            for (socks, bs) in self.socks.iter_mut().zip(batches.iter_mut()) {
+                for (s, b) in socks.iter_mut().zip(bs.iter_mut()) {
                     if !b.is_empty() {
                         flush(s, b)?;
                     }

@@ -480,22 +480,24 @@ pub struct Report {
 
 /// Gateways up on a topology, ready for calls.
 enum Up {
-    Swan(Topology, SwanPair),
-    Esparto(EspartoPair),
+    Swan(Box<(Topology, SwanPair)>),
+    Esparto(Box<EspartoPair>),
     Routed(Topology),
 }
 
 impl Up {
     fn topology(&self) -> &Topology {
         match self {
-            Up::Swan(t, _) | Up::Routed(t) => t,
+            Up::Swan(b) => &b.0,
+            Up::Routed(t) => t,
             Up::Esparto(p) => p.topology(),
         }
     }
 
     fn down(self) -> Result<()> {
         match self {
-            Up::Swan(topo, pair) => {
+            Up::Swan(b) => {
+                let (topo, pair) = *b;
                 let r = pair.down();
                 drop(topo);
                 r
@@ -539,13 +541,13 @@ fn bring_up(peer: Peer, bin: &Path, o: &Options) -> Result<(Up, String)> {
                 "strongSwan 5.9 kernel-libipsec ↔ same, IKE {} / ESP {}",
                 o.ike_proposal, o.esp_proposal
             );
-            (Up::Swan(topo, pair), label)
+            (Up::Swan(Box::new((topo, pair))), label)
         }
         Peer::Esparto => {
             let east = crate::esparto::east_cpus_shifted()?;
             let p = EspartoPair::up(bin, Layout::IkePerCpu, o.workers, &o.ike_proposal, &o.esp_proposal, Some(east))?;
             let label = format!("{} [gw-west SAs: {}]", p.label(), p.sa_summary());
-            (Up::Esparto(p), label)
+            (Up::Esparto(Box::new(p)), label)
         }
         Peer::Routed => {
             let topo = Topology::new()?;
