@@ -799,23 +799,24 @@ mod tests {
     }
 
     #[test]
-    fn calls_over_loopback_in_a_namespace() {
+    fn calls_between_two_namespaces() {
         if !esparto_netns::available() {
-            eprintln!("SKIP callgen::calls_over_loopback_in_a_namespace: needs root and iproute2");
+            eprintln!("SKIP callgen::calls_between_two_namespaces: needs root and iproute2");
             return;
         }
-        let ns = Netns::new("callgen").unwrap();
-        ns.ip(&["link", "set", "lo", "up"]).unwrap();
+        // Two hosts on a veth; east receives on two addresses.
+        let p = esparto_netns::Pair::new("callgen", "10.201.0.1/24", "10.201.0.2/24").unwrap();
+        p.b.addr("veth1", "10.201.0.3/24").unwrap();
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
-        let west = Host { ns: &ns, addr: ip("127.0.0.1"), receive: vec![ip("127.0.0.1")] };
-        let east = Host { ns: &ns, addr: ip("127.0.0.2"), receive: vec![ip("127.0.0.2"), ip("127.0.0.3")] };
+        let west = Host { ns: &p.a, addr: ip("10.201.0.1"), receive: vec![ip("10.201.0.1")] };
+        let east = Host { ns: &p.b, addr: ip("10.201.0.2"), receive: vec![ip("10.201.0.2"), ip("10.201.0.3")] };
         let mut g = CallGen::new(west, east, Options::default()).unwrap();
         assert_eq!(g.tuples(), 2 * SOURCES_PER_THREAD);
         // 100 G.711 20 ms calls for a second: 100 × 50 packets each way.
         let stream = Stream { payload: 172, ptime_ms: 20 };
         let t = g.trial(100, stream, Duration::from_secs(1)).unwrap();
         assert_eq!(t.sent, 2 * 100 * 50, "{t:?}");
-        assert_eq!(t.received, t.sent, "loopback lost packets: {t:?}");
+        assert_eq!(t.received, t.sent, "the veth lost packets: {t:?}");
         assert_eq!((t.calls_with_loss, t.stray), (0, 0));
         assert!(t.per_call.iter().all(|c| c.loss_percent == 0.0));
         assert!(t.delay.unwrap().median_ms < 1_000.0);

@@ -669,8 +669,8 @@ pub(crate) mod tests {
         let wrong = w("tunnel-wrong-type.json", &wrong.to_string());
         let negative = save(dir.path(), "aes256gcm16", &envelope(Kind::Tunnel, tunnel_data(&[(64, -5.0)]))).unwrap();
         let mut bad_kind = serde_json::to_value(envelope(Kind::Tunnel, tunnel_data(&[(64, 1.0)]))).unwrap();
-        bad_kind["kind"] = "voip".into();
-        let bad_kind = w("voip.json", &bad_kind.to_string());
+        bad_kind["kind"] = "fax".into();
+        let bad_kind = w("fax.json", &bad_kind.to_string());
         w("notes.txt", "not json, not looked at");
         w(".tunnel-x.json.tmp-1", "half a fi");
 
