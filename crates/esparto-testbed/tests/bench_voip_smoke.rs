@@ -2,8 +2,8 @@
 //! through Esparto (and strongSwan when it is installed), `--json` and
 //! `--save`. The run succeeds, its JSON parses into the report type, every
 //! trial sent and received calls with a measured delay, the ramp doubled
-//! as asked, and the saved file is one the planner reads without setting
-//! it aside. The figures themselves are not checked: the machine is
+//! as asked, the saved file is one the planner reads without setting
+//! it aside, and `plot voip` redraws it. The figures themselves are not checked: the machine is
 //! shared, and the trials are short.
 //!
 //! Needs root, iproute2, ethtool, ping (SKIP otherwise); a release build
@@ -73,4 +73,18 @@ fn small_run_of_both_pairs() {
     assert_eq!(saved.len(), 1, "{stderr}");
     let found = results::load_dir(dir.path(), &results::Machine::this()).unwrap();
     assert!(found.ignored.is_empty(), "{:?}", found.ignored);
+    // The saved run redraws as the calls-per-codec chart (both pairs needed).
+    if swan {
+        let svg = dir.path().join("voip.svg");
+        let out = Command::new(env!("CARGO_BIN_EXE_esparto-testbed"))
+            .args(["plot", "voip", "--from"])
+            .arg(saved[0].path())
+            .arg("--svg")
+            .arg(&svg)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("<svg") && text.contains("G.729 30 ms"), "{text}");
+    }
 }

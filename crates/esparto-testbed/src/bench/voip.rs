@@ -916,7 +916,7 @@ pub fn chart(r: &Report) -> Vec<crate::plot::CodecCalls> {
 }
 
 /// The chart's footnote: the run, and which bars are lower bounds.
-fn chart_note(r: &Report) -> String {
+pub fn chart_note(r: &Report) -> String {
     let bounded: Vec<String> = r
         .summary
         .iter()
