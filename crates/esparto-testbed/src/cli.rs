@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::{metrics, setup, tunnel};
+use crate::bench::{metrics, setup, tunnel, voip};
 
 /// Esparto's test bed: two gateways in network namespaces, the demo and the
 /// end-to-end benchmarks. The gateways are the `esparto` binary, run as
@@ -50,6 +50,8 @@ struct DemoArgs {
 enum BenchCmd {
     /// End to end through two gateways in namespaces: Esparto vs strongSwan, per-CPU SAs vs one pair.
     Tunnel(tunnel::Args),
+    /// Concurrent VoIP calls per codec through two gateways (Esparto vs strongSwan): zero loss, delay, jitter, MOS.
+    Voip(voip::Args),
     /// IKE tunnel set-up rate, memory per tunnel, SPI cost and config load scaling (two processes in namespaces).
     Setup(setup::Args),
     /// A Prometheus scrape of a gateway with 10,000 Child SAs: time, size, the control thread's part.
@@ -80,6 +82,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Demo(a) => demo(a, cli.esparto),
         Cmd::Plot(c) => crate::plot::main(&c),
         Cmd::Bench(BenchCmd::Tunnel(a)) => tunnel::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
+        Cmd::Bench(BenchCmd::Voip(a)) => voip::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
         Cmd::Bench(BenchCmd::Setup(a)) => setup::main(&a),
         Cmd::Bench(BenchCmd::SetupPeer(a)) => setup::peer_main(&a),
         Cmd::Bench(BenchCmd::Metrics(a)) => metrics::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),

@@ -14,6 +14,9 @@
 //! - [`udpgen`]: a paced UDP blaster and counter in Rust, for the packet
 //!   rates iperf3 cannot offer at small sizes (it is CPU-bound near
 //!   170 kpps here);
+//! - [`callgen`]: concurrent RTP-like calls between the hosts, with
+//!   one-way delay, jitter and loss per call; [`emodel`]: a call's MOS
+//!   from them (ITU-T G.107);
 //! - [`zeroloss`]: the RFC 2544 §26.1 throughput search (pure logic);
 //! - [`cpu`]: CPU seconds of the gateway processes over an interval, as
 //!   "CPU seconds per GB carried" (time accounting, not `top`);
@@ -37,9 +40,11 @@
 
 pub mod baseline;
 pub mod bench;
+pub mod callgen;
 pub mod cli;
 pub mod cpu;
 pub mod demo;
+pub mod emodel;
 pub mod esparto;
 pub mod mem;
 pub mod pinger;

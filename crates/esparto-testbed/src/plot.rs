@@ -1,5 +1,5 @@
-//! The test bed's charts: `esparto-testbed bench tunnel --svg`, and
-//! `esparto-testbed plot tunnel|dataplane --from FILE --svg OUT`, which
+//! The test bed's charts: `esparto-testbed bench tunnel --svg`, `bench voip
+//! --svg`, and `esparto-testbed plot tunnel|dataplane|voip --from FILE --svg OUT`, which
 //! redraws a chart from results saved earlier without measuring again.
 //!
 //! The drawing itself is the gateway's ([`esparto::plot`]), so that
@@ -41,12 +41,25 @@ pub enum Cmd {
     Tunnel(TunnelArgs),
     /// ESP rate against the number of active SAs from `esparto bench dataplane --sas … --json` or `--save` output.
     Dataplane(DataplaneArgs),
+    /// Calls per codec, Esparto beside strongSwan, from `bench voip --json` or `--save` output.
+    Voip(VoipArgs),
 }
 
 /// `esparto-testbed plot tunnel`.
 #[derive(Debug, clap::Args)]
 pub struct TunnelArgs {
     /// The results: `bench tunnel --json` (one run or --runs N) or a file `--save` wrote.
+    #[arg(long, value_name = "FILE")]
+    pub from: PathBuf,
+    /// The chart to write.
+    #[arg(long, value_name = "FILE")]
+    pub svg: PathBuf,
+}
+
+/// `esparto-testbed plot voip`.
+#[derive(Debug, clap::Args)]
+pub struct VoipArgs {
+    /// The results: `bench voip --json` or a file `--save` wrote.
     #[arg(long, value_name = "FILE")]
     pub from: PathBuf,
     /// The chart to write.
@@ -72,6 +85,15 @@ pub fn main(cmd: &Cmd) -> Result<ExitCode> {
         Cmd::Tunnel(a) => {
             let chart = load_tunnel(&a.from)?;
             chart.write(&a.svg)?;
+            eprintln!("wrote {} from {}", a.svg.display(), a.from.display());
+        }
+        Cmd::Voip(a) => {
+            let r = load_voip(&a.from)?;
+            let bars = crate::bench::voip::chart(&r);
+            if bars.is_empty() {
+                bail!("{}: no codec was measured through both Esparto and strongSwan", a.from.display());
+            }
+            voip_calls(&a.svg, &crate::bench::voip::chart_note(&r), &bars)?;
             eprintln!("wrote {} from {}", a.svg.display(), a.from.display());
         }
         Cmd::Dataplane(a) => {
@@ -273,6 +295,16 @@ pub fn load_tunnel(path: &Path) -> Result<TunnelChart> {
         format!("{}: not a `bench tunnel` report (--json, --runs N --json or --save)", path.display())
     })?;
     Ok(TunnelChart::of_report(&r))
+}
+
+/// The report of a `bench voip --json` or `--save` file.
+pub fn load_voip(path: &Path) -> Result<crate::bench::voip::Report> {
+    let v = read_json(path)?;
+    if let Some(saved) = envelope::<crate::bench::voip::Report>(path, &v, results::Kind::Voip)? {
+        return Ok(saved.data);
+    }
+    serde_json::from_value(v)
+        .with_context(|| format!("{}: not a `bench voip` report (--json or --save)", path.display()))
 }
 
 /// The rows of an `esparto bench dataplane --sas … --json` or `--save` file,

@@ -1,7 +1,8 @@
 //! The end-to-end benchmarks: `esparto-testbed bench tunnel` (two gateways
 //! in namespaces, Esparto against strongSwan), `bench setup` (IKE
 //! tunnels per second, memory per tunnel, config load scaling) and `bench
-//! metrics` (a Prometheus scrape of a gateway with 10,000 Child SAs). The
+//! metrics` (a Prometheus scrape of a gateway with 10,000 Child SAs) and
+//! `bench voip` (concurrent calls per codec, with delay, jitter and MOS). The
 //! in-process data-plane benchmark is the gateway's own, `esparto bench
 //! dataplane`: it measures the machine the gateway runs on.
 //!
@@ -12,5 +13,6 @@
 pub mod metrics;
 pub mod setup;
 pub mod tunnel;
+pub mod voip;
 
 pub use esparto::bench::median;

@@ -76,6 +76,7 @@ use serde::{Deserialize, Serialize};
 pub use options::{Args, Caps, Options, PER_CPU_LAYOUT};
 pub use pair::{EspartoPair, Layout, static_pairs};
 pub use report::{Bound, Figure, LEGEND, Machine, Measure, Row, figures, rows};
+pub(crate) use report::loadavg as report_loadavg;
 
 use crate::baseline::{self, Section};
 use crate::missing;

@@ -238,6 +238,11 @@ impl EspartoPair {
         Ok(())
     }
 
+    /// The topology the two gateways run on.
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
     /// The section label.
     pub fn label(&self) -> &str {
         &self.label

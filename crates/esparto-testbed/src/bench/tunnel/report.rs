@@ -71,7 +71,7 @@ fn cpu_model(cpuinfo: &str) -> Option<String> {
 }
 
 /// `/proc/loadavg`'s first three fields.
-pub(super) fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into())
