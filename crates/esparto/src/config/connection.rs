@@ -614,7 +614,7 @@ fn duration(
 }
 
 fn auth(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, side: &str) -> AuthConfig {
-    let mut a = AuthConfig { id: None };
+    let mut a = AuthConfig::default();
     let Some(f) = node.field(path, side) else {
         return a;
     };
