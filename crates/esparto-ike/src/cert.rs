@@ -608,6 +608,27 @@ impl TrustStore {
         now: SystemTime,
         id: &Identity,
     ) -> Result<PeerCert, CertRefusal> {
+        let names = self.verify_chain(ee, intermediates, now)?;
+        if !names.binds(id) {
+            return Err(CertRefusal::IdentityNotInCert(id.to_string()));
+        }
+        Ok(PeerCert { der: ee.to_vec() })
+    }
+
+    /// Does `cred`'s chain build to one of our CAs at `now` (a
+    /// configuration check)?
+    pub fn accepts(&self, cred: &LocalCredential, now: SystemTime) -> Result<(), CertRefusal> {
+        let (ee, inter) = cred.chain.split_first().ok_or(CertRefusal::NoCertificate)?;
+        let inter: Vec<&[u8]> = inter.iter().map(Vec::as_slice).collect();
+        self.verify_chain(ee, &inter, now).map(|_| ())
+    }
+
+    fn verify_chain(
+        &self,
+        ee: &[u8],
+        intermediates: &[&[u8]],
+        now: SystemTime,
+    ) -> Result<CertNames, CertRefusal> {
         if intermediates.len() >= MAX_CERTS_PER_MESSAGE {
             return Err(CertRefusal::Oversized);
         }
@@ -642,10 +663,7 @@ impl TrustStore {
         if !names.may_sign {
             return Err(CertRefusal::KeyUsage);
         }
-        if !names.binds(id) {
-            return Err(CertRefusal::IdentityNotInCert(id.to_string()));
-        }
-        Ok(PeerCert { der: ee.to_vec() })
+        Ok(names)
     }
 }
 
@@ -703,6 +721,50 @@ pub fn x509_from_cert_payloads<'a>(
 pub fn certreq_keyids(body: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
     let (&enc, ids) = body.split_first()?;
     (enc == CERT_ENCODING_X509).then(|| ids.chunks_exact(KEYID_LEN))
+}
+
+// ---------------------------------------------------------------------------
+// Files
+
+/// Certificates from a file's contents: PEM (`CERTIFICATE` blocks, in
+/// order) or a single DER certificate.
+pub fn certs_from_file(bytes: &[u8]) -> Result<Vec<Vec<u8>>, CredentialError> {
+    use pki_types::pem::PemObject;
+    if bytes.starts_with(b"-----") || bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        let certs = CertificateDer::pem_slice_iter(bytes)
+            .map(|c| c.map(|c| c.as_ref().to_vec()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| cred_err(format!("PEM: {e}")))?;
+        if certs.is_empty() {
+            return Err(cred_err("no CERTIFICATE block"));
+        }
+        return Ok(certs);
+    }
+    parse_cert(bytes).map_err(|e| cred_err(e.to_string()))?;
+    Ok(vec![bytes.to_vec()])
+}
+
+/// A PKCS#8 private key from a file's contents, PEM (`PRIVATE KEY`) or
+/// DER.
+pub fn key_from_file(bytes: &[u8], rsa_pss: bool) -> Result<SigningKey, CredentialError> {
+    use pki_types::pem::PemObject;
+    if bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        let der = pki_types::PrivatePkcs8KeyDer::from_pem_slice(bytes)
+            .map_err(|e| cred_err(format!("no PKCS#8 PRIVATE KEY block: {e}")))?;
+        return SigningKey::from_pkcs8(der.secret_pkcs8_der(), rsa_pss);
+    }
+    SigningKey::from_pkcs8(bytes, rsa_pss)
+}
+
+/// A CRL from a file's contents, PEM (`X509 CRL`) or DER.
+pub fn crl_from_file(bytes: &[u8]) -> Result<Vec<u8>, CredentialError> {
+    use pki_types::pem::PemObject;
+    if bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return CertificateRevocationListDer::from_pem_slice(bytes)
+            .map(|c| c.as_ref().to_vec())
+            .map_err(|e| cred_err(format!("no X509 CRL block: {e}")));
+    }
+    Ok(bytes.to_vec())
 }
 
 #[cfg(test)]
