@@ -167,7 +167,7 @@ fn strongswan_certificates_both_roles_and_refusals() {
         &esparto_cfg(true, "@west.example", files(west.clone(), vec![], &root.file, None)),
     )
     .unwrap();
-    if !established(&gw, Duration::from_secs(15)) || charon.wait_child_installed(Duration::from_secs(5)).is_err() || !pings(&topo) {
+    if !established(&gw, Duration::from_secs(15)) || charon.wait_child_installed(Duration::from_secs(10)).is_err() || !pings(&topo) {
         failures.push("ECDSA, Esparto initiator: no working tunnel".to_string());
         gw.dir().keep();
         charon.dir().keep();
@@ -221,7 +221,7 @@ fn strongswan_certificates_both_roles_and_refusals() {
         let gw = EspartoGateway::start(topo.ns(Node::GwWest), bin, &ecfg).unwrap();
         let _ = charon.initiate(Duration::from_secs(10));
         let log_path = gw.dir().path().join("esparto.log");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(20);
         let mut logged = false;
         while Instant::now() < deadline && !logged {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -242,4 +242,53 @@ fn strongswan_certificates_both_roles_and_refusals() {
     }
     charon.stop().unwrap();
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+/// Two Esparto gateways with Ed25519 certificates from one CA; west
+/// initiates, traffic crosses both ways.
+#[test]
+fn esparto_to_esparto_ed25519() {
+    if skip("esparto_to_esparto_ed25519", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let pki = tempfile::tempdir().unwrap();
+    let d = pki.path();
+    let root = ca(d, "root", None, &rcgen::PKCS_ED25519);
+    let ed = &rcgen::PKCS_ED25519;
+    let west = issue(d, &root, "west.example", ed, 1, (-1, 365));
+    let east = issue(d, &root, "east.example", ed, 2, (-1, 365));
+    let topo = Topology::new().unwrap();
+    let gw_west = EspartoGateway::start(
+        topo.ns(Node::GwWest),
+        bin,
+        &esparto_cfg(true, "@west.example", files(west, vec![], &root.file, None)),
+    )
+    .unwrap();
+    let mut ecfg = EspartoConfig::site(
+        Node::GwEast,
+        Keying::Ike {
+            proposal: IKE.into(),
+            local_id: "@east.example".into(),
+            remote_id: "@west.example".into(),
+            psk: String::new(),
+            initiator: false,
+        },
+    )
+    .unwrap();
+    ecfg.certs = Some(files(east, vec![], &root.file, None));
+    let gw_east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).unwrap();
+    let up = established(&gw_west, Duration::from_secs(20)) && established(&gw_east, Duration::from_secs(5));
+    let back = Topology::addr(Node::HostWest, Net::Lan, Family::V4);
+    let ok = up
+        && pings(&topo)
+        && traffic::ping(topo.ns(Node::HostEast), back, 2, Duration::from_millis(100)).unwrap().all_answered();
+    if !ok {
+        gw_west.dir().keep();
+        gw_east.dir().keep();
+    }
+    assert!(up, "no IKE SA with a Child SA on both gateways");
+    assert!(ok, "no traffic through the tunnel");
+    gw_west.stop().unwrap();
+    gw_east.stop().unwrap();
 }
