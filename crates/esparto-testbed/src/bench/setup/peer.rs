@@ -76,6 +76,9 @@ pub struct PeerOptions {
     pub workers: usize,
     /// Spoke connections (and PSKs) each side loads; tunnels go round-robin.
     pub connections: usize,
+    /// Authenticate with the certificates in this directory
+    /// ([`super::pki`]) instead of PSKs.
+    pub pki: Option<std::path::PathBuf>,
 }
 
 /// Most spoke connections (one /24 of 10.128.0.0/9 each).
@@ -339,7 +342,17 @@ pub fn run(o: &PeerOptions) -> Result<PeerReport> {
         Box::new(SteeringSpiAllocator::new(o.workers, ::esparto::datapath::spi_for_worker)),
     );
     let names: Vec<String> = (0..o.connections).map(connection_name).collect();
-    for (i, (c, ids)) in connections(o)?.into_iter().enumerate() {
+    let creds = match &o.pki {
+        Some(dir) => Some(super::pki::load(dir, o.role == Role::Initiator)?),
+        None => None,
+    };
+    for (i, (mut c, ids)) in connections(o)?.into_iter().enumerate() {
+        if let Some((cred, trust)) = &creds {
+            c.local.credential = Some(cred.clone());
+            c.remote.trust = Some(trust.clone());
+            ep.add_connection(c)?;
+            continue;
+        }
         ep.add_connection(c)?;
         let key = format!("esparto bench setup: the pre-shared key of spoke {i}");
         ep.secrets_mut().add_psk(&ids, key.as_bytes());
