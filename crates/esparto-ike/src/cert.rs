@@ -58,6 +58,10 @@ pub const MAX_CERT_LEN: usize = 16 * 1024;
 pub const MAX_CERTREQ_CAS: usize = 64;
 /// Length of a CERTREQ CA key identifier (SHA-1, §3.7).
 const KEYID_LEN: usize = 20;
+/// Chains remembered as valid per trust store (a peer that reconnects or
+/// many tunnels of one peer skip path building); the memory is forgotten
+/// when full.
+pub const MAX_VERIFIED_CHAINS: usize = 4096;
 
 /// SIGNATURE_HASH_ALGORITHMS values (RFC 7427 §7, RFC 8420 §2).
 pub mod hash_alg {
@@ -356,7 +360,7 @@ fn parse_cert(der: &[u8]) -> Result<X509Certificate<'_>, CertRefusal> {
         return Err(CertRefusal::Oversized);
     }
     match X509Certificate::from_der(der) {
-        Ok((rest, c)) if rest.is_empty() => Ok(c),
+        Ok(([], c)) => Ok(c),
         Ok(_) => Err(CertRefusal::Invalid("trailing data after the certificate".into())),
         Err(e) => Err(CertRefusal::Invalid(format!("does not parse: {e}"))),
     }
@@ -523,6 +527,13 @@ fn eku_error() -> webpki::Error {
 }
 
 /// The CAs (and CRLs) a connection trusts for its peer.
+///
+/// A chain that webpki accepted is remembered (by the SHA-256 of its
+/// certificates) with the period in which all of its certificates are
+/// valid: the CAs and CRLs of a store never change, so the same octets
+/// within that period would be accepted again, and only the identity
+/// binding and the signature need checking. Path building costs a
+/// signature verification per certificate, as much as the AUTH check.
 #[derive(Debug)]
 pub struct TrustStore {
     ca_ders: Vec<Vec<u8>>,
@@ -530,6 +541,38 @@ pub struct TrustStore {
     crls: Vec<webpki::CertRevocationList<'static>>,
     /// SHA-1 of each CA's SubjectPublicKeyInfo (§3.7), concatenated.
     keyids: Vec<u8>,
+    verified: std::sync::Mutex<std::collections::HashMap<[u8; 32], VerifiedChain>>,
+}
+
+/// A chain webpki accepted: what its end entity names, and when all of
+/// the chain's certificates are valid (seconds since the epoch).
+#[derive(Debug, Clone)]
+struct VerifiedChain {
+    names: CertNames,
+    from: i64,
+    until: i64,
+}
+
+fn chain_digest(ee: &[u8], intermediates: &[&[u8]]) -> [u8; 32] {
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for c in core::iter::once(&ee).chain(intermediates) {
+        ctx.update(&(c.len() as u64).to_be_bytes());
+        ctx.update(c);
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
+}
+
+/// The period in which every certificate given is valid.
+fn validity_window(certs: &[&[u8]]) -> Option<(i64, i64)> {
+    let mut w = (i64::MIN, i64::MAX);
+    for c in certs {
+        let c = parse_cert(c).ok()?;
+        w.0 = w.0.max(c.validity().not_before.timestamp());
+        w.1 = w.1.min(c.validity().not_after.timestamp());
+    }
+    Some(w)
 }
 
 impl PartialEq for TrustStore {
@@ -587,6 +630,7 @@ impl TrustStore {
             anchors,
             crls,
             keyids,
+            verified: std::sync::Mutex::default(),
         })
     }
 
@@ -632,6 +676,35 @@ impl TrustStore {
         if intermediates.len() >= MAX_CERTS_PER_MESSAGE {
             return Err(CertRefusal::Oversized);
         }
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let key = chain_digest(ee, intermediates);
+        if let Ok(cache) = self.verified.lock() {
+            if let Some(v) = cache.get(&key) {
+                if v.from <= secs && secs <= v.until {
+                    return Ok(v.names.clone());
+                }
+            }
+        }
+        let names = self.build_chain(ee, intermediates, now)?;
+        let mut all = vec![ee];
+        all.extend_from_slice(intermediates);
+        if let (Some((from, until)), Ok(mut cache)) = (validity_window(&all), self.verified.lock()) {
+            if cache.len() >= MAX_VERIFIED_CHAINS {
+                cache.clear();
+            }
+            cache.insert(key, VerifiedChain { names: names.clone(), from, until });
+        }
+        Ok(names)
+    }
+
+    fn build_chain(
+        &self,
+        ee: &[u8],
+        intermediates: &[&[u8]],
+        now: SystemTime,
+    ) -> Result<CertNames, CertRefusal> {
         let names = CertNames::read(ee)?;
         for i in intermediates {
             parse_cert(i)?;

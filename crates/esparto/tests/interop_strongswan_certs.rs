@@ -200,7 +200,9 @@ fn strongswan_certificates_both_roles_and_refusals() {
     let foreign = issue(d, &other, "east.example", ec, 11, (-1, 365));
     let revoked = issue(d, &root, "east.example", ec, 12, (-1, 365));
     let crl_file = crl(d, &root, &[12]);
-    let cases: [(&str, (PathBuf, PathBuf), &str, Option<PathBuf>, &str); 4] = [
+    // (case, strongSwan's certificate and key, its identity, Esparto's CRL, the logged reason)
+    type Case<'a> = (&'a str, (PathBuf, PathBuf), &'a str, Option<PathBuf>, &'a str);
+    let cases: [Case<'_>; 4] = [
         ("expired", expired, "@east.example", None, "certificate expired"),
         ("wrong CA", foreign, "@east.example", None, "not issued by a trusted CA"),
         ("identity not in certificate", east.clone(), "@mars.example", None, "not in the certificate"),

@@ -316,3 +316,27 @@ fn certreq_names_the_cas() {
 fn hash_notify_lists_sha2_and_identity() {
     assert_eq!(signature_hash_notify(), [0, 2, 0, 3, 0, 4, 0, 5]);
 }
+
+#[test]
+fn remembered_chains_still_expire_and_bind() {
+    let ca = TestCa::root("Root", &rcgen::PKCS_ECDSA_P256_SHA256);
+    let day = Duration::from_secs(86_400);
+    let c = ca.issue_at("moon", &["moon.example"], &rcgen::PKCS_ECDSA_P256_SHA256, 1, now() - day, now() + day * 2);
+    let trust = TrustStore::new(vec![ca.der.clone()], &[]).unwrap();
+    let t = SystemTime::now();
+    assert!(trust.verify(&c.der, &[], t, &id("@moon.example")).is_ok());
+    // Remembered now; the identity is still checked every time …
+    assert!(matches!(
+        trust.verify(&c.der, &[], t, &id("@sun.example")),
+        Err(CertRefusal::IdentityNotInCert(_))
+    ));
+    assert!(trust.verify(&c.der, &[], t, &id("@moon.example")).is_ok());
+    // … and past notAfter the chain is built again, and refused.
+    let later = t + day * 3;
+    assert_eq!(trust.verify(&c.der, &[], later, &id("@moon.example")).unwrap_err(), CertRefusal::Expired);
+    // A changed certificate is not the remembered one.
+    let mut d = c.der.clone();
+    let last = d.len() - 1;
+    d[last] ^= 1;
+    assert!(trust.verify(&d, &[], t, &id("@moon.example")).is_err());
+}

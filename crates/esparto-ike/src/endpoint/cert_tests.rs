@@ -222,7 +222,9 @@ fn refusals_install_nothing() {
         i.id = Some("@moon.example");
         i
     };
-    let cases: [(&TestCert, Option<&str>, Vec<Vec<u8>>, AuthFailure); 4] = [
+    // (initiator's certificate, the identity it claims, the responder's CRLs, the refusal)
+    type Case<'a> = (&'a TestCert, Option<&'a str>, Vec<Vec<u8>>, AuthFailure);
+    let cases: [Case<'_>; 4] = [
         (&expired, None, vec![], AuthFailure::CertExpired),
         (&foreign, None, vec![], AuthFailure::UnknownCa),
         (&good, Some("@mars.example"), vec![], AuthFailure::IdentityNotInCert),

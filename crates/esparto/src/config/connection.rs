@@ -370,7 +370,6 @@ fn uses_ike(node: &Node) -> bool {
 }
 
 #[allow(clippy::too_many_arguments)]
-#[allow(clippy::too_many_arguments)]
 fn ike_settings(
     cx: &mut Cx<'_>,
     daemon: &Daemon,

@@ -45,8 +45,9 @@ pub const IKE_PORT: u16 = 500;
 pub const NATT_PORT: u16 = 4500;
 /// Datagrams per `recvmmsg`/`sendmmsg`.
 const BATCH: usize = 64;
-/// Largest IKE datagram expected here (no fragmentation, no certificates).
-const MAX_DATAGRAM: usize = 2048;
+/// Largest IKE datagram expected here (no fragmentation): an IKE_AUTH
+/// with an RSA-3072 certificate and signature is about 2.3 KB.
+const MAX_DATAGRAM: usize = 8192;
 /// Longest sleep in `poll(2)` when idle, so a closed stdin or a deadline is
 /// noticed.
 const IDLE_POLL: Duration = Duration::from_millis(20);
@@ -542,6 +543,7 @@ mod tests {
             cookies: false,
             workers: 2,
             connections: 300,
+            pki: None,
         };
         let is = connections(&o(Role::Initiator, "198.18.0.1", "198.18.0.2")).unwrap();
         let rs = connections(&o(Role::Responder, "198.18.0.2", "198.18.0.1")).unwrap();
