@@ -164,8 +164,12 @@ struct Io {
 
 impl Io {
     fn bind(local: IpAddr) -> Result<Self> {
+        // No GSO: IKE_AUTH messages with certificates are larger than the
+        // MTU, and equal-sized ones to the one peer would be coalesced into
+        // a GSO send whose segments the kernel refuses.
         let cfg = UdpConfig {
             gro: false,
+            gso: false,
             ..UdpConfig::default()
         };
         let bind = |port| {
@@ -219,8 +223,8 @@ impl Io {
             if self.tx[i].is_full() {
                 self.flush(i)?;
             }
-            // A datagram larger than a slot cannot come from this exchange
-            // (no certificates); if one did, it is dropped and counted.
+            // A datagram larger than a slot cannot come from this exchange;
+            // if one did, it is dropped and counted.
             if self.tx[i].push(Some(t.remote), &t.data).is_ok() {
                 n += 1;
             } else {
