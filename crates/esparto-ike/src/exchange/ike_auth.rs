@@ -5,9 +5,15 @@
 //!                          <--  HDR, SK {IDr, [CERT,] AUTH, SAr2, TSi, TSr}
 //! ```
 //!
-//! Each side proves that it holds the PSK for the pair of identities with
-//! an AUTH payload over its own IKE_SA_INIT message, the other side's
-//! nonce and its own identity ([`crate::auth`]), and checks the other's.
+//! Each side proves that it holds the PSK for the pair of identities, or
+//! the private key of its certificate, with an AUTH payload over its own
+//! IKE_SA_INIT message, the other side's nonce and its own identity
+//! ([`crate::auth`]; a signature, RFC 7427, [`crate::cert`]), and checks
+//! the other's. A side whose connection trusts CAs for the peer
+//! (`remote.trust`) demands a signature: the peer's CERT payloads must
+//! chain to one of them and name the identity it presents, and its
+//! signature must verify; a side with `local.credential` signs and sends
+//! its chain. Each side chooses its own method (§2.15).
 //! Neither side looks at the Child SA part before the peer is
 //! authenticated, so an unauthenticated peer never gets a Child SA
 //! installed.
