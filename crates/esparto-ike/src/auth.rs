@@ -42,6 +42,25 @@ pub fn psk_auth(
     )
 }
 
+/// The octets a signature covers (§2.15): `real_message | peer_nonce |
+/// prf(sk_p, RestOfIDPayload)`, as for a PSK but signed instead of MACed.
+pub fn signed_octets(
+    prf: Prf,
+    real_message: &[u8],
+    peer_nonce: &[u8],
+    sk_p: &[u8],
+    id: &IdRepr<'_>,
+) -> Vec<u8> {
+    let mut body = [0u8; 4];
+    body[0] = id.id_type.0;
+    let maced_id = prf.prf_parts(sk_p, &[&body, id.data]);
+    let mut out = Vec::with_capacity(real_message.len() + peer_nonce.len() + maced_id.as_slice().len());
+    out.extend_from_slice(real_message);
+    out.extend_from_slice(peer_nonce);
+    out.extend_from_slice(maced_id.as_slice());
+    out
+}
+
 /// Verify a received AUTH value (constant-time comparison).
 pub fn verify_psk_auth(
     prf: Prf,

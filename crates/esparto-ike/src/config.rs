@@ -18,6 +18,7 @@
 //! turn strings into typed values and report what is wrong; they never
 //! read files.
 
+use crate::cert::{LocalCredential, TrustStore};
 use crate::identity::Identity;
 pub use crate::lifetime::{AfterDeath, CloseAction, DpdAction, PerCpuSas};
 use crate::proposal::{Proposal, ProposalError, Protocol};
@@ -39,14 +40,31 @@ pub enum StartAction {
     Start,
 }
 
-/// How one side authenticates: with a pre-shared key (RFC 7296 §2.15), the
-/// only method the engine implements.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How one side authenticates: with a pre-shared key (RFC 7296 §2.15), or
+/// with an X.509 certificate and a signature (RFC 7427,
+/// [`crate::cert`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AuthConfig {
     /// The identity (IDi/IDr). `None` for the local side means "our IKE
-    /// address"; for the remote side, `None` or `%any` accepts any identity
-    /// for which a PSK is found.
+    /// address" (with a certificate: its subject DN); for the remote side,
+    /// `None` or `%any` accepts any identity for which a PSK is found, or
+    /// that a trusted certificate names.
     pub id: Option<Identity>,
+    /// Local side only: sign with this certificate's key instead of a PSK.
+    pub credential: Option<Arc<LocalCredential>>,
+    /// Remote side only: the peer must sign, with a certificate chaining
+    /// to one of these CAs.
+    pub trust: Option<Arc<TrustStore>>,
+}
+
+impl AuthConfig {
+    /// A side identified by `id`, authenticating with a PSK.
+    pub fn psk(id: Option<Identity>) -> Self {
+        AuthConfig {
+            id,
+            ..AuthConfig::default()
+        }
+    }
 }
 
 /// One Child SA configuration (swanctl `children.<name>`).
@@ -175,8 +193,8 @@ impl Default for ConnectionConfig {
             remote_port: 500,
             proposals: vec![],
             encap: false,
-            local: AuthConfig { id: None },
-            remote: AuthConfig { id: None },
+            local: AuthConfig::default(),
+            remote: AuthConfig::default(),
             children: vec![],
             dpd_delay: None,
             dpd_timeout: None,
@@ -349,12 +367,20 @@ impl ConnectionConfig {
             && (self.remote_addrs.is_empty() || self.remote_addrs.contains(&remote))
     }
 
-    /// The local identity, defaulting to the local IKE address.
+    /// The local identity, defaulting to our certificate's subject, else
+    /// the local IKE address.
     pub fn local_id(&self, local: IpAddr) -> Identity {
-        self.local
-            .id
-            .clone()
-            .unwrap_or_else(|| Identity::from(local))
+        match (&self.local.id, &self.local.credential) {
+            (Some(id), Some(c)) => c.wire_identity(id),
+            (Some(id), None) => id.clone(),
+            (None, Some(c)) => c.subject().unwrap_or_else(|| Identity::from(local)),
+            (None, None) => Identity::from(local),
+        }
+    }
+
+    /// Does either side authenticate with certificates?
+    pub fn uses_certs(&self) -> bool {
+        self.local.credential.is_some() || self.remote.trust.is_some()
     }
 
     /// What the end of one of its IKE SAs for `reason` calls for

@@ -157,6 +157,40 @@ pub enum AuthFailure {
     UnsupportedMethod,
     /// The peer told us our AUTH did not verify (AUTHENTICATION_FAILED).
     RejectedByPeer,
+    /// The peer's certificate (or one of its chain) is expired.
+    CertExpired,
+    /// The peer's certificate is not valid yet.
+    CertNotYetValid,
+    /// The peer's chain leads to no CA configured for the connection.
+    UnknownCa,
+    /// A configured CRL revokes the peer's certificate or a CA above it.
+    CertRevoked,
+    /// The peer's IKE identity is not in its certificate (RFC 4945 §3.1).
+    IdentityNotInCert,
+    /// The peer's signature does not verify with its certificate's key.
+    BadSignature,
+    /// No certificate, an unusable one, or a signature algorithm we do not
+    /// implement.
+    CertInvalid,
+}
+
+impl From<&crate::cert::CertRefusal> for AuthFailure {
+    fn from(r: &crate::cert::CertRefusal) -> Self {
+        use crate::cert::CertRefusal as R;
+        match r {
+            R::Expired => AuthFailure::CertExpired,
+            R::NotYetValid => AuthFailure::CertNotYetValid,
+            R::UnknownCa => AuthFailure::UnknownCa,
+            R::Revoked => AuthFailure::CertRevoked,
+            R::IdentityNotInCert(_) => AuthFailure::IdentityNotInCert,
+            R::BadSignature => AuthFailure::BadSignature,
+            R::KeyUsage
+            | R::UnsupportedAlgorithm
+            | R::NoCertificate
+            | R::Oversized
+            | R::Invalid(_) => AuthFailure::CertInvalid,
+        }
+    }
 }
 
 impl AuthFailure {
@@ -168,6 +202,13 @@ impl AuthFailure {
             AuthFailure::UnknownIdentity => "unknown_identity",
             AuthFailure::UnsupportedMethod => "unsupported_method",
             AuthFailure::RejectedByPeer => "rejected_by_peer",
+            AuthFailure::CertExpired => "cert_expired",
+            AuthFailure::CertNotYetValid => "cert_not_yet_valid",
+            AuthFailure::UnknownCa => "unknown_ca",
+            AuthFailure::CertRevoked => "cert_revoked",
+            AuthFailure::IdentityNotInCert => "identity_not_in_cert",
+            AuthFailure::BadSignature => "bad_signature",
+            AuthFailure::CertInvalid => "cert_invalid",
         }
     }
 }

@@ -12,10 +12,15 @@
 //! | `keyid:0a0b…`, `@#0a0b…` | ID_KEY_ID (hex) |
 //! | `fqdn:…`, `email:…` | explicit type prefixes |
 //! | `%any` | wildcard, for matching only |
+//! | `C=CH, O=Example, CN=moon` | ID_DER_ASN1_DN (certificates only) |
 //!
-//! Distinguished names (ID_DER_ASN1_DN) are certificate business and are
-//! not accepted here. FQDN and e-mail identities compare case-insensitively
-//! (DNS names are case-insensitive, RFC 4343), as strongSwan does.
+//! FQDN and e-mail identities compare case-insensitively (DNS names are
+//! case-insensitive, RFC 4343), as strongSwan does. A distinguished name is
+//! compared in its text form, attribute by attribute, ignoring ASCII case
+//! and the spaces around separators: a DN typed in the configuration has no
+//! DER, so received DNs are rendered to text (x509-parser) and compared
+//! there. A DN we send is always the subject of our own certificate, sent
+//! as the certificate encodes it (RFC 4945 §3.1.5).
 
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -34,8 +39,97 @@ pub enum Identity {
     UserFqdn(String),
     /// ID_KEY_ID.
     KeyId(Vec<u8>),
+    /// ID_DER_ASN1_DN.
+    Dn(DnName),
     /// `%any`: matches every identity; never sent.
     Any,
+}
+
+/// A distinguished name: its text and, when it came from a certificate or
+/// the wire, its DER. Equality and hashing use the folded text only.
+#[derive(Debug, Clone)]
+pub struct DnName {
+    /// `C=CH, O=Example, CN=moon`, separators normalised.
+    text: String,
+    /// The text folded for comparison.
+    folded: String,
+    /// The DER Name, empty for a DN typed in the configuration.
+    der: Vec<u8>,
+}
+
+impl DnName {
+    /// From the text form; `None` unless every component is `type=value`.
+    pub fn parse(s: &str) -> Option<Self> {
+        let mut parts = Vec::new();
+        for part in s.split([',', '/']).map(str::trim).filter(|p| !p.is_empty()) {
+            let (t, v) = part.split_once('=')?;
+            let (t, v) = (t.trim(), v.trim());
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.') {
+                return None;
+            }
+            parts.push(format!("{}={v}", canonical_attr(t)));
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        let text = parts.join(", ");
+        Some(DnName {
+            folded: text.to_ascii_lowercase(),
+            text,
+            der: Vec::new(),
+        })
+    }
+
+    /// From a DER Name (an ID payload or a certificate's subject).
+    pub fn from_der(der: &[u8]) -> Option<Self> {
+        use x509_parser::prelude::FromDer;
+        let (rest, name) = x509_parser::x509::X509Name::from_der(der).ok()?;
+        if !rest.is_empty() {
+            return None;
+        }
+        let text = name.to_string_with_registry(x509_parser::objects::oid_registry()).ok()?;
+        let mut dn = DnName::parse(&text)?;
+        dn.der = der.to_vec();
+        Some(dn)
+    }
+
+    /// The DER Name, if known.
+    pub fn der(&self) -> Option<&[u8]> {
+        (!self.der.is_empty()).then_some(self.der.as_slice())
+    }
+}
+
+/// Attribute names as x509-parser prints them, whatever the spelling typed.
+fn canonical_attr(t: &str) -> String {
+    match t.to_ascii_uppercase().as_str() {
+        "E" | "EMAIL" | "EMAILADDRESS" => "Email".to_string(),
+        "S" | "ST" => "ST".to_string(),
+        "SN" => "SN".to_string(),
+        "SERIALNUMBER" => "serialNumber".to_string(),
+        "DC" => "DC".to_string(),
+        u @ ("C" | "L" | "O" | "OU" | "CN") => u.to_string(),
+        _ => t.to_string(),
+    }
+}
+
+impl PartialEq for DnName {
+    fn eq(&self, other: &Self) -> bool {
+        self.folded == other.folded
+    }
+}
+
+impl Eq for DnName {}
+
+impl core::hash::Hash for DnName {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.folded.hash(state);
+    }
+}
+
+impl fmt::Display for DnName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// An identity string that could not be parsed.
@@ -97,8 +191,7 @@ impl Identity {
             return Ok(Identity::from(ip));
         }
         if s.contains('=') {
-            // Looks like a distinguished name: certificates only.
-            return Err(err());
+            return DnName::parse(s).map(Identity::Dn).ok_or_else(err);
         }
         if s.contains('@') {
             return Ok(Identity::UserFqdn(s.to_string()));
@@ -114,6 +207,7 @@ impl Identity {
             Identity::Fqdn(s) => (IdType::FQDN, s.as_bytes().to_vec()),
             Identity::UserFqdn(s) => (IdType::RFC822_ADDR, s.as_bytes().to_vec()),
             Identity::KeyId(k) => (IdType::KEY_ID, k.clone()),
+            Identity::Dn(d) => (IdType::DER_ASN1_DN, d.der()?.to_vec()),
             Identity::Any => return None,
         })
     }
@@ -128,6 +222,7 @@ impl Identity {
             IdType::FQDN => Identity::Fqdn(String::from_utf8(data.to_vec()).ok()?),
             IdType::RFC822_ADDR => Identity::UserFqdn(String::from_utf8(data.to_vec()).ok()?),
             IdType::KEY_ID => Identity::KeyId(data.to_vec()),
+            IdType::DER_ASN1_DN => Identity::Dn(DnName::from_der(data)?),
             _ => return None,
         })
     }
@@ -179,6 +274,7 @@ impl fmt::Display for Identity {
                 f.write_str("keyid:")?;
                 k.iter().try_for_each(|b| write!(f, "{b:02x}"))
             }
+            Identity::Dn(d) => write!(f, "\"{d}\""),
             Identity::Any => f.write_str("%any"),
         }
     }
@@ -220,7 +316,11 @@ mod tests {
             Identity::KeyId(vec![0x0a, 0x0b])
         );
         assert_eq!(Identity::parse("%any").unwrap(), Identity::Any);
-        assert!(Identity::parse("C=CH, O=strongSwan").is_err());
+        assert_eq!(
+            Identity::parse("c=CH,O = strongSwan").unwrap(),
+            Identity::parse("C=CH, O=strongswan").unwrap()
+        );
+        assert!(Identity::parse("C=CH, strongSwan").is_err());
         assert!(Identity::parse("keyid:abc").is_err());
         assert!(Identity::parse("@").is_err());
     }
@@ -240,6 +340,8 @@ mod tests {
         }
         assert_eq!(Identity::from_wire(IdType::IPV4_ADDR, &[1, 2, 3]), None);
         assert_eq!(Identity::from_wire(IdType::DER_ASN1_DN, &[1]), None);
+        // A DN typed in the configuration has no DER to send.
+        assert_eq!(Identity::parse("CN=moon").unwrap().to_wire(), None);
         assert_eq!(Identity::Any.to_wire(), None);
     }
 

@@ -83,6 +83,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod cert;
 mod child;
 pub mod config;
 mod connections;

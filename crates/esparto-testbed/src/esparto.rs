@@ -122,6 +122,9 @@ pub struct EspartoConfig {
     pub child_extra: Vec<(String, String)>,
     /// How the SAs are keyed.
     pub keying: Keying,
+    /// With [`Keying::Ike`]: authenticate with certificates instead of
+    /// the PSK (both ways).
+    pub certs: Option<crate::strongswan::CertFiles>,
 }
 
 /// CPUs for gw-east's workers such that no flow has both its ends on one
@@ -217,6 +220,7 @@ impl EspartoConfig {
             conn_extra: Vec::new(),
             child_extra: Vec::new(),
             keying,
+            certs: None,
         })
     }
 
@@ -269,12 +273,33 @@ impl EspartoConfig {
                 "version = 2\nproposals = [{}]\nencap = true",
                 q(proposal)
             );
-            let _ = writeln!(
-                t,
-                "local.auth = \"psk\"\nlocal.id = {}\nremote.auth = \"psk\"\nremote.id = {}",
-                q(local_id),
-                q(remote_id)
-            );
+            if let Some(c) = &self.certs {
+                let mut certs = vec![c.cert.display().to_string()];
+                certs.extend(c.intermediates.iter().map(|p| p.display().to_string()));
+                let _ = writeln!(
+                    t,
+                    "local.auth = \"pubkey\"\nlocal.id = {}\nlocal.certs = {}\nlocal.key = {}",
+                    q(local_id),
+                    list(&certs),
+                    q(&c.key.display().to_string())
+                );
+                let _ = writeln!(
+                    t,
+                    "remote.auth = \"pubkey\"\nremote.id = {}\nremote.cacerts = [{}]",
+                    q(remote_id),
+                    q(&c.cacert.display().to_string())
+                );
+                if let Some(crl) = &c.crl {
+                    let _ = writeln!(t, "remote.crls = [{}]", q(&crl.display().to_string()));
+                }
+            } else {
+                let _ = writeln!(
+                    t,
+                    "local.auth = \"psk\"\nlocal.id = {}\nremote.auth = \"psk\"\nremote.id = {}",
+                    q(local_id),
+                    q(remote_id)
+                );
+            }
         }
         let child = format!("{conn}.children.{}", self.child);
         let _ = writeln!(t, "\n[{child}]");
@@ -319,6 +344,9 @@ impl EspartoConfig {
                     "start_action = {}",
                     q(if *initiator { "start" } else { "none" })
                 );
+                if self.certs.is_some() {
+                    return t;
+                }
                 let _ = writeln!(
                     t,
                     "\n[secrets.{}]\nids = [{}, {}]\nsecret = {}",

@@ -42,7 +42,25 @@ use super::topology::{Net, Node, Topology};
 use super::{CHARON, Family, WorkDir, sigterm, wait_child, wait_for};
 
 /// The plugin list that works with kernel-libipsec (see the module essay).
-pub const PLUGINS: &str = "random nonce openssl aes sha1 sha2 hmac kdf gcm chapoly curve25519 gmp pem pkcs1 x509 pubkey kernel-libipsec kernel-netlink socket-default vici";
+/// `pkcs8`, `constraints` and `revocation` are for certificate
+/// authentication (PKCS#8 keys, basic/name constraints, CRL checks).
+pub const PLUGINS: &str = "random nonce openssl aes sha1 sha2 hmac kdf gcm chapoly curve25519 gmp pem pkcs1 pkcs8 x509 pubkey constraints revocation kernel-libipsec kernel-netlink socket-default vici";
+
+/// Certificate authentication for one side: files (PEM) and what to
+/// trust. Used by both [`SwanConfig`] and the Esparto test configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    /// Our certificate.
+    pub cert: std::path::PathBuf,
+    /// Intermediate CA certificates above it (sent along).
+    pub intermediates: Vec<std::path::PathBuf>,
+    /// Our PKCS#8 private key.
+    pub key: std::path::PathBuf,
+    /// The CA we accept for the peer.
+    pub cacert: std::path::PathBuf,
+    /// A CRL to check the peer against.
+    pub crl: Option<std::path::PathBuf>,
+}
 
 /// One strongSwan gateway's configuration: one IKE connection with one child.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +106,8 @@ pub struct SwanConfig {
     pub dpd_delay: Option<String>,
     /// charon's log levels for the `ike`, `chd`, `cfg`, `net`, `knl` groups.
     pub log_level: i8,
+    /// Authenticate with certificates instead of the PSK (both ways).
+    pub certs: Option<CertFiles>,
 }
 
 impl SwanConfig {
@@ -130,6 +150,7 @@ impl SwanConfig {
             encap: false,
             dpd_delay: None,
             log_level: 1,
+            certs: None,
         })
     }
 
@@ -172,16 +193,29 @@ impl SwanConfig {
         if let Some(d) = &self.dpd_delay {
             let _ = writeln!(c, "    dpd_delay = {d}");
         }
-        let _ = writeln!(
-            c,
-            "    local {{\n      auth = psk\n      id = {}\n    }}",
-            self.local_id
-        );
-        let _ = writeln!(
-            c,
-            "    remote {{\n      auth = psk\n      id = {}\n    }}",
-            self.remote_id
-        );
+        if self.certs.is_some() {
+            let _ = writeln!(
+                c,
+                "    local {{\n      auth = pubkey\n      certs = local.crt\n      id = {}\n    }}",
+                self.local_id
+            );
+            let _ = writeln!(
+                c,
+                "    remote {{\n      auth = pubkey\n      cacerts = ca.crt\n      id = {}\n    }}",
+                self.remote_id
+            );
+        } else {
+            let _ = writeln!(
+                c,
+                "    local {{\n      auth = psk\n      id = {}\n    }}",
+                self.local_id
+            );
+            let _ = writeln!(
+                c,
+                "    remote {{\n      auth = psk\n      id = {}\n    }}",
+                self.remote_id
+            );
+        }
         let _ = writeln!(c, "    children {{\n      {} {{", self.child);
         let _ = writeln!(
             c,
@@ -198,6 +232,9 @@ impl SwanConfig {
             let _ = writeln!(c, "        rekey_time = {t}");
         }
         let _ = writeln!(c, "        start_action = none\n      }}\n    }}\n  }}\n}}");
+        if self.certs.is_some() {
+            return c;
+        }
         // A quoted string; swanctl.conf escapes '"' and '\' with '\'.
         let psk = self.psk.replace('\\', "\\\\").replace('"', "\\\"");
         let _ = writeln!(
@@ -207,6 +244,29 @@ impl SwanConfig {
         );
         c
     }
+}
+
+/// Copy certificate files where `swanctl --load-all` finds them
+/// (`x509/`, `x509ca/`, `private/`, `x509crl/` under SWANCTL_DIR),
+/// replacing what an earlier configuration put there.
+fn install_certs(dir: &WorkDir, certs: Option<&CertFiles>) -> Result<()> {
+    for sub in ["x509", "x509ca", "private", "x509crl"] {
+        let d = dir.join("swanctl").join(sub);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d)?;
+    }
+    let Some(c) = certs else { return Ok(()) };
+    let sw = dir.join("swanctl");
+    std::fs::copy(&c.cert, sw.join("x509/local.crt")).context("copying the certificate")?;
+    std::fs::copy(&c.cacert, sw.join("x509ca/ca.crt")).context("copying the CA")?;
+    for (i, p) in c.intermediates.iter().enumerate() {
+        std::fs::copy(p, sw.join(format!("x509ca/intermediate{i}.crt")))?;
+    }
+    std::fs::copy(&c.key, sw.join("private/local.key")).context("copying the key")?;
+    if let Some(crl) = &c.crl {
+        std::fs::copy(crl, sw.join("x509crl/ca.crl"))?;
+    }
+    Ok(())
 }
 
 /// A running charon in a namespace.
@@ -232,6 +292,7 @@ impl Charon {
         std::fs::create_dir_all(dir.join("swanctl"))?;
         std::fs::write(dir.join("strongswan.conf"), cfg.strongswan_conf(&dir))?;
         std::fs::write(dir.join("swanctl/swanctl.conf"), cfg.swanctl_conf())?;
+        install_certs(&dir, cfg.certs.as_ref())?;
         let out = std::fs::File::create(dir.join("charon.out"))?;
         let script = format!(
             "mount --bind '{}' /run && exec env STRONGSWAN_CONF='{}' {CHARON}",
@@ -333,6 +394,7 @@ impl Charon {
             let _ = self.terminate(Duration::from_secs(5));
         }
         std::fs::write(self.dir.join("swanctl/swanctl.conf"), cfg.swanctl_conf())?;
+        install_certs(&self.dir, cfg.certs.as_ref())?;
         self.cfg = cfg;
         self.swanctl(&["--load-all", "--noprompt"]).map(|_| ())
     }

@@ -360,7 +360,8 @@ impl Endpoint {
         sa.nat = NatState::detect(spi_i, 0, &m.nat_src, m.nat_dst, remote, local);
         sa.expected_mid = 1;
         let packet =
-            ike_init::response(&mut sa, &mut *self.rng, choice.group, &public, &nr).ok()?;
+            ike_init::response(&mut sa, &mut *self.rng, choice.group, &public, &nr, m.sig_hash)
+                .ok()?;
         sa.handshake = Some(Box::new(Handshake {
             ni: ni.to_vec(),
             nr,

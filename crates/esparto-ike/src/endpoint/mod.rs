@@ -670,3 +670,5 @@ impl Endpoint {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod cert_tests;

@@ -5,9 +5,15 @@
 //!                          <--  HDR, SK {IDr, [CERT,] AUTH, SAr2, TSi, TSr}
 //! ```
 //!
-//! Each side proves that it holds the PSK for the pair of identities with
-//! an AUTH payload over its own IKE_SA_INIT message, the other side's
-//! nonce and its own identity ([`crate::auth`]), and checks the other's.
+//! Each side proves that it holds the PSK for the pair of identities, or
+//! the private key of its certificate, with an AUTH payload over its own
+//! IKE_SA_INIT message, the other side's nonce and its own identity
+//! ([`crate::auth`]; a signature, RFC 7427, [`crate::cert`]), and checks
+//! the other's. A side whose connection trusts CAs for the peer
+//! (`remote.trust`) demands a signature: the peer's CERT payloads must
+//! chain to one of them and name the identity it presents, and its
+//! signature must verify; a side with `local.credential` signs and sends
+//! its chain. Each side chooses its own method (§2.15).
 //! Neither side looks at the Child SA part before the peer is
 //! authenticated, so an unauthenticated peer never gets a Child SA
 //! installed.
@@ -41,7 +47,10 @@
 //! group's fallback SA (RFC 9611).
 
 use super::{Outcome, Received, Task, informational_notify, reason_for};
-use crate::auth::{psk_auth, verify_psk_auth};
+use crate::auth::{psk_auth, signed_octets, verify_psk_auth};
+use crate::cert::{
+    CERT_ENCODING_X509, CertRefusal, LocalCredential, TrustStore, x509_from_cert_payloads,
+};
 use crate::child::{
     ChildAnswer, ChildOpts, ChildQuery, ChildSa, Install, check_answer, install, offer, ts_from,
     ts_repr,
@@ -59,7 +68,7 @@ use esparto_crypto::SecretBytes;
 use esparto_crypto::ike::PrfOutput;
 use esparto_wire::ike::{
     AuthMethod, AuthRepr, ExchangeType, IdRepr, IdType, NotifyRepr, NotifyType, PayloadRepr,
-    SaRepr, Spi,
+    PayloadType, SaRepr, Spi,
 };
 use std::sync::Arc;
 
@@ -78,6 +87,8 @@ struct AuthPayloads<'a> {
     initial_contact: bool,
     /// SA_RESOURCE_INFO (RFC 9611).
     resource_info: bool,
+    /// CERT payload bodies (encoding octet first), in order (§3.6).
+    certs: Vec<&'a [u8]>,
 }
 
 impl<'a> AuthPayloads<'a> {
@@ -92,6 +103,7 @@ impl<'a> AuthPayloads<'a> {
             window: None,
             initial_contact: false,
             resource_info: false,
+            certs: Vec::new(),
         };
         for p in payloads {
             match p {
@@ -101,6 +113,10 @@ impl<'a> AuthPayloads<'a> {
                 PayloadRepr::Sa(s) => m.sa = Some(s),
                 PayloadRepr::TsI(t) => m.tsi = Some(ts_from(t)),
                 PayloadRepr::TsR(t) => m.tsr = Some(ts_from(t)),
+                PayloadRepr::Other {
+                    payload_type: PayloadType::CERT,
+                    body,
+                } => m.certs.push(body),
                 PayloadRepr::Notify(n) => match n.kind {
                     NotifyType::SET_WINDOW_SIZE => m.window = n.u32_data(),
                     NotifyType::INITIAL_CONTACT => m.initial_contact = true,
@@ -201,21 +217,40 @@ impl IkeAuth {
             id_type,
             data: &id_data,
         };
-        let auth = initiator_auth(sa, ctx, &local_id, &idi)?;
+        let (method, auth) = match &conn.local.credential {
+            Some(cred) => (
+                AuthMethod::DIGITAL_SIGNATURE,
+                initiator_signature(sa, cred, &idi)?,
+            ),
+            None => (
+                AuthMethod::SHARED_KEY_MIC,
+                initiator_auth(sa, ctx, &local_id, &idi)?.as_slice().to_vec(),
+            ),
+        };
         let idr_wire = conn.remote.id.as_ref().and_then(Identity::to_wire);
         self.prepare_offer(sa, ctx)?;
+        let certs = cert_bodies(conn.local.credential.as_deref());
+        let certreq = conn.remote.trust.as_ref().map(|t| t.certreq());
 
+        // §1.2: IDi, [CERT,] [CERTREQ,] [IDr,] AUTH, …
         let mut payloads = vec![PayloadRepr::IdI(idi)];
+        payloads.extend(certs.iter().map(|body| PayloadRepr::Other {
+            payload_type: PayloadType::CERT,
+            body,
+        }));
+        if let Some(body) = &certreq {
+            payloads.push(PayloadRepr::Other {
+                payload_type: PayloadType::CERTREQ,
+                body,
+            });
+        }
         if let Some((t, d)) = &idr_wire {
             payloads.push(PayloadRepr::IdR(IdRepr {
                 id_type: *t,
                 data: d,
             }));
         }
-        payloads.push(PayloadRepr::Auth(AuthRepr {
-            method: AuthMethod::SHARED_KEY_MIC,
-            data: auth.as_slice(),
-        }));
+        payloads.push(PayloadRepr::Auth(AuthRepr { method, data: &auth }));
         if sa.initial_contact {
             payloads.push(PayloadRepr::Notify(NotifyRepr::new(
                 NotifyType::INITIAL_CONTACT,
@@ -318,6 +353,56 @@ fn initiator_auth(
     ))
 }
 
+/// Our signature (RFC 7427) over RealMessage1 | NonceRData | MACedIDForI.
+fn initiator_signature(
+    sa: &IkeSa,
+    cred: &LocalCredential,
+    idi: &IdRepr<'_>,
+) -> Result<Vec<u8>, Reason> {
+    let keys = sa.keys.as_ref().ok_or(Reason::Local("no keys"))?;
+    let hs = sa
+        .handshake
+        .as_deref()
+        .ok_or(Reason::Local("IKE_SA_INIT state gone"))?;
+    let sk_pi = keys.sk_pi().ok_or(Reason::Local("SK_pi gone"))?;
+    let octets = signed_octets(keys.prf, &hs.init_request, &hs.nr, sk_pi, idi);
+    cred.key().auth_data(&octets).map_err(|e| {
+        tracing::warn!(ike_sa = %sa.id, "cannot sign AUTH: {e}");
+        Reason::Local("signing failed")
+    })
+}
+
+/// CERT payload bodies for our chain, end entity first (§3.6).
+fn cert_bodies(cred: Option<&LocalCredential>) -> Vec<Vec<u8>> {
+    cred.map_or_else(Vec::new, |c| {
+        c.chain()
+            .iter()
+            .map(|der| {
+                let mut body = Vec::with_capacity(1 + der.len());
+                body.push(CERT_ENCODING_X509);
+                body.extend_from_slice(der);
+                body
+            })
+            .collect()
+    })
+}
+
+/// Validate the peer's certificates against `trust`, check that they name
+/// `peer_id`, and check its AUTH signature over `octets`.
+fn verify_signature_auth(
+    trust: &TrustStore,
+    certs: &[&[u8]],
+    peer_id: &Identity,
+    auth: &[u8],
+    octets: &[u8],
+) -> Result<(), CertRefusal> {
+    let (x509, _other) = x509_from_cert_payloads(certs)?;
+    let (ee, inter) = x509.split_first().ok_or(CertRefusal::NoCertificate)?;
+    // Validity is wall-clock business: certificates name calendar dates.
+    let peer = trust.verify(ee, inter, std::time::SystemTime::now(), peer_id)?;
+    peer.verify_auth(auth, octets)
+}
+
 /// Check the responder's IDr and AUTH (§2.15: over RealMessage2 |
 /// NonceIData | MACedIDForR). Returns our identity and the responder's, or
 /// what the failure means for the IKE SA (reported to the driver).
@@ -348,14 +433,20 @@ fn authenticate_responder(
         let reason = AuthFailure::UnknownIdentity;
         return Err(auth_failed(sa, ctx, Some(peer_id), reason));
     }
-    if auth.method != AuthMethod::SHARED_KEY_MIC {
-        let reason = AuthFailure::UnsupportedMethod;
-        return Err(auth_failed(sa, ctx, Some(peer_id), reason));
-    }
     let local_id = sa
         .local_id
         .clone()
         .unwrap_or_else(|| sa.conn.local_id(sa.local.ip()));
+    if let Some(trust) = sa.conn.remote.trust.clone() {
+        return check_responder_signature(sa, ctx, &trust, m, idr, auth, peer_id)
+            .map(|peer_id| (local_id, peer_id));
+    }
+    if auth.method != AuthMethod::SHARED_KEY_MIC {
+        tracing::warn!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id, method = %auth.method,
+            "authentication of the responder failed: method {} where the connection uses a PSK", auth.method);
+        let reason = AuthFailure::UnsupportedMethod;
+        return Err(auth_failed(sa, ctx, Some(peer_id), reason));
+    }
     let Some(psk) = ctx.psks.find(&local_id, &peer_id) else {
         return Err(auth_failed(sa, ctx, Some(peer_id), AuthFailure::NoSecret));
     };
@@ -382,6 +473,41 @@ fn authenticate_responder(
         return Err(auth_failed(sa, ctx, Some(peer_id), AuthFailure::BadAuth));
     }
     Ok((local_id, peer_id))
+}
+
+/// The responder's certificate and signature (RFC 7427) over
+/// RealMessage2 | NonceIData | MACedIDForR.
+fn check_responder_signature(
+    sa: &mut IkeSa,
+    ctx: &mut Ctx<'_>,
+    trust: &TrustStore,
+    m: &AuthPayloads<'_>,
+    idr: IdRepr<'_>,
+    auth: AuthRepr<'_>,
+    peer_id: Identity,
+) -> Result<Identity, Outcome> {
+    let (Some(keys), Some(hs)) = (sa.keys.as_ref(), sa.handshake.as_deref()) else {
+        return Err(Outcome::Fail(Reason::Local("no keys")));
+    };
+    let Some(sk_pr) = keys.sk_pr() else {
+        return Err(Outcome::Fail(Reason::Local("SK_pr gone")));
+    };
+    let checked = if auth.method == AuthMethod::DIGITAL_SIGNATURE {
+        let octets = signed_octets(keys.prf, &hs.init_response, &hs.ni, sk_pr, &idr);
+        verify_signature_auth(trust, &m.certs, &peer_id, auth.data, &octets)
+    } else {
+        Err(CertRefusal::UnsupportedAlgorithm)
+    };
+    match checked {
+        Ok(()) => Ok(peer_id),
+        Err(refusal) => {
+            tracing::warn!(ike_sa = %sa.id, peer = %sa.remote, identity = %peer_id, reason = refusal.name(),
+                "authentication of the responder failed: {refusal}");
+            informational_notify(sa, ctx, NotifyType::AUTHENTICATION_FAILED);
+            let reason = AuthFailure::from(&refusal);
+            Err(auth_failed(sa, ctx, Some(peer_id), reason))
+        }
+    }
 }
 
 /// Report a failed authentication; the IKE SA ends.
@@ -537,7 +663,8 @@ struct Verified<'p> {
     conn: Arc<ConnectionConfig>,
     local_id: Identity,
     peer_id: Identity,
-    psk: &'p SecretBytes,
+    /// The PSK, unless we sign.
+    psk: Option<&'p SecretBytes>,
 }
 
 /// Why the responder does not authenticate an IKE_AUTH request.
@@ -553,7 +680,10 @@ enum Unverified {
 struct Proof {
     id_type: IdType,
     id_data: Vec<u8>,
-    auth: PrfOutput,
+    method: AuthMethod,
+    auth: Vec<u8>,
+    /// CERT payload bodies, end entity first.
+    certs: Vec<Vec<u8>>,
 }
 
 impl IkeSa {
@@ -635,7 +765,8 @@ impl IkeSa {
             ));
         };
         let want_idr = m.idr.and_then(|i| Identity::from_wire(i.id_type, i.data));
-        let Some(conn) = self.pick_connection(ctx, &peer_id, want_idr.as_ref()) else {
+        let signs = auth.method == AuthMethod::DIGITAL_SIGNATURE;
+        let Some(conn) = self.pick_connection(ctx, &peer_id, want_idr.as_ref(), signs) else {
             tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, "authentication failed: no connection for this identity");
             return Err(Unverified::Refuse(
                 Some(peer_id),
@@ -643,6 +774,21 @@ impl IkeSa {
             ));
         };
         let local_id = conn.local_id(self.local.ip());
+        if let Some(trust) = conn.remote.trust.clone() {
+            self.check_initiator_signature(&trust, m, idi, auth, &peer_id, from)?;
+            // Each side picks its own method (§2.15): we may still use a PSK.
+            let psk = if conn.local.credential.is_none() {
+                ctx.psks.find(&local_id, &peer_id)
+            } else {
+                None
+            };
+            return Ok(Verified {
+                conn,
+                local_id,
+                peer_id,
+                psk,
+            });
+        }
         if auth.method != AuthMethod::SHARED_KEY_MIC {
             tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, method = %auth.method, "authentication failed: unsupported method");
             return Err(Unverified::Refuse(
@@ -679,7 +825,37 @@ impl IkeSa {
             conn,
             local_id,
             peer_id,
-            psk,
+            psk: Some(psk),
+        })
+    }
+
+    /// The initiator's certificate and signature (RFC 7427) over
+    /// RealMessage1 | NonceRData | MACedIDForI.
+    fn check_initiator_signature(
+        &self,
+        trust: &TrustStore,
+        m: &AuthPayloads<'_>,
+        idi: IdRepr<'_>,
+        auth: AuthRepr<'_>,
+        peer_id: &Identity,
+        from: SocketAddr,
+    ) -> Result<(), Unverified> {
+        let (Some(keys), Some(hs)) = (self.keys.as_ref(), self.handshake.as_deref()) else {
+            return Err(Unverified::Drop);
+        };
+        let Some(sk_pi) = keys.sk_pi() else {
+            return Err(Unverified::Drop);
+        };
+        let checked = if auth.method == AuthMethod::DIGITAL_SIGNATURE {
+            let octets = signed_octets(keys.prf, &hs.init_request, &hs.nr, sk_pi, &idi);
+            verify_signature_auth(trust, &m.certs, peer_id, auth.data, &octets)
+        } else {
+            Err(CertRefusal::UnsupportedAlgorithm)
+        };
+        checked.map_err(|refusal| {
+            tracing::warn!(ike_sa = %self.id, peer = %from, identity = %peer_id, reason = refusal.name(),
+                "authentication of '{}' failed: {refusal}", peer_id);
+            Unverified::Refuse(Some(peer_id.clone()), AuthFailure::from(&refusal))
         })
     }
 
@@ -691,12 +867,14 @@ impl IkeSa {
         ctx: &Ctx<'_>,
         peer: &Identity,
         idr: Option<&Identity>,
+        signs: bool,
     ) -> Option<Arc<ConnectionConfig>> {
         let suite = self.suite.as_ref()?;
         let answer = suite.to_wire(Protocol::Ike, Spi::None);
         let fits = |c: &Arc<ConnectionConfig>| {
             c.matches_addrs(self.local.ip(), self.remote.ip())
                 && c.accepts_remote_id(peer)
+                && c.remote.trust.is_some() == signs
                 && idr.is_none_or(|want| want.matches(&c.local_id(self.local.ip())))
                 && Proposal::select(&c.proposals, std::slice::from_ref(&answer), false, None)
                     .is_some()
@@ -722,18 +900,34 @@ impl IkeSa {
             id_type,
             data: &id_data,
         };
-        let auth = psk_auth(
-            keys.prf,
-            v.psk.as_slice(),
-            &hs.init_response,
-            &hs.ni,
-            sk_pr,
-            &idr,
-        );
+        let cred = v.conn.local.credential.as_deref();
+        let (method, auth) = match (cred, v.psk) {
+            (Some(cred), _) => {
+                let octets = signed_octets(keys.prf, &hs.init_response, &hs.ni, sk_pr, &idr);
+                match cred.key().auth_data(&octets) {
+                    Ok(a) => (AuthMethod::DIGITAL_SIGNATURE, a),
+                    Err(e) => {
+                        tracing::warn!(ike_sa = %self.id, "cannot sign AUTH: {e}");
+                        return None;
+                    }
+                }
+            }
+            (None, Some(psk)) => {
+                let a = psk_auth(keys.prf, psk.as_slice(), &hs.init_response, &hs.ni, sk_pr, &idr);
+                (AuthMethod::SHARED_KEY_MIC, a.as_slice().to_vec())
+            }
+            (None, None) => {
+                tracing::warn!(ike_sa = %self.id, identity = %v.local_id,
+                    "no certificate and no PSK to authenticate ourselves with");
+                return None;
+            }
+        };
         Some(Proof {
             id_type,
             id_data,
+            method,
             auth,
+            certs: cert_bodies(cred),
         })
     }
 
@@ -801,16 +995,18 @@ fn auth_response<'a>(
     window: Option<&'a [u8; 4]>,
     child: Option<&'a Result<ChildAnswer, NotifyType>>,
 ) -> Vec<PayloadRepr<'a>> {
-    let mut out = vec![
-        PayloadRepr::IdR(IdRepr {
-            id_type: proof.id_type,
-            data: &proof.id_data,
-        }),
-        PayloadRepr::Auth(AuthRepr {
-            method: AuthMethod::SHARED_KEY_MIC,
-            data: proof.auth.as_slice(),
-        }),
-    ];
+    let mut out = vec![PayloadRepr::IdR(IdRepr {
+        id_type: proof.id_type,
+        data: &proof.id_data,
+    })];
+    out.extend(proof.certs.iter().map(|body| PayloadRepr::Other {
+        payload_type: PayloadType::CERT,
+        body,
+    }));
+    out.push(PayloadRepr::Auth(AuthRepr {
+        method: proof.method,
+        data: &proof.auth,
+    }));
     if let Some(w) = window {
         out.push(PayloadRepr::Notify(NotifyRepr::new(
             NotifyType::SET_WINDOW_SIZE,

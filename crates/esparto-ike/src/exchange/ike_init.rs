@@ -59,6 +59,8 @@ pub(crate) struct InitPayloads<'a> {
     pub(crate) nat_src: Vec<&'a [u8]>,
     /// NAT_DETECTION_DESTINATION_IP.
     pub(crate) nat_dst: Option<&'a [u8]>,
+    /// SIGNATURE_HASH_ALGORITHMS (RFC 7427 §4) was sent.
+    pub(crate) sig_hash: bool,
 }
 
 impl<'a> InitPayloads<'a> {
@@ -69,6 +71,7 @@ impl<'a> InitPayloads<'a> {
             nonce: None,
             nat_src: Vec::new(),
             nat_dst: None,
+            sig_hash: false,
         };
         for p in payloads {
             match p {
@@ -80,6 +83,9 @@ impl<'a> InitPayloads<'a> {
                 }
                 PayloadRepr::Notify(n) if n.kind == NotifyType::NAT_DETECTION_DESTINATION_IP => {
                     m.nat_dst = Some(n.data)
+                }
+                PayloadRepr::Notify(n) if n.kind == NotifyType::SIGNATURE_HASH_ALGORITHMS => {
+                    m.sig_hash = true
                 }
                 _ => {}
             }
@@ -171,6 +177,14 @@ impl IkeInit {
             NotifyType::NAT_DETECTION_DESTINATION_IP,
             &dst,
         )));
+        let hashes = crate::cert::signature_hash_notify();
+        if sa.conn.uses_certs() {
+            // RFC 7427 §4: the signature hashes we accept.
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::SIGNATURE_HASH_ALGORITHMS,
+                &hashes,
+            )));
+        }
         let packet = sa.encode(ExchangeType::IKE_SA_INIT, false, 0, &payloads)?;
         if let Some(PayloadRepr::Sa(offer)) = payloads.iter().find(|p| matches!(p, PayloadRepr::Sa(_))) {
             tracing::info!(
@@ -410,6 +424,7 @@ pub(crate) fn response(
     group: KeGroup,
     public: &[u8],
     nr: &[u8],
+    peer_sig_hash: bool,
 ) -> Result<Vec<u8>, Reason> {
     let selected = sa.suite.ok_or(Reason::Local("no suite"))?;
     let answer = SaRepr {
@@ -438,6 +453,22 @@ pub(crate) fn response(
             NotifyType::NAT_DETECTION_DESTINATION_IP,
             &dst_hash,
         )));
+    }
+    // RFC 7427 §4 answered in kind; CERTREQ (§3.7) for the CAs the
+    // candidate connection trusts.
+    let hashes = crate::cert::signature_hash_notify();
+    if peer_sig_hash || sa.conn.uses_certs() {
+        payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+            NotifyType::SIGNATURE_HASH_ALGORITHMS,
+            &hashes,
+        )));
+    }
+    let certreq = sa.conn.remote.trust.as_ref().map(|t| t.certreq());
+    if let Some(body) = &certreq {
+        payloads.push(PayloadRepr::Other {
+            payload_type: esparto_wire::ike::PayloadType::CERTREQ,
+            body,
+        });
     }
     sa.encode(ExchangeType::IKE_SA_INIT, true, 0, &payloads)
 }

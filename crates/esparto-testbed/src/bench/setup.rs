@@ -33,6 +33,7 @@ pub mod config_load;
 pub mod heap;
 pub mod micro;
 pub mod peer;
+pub mod pki;
 pub mod procfs;
 pub mod render;
 pub mod report;
@@ -69,6 +70,8 @@ pub struct Options {
     pub config_sizes: Vec<usize>,
     /// Repetitions of each config load (median).
     pub config_runs: usize,
+    /// Authentication of the tunnel run (`psk`, `ecdsa-p256`, …).
+    pub auth: &'static str,
 }
 
 /// How time per connection grows from the smallest size to the largest.
@@ -143,7 +146,7 @@ pub fn run(bin: &Path, o: &Options) -> Result<Report> {
     Ok(Report {
         ike_proposal: IKE_PROPOSAL,
         esp_proposal: ESP_PROPOSAL,
-        auth: "psk",
+        auth: o.auth,
         note: NOT_INSTALLED,
         heap_counted: heap::live_bytes().is_some(),
         x25519,
@@ -206,6 +209,10 @@ pub struct Args {
     /// Loads of each configuration size (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub config_runs: usize,
+    /// Authentication: psk, or certificates (RFC 7427 signatures) with
+    /// ecdsa (P-256), ed25519 or rsa (3072 bits, PKCS#1 v1.5).
+    #[arg(long, default_value = "psk")]
+    pub auth: String,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -244,6 +251,9 @@ pub struct PeerArgs {
     /// Spoke connections to load.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// Directory with the run's certificates (certificate authentication).
+    #[arg(long)]
+    pub pki: Option<std::path::PathBuf>,
 }
 
 fn seconds(x: f64, what: &str) -> Result<Duration> {
@@ -275,6 +285,15 @@ pub fn main(a: &Args) -> Result<ExitCode> {
     if a.tunnels > 1_000_000 {
         bail!("--tunnels must be at most 1000000");
     }
+    let auth = pki::Auth::parse(&a.auth)?;
+    if auth != pki::Auth::Psk && a.connections != 1 {
+        bail!("--auth {} runs with --connections 1 (one certificate per side)", a.auth);
+    }
+    // Kept until the peers are done.
+    let pki_dir = match auth {
+        pki::Auth::Psk => None,
+        _ => Some(pki::make(auth)?),
+    };
     let tunnels = (a.tunnels > 0).then_some(TunnelOptions {
         tunnels: a.tunnels,
         concurrency: a.concurrency.min(a.tunnels),
@@ -284,6 +303,7 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         cookies: a.cookies,
         workers: allowed.len(),
         connections: a.connections,
+        pki: pki_dir.as_ref().map(|d| d.path().to_path_buf()),
     });
     let config_sizes = match a.config_sizes.as_slice() {
         [none] if none == "none" => vec![],
@@ -302,6 +322,7 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         tunnels,
         config_sizes,
         config_runs: a.config_runs,
+        auth: auth.name(),
     };
     let report = run(&bin, &opts)?;
     if a.json {
@@ -334,6 +355,7 @@ pub fn peer_main(a: &PeerArgs) -> Result<ExitCode> {
         cookies: a.cookies,
         workers: a.workers.max(1),
         connections: a.connections,
+        pki: a.pki.clone(),
     };
     let r = peer::run(&o)?;
     Ok(if r.completed && r.failures == 0 {

@@ -23,6 +23,7 @@ use super::check::ChildSeen;
 use super::child::{self, ConnCtx};
 use super::error::KeyPath;
 use super::model::{Child, Connection, Daemon};
+use super::certs;
 use super::tree::{Cx, Field, Kind, Node, Span};
 use super::value::{parse_addr, parse_duration, parse_ike_proposal};
 
@@ -105,17 +106,12 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("mediation_peer", "mediation is not implemented"),
 ];
 
-const AUTH_KEYS: &[&str] = &["auth", "id"];
+const AUTH_KEYS: &[&str] = &["auth", "id", "certs", "key", "cacerts", "crls"];
 const AUTH_UNSUPPORTED: &[(&str, &str)] = &[
-    ("certs", "certificates are not supported (PSK only)"),
-    (
-        "pubkeys",
-        "public key authentication is not supported (PSK only)",
-    ),
-    ("cacerts", "certificates are not supported (PSK only)"),
-    ("ca_id", "certificates are not supported (PSK only)"),
-    ("cert_policy", "certificates are not supported (PSK only)"),
-    ("revocation", "certificates are not supported (PSK only)"),
+    ("pubkeys", "raw public keys are not supported (use certs)"),
+    ("ca_id", "name the CA with cacerts"),
+    ("cert_policy", "certificate policies are not checked"),
+    ("revocation", "only CRL files are checked (crls, [authorities] crl)"),
     ("eap_id", "EAP is not supported (PSK only)"),
     ("aaa_id", "EAP is not supported (PSK only)"),
     ("xauth_id", "XAuth is IKEv1"),
@@ -147,7 +143,12 @@ pub(crate) struct Parsed {
 }
 
 /// Parse every `[connections.*]`.
-pub(crate) fn parse_all(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon) -> Parsed {
+pub(crate) fn parse_all(
+    cx: &mut Cx<'_>,
+    root: &Node,
+    daemon: &Daemon,
+    authorities: &certs::Authorities,
+) -> Parsed {
     let mut out = Parsed::default();
     let Some(f) = root.field(&KeyPath::root(), "connections") else {
         return out;
@@ -163,7 +164,7 @@ pub(crate) fn parse_all(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon) -> Parsed
         }) else {
             continue;
         };
-        if let Some((c, s)) = parse_one(cx, daemon, &e.key, n, &path) {
+        if let Some((c, s)) = parse_one(cx, daemon, authorities, &e.key, n, &path) {
             if let Some(ike) = &c.ike {
                 let local = ike
                     .local
@@ -179,12 +180,16 @@ pub(crate) fn parse_all(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon) -> Parsed
                     (Some(l), Some(r)) if !r.is_any() => (Some(l), Some(r)),
                     _ => (None, None),
                 };
+                // Both sides sign: no PSK.
+                let psk = ike.local.credential.is_none() || ike.remote.trust.is_none();
+                if psk {
                 out.psk_needs.push(PskNeed {
                     span: n.span.clone(),
                     path: path.clone(),
                     local,
                     remote,
                 });
+                }
             }
             out.connections.push(c);
             out.seen.extend(s);
@@ -226,6 +231,7 @@ fn addrs(
 fn parse_one(
     cx: &mut Cx<'_>,
     daemon: &Daemon,
+    authorities: &certs::Authorities,
     name: &str,
     node: &Node,
     path: &KeyPath,
@@ -260,6 +266,7 @@ fn parse_one(
         ike_settings(
             cx,
             daemon,
+            authorities,
             name,
             node,
             path,
@@ -366,6 +373,7 @@ fn uses_ike(node: &Node) -> bool {
 fn ike_settings(
     cx: &mut Cx<'_>,
     daemon: &Daemon,
+    authorities: &certs::Authorities,
     name: &str,
     node: &Node,
     path: &KeyPath,
@@ -396,8 +404,11 @@ fn ike_settings(
         }
     }
     let (dpd_action, close_action) = after_death(cx, node, path, &children);
-    let local = auth(cx, node, path, "local");
-    let remote = auth(cx, node, path, "remote");
+    let local = auth(cx, node, path, "local", authorities);
+    let remote = auth(cx, node, path, "remote", authorities);
+    if let (Some(cred), Some(f)) = (&local.credential, node.field(path, "local")) {
+        certs::check_chain(cx, &f, cred, remote.trust.as_deref(), authorities);
+    }
     if matches!(local.id, Some(Identity::Any)) {
         if let Some(f) = node.field(path, "local") {
             cx.err_at(&f, "local id cannot be %any (it is sent to the peer)");
@@ -613,20 +624,37 @@ fn duration(
     d.filter(|d| !d.is_zero())
 }
 
-fn auth(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, side: &str) -> AuthConfig {
-    let mut a = AuthConfig { id: None };
+fn auth(
+    cx: &mut Cx<'_>,
+    node: &Node,
+    path: &KeyPath,
+    side: &str,
+    authorities: &certs::Authorities,
+) -> AuthConfig {
+    let mut a = AuthConfig::default();
     let Some(f) = node.field(path, side) else {
         return a;
     };
     let Some(t) = cx.table(&f) else { return a };
     cx.check_keys(t, &f.path, AUTH_KEYS, AUTH_UNSUPPORTED);
+    let mut pubkey = None;
     if let Some(af) = t.field(&f.path, "auth") {
         if let Some(s) = cx.str(&af) {
-            if s != "psk" {
-                cx.err_at(
+            match s {
+                "psk" => {}
+                "pubkey" | "rsa" | "ecdsa" | "ed25519" => pubkey = Some(false),
+                "rsa/pss" => pubkey = Some(true),
+                _ => cx.err_at(
                     &af,
-                    format!("'{s}': only psk authentication is implemented"),
-                );
+                    format!("'{s}': expected psk or pubkey (EAP and XAuth are not implemented)"),
+                ),
+            }
+        }
+    }
+    if pubkey.is_none() {
+        for key in ["certs", "key", "cacerts", "crls"] {
+            if let Some(kf) = t.field(&f.path, key) {
+                cx.err_at(&kf, "only with auth = \"pubkey\"");
             }
         }
     }
@@ -636,6 +664,29 @@ fn auth(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, side: &str) -> AuthConfig 
                 Ok(id) => a.id = Some(id),
                 Err(e) => cx.err_at(&idf, e.to_string()),
             }
+        }
+    }
+    if let Some(pss) = pubkey {
+        if side == "local" {
+            for key in ["cacerts", "crls"] {
+                if let Some(kf) = t.field(&f.path, key) {
+                    cx.err_at(&kf, "belongs to remote (the CAs we accept for the peer)");
+                }
+            }
+            a.credential = certs::local_credential(cx, &f, t, pss);
+            if let (Some(id), Some(c)) = (&a.id, &a.credential) {
+                if !c.binds(id) {
+                    let at = t.field(&f.path, "id").unwrap_or_else(|| f.clone());
+                    cx.err_at(&at, format!("our certificate does not name {id} (subject or subjectAltName); the peer would refuse it"));
+                }
+            }
+        } else {
+            for key in ["certs", "key"] {
+                if let Some(kf) = t.field(&f.path, key) {
+                    cx.err_at(&kf, "belongs to local (our own certificate)");
+                }
+            }
+            a.trust = certs::remote_trust(cx, &f, t, authorities);
         }
     }
     a

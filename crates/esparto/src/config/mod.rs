@@ -19,6 +19,7 @@
 //! The validated types are in [`model`]; the core crates receive them, or
 //! the `esparto_ike` configuration built from them, and never see the file.
 
+mod certs;
 mod check;
 mod child;
 mod connection;
@@ -62,9 +63,8 @@ pub const MAX_FILE_SIZE: u64 = 64 << 20;
 /// commands look for the control socket's path, when not told otherwise.
 pub const DEFAULT_CONFIG: &str = "/etc/esparto/esparto.toml";
 
-const TOP_KEYS: &[&str] = &["daemon", "connections", "secrets"];
+const TOP_KEYS: &[&str] = &["daemon", "authorities", "connections", "secrets"];
 const TOP_UNSUPPORTED: &[(&str, &str)] = &[
-    ("authorities", "certificates are not supported (PSK only)"),
     ("pools", "virtual IP address pools are not implemented"),
 ];
 
@@ -170,7 +170,8 @@ fn parse_in(
     debug_assert!(matches!(root.kind, Kind::Table(_)));
     cx.check_keys(&root, &KeyPath::root(), TOP_KEYS, TOP_UNSUPPORTED);
     let daemon = daemon::parse(&mut cx, &root);
-    let parsed = connection::parse_all(&mut cx, &root, &daemon);
+    let authorities = certs::authorities(&mut cx, &root);
+    let parsed = connection::parse_all(&mut cx, &root, &daemon, &authorities);
     let secrets = secrets::parse(&mut cx, &root);
     check::overlaps(&mut cx, &parsed.seen);
     check::spis(&mut cx, &parsed.seen);

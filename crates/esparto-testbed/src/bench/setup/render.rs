@@ -33,8 +33,8 @@ fn render_into(s: &mut String, r: &Report) -> std::fmt::Result {
     use std::fmt::Write as _;
     writeln!(
         s,
-        "esparto-testbed bench setup — IKE {}, PSK, ESP {}, one Child SA per IKE SA",
-        r.ike_proposal, r.esp_proposal
+        "esparto-testbed bench setup — IKE {}, auth {}, ESP {}, one Child SA per IKE SA",
+        r.ike_proposal, r.auth, r.esp_proposal
     )?;
     if let Some(t) = &r.tunnels {
         let (i, p) = (&t.initiator, &t.responder);

@@ -70,6 +70,9 @@ pub struct TunnelOptions {
     pub workers: usize,
     /// Spoke connections both sides load.
     pub connections: usize,
+    /// Certificate authentication: the directory with the run's PKI
+    /// ([`super::pki`]); `None`: PSK.
+    pub pki: Option<std::path::PathBuf>,
 }
 
 /// Both peers' figures and the run's own.
@@ -201,6 +204,10 @@ fn peer_args(
         "--connections".into(),
         o.connections.to_string(),
     ];
+    if let Some(d) = &o.pki {
+        a.push("--pki".into());
+        a.push(d.display().to_string());
+    }
     if o.cookies {
         a.push("--cookies".into());
     }
@@ -330,6 +337,7 @@ mod tests {
             cookies: true,
             workers: 2,
             connections: 4,
+            pki: None,
         };
         let a = peer_args(
             &o,

@@ -621,8 +621,9 @@ start_action = "go"
         [
             (3, "connections.gw.version"),
             (4, "connections.gw.proposals"),
-            (5, "connections.gw.local.auth"),
-            (5, "connections.gw.local.id"),
+            // pubkey without certs; a DN id is fine.
+            (5, "connections.gw.local"),
+            // certs on a PSK side.
             (6, "connections.gw.remote.certs"),
             (7, "connections.gw.dpd_delay"),
             (9, "connections.gw.children.host.per_cpu_sas"),
@@ -632,6 +633,7 @@ start_action = "go"
         ConfigErrors(errs.clone())
     );
     assert!(errs[0].message.contains("only IKEv2"));
+    assert!(errs[2].message.contains("needs 'certs'"), "{}", errs[2].message);
     assert!(
         errs[1]
             .message
