@@ -90,9 +90,9 @@ pub fn ipcomp_lines(sas: &[SaStatus]) -> String {
             out.push_str("IPComp (DEFLATE):\n");
         }
         out.push_str(&format!(
-            "  {}/{} {} {} worker {}: cpi {} mode {} state {} ratio {:.3} saved {} B compressed {} skipped {} switched off {}x\n",
+            "  {}/{} {} {} worker {}: cpi {} mode {} state {} ratio {:.3} saved {} B compressed {} skipped {} switched off {}x decompress_failed {} too_big {}\n",
             sa.connection, sa.child, sa.spi, sa.direction, sa.worker, c.cpi, c.mode, c.state, c.ratio, c.bytes_saved,
-            c.compressed, c.skipped, c.switches_off
+            c.compressed, c.skipped, c.switches_off, c.decompress_failed, c.too_big
         ));
     }
     out

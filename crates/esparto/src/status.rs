@@ -203,6 +203,13 @@ pub struct IpcompStatus {
     pub ratio: f64,
     /// Times an adaptive SA stopped compressing.
     pub switches_off: u64,
+    /// Inbound payloads that did not decompress (dropped as `malformed`).
+    #[serde(default)]
+    pub decompress_failed: u64,
+    /// Inbound payloads that decompressed past the bound (dropped as
+    /// `too_big`).
+    #[serde(default)]
+    pub too_big: u64,
 }
 
 impl IpcompStatus {
@@ -220,6 +227,8 @@ impl IpcompStatus {
             bytes_saved: s.bytes_saved(),
             ratio: s.ratio(),
             switches_off: s.switches_off,
+            decompress_failed: s.decompress_failed,
+            too_big: s.too_big,
         }
     }
 }

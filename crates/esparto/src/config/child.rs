@@ -174,7 +174,7 @@ pub(crate) fn parse(
     let ike = if is_static {
         None
     } else {
-        let c = ike_config(
+        let mut c = ike_config(
             name,
             local_cfg,
             remote_cfg,
@@ -182,8 +182,8 @@ pub(crate) fn parse(
             &negotiation,
             &lifetime,
             rand_time,
-            ipcomp.is_some(),
         );
+        c.ipcomp = ipcomp.is_some();
         if let Err(e) = c.validate() {
             cx.err(&node.span, path, e.to_string());
             return None;
@@ -493,7 +493,6 @@ fn ike_config(
     negotiation: &Negotiation,
     lifetime: &Lifetime,
     rand_time: Option<Duration>,
-    ipcomp: bool,
 ) -> ChildConfig {
     ChildConfig {
         name: name.into(),
@@ -508,7 +507,7 @@ fn ike_config(
         rekey_packets: lifetime.soft_packets.unwrap_or(0),
         per_cpu_sas: negotiation.per_cpu_sas,
         per_cpu_max: u16::try_from(negotiation.per_cpu_max).unwrap_or(u16::MAX),
-        ipcomp,
+        ipcomp: false,
     }
 }
 
