@@ -19,6 +19,8 @@
 //!   SAs that let throughput grow with cores;
 //! - [`Worker`]: one core's share of all of it, mutated only by its thread
 //!   through [`Command`]s, reporting [`Event`]s (acquires, expiries);
+//! - [`IpcompSa`] / [`Deflate`]: IP payload compression inside ESP
+//!   (RFC 3173, DEFLATE), per SA beside the ESP state, optionally adaptive;
 //! - [`Framing`]: the packet-overhead model, the exact outer size of an
 //!   inner packet, for capacity planning and the path MTU.
 //!
@@ -29,6 +31,7 @@
 
 mod counters;
 mod group;
+mod ipcomp;
 mod lifetime;
 mod overhead;
 mod replay;
@@ -43,6 +46,10 @@ mod worker;
 
 pub use counters::{DropReason, Drops, SaCounters};
 pub use group::{ACQUIRE_RETRY, SaGroup};
+pub use ipcomp::{
+    ADAPTIVE_MAX_RATIO, BACKOFF_MAX, BACKOFF_MIN, DEFLATE_LEVEL, Deflate, IpcompMode, IpcompParams, IpcompSa, IpcompState,
+    IpcompStats, IpcompSwitch, MAX_PACKET, MIN_COMPRESS_LEN, PROBE_PACKETS, TRANSFORM_DEFLATE,
+};
 pub use lifetime::{Expiry, Lifetime};
 pub use overhead::{Framing, Mode, WireSize, ip_header_len};
 pub use replay::{DEFAULT_WINDOW, MAX_WINDOW, ReplayError, ReplayWindow};

@@ -606,6 +606,32 @@ impl InboundSa {
         esp: Range<usize>,
         expiry: &mut Option<Expiry>,
     ) -> Result<Range<usize>, DropReason> {
+        let (data, next_header) = self.open(now, buf, esp, expiry)?;
+        if next_header == wesp::NEXT_HEADER_IPCOMP {
+            // IPComp is the worker's (it holds the SA's IPComp state);
+            // without it, the payload is not what this SA carries.
+            return Err(DropReason::Malformed);
+        }
+        let inner_len = self.admit(now, next_header, &buf[data.clone()])?;
+        Ok(data.start..data.start + inner_len)
+    }
+
+    /// Counts a drop of this SA found outside [`InboundSa::decapsulate`].
+    pub(crate) fn count_drop(&mut self, reason: DropReason) {
+        self.counters.drops.count(reason);
+    }
+
+    /// Checks, authenticates and decrypts the ESP packet at `buf[esp]`,
+    /// counts it against the lifetime and refuses a dummy; returns the
+    /// range in `buf` of the payload (trailer removed, TFC padding still
+    /// there) and the trailer's Next Header.
+    pub(crate) fn open(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        esp: Range<usize>,
+        expiry: &mut Option<Expiry>,
+    ) -> Result<(Range<usize>, u8), DropReason> {
         let packet = buf.get_mut(esp.clone()).ok_or(DropReason::Malformed)?;
         // Header, IV, at least the two trailer bytes, ICV.
         if packet.len() < usize::from(self.min_len) {
@@ -657,7 +683,14 @@ impl InboundSa {
             return Err(DropReason::Dummy);
         }
         let start = esp.start + plain.start;
-        let inner_len = inner_ip_len(trailer.next_header, data)?;
+        Ok((start..start + data.len(), trailer.next_header))
+    }
+
+    /// Admits the payload `data` (an IP packet of the version `next_header`
+    /// names, maybe followed by TFC padding): the selector check, then the
+    /// counters. Returns the inner packet's length.
+    pub(crate) fn admit(&mut self, now: Instant, next_header: u8, data: &[u8]) -> Result<usize, DropReason> {
+        let inner_len = inner_ip_len(next_header, data)?;
         let inner = &data[..inner_len];
         if !self.selectors_admit(inner)? {
             // RFC 4301 §5.2 step 4: the decrypted packet must match the
@@ -668,7 +701,7 @@ impl InboundSa {
         self.counters.packets += 1;
         self.counters.bytes += inner_len as u64;
         self.last_used = Stamp::at(now);
-        Ok(start..start + inner_len)
+        Ok(inner_len)
     }
 
     /// Whether the inner packet's source is in the peer's selectors and its

@@ -27,6 +27,7 @@ use esparto_wire::esp as wesp;
 
 use crate::counters::{DropReason, Drops, SaCounters};
 use crate::group::SaGroup;
+use crate::ipcomp::{Deflate, IpcompParams, IpcompSa, IpcompStats, IpcompSwitch};
 use crate::lifetime::Expiry;
 use crate::sa::{Dropped, InboundSa, OutboundSa, Spi, next_header_for};
 use crate::sad::{Sad, SpiHasher};
@@ -69,6 +70,10 @@ pub enum Command {
     AddInbound(Box<InboundSa>),
     /// Remove an inbound SA.
     RemoveInbound(Spi),
+    /// Give the SA `Spi` of `Direction` IPComp (RFC 3173), or take it away
+    /// (`None`). Sent before the SA is installed, so that its first packet
+    /// is already handled; removing the SA removes it too.
+    SetIpcomp(Spi, Direction, Option<IpcompParams>),
 }
 
 /// SA direction.
@@ -100,6 +105,13 @@ pub enum Event {
         /// Soft (rekey) or hard (dead).
         kind: Expiry,
     },
+    /// An adaptive IPComp SA started or stopped compressing (for the log).
+    IpcompSwitched {
+        /// The outbound SA.
+        spi: Spi,
+        /// The new state and the ratio that decided it.
+        switch: IpcompSwitch,
+    },
     /// ESP arrived from `peer` with an SPI no inbound SA has (counted as
     /// `unknown_spi` too). Raised by the I/O layer, which knows the
     /// source, and rate-limited there: the peer may hold SAs we lost in a
@@ -122,7 +134,7 @@ pub struct Encapsulated {
 }
 
 /// Statistics of one SA as one worker sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SaStats {
     /// SPI.
     pub spi: Spi,
@@ -144,10 +156,12 @@ pub struct SaStats {
     pub last_used: Option<Instant>,
     /// Packets, bytes, drops.
     pub counters: SaCounters,
+    /// IPComp figures, for an SA with IPComp.
+    pub ipcomp: Option<IpcompStats>,
 }
 
 /// A snapshot of a worker's state for `esparto status`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorkerStats {
     /// Worker index.
     pub worker: u16,
@@ -234,6 +248,25 @@ pub struct Worker {
     rx_bytes: u64,
     events: VecDeque<Event>,
     events_dropped: u64,
+    ipcomp: IpcompTable,
+}
+
+/// IPComp beside the ESP SAs: per-SA state by SPI and direction, and the
+/// worker's one DEFLATE engine (allocated when the first IPComp SA comes).
+#[derive(Debug, Default)]
+struct IpcompTable {
+    outbound: HashMap<Spi, IpcompSa, BuildHasherDefault<SpiHasher>>,
+    inbound: HashMap<Spi, IpcompSa, BuildHasherDefault<SpiHasher>>,
+    deflate: Option<Box<Deflate>>,
+}
+
+/// Where a decapsulated inner packet is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Delivered {
+    /// In the caller's buffer.
+    Buf(Range<usize>),
+    /// Decompressed, the first bytes of the worker's scratch buffer.
+    Scratch(usize),
 }
 
 impl Worker {
@@ -252,6 +285,7 @@ impl Worker {
             rx_bytes: 0,
             events: VecDeque::with_capacity(64),
             events_dropped: 0,
+            ipcomp: IpcompTable::default(),
         }
     }
 
@@ -282,7 +316,11 @@ impl Worker {
                 }
             }
             Command::RemoveGroup(id) => {
-                self.groups.remove(&id);
+                if let Some(g) = self.groups.remove(&id) {
+                    for sa in [g.sub(), g.fallback()].into_iter().flatten() {
+                        self.ipcomp.outbound.remove(&sa.spi());
+                    }
+                }
             }
             Command::SetFallback(id, sa) => {
                 self.groups.entry(id).or_insert_with(|| SaGroup::new(id, false)).set_fallback(Some(sa));
@@ -294,12 +332,29 @@ impl Worker {
                 if let Some(g) = self.groups.get_mut(&id) {
                     g.remove_spi(spi);
                 }
+                self.ipcomp.outbound.remove(&spi);
             }
             Command::AddInbound(sa) => {
                 self.sad.insert(sa);
             }
             Command::RemoveInbound(spi) => {
                 self.sad.remove(spi);
+                self.ipcomp.inbound.remove(&spi);
+            }
+            Command::SetIpcomp(spi, direction, params) => {
+                let table = match direction {
+                    Direction::Outbound => &mut self.ipcomp.outbound,
+                    Direction::Inbound => &mut self.ipcomp.inbound,
+                };
+                match params {
+                    Some(p) => {
+                        table.insert(spi, IpcompSa::new(p));
+                        self.ipcomp.deflate.get_or_insert_with(|| Box::new(Deflate::new()));
+                    }
+                    None => {
+                        table.remove(&spi);
+                    }
+                }
             }
         }
     }
@@ -346,6 +401,22 @@ impl Worker {
             push_event(&mut self.events, &mut self.events_dropped, Event::Acquire { group: group_id, worker });
         }
         let sa = selected.sa.ok_or(DropReason::NoSa)?;
+        let (inner, next_header) = if self.ipcomp.outbound.is_empty() {
+            (inner, next_header)
+        } else {
+            match (self.ipcomp.outbound.get_mut(&sa.spi()), self.ipcomp.deflate.as_deref_mut()) {
+                // A packet too big for the SA stays so: it is refused
+                // with the MTU its sender must use, compressible or not.
+                (Some(ipc), Some(deflate)) if inner.len() <= sa.max_inner() => {
+                    let (inner, nh, switch) = deflate.compress_in_place(ipc, buf, inner, next_header);
+                    if let Some(switch) = switch {
+                        push_event(&mut self.events, &mut self.events_dropped, Event::IpcompSwitched { spi: sa.spi(), switch });
+                    }
+                    (inner, nh)
+                }
+                _ => (inner, next_header),
+            }
+        };
         let mut expiry = None;
         let r = sa.encapsulate(now, buf, inner, next_header, &mut expiry);
         if let Some(kind) = expiry {
@@ -386,25 +457,74 @@ impl Worker {
     /// like any other drop, [`DropReason::Dummy`], so the range is never
     /// empty. A lifetime limit the packet crossed is queued as an
     /// [`Event::Expire`] whether the packet is delivered or refused.
+    ///
+    /// A compressed packet (IPComp) is decompressed into the caller's
+    /// buffer at the start of the ESP packet, which may overwrite up to the
+    /// tunnel's largest inner packet past its end: a caller holding several
+    /// packets in one buffer uses [`Worker::decapsulate_packet`].
     #[inline]
     pub fn decapsulate(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
+        let start = esp.start;
+        match self.decapsulate_counted(now, buf, esp)? {
+            Delivered::Buf(r) => Ok(r),
+            Delivered::Scratch(n) => {
+                let Some(dst) = buf.get_mut(start..start + n) else {
+                    self.rx_packets -= 1;
+                    self.rx_bytes -= n as u64;
+                    self.drops.count(DropReason::TooBig);
+                    return Err(DropReason::TooBig);
+                };
+                let Some(deflate) = self.ipcomp.deflate.as_deref() else { return Err(DropReason::Malformed) };
+                dst.copy_from_slice(&deflate.scratch()[..n]);
+                Ok(start..start + n)
+            }
+        }
+    }
+
+    /// [`Worker::decapsulate`] that leaves the rest of `buf` alone: the
+    /// inner packet is returned in place, or, decompressed, from the
+    /// worker's own buffer (valid until its next call).
+    #[inline]
+    pub fn decapsulate_packet<'a>(&'a mut self, now: Instant, buf: &'a mut [u8], esp: Range<usize>) -> Result<&'a [u8], DropReason> {
+        match self.decapsulate_counted(now, buf, esp)? {
+            Delivered::Buf(r) => buf.get(r).ok_or(DropReason::Malformed),
+            Delivered::Scratch(n) => {
+                self.ipcomp.deflate.as_deref().and_then(|d| d.scratch().get(..n)).ok_or(DropReason::Malformed)
+            }
+        }
+    }
+
+    fn decapsulate_counted(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Delivered, DropReason> {
         let r = self.decapsulate_inner(now, buf, esp);
         match &r {
-            Ok(inner) => {
+            Ok(Delivered::Buf(inner)) => {
                 self.rx_packets += 1;
                 self.rx_bytes += inner.len() as u64;
+            }
+            Ok(Delivered::Scratch(n)) => {
+                self.rx_packets += 1;
+                self.rx_bytes += *n as u64;
             }
             Err(reason) => self.drops.count(*reason),
         }
         r
     }
 
-    fn decapsulate_inner(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Range<usize>, DropReason> {
+    fn decapsulate_inner(&mut self, now: Instant, buf: &mut [u8], esp: Range<usize>) -> Result<Delivered, DropReason> {
         let packet = buf.get(esp.clone()).ok_or(DropReason::Malformed)?;
         let spi = wesp::Packet::new_checked(packet).map_err(|_| DropReason::Malformed)?.spi();
         let sa = self.sad.get_mut(spi).ok_or(DropReason::UnknownSpi)?;
         let mut expiry = None;
-        let r = sa.decapsulate(now, buf, esp, &mut expiry);
+        let r = match (self.ipcomp.inbound.get_mut(&spi), self.ipcomp.deflate.as_deref_mut()) {
+            (Some(ipc), Some(deflate)) => {
+                let r = decapsulate_ipcomp(sa, ipc, deflate, now, buf, esp, &mut expiry);
+                if let Err(reason) = r {
+                    sa.count_drop(reason);
+                }
+                r
+            }
+            _ => sa.decapsulate(now, buf, esp, &mut expiry).map(Delivered::Buf),
+        };
         if let Some(kind) = expiry {
             push_event(&mut self.events, &mut self.events_dropped, Event::Expire { spi, direction: Direction::Inbound, kind });
         }
@@ -476,6 +596,7 @@ impl Worker {
                         installed: sa.installed(),
                         last_used: sa.last_used(),
                         counters: *sa.counters(),
+                        ipcomp: self.ipcomp.outbound.get(&sa.spi()).map(|c| *c.stats()),
                     });
                 }
             }
@@ -492,6 +613,7 @@ impl Worker {
                 installed: sa.installed(),
                 last_used: sa.last_used(),
                 counters: *sa.counters(),
+                ipcomp: self.ipcomp.inbound.get(&sa.spi()).map(|c| *c.stats()),
             });
         }
         sas.sort_by_key(|s| (s.direction == Direction::Inbound, s.spi));
@@ -506,6 +628,35 @@ impl Worker {
             events_dropped: self.events_dropped,
         }
     }
+}
+
+/// Inbound ESP on an SA with IPComp: the payload is an IP packet or, with
+/// Next Header 108, an IPComp packet decompressed into `deflate`'s buffer,
+/// which must then hold exactly one IP packet of the version its header
+/// names (RFC 3173 §3).
+fn decapsulate_ipcomp(
+    sa: &mut InboundSa,
+    ipc: &mut IpcompSa,
+    deflate: &mut Deflate,
+    now: Instant,
+    buf: &mut [u8],
+    esp: Range<usize>,
+    expiry: &mut Option<Expiry>,
+) -> Result<Delivered, DropReason> {
+    let (data, next_header) = sa.open(now, buf, esp, expiry)?;
+    let payload = buf.get(data.clone()).ok_or(DropReason::Malformed)?;
+    if next_header != wesp::NEXT_HEADER_IPCOMP {
+        let n = sa.admit(now, next_header, payload)?;
+        return Ok(Delivered::Buf(data.start..data.start + n));
+    }
+    let (inner_nh, n) = deflate.decompress_packet(ipc, payload)?;
+    let inner = deflate.scratch().get(..n).ok_or(DropReason::Malformed)?;
+    // The decompressed packet's own length must be all of it.
+    if esparto_wire::ip::packet_len(inner).ok() != Some(n) {
+        return Err(DropReason::Malformed);
+    }
+    sa.admit(now, inner_nh, inner)?;
+    Ok(Delivered::Scratch(n))
 }
 
 /// Queues an event for the control plane; past [`MAX_PENDING_EVENTS`] it

@@ -448,3 +448,183 @@ fn prefetch_asks_for_the_hot_lines_of_the_packets_sa_and_nothing_else() {
     assert_eq!(rx.decapsulate(now, &mut buf, esp), Ok(range));
     assert_eq!(rx.drops().total() + tx.drops().total(), 0);
 }
+
+mod ipcomp {
+    use super::*;
+    use crate::ipcomp::{IpcompMode, IpcompParams};
+    use esparto_wire::esp::NEXT_HEADER_IPCOMP;
+
+    const SPI: u32 = 0x300;
+
+    fn recvp(w: &mut Worker, now: Instant, esp: &[u8]) -> Result<Vec<u8>, DropReason> {
+        let mut buf = esp.to_vec();
+        let n = buf.len();
+        w.decapsulate_packet(now, &mut buf, 0..n).map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn decapsulate_in_place_needs_room() {
+        let now = Instant::now();
+        let (mut tx, mut rx, _) = setup_ipcomp(now);
+        let inner = udp4(1300);
+        let (esp, _) = send(&mut tx, now, &inner).unwrap();
+        // Room for the decompressed packet after the ESP packet's start.
+        let mut buf = esp.clone();
+        buf.resize(2000, 0);
+        let r = rx.decapsulate(now, &mut buf, 0..esp.len()).unwrap();
+        assert_eq!(&buf[r], &inner[..]);
+        // No room: refused as too big, not a panic.
+        let (esp, _) = send(&mut tx, now, &inner).unwrap();
+        let mut buf = esp.clone();
+        let n = buf.len();
+        assert_eq!(rx.decapsulate(now, &mut buf, 0..n), Err(DropReason::TooBig));
+    }
+    const CPI: u16 = 0x4242;
+
+    fn params(mode: IpcompMode) -> IpcompParams {
+        IpcompParams { cpi: CPI, mode, max_inner: 1500 }
+    }
+
+    /// A sender and a receiver with one SA and IPComp on both sides.
+    fn setup_ipcomp(now: Instant) -> (Worker, Worker, SaConfig) {
+        let (mut tx, mut rx, mut cfgs) = setup(false, &[], now);
+        let cfg = config(EspSuite::Aes256Gcm16, SPI, true, false);
+        tx.apply(Command::SetIpcomp(SPI, Direction::Outbound, Some(params(IpcompMode::Always))));
+        tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfg, now).unwrap())));
+        rx.apply(Command::SetIpcomp(SPI, Direction::Inbound, Some(params(IpcompMode::Always))));
+        rx.apply(Command::AddInbound(Box::new(InboundSa::new(&cfg, now).unwrap())));
+        cfgs.push(config(EspSuite::Aes256Gcm16, SPI, true, false));
+        (tx, rx, cfgs.pop().unwrap())
+    }
+
+    /// Seals `payload` as the plaintext of ESP on `cfg` with `next_header`.
+    fn seal_raw(cfg: &SaConfig, now: Instant, payload: &[u8], next_header: u8) -> Vec<u8> {
+        let mut sa = OutboundSa::owned(cfg, now).unwrap();
+        let mut buf = vec![0u8; HEADROOM + payload.len() + TAILROOM];
+        buf[HEADROOM..HEADROOM + payload.len()].copy_from_slice(payload);
+        let r = sa.encapsulate(now, &mut buf, HEADROOM..HEADROOM + payload.len(), next_header, &mut None).unwrap();
+        buf[r].to_vec()
+    }
+
+    #[test]
+    fn compressible_goes_compressed_and_comes_back() {
+        let now = Instant::now();
+        let (mut tx, mut rx, _) = setup_ipcomp(now);
+        let inner = udp4(1300);
+        let (esp, _) = send(&mut tx, now, &inner).unwrap();
+        assert!(esp.len() < inner.len() / 2, "ESP {} for inner {}", esp.len(), inner.len());
+        assert_eq!(recvp(&mut rx, now, &esp).unwrap(), inner);
+        // Short packets go uncompressed on the same SA and are accepted.
+        let short = udp4(20);
+        let (esp, _) = send(&mut tx, now, &short).unwrap();
+        assert!(esp.len() > short.len());
+        let mut buf = esp.clone();
+        let n = buf.len();
+        assert_eq!(rx.decapsulate_packet(now, &mut buf, 0..n).unwrap(), &short[..]);
+        let out = tx.stats().sas[0].ipcomp.unwrap();
+        assert_eq!((out.compressed, out.skipped), (1, 1));
+        assert!(out.bytes_saved() > 600);
+        let inb = rx.stats().sas[0].ipcomp.unwrap();
+        assert_eq!(inb.compressed, 1);
+        assert_eq!(rx.stats().rx_bytes, (inner.len() + short.len()) as u64);
+    }
+
+    #[test]
+    fn decapsulate_packet_leaves_the_rest_of_the_buffer() {
+        let now = Instant::now();
+        let (mut tx, mut rx, _) = setup_ipcomp(now);
+        let inner = udp4(1300);
+        let (esp, _) = send(&mut tx, now, &inner).unwrap();
+        // Two datagrams back to back, as a GRO read leaves them.
+        let mut buf = esp.clone();
+        buf.extend_from_slice(&esp);
+        let n = esp.len();
+        assert_eq!(rx.decapsulate_packet(now, &mut buf, 0..n).unwrap(), &inner[..]);
+        assert_eq!(&buf[n..], &esp[..]);
+    }
+
+    #[test]
+    fn bad_ipcomp_payloads_are_counted_drops() {
+        let now = Instant::now();
+        let (_, mut rx, _) = setup_ipcomp(now);
+        let corrupt = [4u8, 0, (CPI >> 8) as u8, CPI as u8, 0xff, 0xff, 0xff, 0xff];
+        let wrong_cpi = [4u8, 0, 0x11, 0x11, 0x03, 0x00];
+        for (i, payload) in [&corrupt[..], &wrong_cpi[..]].iter().enumerate() {
+            let c = config(EspSuite::Aes256Gcm16, SPI, true, false);
+            // A fresh sender restarts at sequence 1: use the replay window's
+            // room by sending each at a later number.
+            let mut sa = OutboundSa::owned(&c, now).unwrap();
+            for _ in 0..i {
+                let mut b = vec![0u8; HEADROOM + 40 + TAILROOM];
+                b[HEADROOM..HEADROOM + 40].copy_from_slice(&udp4(12));
+                sa.encapsulate(now, &mut b, HEADROOM..HEADROOM + 40, 4, &mut None).unwrap();
+            }
+            let mut buf = vec![0u8; HEADROOM + payload.len() + TAILROOM];
+            buf[HEADROOM..HEADROOM + payload.len()].copy_from_slice(payload);
+            let r = sa.encapsulate(now, &mut buf, HEADROOM..HEADROOM + payload.len(), NEXT_HEADER_IPCOMP, &mut None).unwrap();
+            assert_eq!(recvp(&mut rx, now, &buf[r]).unwrap_err(), DropReason::Malformed);
+        }
+        // A bomb: 60 000 zeros, far past the 1500 bytes allowed.
+        let mut d = crate::ipcomp::Deflate::new();
+        let n = d.compress(&vec![0u8; 60_000]).unwrap();
+        let mut bomb = vec![4u8, 0, (CPI >> 8) as u8, CPI as u8];
+        bomb.extend_from_slice(&d.scratch()[..n]);
+        let c = config(EspSuite::Aes256Gcm16, SPI, true, false);
+        let mut sa = OutboundSa::owned(&c, now).unwrap();
+        for _ in 0..2 {
+            let mut b = vec![0u8; HEADROOM + 40 + TAILROOM];
+            b[HEADROOM..HEADROOM + 40].copy_from_slice(&udp4(12));
+            sa.encapsulate(now, &mut b, HEADROOM..HEADROOM + 40, 4, &mut None).unwrap();
+        }
+        let mut buf = vec![0u8; HEADROOM + bomb.len() + TAILROOM];
+        buf[HEADROOM..HEADROOM + bomb.len()].copy_from_slice(&bomb);
+        let r = sa.encapsulate(now, &mut buf, HEADROOM..HEADROOM + bomb.len(), NEXT_HEADER_IPCOMP, &mut None).unwrap();
+        assert_eq!(recvp(&mut rx, now, &buf[r]).unwrap_err(), DropReason::TooBig);
+        assert_eq!(rx.drops().get(DropReason::Malformed), 2);
+        assert_eq!(rx.drops().get(DropReason::TooBig), 1);
+        assert_eq!(rx.stats().sas[0].counters.drops.get(DropReason::Malformed), 2);
+        let ipc = rx.stats().sas[0].ipcomp.unwrap();
+        assert_eq!((ipc.decompress_failed, ipc.too_big), (2, 1));
+    }
+
+    #[test]
+    fn ipcomp_on_an_sa_without_it_is_refused() {
+        let now = Instant::now();
+        let (_, mut rx, cfgs) = setup(false, &[0x100], now);
+        let mut d = crate::ipcomp::Deflate::new();
+        let inner = udp4(1000);
+        let n = d.compress(&inner).unwrap();
+        let mut payload = vec![4u8, 0, 0, 2];
+        payload.extend_from_slice(&d.scratch()[..n]);
+        let esp = seal_raw(&cfgs[0], now, &payload, NEXT_HEADER_IPCOMP);
+        assert_eq!(recvp(&mut rx, now, &esp).unwrap_err(), DropReason::Malformed);
+    }
+
+    #[test]
+    fn adaptive_switch_is_an_event() {
+        let now = Instant::now();
+        let (mut tx, _, _) = setup(false, &[], now);
+        let cfg = config(EspSuite::Aes256Gcm16, SPI, true, false);
+        tx.apply(Command::SetIpcomp(SPI, Direction::Outbound, Some(params(IpcompMode::Adaptive))));
+        tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfg, now).unwrap())));
+        let mut s = 7u64;
+        let mut random = udp4(1300);
+        for b in random[28..].iter_mut() {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            *b = s as u8;
+        }
+        for _ in 0..crate::ipcomp::PROBE_PACKETS {
+            send(&mut tx, now, &random).unwrap();
+        }
+        let ev = std::iter::from_fn(|| tx.poll_event()).find(|e| matches!(e, Event::IpcompSwitched { .. }));
+        let Some(Event::IpcompSwitched { spi, switch }) = ev else { panic!("no switch: {ev:?}") };
+        assert_eq!(spi, SPI);
+        assert_eq!(switch.state.name(), "backoff");
+        assert!(switch.ratio_permille > 900);
+        // Removing the SA removes its IPComp state.
+        tx.apply(Command::RemoveOutbound(GROUP, SPI));
+        assert!(tx.ipcomp.outbound.is_empty());
+    }
+}

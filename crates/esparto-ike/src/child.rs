@@ -307,6 +307,8 @@ pub(crate) struct Install<'a> {
     pub(crate) ke: Option<KeGroup>,
     /// Lifetimes from here.
     pub(crate) config: &'a ChildConfig,
+    /// IPComp, if agreed.
+    pub(crate) ipcomp: Option<crate::ipcomp::IpcompCpis>,
 }
 
 /// Derive the keys and build the record the IKE SA keeps (timers set from
@@ -365,6 +367,7 @@ pub(crate) fn install(
         rekeys: i.rekeys,
         per_resource: i.per_resource,
         outbound_active: i.outbound_active,
+        ipcomp: i.ipcomp,
     });
     Ok((record, event))
 }
@@ -376,6 +379,7 @@ pub(crate) fn announce(ctx: &mut Ctx<'_>, child: &mut ChildSa, event: Box<ChildS
         outbound_spi = format_args!("{:08x}", event.outbound_spi), suite = event.suite.name(),
         encap = event.encap, rekeys = ?event.rekeys.map(|s| format!("{s:08x}")),
         resource = ?event.resource, per_resource = event.per_resource,
+        ipcomp = ?event.ipcomp.map(|c| format!("cpi in {:04x} out {:04x}", c.inbound, c.outbound)),
         "CHILD_SA established"
     );
     child.announced = true;
@@ -408,6 +412,15 @@ impl IkeSa {
         };
         // A rekey keeps the old SA's worker (its SPI steers there).
         let inbound_spi = ctx.spis.allocate(ctx.rng, opts.resource);
+        // §2.22: IPComp if the peer offered DEFLATE and we want it; an
+        // offer we cannot take just leaves it out.
+        let ipcomp = match (cfg.ipcomp, opts.ipcomp) {
+            (true, Some(outbound)) => Some(crate::ipcomp::IpcompCpis {
+                inbound: crate::ipcomp::allocate(ctx.rng),
+                outbound,
+            }),
+            _ => None,
+        };
         let answer = ChildAnswer {
             sa: SaRepr {
                 proposals: vec![
@@ -420,6 +433,7 @@ impl IkeSa {
             tsr: ts_repr(&choice.tsr),
             child: cfg.name.clone(),
             resource_info,
+            ipcomp: ipcomp.map(|c| crate::ipcomp::data(c.inbound)),
         };
         let installed = install(
             ctx,
@@ -451,6 +465,7 @@ impl IkeSa {
                 outbound_active: opts.rekeys.is_none(),
                 ke: opts.ke,
                 config: cfg,
+                ipcomp,
             },
         );
         match installed {
@@ -547,6 +562,8 @@ pub(crate) struct ChildOpts {
     pub(crate) resource_info: bool,
     /// The PFS group of this exchange.
     pub(crate) ke: Option<KeGroup>,
+    /// The peer's DEFLATE CPI from its IPCOMP_SUPPORTED notify.
+    pub(crate) ipcomp: Option<u16>,
 }
 
 /// The payloads of a successful Child SA answer.
@@ -558,9 +575,21 @@ pub(crate) struct ChildAnswer {
     pub(crate) child: Arc<str>,
     /// Answer with SA_RESOURCE_INFO (RFC 9611).
     pub(crate) resource_info: bool,
+    /// Answer with IPCOMP_SUPPORTED carrying this data (§2.22).
+    pub(crate) ipcomp: Option<[u8; 3]>,
 }
 
 impl ChildAnswer {
+    /// `[N(IPCOMP_SUPPORTED),]`: the notify accepting IPComp, if any.
+    pub(crate) fn ipcomp_notify(&self) -> Option<PayloadRepr<'_>> {
+        self.ipcomp.as_ref().map(|d| {
+            PayloadRepr::Notify(esparto_wire::ike::NotifyRepr::new(
+                NotifyType::IPCOMP_SUPPORTED,
+                d,
+            ))
+        })
+    }
+
     pub(crate) fn payloads(&self) -> [PayloadRepr<'static>; 3] {
         [
             PayloadRepr::Sa(self.sa.clone()),

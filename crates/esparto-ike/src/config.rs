@@ -111,6 +111,8 @@ pub struct ChildConfig {
     /// negotiate ourselves, and the most we accept from the peer before
     /// answering TS_MAX_QUEUE (RFC 9611 §4). Ignored with `PerCpuSas::No`.
     pub per_cpu_max: u16,
+    /// Offer and accept IPComp with DEFLATE (RFC 7296 §2.22).
+    pub ipcomp: bool,
 }
 
 impl Default for ChildConfig {
@@ -128,6 +130,7 @@ impl Default for ChildConfig {
             rekey_packets: 0,
             per_cpu_sas: PerCpuSas::No,
             per_cpu_max: crate::lifetime::PER_CPU_MAX,
+            ipcomp: false,
         }
     }
 }

@@ -257,6 +257,8 @@ pub struct ChildSaEstablished {
     /// Send on the outbound SA at once. `false` only for a rekey the peer
     /// initiated: wait for `ChildSaOutboundActive` (see the module docs).
     pub outbound_active: bool,
+    /// IPComp, when both sides agreed on it (RFC 7296 §2.22).
+    pub ipcomp: Option<crate::ipcomp::IpcompCpis>,
 }
 
 impl fmt::Debug for ChildSaEstablished {

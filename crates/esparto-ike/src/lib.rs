@@ -94,6 +94,7 @@ mod endpoint;
 pub mod event;
 mod exchange;
 pub mod identity;
+pub mod ipcomp;
 pub mod keys;
 pub mod lifetime;
 pub mod nat;

@@ -33,6 +33,7 @@
 //! | [`icmp`] | ICMPv4/ICMPv6, "packet too big" errors | 792, 1191, 4443 |
 //! | [`esp`] | ESP header and trailer | 4303 |
 //! | [`espinudp`] | ESP-in-UDP classification | 3948 |
+//! | [`ipcomp`] | IP Payload Compression header | 3173 |
 #![forbid(unsafe_code)]
 
 mod bytes;
@@ -46,6 +47,7 @@ pub mod espinudp;
 pub mod icmp;
 pub mod ike;
 pub mod ip;
+pub mod ipcomp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod tcp;

@@ -83,6 +83,32 @@ fn write(dir: &Path, corpus: &Corpus) -> std::io::Result<()> {
     Ok(())
 }
 
+/// IPComp payloads as they arrive inside ESP: header and DEFLATE data of
+/// some of the IP packets, from the data plane's own compressor.
+fn ipcomp_payloads() -> Vec<(String, Vec<u8>)> {
+    let mut d = esparto_esp::Deflate::new();
+    let mut out = Vec::new();
+    let mut text = Vec::new();
+    while text.len() < 1400 {
+        text.extend_from_slice(b"<tr><td>gateway</td><td>tunnel</td></tr> {\"level\":\"info\"} ");
+    }
+    text.truncate(1400);
+    let zeros = vec![0u8; 1400];
+    for (name, nh, data) in [("text_ipv4", 4u8, &text), ("zeros_ipv6", 41, &zeros)] {
+        let Some(n) = d.compress(data) else { continue };
+        let mut p = vec![nh, 0, 0x12, 0x34];
+        p.extend_from_slice(&d.scratch()[..n]);
+        out.push((name.to_string(), p));
+    }
+    // A bomb: 60,000 zeros, far past the 1,500-byte bound.
+    if let Some(n) = d.compress(&vec![0u8; 60_000]) {
+        let mut p = vec![4, 0, 0x12, 0x34];
+        p.extend_from_slice(&d.scratch()[..n]);
+        out.push(("bomb".to_string(), p));
+    }
+    out
+}
+
 fn generate() -> Corpus {
     let mut c = Corpus::new();
     let pkts = ip_packets();
@@ -120,6 +146,13 @@ fn generate() -> Corpus {
             }
             _ => {}
         }
+    }
+    for (name, p) in ipcomp_payloads() {
+        add("wire_ipcomp", &name, p.clone());
+        // The SA's bound: 1500 bytes, as a path MTU.
+        let mut input = 1500u16.to_be_bytes().to_vec();
+        input.extend_from_slice(&p);
+        add("ipcomp_decompress", &name, input);
     }
     for (name, p) in esp_packets() {
         add("wire_esp", &name, p.clone());

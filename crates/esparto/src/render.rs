@@ -76,6 +76,25 @@ pub fn status_text(s: &Status) -> String {
     let _ = writeln!(out, "all workers: {}", drops(&s.drops, "drops: "));
     out.push('\n');
     out.push_str(&sa_table(&s.sas));
+    out.push_str(&ipcomp_lines(&s.sas));
+    out
+}
+
+/// The IPComp lines under the SA table: one per SA with IPComp (nothing
+/// when none has it).
+pub fn ipcomp_lines(sas: &[SaStatus]) -> String {
+    let mut out = String::new();
+    for sa in sas {
+        let Some(c) = &sa.ipcomp else { continue };
+        if out.is_empty() {
+            out.push_str("IPComp (DEFLATE):\n");
+        }
+        out.push_str(&format!(
+            "  {}/{} {} {} worker {}: cpi {} mode {} state {} ratio {:.3} saved {} B compressed {} skipped {} switched off {}x decompress_failed {} too_big {}\n",
+            sa.connection, sa.child, sa.spi, sa.direction, sa.worker, c.cpi, c.mode, c.state, c.ratio, c.bytes_saved,
+            c.compressed, c.skipped, c.switches_off, c.decompress_failed, c.too_big
+        ));
+    }
     out
 }
 
@@ -366,6 +385,7 @@ mod tests {
             last_seq: packets,
             age_s: 3725.0,
             drops: BTreeMap::new(),
+            ipcomp: None,
         }
     }
 

@@ -179,6 +179,58 @@ pub struct SaStatus {
     pub age_s: f64,
     /// Drops attributable to the SA (non-zero only).
     pub drops: BTreeMap<String, u64>,
+    /// IPComp on this SA (absent without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipcomp: Option<IpcompStatus>,
+}
+
+/// IPComp of one SA as one worker sees it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IpcompStatus {
+    /// The CPI in its headers, 4 hex digits.
+    pub cpi: String,
+    /// "yes" or "adaptive".
+    pub mode: String,
+    /// Outbound: "on", or "backoff" (adaptive, not compressing for now).
+    pub state: String,
+    /// Packets compressed (outbound) or decompressed (inbound).
+    pub compressed: u64,
+    /// Outbound packets sent uncompressed (short, not smaller, back-off).
+    pub skipped: u64,
+    /// Bytes compression took off.
+    pub bytes_saved: u64,
+    /// Compressed over original size of the compressed packets.
+    pub ratio: f64,
+    /// Times an adaptive SA stopped compressing.
+    pub switches_off: u64,
+    /// Inbound payloads that did not decompress (dropped as `malformed`).
+    #[serde(default)]
+    pub decompress_failed: u64,
+    /// Inbound payloads that decompressed past the bound (dropped as
+    /// `too_big`).
+    #[serde(default)]
+    pub too_big: u64,
+}
+
+impl IpcompStatus {
+    /// From the data plane's figures.
+    pub fn from_stats(s: &esparto_esp::IpcompStats) -> Self {
+        Self {
+            cpi: format!("{:04x}", s.cpi),
+            mode: match s.mode {
+                esparto_esp::IpcompMode::Always => "yes".into(),
+                esparto_esp::IpcompMode::Adaptive => "adaptive".into(),
+            },
+            state: s.state.name().into(),
+            compressed: s.compressed,
+            skipped: s.skipped,
+            bytes_saved: s.bytes_saved(),
+            ratio: s.ratio(),
+            switches_off: s.switches_off,
+            decompress_failed: s.decompress_failed,
+            too_big: s.too_big,
+        }
+    }
 }
 
 /// One IKE SA, as `esparto sas` shows it.

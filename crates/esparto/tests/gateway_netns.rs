@@ -77,6 +77,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
                 per_cpu_sas: PerCpuSas::No,
                 per_cpu_max: workers,
                 static_sas: Some(StaticSas { suite, esn: true, pairs }),
+                ipcomp: None,
             }],
         }],
         secrets: Default::default(),
@@ -213,4 +214,147 @@ fn two_gateways_carry_ping_tcp_udp_on_per_worker_sas() {
     }
     west.shutdown();
     east.shutdown();
+}
+
+/// Sends `data` over TCP from host-west to host-east port `port`; returns
+/// the bytes host-east received.
+fn tcp_through(hw: &Netns, he: &Netns, port: u16, data: Vec<u8>) -> usize {
+    let addr: SocketAddr = format!("10.2.0.10:{port}").parse().unwrap();
+    let listener = he.run(|| TcpListener::bind(addr)).unwrap().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut total = 0usize;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            match s.read(&mut buf).unwrap() {
+                0 => break total,
+                n => total += n,
+            }
+        }
+    });
+    hw.run(|| {
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+        c.write_all(&data).unwrap();
+    })
+    .unwrap();
+    server.join().unwrap()
+}
+
+/// Text-like bytes (compress to about a third) or xorshift noise (not at all).
+fn corpus(text: bool, len: usize) -> Vec<u8> {
+    let words = [
+        "gateway ",
+        "tunnel ",
+        "<td>packet</td> ",
+        "compress ",
+        "{\"level\":\"info\"} ",
+        "link ",
+    ];
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut v = Vec::with_capacity(len + 32);
+    while v.len() < len {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        if text {
+            v.extend_from_slice(words[(s % words.len() as u64) as usize].as_bytes());
+        } else {
+            v.extend_from_slice(&s.to_le_bytes());
+        }
+    }
+    v.truncate(len);
+    v
+}
+
+#[test]
+fn two_gateways_with_static_ipcomp_compress_text_and_skip_noise() {
+    if !netns::available() {
+        eprintln!("SKIP: needs root and iproute2");
+        return;
+    }
+    let topo = Topology::new().unwrap();
+    let (hw, gw, ge, he) = (
+        topo.ns(Node::HostWest),
+        topo.ns(Node::GwWest),
+        topo.ns(Node::GwEast),
+        topo.ns(Node::HostEast),
+    );
+    let suite = EspSuite::Aes256Gcm16;
+    let state = tempfile::tempdir().unwrap();
+    let with_ipcomp = |east: bool, mode: esparto_esp::IpcompMode| {
+        let mut c = config(east, suite, 1, state.path());
+        c.connections[0].children[0].ipcomp = Some(mode);
+        c
+    };
+    // West compresses adaptively, east always: both decompress either.
+    let west = gw
+        .run(|| Gateway::start(&with_ipcomp(false, esparto_esp::IpcompMode::Adaptive)))
+        .unwrap()
+        .unwrap();
+    let east = ge
+        .run(|| Gateway::start(&with_ipcomp(true, esparto_esp::IpcompMode::Always)))
+        .unwrap()
+        .unwrap();
+
+    assert!(ping(hw, "10.2.0.10"), "IPv4 ping west→east");
+    assert!(ping(he, "fd00:1::10"), "IPv6 ping east→west");
+    let text = corpus(true, 4 << 20);
+    assert_eq!(tcp_through(hw, he, 5101, text.clone()), text.len());
+
+    let out_ipcomp = |st: &esparto::status::Status| {
+        st.sas
+            .iter()
+            .filter(|s| s.direction == "out")
+            .filter_map(|s| s.ipcomp.clone())
+            .collect::<Vec<_>>()
+    };
+    let in_ipcomp = |st: &esparto::status::Status| {
+        st.sas
+            .iter()
+            .filter(|s| s.direction == "in")
+            .filter_map(|s| s.ipcomp.clone())
+            .collect::<Vec<_>>()
+    };
+    let st = west.status().unwrap();
+    let sent: u64 = out_ipcomp(&st).iter().map(|c| c.compressed).sum();
+    let saved: u64 = out_ipcomp(&st).iter().map(|c| c.bytes_saved).sum();
+    assert!(sent > 1000, "west compressed {sent} packets: {:#?}", st.sas);
+    assert!(
+        saved > (2 << 20) as u64,
+        "west saved only {saved} B of 4 MiB of text"
+    );
+    let est = east.status().unwrap();
+    let got: u64 = in_ipcomp(&est).iter().map(|c| c.compressed).sum();
+    assert!(got >= sent, "east decompressed {got} of {sent}");
+    // East's ACKs are short: sent as they are, and counted as skipped.
+    let skipped: u64 = out_ipcomp(&est).iter().map(|c| c.skipped).sum();
+    assert!(skipped > 0, "{:#?}", est.sas);
+    for c in in_ipcomp(&est).iter().chain(&in_ipcomp(&st)) {
+        assert_eq!((c.decompress_failed, c.too_big), (0, 0), "{c:?}");
+    }
+
+    // Noise: the adaptive side backs off, and the data still arrives.
+    let noise = corpus(false, 4 << 20);
+    assert_eq!(tcp_through(hw, he, 5102, noise.clone()), noise.len());
+    let st = west.status().unwrap();
+    let off: u64 = out_ipcomp(&st).iter().map(|c| c.switches_off).sum();
+    assert!(
+        off > 0,
+        "adaptive west never backed off on random data: {:#?}",
+        out_ipcomp(&st)
+    );
+    // Text again: compressing again.
+    let before: u64 = out_ipcomp(&st).iter().map(|c| c.compressed).sum();
+    assert_eq!(tcp_through(hw, he, 5103, text.clone()), text.len());
+    let after: u64 = out_ipcomp(&west.status().unwrap())
+        .iter()
+        .map(|c| c.compressed)
+        .sum();
+    assert!(
+        after > before + 1000,
+        "west compressed {} more packets of text after the noise",
+        after - before
+    );
+    drop(west);
+    drop(east);
 }

@@ -271,3 +271,33 @@ fn strongswan_takes_esparto_restart_notifications_gracefully() {
     gw.stop().unwrap();
     charon.stop().unwrap();
 }
+
+/// strongSwan 5.9.8 with kernel-libipsec has no IPComp and never answers
+/// IPCOMP_SUPPORTED: an Esparto initiator with `ipcomp = "yes"` gets its
+/// Child SA without IPComp, says so in its log, and traffic crosses.
+#[test]
+fn ipcomp_with_a_peer_that_does_not_offer_it_is_a_child_without_it() {
+    if skip("interop_strongswan", true) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let mut swan = SwanConfig::site(Node::GwEast, PSK, IKE[0], ESP[0]).unwrap();
+    swan.initiator = false;
+    let charon = Charon::start(topo.ns(Node::GwEast), swan).unwrap();
+    let mut cfg = EspartoConfig::site(
+        Node::GwWest,
+        Keying::Ike { proposal: IKE[0].into(), local_id: "@west".into(), remote_id: "@east".into(), psk: PSK.into(), initiator: true },
+    )
+    .unwrap();
+    cfg.child_extra.push(("ipcomp".into(), "\"yes\"".into()));
+    let gw = EspartoGateway::start(topo.ns(Node::GwWest), bin, &cfg).unwrap();
+    wait("the tunnel", Duration::from_secs(10), || ids(&gw));
+    assert!(pings(&topo, Family::V4));
+    let st = gw.status().unwrap();
+    assert!(!st.sas.is_empty() && st.sas.iter().all(|s| s.ipcomp.is_none()), "{:#?}", st.sas);
+    let log = std::fs::read_to_string(gw.dir().path().join("esparto.log")).unwrap_or_default();
+    assert!(log.contains("peer did not accept IPComp"), "the refusal is logged: {log}");
+    gw.stop().unwrap();
+    charon.stop().unwrap();
+}

@@ -77,6 +77,8 @@ struct ChildPayloads<'a> {
     rekey: Option<NotifyRepr<'a>>,
     /// SA_RESOURCE_INFO (RFC 9611).
     resource_info: bool,
+    /// The peer's DEFLATE CPI (IPCOMP_SUPPORTED, §2.22).
+    ipcomp: Option<u16>,
 }
 
 impl<'a> ChildPayloads<'a> {
@@ -89,6 +91,7 @@ impl<'a> ChildPayloads<'a> {
             tsr: None,
             rekey: None,
             resource_info: false,
+            ipcomp: crate::ipcomp::peer_cpi(payloads),
         };
         for p in payloads {
             match p {
@@ -130,6 +133,8 @@ pub(crate) struct CreateChild {
     /// §1.3.3: the SA this one replaces.
     pub(crate) rekey: Option<RekeyOf>,
     inbound_spi: Option<u32>,
+    /// Our CPI, when the child wants IPComp.
+    ipcomp_cpi: Option<u16>,
     nonce: Vec<u8>,
     group: Option<KeGroup>,
     ke: Option<KeyExchange>,
@@ -147,6 +152,7 @@ impl CreateChild {
             per_resource: false,
             rekey: None,
             inbound_spi: None,
+            ipcomp_cpi: None,
             nonce: Vec::new(),
             group: None,
             ke: None,
@@ -210,6 +216,13 @@ impl CreateChild {
                 resource_id.as_ref().map_or(&[][..], |b| &b[..]),
             )));
         }
+        let ipcomp = self.ipcomp_cpi.map(crate::ipcomp::data);
+        if let Some(d) = &ipcomp {
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::IPCOMP_SUPPORTED,
+                d,
+            )));
+        }
         payloads.push(PayloadRepr::Sa(SaRepr {
             proposals: offer(&cfg.esp_proposals, spi, true),
         }));
@@ -232,6 +245,9 @@ impl CreateChild {
         let spi = *self
             .inbound_spi
             .get_or_insert_with(|| ctx.spis.allocate(ctx.rng, self.resource));
+        if cfg.ipcomp && self.ipcomp_cpi.is_none() {
+            self.ipcomp_cpi = Some(crate::ipcomp::allocate(ctx.rng));
+        }
         let configured = |g: &KeGroup| cfg.esp_proposals.iter().any(|p| p.ke.contains(g));
         if !self.group.as_ref().is_some_and(configured) {
             self.group = cfg.esp_proposals.iter().find_map(|p| p.ke.first().copied());
@@ -389,6 +405,7 @@ impl CreateChild {
                 outbound_active: true,
                 ke: self.group,
                 config: &cfg,
+                ipcomp: agreed_ipcomp(sa.id, &self.name, self.ipcomp_cpi, m.ipcomp),
             },
         )
     }
@@ -563,6 +580,7 @@ impl IkeSa {
             per_resource: old.as_ref().is_some_and(|c| c.per_resource),
             resource_info: m.resource_info && old.is_none(),
             ke: ke.as_ref().map(|k| k.group),
+            ipcomp: m.ipcomp,
         };
         let g_ir = ke.as_ref().map(|k| k.shared.as_slice());
         let answer = self.negotiate_child(ctx, &q, opts, g_ir, ni, &nr)?;
@@ -639,15 +657,34 @@ fn respond_key_exchange(
     }))
 }
 
-/// `[N(SA_RESOURCE_INFO),] SA, Nr, [KEr,] TSi, TSr`.
+/// The initiator's IPComp from our CPI and the answer's: a responder that
+/// did not accept leaves the Child SA without it (logged, not refused).
+pub(crate) fn agreed_ipcomp(
+    ike_sa: crate::event::IkeSaId,
+    child: &str,
+    ours: Option<u16>,
+    theirs: Option<u16>,
+) -> Option<crate::ipcomp::IpcompCpis> {
+    match (ours, theirs) {
+        (Some(inbound), Some(outbound)) => Some(crate::ipcomp::IpcompCpis { inbound, outbound }),
+        (Some(_), None) => {
+            tracing::info!(%ike_sa, %child, "peer did not accept IPComp: CHILD_SA without it");
+            None
+        }
+        _ => None,
+    }
+}
+
+/// `[N(SA_RESOURCE_INFO),] [N(IPCOMP_SUPPORTED),] SA, Nr, [KEr,] TSi, TSr`.
 fn child_response(r: &ChildResponse) -> Vec<PayloadRepr<'_>> {
-    let mut out = Vec::with_capacity(6);
+    let mut out = Vec::with_capacity(7);
     if r.answer.resource_info {
         out.push(PayloadRepr::Notify(NotifyRepr::new(
             NotifyType::SA_RESOURCE_INFO,
             &[],
         )));
     }
+    out.extend(r.answer.ipcomp_notify());
     out.push(PayloadRepr::Sa(r.answer.sa.clone()));
     out.push(PayloadRepr::Nonce(NonceRepr { data: &r.nr }));
     if let Some((g, public)) = &r.ke {

@@ -89,6 +89,8 @@ struct AuthPayloads<'a> {
     resource_info: bool,
     /// CERT payload bodies (encoding octet first), in order (§3.6).
     certs: Vec<&'a [u8]>,
+    /// The peer's DEFLATE CPI (IPCOMP_SUPPORTED, §2.22).
+    ipcomp: Option<u16>,
 }
 
 impl<'a> AuthPayloads<'a> {
@@ -104,6 +106,7 @@ impl<'a> AuthPayloads<'a> {
             initial_contact: false,
             resource_info: false,
             certs: Vec::new(),
+            ipcomp: crate::ipcomp::peer_cpi(payloads),
         };
         for p in payloads {
             match p {
@@ -176,6 +179,9 @@ struct ChildOffer {
     name: Arc<str>,
     resource: Option<u16>,
     inbound_spi: u32,
+    /// Our CPI, when the child wants IPComp, and its notify data.
+    ipcomp_cpi: Option<u16>,
+    ipcomp_data: Option<[u8; 3]>,
     tsi: Vec<TrafficSelector>,
     tsr: Vec<TrafficSelector>,
 }
@@ -283,8 +289,11 @@ impl IkeAuth {
             return Ok(());
         };
         let cfg = sa.conn.child(&name).ok_or(Reason::Local("unknown child"))?;
+        let ipcomp_cpi = cfg.ipcomp.then(|| crate::ipcomp::allocate(ctx.rng));
         self.offer = Some(ChildOffer {
             inbound_spi: ctx.spis.allocate(ctx.rng, resource),
+            ipcomp_cpi,
+            ipcomp_data: ipcomp_cpi.map(crate::ipcomp::data),
             tsi: cfg.local_selectors(sa.local.ip()),
             tsr: cfg.remote_selectors(sa.remote.ip()),
             name,
@@ -530,12 +539,18 @@ impl ChildOffer {
     /// `[N(SA_RESOURCE_INFO),] SAi2, TSi, TSr`. §1.2: the first Child SA
     /// takes its keys from the IKE SA; its proposals carry no KE
     /// transforms.
-    fn payloads(&self, cfg: &ChildConfig) -> Vec<PayloadRepr<'static>> {
+    fn payloads(&self, cfg: &ChildConfig) -> Vec<PayloadRepr<'_>> {
         let mut out = Vec::with_capacity(4);
         if cfg.per_cpu_sas != PerCpuSas::No {
             out.push(PayloadRepr::Notify(NotifyRepr::new(
                 NotifyType::SA_RESOURCE_INFO,
                 &[],
+            )));
+        }
+        if let Some(d) = &self.ipcomp_data {
+            out.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::IPCOMP_SUPPORTED,
+                d,
             )));
         }
         out.push(PayloadRepr::Sa(SaRepr {
@@ -649,6 +664,12 @@ impl ChildOffer {
                 outbound_active: true,
                 ke: None,
                 config: &cfg,
+                ipcomp: super::create_child::agreed_ipcomp(
+                    sa.id,
+                    &self.name,
+                    self.ipcomp_cpi,
+                    crate::ipcomp::peer_cpi(&rx.payloads),
+                ),
             },
         )
     }
@@ -953,6 +974,7 @@ impl IkeSa {
         };
         let opts = ChildOpts {
             resource_info: m.resource_info,
+            ipcomp: m.ipcomp,
             ..ChildOpts::default()
         };
         Some(self.negotiate_child(ctx, &q, opts, None, ni, nr))
@@ -1021,6 +1043,7 @@ fn auth_response<'a>(
                     &[],
                 )));
             }
+            out.extend(answer.ipcomp_notify());
             out.extend(answer.payloads());
         }
         Some(Err(kind)) => out.push(notify(*kind, &[])),

@@ -19,7 +19,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use esparto_esp::{DEFAULT_WINDOW, Lifetime, MAX_WINDOW, Selector};
+use esparto_esp::{DEFAULT_WINDOW, IpcompMode, Lifetime, MAX_WINDOW, Selector};
 use esparto_ike::proposal::Proposal;
 use esparto_ike::{ChildConfig, StartAction, TsConfig};
 
@@ -60,6 +60,7 @@ const KEYS: &[&str] = &[
     "rand_time",
     "dpd_action",
     "close_action",
+    "ipcomp",
 ];
 
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -68,7 +69,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("rand_packets", "rekey jitter is not implemented"),
     ("updown", "updown scripts are not implemented"),
     ("hostaccess", "updown scripts are not implemented"),
-    ("ipcomp", "IPComp negotiation is not implemented"),
     ("inactivity", "inactivity timeouts are not implemented"),
     (
         "reqid",
@@ -154,6 +154,7 @@ pub(crate) fn parse(
     } else {
         negotiation(cx, node, path, conn.workers)
     };
+    let ipcomp = ipcomp(cx, node, path);
     let static_sas = static_field.and_then(|f| static_sas(cx, &f, &proposals, &mut seen));
     if let Some(s) = &static_sas {
         // The pairs fix the SAs: the first is the fallback, each further
@@ -173,7 +174,7 @@ pub(crate) fn parse(
     let ike = if is_static {
         None
     } else {
-        let c = ike_config(
+        let mut c = ike_config(
             name,
             local_cfg,
             remote_cfg,
@@ -182,6 +183,7 @@ pub(crate) fn parse(
             &lifetime,
             rand_time,
         );
+        c.ipcomp = ipcomp.is_some();
         if let Err(e) = c.validate() {
             cx.err(&node.span, path, e.to_string());
             return None;
@@ -197,6 +199,7 @@ pub(crate) fn parse(
         per_cpu_sas: negotiation.per_cpu_sas,
         per_cpu_max: negotiation.per_cpu_max,
         static_sas,
+        ipcomp,
     };
     Some(Parsed { child, ike, seen })
 }
@@ -311,6 +314,23 @@ fn check_mode(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) {
     if let Some(m) = cx.str(&f) {
         if m != "tunnel" {
             cx.err_at(&f, format!("'{m}': only tunnel mode is implemented"));
+        }
+    }
+}
+
+/// `ipcomp`: `"no"` (default) or `false`, `"yes"` or `true`, `"adaptive"`.
+fn ipcomp(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) -> Option<IpcompMode> {
+    let f = node.field(path, "ipcomp")?;
+    if let Kind::Bool(b) = f.node.kind {
+        return b.then_some(IpcompMode::Always);
+    }
+    match cx.str(&f)? {
+        "no" => None,
+        "yes" => Some(IpcompMode::Always),
+        "adaptive" => Some(IpcompMode::Adaptive),
+        s => {
+            cx.err_at(&f, format!("'{s}': expected yes, no or adaptive"));
+            None
         }
     }
 }
@@ -487,6 +507,7 @@ fn ike_config(
         rekey_packets: lifetime.soft_packets.unwrap_or(0),
         per_cpu_sas: negotiation.per_cpu_sas,
         per_cpu_max: u16::try_from(negotiation.per_cpu_max).unwrap_or(u16::MAX),
+        ipcomp: false,
     }
 }
 

@@ -162,6 +162,8 @@ pub struct Child {
     pub per_cpu_max: usize,
     /// Statically keyed SAs (no IKE), like `ip xfrm state add`.
     pub static_sas: Option<StaticSas>,
+    /// IPComp (RFC 3173, DEFLATE): `None` without (`ipcomp = "no"`).
+    pub ipcomp: Option<esparto_esp::IpcompMode>,
 }
 
 /// Statically keyed SAs of a child.

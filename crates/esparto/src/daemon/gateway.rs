@@ -608,6 +608,10 @@ impl Gathered {
                     last_seq: sa.last_seq,
                     age_s: at.saturating_duration_since(sa.installed).as_secs_f64(),
                     drops: drops_map(&sa.counters.drops),
+                    ipcomp: sa
+                        .ipcomp
+                        .as_ref()
+                        .map(crate::status::IpcompStatus::from_stats),
                 });
             }
         }

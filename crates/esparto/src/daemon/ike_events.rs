@@ -294,6 +294,8 @@ impl Ike {
     pub fn on_dataplane(&mut self, now: Instant, gw: &mut Gateway, ev: WorkerEvent) {
         match ev.event {
             DpEvent::Acquire { group, worker } => self.on_acquire(now, gw, group, worker),
+            // Logged by the main loop; nothing for IKE to do.
+            DpEvent::IpcompSwitched { .. } => {}
             DpEvent::Expire {
                 spi,
                 direction,

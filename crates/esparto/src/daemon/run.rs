@@ -176,6 +176,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         }
         for ev in gw.poll_events() {
             match (&mut ike, ev.event) {
+                (_, Event::IpcompSwitched { spi, switch }) => log_ipcomp_switch(ev.worker, spi, switch),
                 (Some(ike), _) => ike.on_dataplane(now, &mut gw, ev),
                 (None, Event::Acquire { .. }) => {}
                 (None, Event::Expire { spi, direction, kind: Expiry::Soft }) => {
@@ -398,4 +399,21 @@ fn init_logging(filter: &str) -> Throttle {
     let watch = WatchLayer(watch::global());
     let _ = tracing_subscriber::registry().with(filter).with(throttle.layer()).with(fmt).with(watch).try_init();
     throttle
+}
+
+/// Logs an adaptive IPComp SA's decision: when it switched and why.
+fn log_ipcomp_switch(worker: u16, spi: u32, switch: esparto_esp::IpcompSwitch) {
+    let ratio = f64::from(switch.ratio_permille) / 1000.0;
+    match switch.state {
+        esparto_esp::IpcompState::On => {
+            info!(spi = %format!("{spi:08x}"), worker, ratio, "IPComp on again: the traffic compresses")
+        }
+        esparto_esp::IpcompState::Backoff { remaining } => info!(
+            spi = %format!("{spi:08x}"),
+            worker,
+            ratio,
+            skip_packets = remaining,
+            "IPComp off for a while: the traffic does not compress"
+        ),
+    }
 }

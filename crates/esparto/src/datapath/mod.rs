@@ -348,9 +348,12 @@ impl Datapath for EspDatapath {
                     let spi = esp.spi();
                     // Every failure, a dummy packet included, is counted
                     // by the ESP worker under its reason.
-                    match self.esp.decapsulate(now, slot, range) {
+                    // In place, or (IPComp) decompressed in the worker's
+                    // own buffer: the datagrams after this one in the slot
+                    // are left alone.
+                    match self.esp.decapsulate_packet(now, slot, range) {
                         Ok(inner) => {
-                            if to_tun.push(None, &slot[inner]).is_err() {
+                            if to_tun.push(None, inner).is_err() {
                                 self.esp.count_drop(DropReason::Malformed);
                             }
                         }

@@ -314,3 +314,35 @@ fn routing_defaults_to_table_220_and_the_mark_follows_the_table() {
     let text = base().replace("workers = 2", "workers = 2\nrouting_mark = 0x10000");
     assert_eq!(parse_str(&text, "w.toml").unwrap().daemon.routing.mark, 0x1_0000);
 }
+
+#[test]
+fn ipcomp_values() {
+    let with = |v: &str| base().replace("esp_proposals = [\"aes256gcm16\"]\n", &format!("esp_proposals = [\"aes256gcm16\"]\nipcomp = {v}\n"));
+    for (v, want) in [
+        ("\"yes\"", Some(esparto_esp::IpcompMode::Always)),
+        ("true", Some(esparto_esp::IpcompMode::Always)),
+        ("\"adaptive\"", Some(esparto_esp::IpcompMode::Adaptive)),
+        ("\"no\"", None),
+        ("false", None),
+    ] {
+        let c = parse_str(&with(v), "west.toml").unwrap();
+        assert_eq!(c.connections[0].children[0].ipcomp, want, "{v}");
+    }
+    assert_eq!(parse_str(&base(), "west.toml").unwrap().connections[0].children[0].ipcomp, None);
+    let e = parse_str(&with("\"maybe\""), "west.toml").unwrap_err().to_string();
+    assert!(e.contains("expected yes, no or adaptive") && e.contains("ipcomp"), "{e}");
+    // An IKE child passes it to the engine, which offers IPCOMP_SUPPORTED.
+    let text = r#"
+[connections.gw]
+remote_addrs = "198.51.100.7"
+local.id = "@moon"
+remote.id = "@sun"
+[connections.gw.children.host]
+ipcomp = "yes"
+[secrets.ike]
+id = "@sun"
+secret = "0x00112233445566778899"
+"#;
+    let c = parse_str(text, "moon.toml").unwrap();
+    assert!(c.connections[0].ike.as_ref().unwrap().children[0].ipcomp);
+}

@@ -84,6 +84,8 @@ pub(crate) struct Settings {
     /// Per-CPU sub-SAs wanted (IKE children; a static child's are
     /// configured, never negotiated).
     pub(crate) per_cpu: bool,
+    /// IPComp wanted (`ipcomp` in the child).
+    pub(crate) ipcomp: Option<esparto_esp::IpcompMode>,
 }
 
 /// A child's SA group as the workers hold it.

@@ -25,6 +25,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow};
 use esparto_crypto::SecretBytes;
 use esparto_esp::Direction;
+use esparto_ike::ipcomp::IpcompCpis;
 use esparto_ike::{ChildSaEstablished, IkeSaId};
 use smallvec::SmallVec;
 
@@ -33,6 +34,9 @@ use super::sa::{ChildSa, Out};
 use super::{ACQUIRE_PENDING, ChildId, ConnId, IkeRecord, LINGER, SaId, Table};
 use crate::config::StaticSas;
 use crate::daemon::seqstate::Claimed;
+
+/// The CPI of a statically keyed SA with IPComp: DEFLATE's well-known one.
+const STATIC_CPI: u16 = esparto_wire::ipcomp::cpi::DEFLATE;
 
 /// A Child SA as installed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +166,7 @@ impl Table {
             rekeying: false,
             expired: false,
             linger: None,
+            ipcomp: c.ipcomp,
         };
         let id = self.add_sa(now, sa, &c.inbound_key)?;
         if c.outbound_active {
@@ -437,6 +442,12 @@ impl Table {
                 rekeying: false,
                 expired: false,
                 linger: None,
+                // Nothing negotiates a CPI: the well-known one of DEFLATE
+                // (RFC 3173 §3.3) both ways.
+                ipcomp: s.ipcomp.map(|_| IpcompCpis {
+                    inbound: STATIC_CPI,
+                    outbound: STATIC_CPI,
+                }),
             };
             let id = self.add_sa(now, sa, &p.in_key)?;
             if slot != Slot::InboundOnly {

@@ -247,6 +247,7 @@ impl Table {
                 replay_window: child.replay_window,
                 lifetime,
                 per_cpu: ike && child.per_cpu_sas != PerCpuSas::No,
+                ipcomp: child.ipcomp,
             };
             self.add_child(id, &child.name, settings);
         }

@@ -212,6 +212,7 @@ mod tests {
             installed: Instant::now(),
             last_used,
             counters: SaCounters { packets, bytes: packets * 100, ..SaCounters::default() },
+            ipcomp: None,
         }
     }
 

@@ -27,7 +27,9 @@ use std::time::Instant;
 use anyhow::{Result, anyhow};
 use esparto_crypto::{EspSuite, KeyLengthError, SecretBytes};
 use esparto_esp::{Command, InboundSa, OutboundSa, SaConfig, SharedSeq};
+use esparto_esp::{Direction, IpcompParams};
 use esparto_ike::IkeSaId;
+use esparto_ike::ipcomp::IpcompCpis;
 
 use super::child::{Role, Slot};
 use super::{ChildId, Effect, SaId, Table};
@@ -75,6 +77,8 @@ pub(crate) struct ChildSa {
     pub(crate) expired: bool,
     /// Deleted after a rekey: its inbound SA goes at this time.
     pub(crate) linger: Option<Instant>,
+    /// IPComp's CPIs, when the SA has it.
+    pub(crate) ipcomp: Option<IpcompCpis>,
 }
 
 impl ChildSa {
@@ -130,8 +134,26 @@ impl Table {
         if let Some(r) = ike_sa.and_then(|i| self.ike_sas.get_mut(&i)) {
             r.sas.push(id);
         }
+        if let Some(p) = self.ipcomp_params(id, Direction::Inbound) {
+            // Before the SA, so that its first packet finds it.
+            self.emit(Effect::Worker(worker, Command::SetIpcomp(in_spi, Direction::Inbound, Some(p))));
+        }
         self.emit(Effect::Worker(worker, Command::AddInbound(Box::new(inbound))));
         Ok(id)
+    }
+
+    /// The data plane's IPComp for one direction of `sa` (`None`: without).
+    /// Decompressed packets are bounded by the path MTU: no inner packet
+    /// that fits the tunnel uncompressed is larger.
+    fn ipcomp_params(&self, id: SaId, direction: Direction) -> Option<IpcompParams> {
+        let sa = &self.sas[id.0];
+        let cpis = sa.ipcomp?;
+        let mode = self.children[sa.child.0].settings.ipcomp?;
+        let cpi = match direction {
+            Direction::Inbound => cpis.inbound,
+            Direction::Outbound => cpis.outbound,
+        };
+        Some(IpcompParams { cpi, mode, max_inner: usize::from(self.path_mtu) })
     }
 
     /// Puts the outbound half of `sa` into its slot, replacing what was
@@ -198,7 +220,11 @@ impl Table {
             self.sas[old.0].out = Out::Idle;
         }
         self.sas[id.0].out = Out::Sending;
+        let ipcomp = self.ipcomp_params(id, Direction::Outbound);
         for (k, cmd) in commands {
+            if let Some(p) = ipcomp {
+                self.emit(Effect::Worker(k, Command::SetIpcomp(spi, Direction::Outbound, Some(p))));
+            }
             self.emit(Effect::Worker(k, cmd));
         }
         Ok(())

@@ -98,6 +98,7 @@ impl Harness {
             replay_window: 64,
             lifetime: Lifetime::default(),
             per_cpu,
+            ipcomp: None,
         };
         self.table.add_child(c, "net", settings)
     }
@@ -176,6 +177,7 @@ impl Est {
             rekeys: self.rekeys,
             per_resource: self.per_resource,
             outbound_active: self.outbound_active,
+            ipcomp: None,
         }
     }
 }

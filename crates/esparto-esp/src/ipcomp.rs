@@ -1,0 +1,564 @@
+//! IP Payload Compression inside ESP (RFC 3173) with DEFLATE (RFC 2394).
+//!
+//! With IPComp an SA's inner packet is `[IPComp header | DEFLATE data]`
+//! (ESP Next Header 108) instead of the IP packet itself. The rules of
+//! RFC 3173 §2.2 shape everything here:
+//!
+//! - each packet is compressed on its own ("stateless"): the compressor is
+//!   reset before every packet, so a lost or reordered packet costs nothing
+//!   and one compressor per worker serves every SA;
+//! - a packet shorter than [`MIN_COMPRESS_LEN`] (RFC 2394 §2: "90 bytes") is
+//!   sent as it is, and so is one whose compressed form plus the header is
+//!   not smaller: the receiver takes both forms on the same SA;
+//! - the receiver's output is bounded by the tunnel's largest inner packet
+//!   ([`IpcompParams::max_inner`]) in a buffer the worker allocated once:
+//!   a decompression bomb fills it and is dropped as `too_big`, a corrupt
+//!   stream or a CPI the SA does not know as `malformed`, and the SA's own
+//!   IPComp figures count each as `too_big` or `decompress_failed`.
+//!   Nothing is ever sized by the peer.
+//!
+//! The per-SA state ([`IpcompSa`]) lives beside the ESP SA, keyed by SPI,
+//! not inside it: SAs without IPComp pay one emptiness check per packet.
+//!
+//! *Adaptive* mode ([`IpcompMode::Adaptive`]) skips compression while it
+//! does not pay: over a window of [`PROBE_PACKETS`] compressed packets, if
+//! the data shrank to more than [`ADAPTIVE_MAX_RATIO`] of its size, the SA
+//! sends uncompressed for a back-off that doubles each time the data still
+//! does not compress (RFC 3173 §2.2's "exponential backoff"), from
+//! [`BACKOFF_MIN`] to [`BACKOFF_MAX`] packets, and probes again.
+
+use esparto_wire::esp as wesp;
+use esparto_wire::ipcomp::{self as wipcomp, HEADER_LEN};
+use libdeflater::{CompressionLvl, Compressor, DecompressionError, Decompressor};
+
+use crate::counters::DropReason;
+
+/// Packets shorter than this are never compressed (RFC 2394 §2).
+pub const MIN_COMPRESS_LEN: usize = 90;
+
+/// The DEFLATE level: the fastest, see docs/BENCHMARKS.md (level 6 saves
+/// a few percent more at two to four times the cost per byte).
+pub const DEFLATE_LEVEL: i32 = 1;
+
+/// The IPCOMP transform ID of DEFLATE (RFC 7296 §3.10.1, IANA
+/// "IPCOMP Transform IDs"); also its well-known CPI (RFC 3173 §3.3).
+pub const TRANSFORM_DEFLATE: u8 = 2;
+
+/// Largest packet a worker compresses or decompresses (the largest IPv4
+/// or IPv6 packet without jumbograms): the size of its scratch buffer.
+pub const MAX_PACKET: usize = 65_535;
+
+/// Compressed packets an adaptive SA looks at before deciding.
+pub const PROBE_PACKETS: u32 = 32;
+
+/// An adaptive SA stops compressing when the compressed bytes (header
+/// included) exceed this share of the input over a probe window.
+pub const ADAPTIVE_MAX_RATIO: f64 = 0.9;
+
+/// Packets sent uncompressed after the first "does not pay" decision.
+pub const BACKOFF_MIN: u32 = 64;
+
+/// The longest back-off, in packets.
+pub const BACKOFF_MAX: u32 = 1 << 16;
+
+/// How an SA compresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpcompMode {
+    /// Every packet the rules allow.
+    Always,
+    /// Only while compression pays (see the module essay).
+    Adaptive,
+}
+
+/// IPComp for one direction of one SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpcompParams {
+    /// The CPI: outbound, the one the peer chose (written in every
+    /// header); inbound, ours (the only one accepted).
+    pub cpi: u16,
+    /// Outbound only: always or adaptive.
+    pub mode: IpcompMode,
+    /// Inbound only: the largest decompressed packet accepted (the
+    /// tunnel's largest inner packet), at most [`MAX_PACKET`].
+    pub max_inner: usize,
+}
+
+/// Whether an outbound SA compresses now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpcompState {
+    /// Compressing every packet the rules allow.
+    On,
+    /// Adaptive, not compressing for `remaining` more packets.
+    Backoff {
+        /// Packets left in this back-off.
+        remaining: u32,
+    },
+}
+
+impl IpcompState {
+    /// A stable name for status output.
+    pub fn name(self) -> &'static str {
+        match self {
+            IpcompState::On => "on",
+            IpcompState::Backoff { .. } => "backoff",
+        }
+    }
+}
+
+/// What IPComp did on one SA as one worker saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpcompStats {
+    /// The CPI (see [`IpcompParams::cpi`]).
+    pub cpi: u16,
+    /// Outbound mode.
+    pub mode: IpcompMode,
+    /// Outbound: whether it compresses now.
+    pub state: IpcompState,
+    /// Packets sent compressed / received compressed and delivered.
+    pub compressed: u64,
+    /// Outbound packets sent uncompressed (too short, not smaller, or in
+    /// an adaptive back-off).
+    pub skipped: u64,
+    /// Inner bytes of the compressed packets before compression.
+    pub bytes_in: u64,
+    /// Their bytes after compression, IPComp header included.
+    pub bytes_out: u64,
+    /// Times an adaptive SA switched off (each switch is one back-off).
+    pub switches_off: u64,
+    /// Inbound payloads that did not decompress (corrupt DEFLATE, another
+    /// CPI, a bad header): dropped as `malformed`.
+    pub decompress_failed: u64,
+    /// Inbound payloads that decompressed past the bound: dropped as
+    /// `too_big`.
+    pub too_big: u64,
+}
+
+impl IpcompStats {
+    /// Bytes compression took off the packets it compressed.
+    pub fn bytes_saved(&self) -> u64 {
+        self.bytes_in.saturating_sub(self.bytes_out)
+    }
+
+    /// Compressed size over original size of the compressed packets (1.0
+    /// with none).
+    pub fn ratio(&self) -> f64 {
+        if self.bytes_in == 0 { 1.0 } else { self.bytes_out as f64 / self.bytes_in as f64 }
+    }
+
+    /// Adds another worker's figures for the same SA (the state of the
+    /// worker that compresses wins).
+    pub fn add(&mut self, o: &IpcompStats) {
+        self.compressed += o.compressed;
+        self.skipped += o.skipped;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.switches_off += o.switches_off;
+        self.decompress_failed += o.decompress_failed;
+        self.too_big += o.too_big;
+        if o.state == IpcompState::On {
+            self.state = IpcompState::On;
+        }
+    }
+}
+
+/// A state switch of an adaptive SA, for the control plane's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpcompSwitch {
+    /// The new state.
+    pub state: IpcompState,
+    /// Compressed over original size in the window that decided it, in
+    /// thousandths.
+    pub ratio_permille: u32,
+}
+
+/// One SA's IPComp state in one worker (either direction).
+#[derive(Debug, Clone)]
+pub struct IpcompSa {
+    params: IpcompParams,
+    stats: IpcompStats,
+    /// Adaptive: bytes in and out of the current probe window.
+    window_in: u64,
+    window_out: u64,
+    window_packets: u32,
+    /// Adaptive: the next back-off's length.
+    next_backoff: u32,
+}
+
+impl IpcompSa {
+    /// Fresh state for an SA.
+    pub fn new(params: IpcompParams) -> Self {
+        let params = IpcompParams { max_inner: params.max_inner.min(MAX_PACKET), ..params };
+        Self {
+            params,
+            stats: IpcompStats {
+                cpi: params.cpi,
+                mode: params.mode,
+                state: IpcompState::On,
+                compressed: 0,
+                skipped: 0,
+                bytes_in: 0,
+                bytes_out: 0,
+                switches_off: 0,
+                decompress_failed: 0,
+                too_big: 0,
+            },
+            window_in: 0,
+            window_out: 0,
+            window_packets: 0,
+            next_backoff: BACKOFF_MIN,
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &IpcompParams {
+        &self.params
+    }
+
+    /// The figures so far.
+    pub fn stats(&self) -> &IpcompStats {
+        &self.stats
+    }
+
+    /// Whether the next packet of `len` bytes should be compressed; counts
+    /// the ones that are not.
+    fn wants(&mut self, len: usize) -> bool {
+        if len < MIN_COMPRESS_LEN {
+            self.stats.skipped += 1;
+            return false;
+        }
+        if let IpcompState::Backoff { remaining } = &mut self.stats.state {
+            self.stats.skipped += 1;
+            *remaining -= 1;
+            if *remaining == 0 {
+                self.stats.state = IpcompState::On;
+            }
+            return false;
+        }
+        true
+    }
+
+    /// Records one compression attempt (`out`: the packet's size as sent,
+    /// compressed or not) and, in adaptive mode, decides at the end of a
+    /// probe window.
+    fn record(&mut self, len: usize, out: Option<usize>) -> Option<IpcompSwitch> {
+        match out {
+            Some(n) => {
+                self.stats.compressed += 1;
+                self.stats.bytes_in += len as u64;
+                self.stats.bytes_out += n as u64;
+            }
+            None => self.stats.skipped += 1,
+        }
+        if self.params.mode != IpcompMode::Adaptive {
+            return None;
+        }
+        self.window_in += len as u64;
+        self.window_out += out.unwrap_or(len) as u64;
+        self.window_packets += 1;
+        if self.window_packets < PROBE_PACKETS {
+            return None;
+        }
+        let ratio = self.window_out as f64 / self.window_in as f64;
+        self.window_in = 0;
+        self.window_out = 0;
+        self.window_packets = 0;
+        if ratio > ADAPTIVE_MAX_RATIO {
+            let remaining = self.next_backoff;
+            self.next_backoff = (self.next_backoff.saturating_mul(2)).min(BACKOFF_MAX);
+            self.stats.state = IpcompState::Backoff { remaining };
+            self.stats.switches_off += 1;
+            Some(IpcompSwitch { state: self.stats.state, ratio_permille: permille(ratio) })
+        } else {
+            // Paying again: the next time it stops paying starts short.
+            let was_backing_off = self.next_backoff > BACKOFF_MIN;
+            self.next_backoff = BACKOFF_MIN;
+            was_backing_off.then_some(IpcompSwitch { state: IpcompState::On, ratio_permille: permille(ratio) })
+        }
+    }
+}
+
+fn permille(ratio: f64) -> u32 {
+    (ratio * 1000.0).round().clamp(0.0, f64::from(u32::MAX)) as u32
+}
+
+/// A worker's DEFLATE engine and scratch buffer, shared by all its SAs
+/// (libdeflate compresses and decompresses one whole buffer per call, so
+/// no SA sees another's history, and no packet another packet's).
+pub struct Deflate {
+    compress: Compressor,
+    decompress: Decompressor,
+    scratch: Box<[u8]>,
+}
+
+impl core::fmt::Debug for Deflate {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Deflate").finish_non_exhaustive()
+    }
+}
+
+impl Default for Deflate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Deflate {
+    /// Allocates the engine and its [`MAX_PACKET`] scratch buffer, once.
+    pub fn new() -> Self {
+        let level = CompressionLvl::new(DEFLATE_LEVEL).unwrap_or_else(|_| CompressionLvl::fastest());
+        Self {
+            // Raw DEFLATE, no zlib header (RFC 2394 §2).
+            compress: Compressor::new(level),
+            decompress: Decompressor::new(),
+            scratch: vec![0u8; MAX_PACKET].into_boxed_slice(),
+        }
+    }
+
+    /// Compresses `input` into the scratch buffer if the result plus the
+    /// IPComp header is smaller than `input`; returns the compressed length.
+    /// The output room is that bound, so a packet that would not shrink
+    /// costs no more than finding out.
+    pub fn compress(&mut self, input: &[u8]) -> Option<usize> {
+        let limit = input.len().checked_sub(HEADER_LEN + 1)?.min(self.scratch.len());
+        self.compress.deflate_compress(input, &mut self.scratch[..limit]).ok()
+    }
+
+    /// The scratch buffer (the last result).
+    pub fn scratch(&self) -> &[u8] {
+        &self.scratch
+    }
+
+    /// Decompresses one DEFLATE stream into the scratch buffer, at most
+    /// `max_out` bytes (more is [`DropReason::TooBig`]).
+    pub fn decompress(&mut self, input: &[u8], max_out: usize) -> Result<usize, DropReason> {
+        let max_out = max_out.min(self.scratch.len());
+        match self.decompress.deflate_decompress(input, &mut self.scratch[..max_out]) {
+            Ok(n) => Ok(n),
+            Err(DecompressionError::InsufficientSpace) => Err(DropReason::TooBig),
+            Err(DecompressionError::BadData) => Err(DropReason::Malformed),
+        }
+    }
+
+    /// Outbound: compresses the inner packet at `buf[inner]` in place when
+    /// the SA wants it and it pays; returns the range and ESP Next Header
+    /// to send, and an adaptive SA's switch if this packet decided one.
+    pub fn compress_in_place(
+        &mut self,
+        sa: &mut IpcompSa,
+        buf: &mut [u8],
+        inner: core::ops::Range<usize>,
+        next_header: u8,
+    ) -> (core::ops::Range<usize>, u8, Option<IpcompSwitch>) {
+        let len = inner.len();
+        if !sa.wants(len) {
+            return (inner, next_header, None);
+        }
+        let Some(packet) = buf.get(inner.clone()) else {
+            return (inner, next_header, None);
+        };
+        let Some(n) = self.compress(packet) else {
+            let switch = sa.record(len, None);
+            return (inner, next_header, switch);
+        };
+        let out = inner.start..inner.start + HEADER_LEN + n;
+        let repr = wipcomp::Repr { next_header, cpi: sa.params.cpi };
+        let mut header = wipcomp::Packet::new_unchecked(&mut buf[out.clone()]);
+        if repr.emit(&mut header).is_err() {
+            // A reserved CPI: the control plane never installs one.
+            let switch = sa.record(len, None);
+            return (inner, next_header, switch);
+        }
+        header.payload_mut().copy_from_slice(&self.scratch[..n]);
+        let switch = sa.record(len, Some(HEADER_LEN + n));
+        (out, wesp::NEXT_HEADER_IPCOMP, switch)
+    }
+
+    /// Inbound: checks the IPComp header of `payload` against the SA and
+    /// decompresses it into the scratch buffer; returns the Next Header
+    /// it names and the decompressed length.
+    /// A payload that does not decompress is [`DropReason::Malformed`]
+    /// (and the SA's `decompress_failed`), one past the bound
+    /// [`DropReason::TooBig`] (and its `too_big`).
+    pub fn decompress_packet(&mut self, sa: &mut IpcompSa, payload: &[u8]) -> Result<(u8, usize), DropReason> {
+        let r = self.decompress_checked(sa, payload);
+        match r {
+            Err(DropReason::TooBig) => sa.stats.too_big += 1,
+            Err(_) => sa.stats.decompress_failed += 1,
+            Ok(_) => {}
+        }
+        r
+    }
+
+    fn decompress_checked(&mut self, sa: &mut IpcompSa, payload: &[u8]) -> Result<(u8, usize), DropReason> {
+        let p = wipcomp::Packet::new_checked(payload).map_err(|_| DropReason::Malformed)?;
+        let repr = wipcomp::Repr::parse(&p).map_err(|_| DropReason::Malformed)?;
+        if repr.cpi != sa.params.cpi {
+            return Err(DropReason::Malformed);
+        }
+        let n = self.decompress(p.payload(), sa.params.max_inner)?;
+        sa.stats.compressed += 1;
+        sa.stats.bytes_in += n as u64;
+        sa.stats.bytes_out += payload.len() as u64;
+        Ok((repr.next_header, n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn text(n: usize) -> Vec<u8> {
+        let words = ["tunnel ", "gateway ", "<p>packet</p> ", "compress ", "link "];
+        let mut v = Vec::new();
+        let mut i = 0usize;
+        while v.len() < n {
+            v.extend_from_slice(words[(i * 7 + i / 3) % words.len()].as_bytes());
+            i += 1;
+        }
+        v.truncate(n);
+        v
+    }
+
+    fn random(n: usize) -> Vec<u8> {
+        let mut s = 0x1234_5678_9abc_def1u64;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    }
+
+    fn params(mode: IpcompMode) -> IpcompParams {
+        IpcompParams { cpi: 0x1234, mode, max_inner: 1500 }
+    }
+
+    #[test]
+    fn round_trip_and_header() {
+        let mut d = Deflate::new();
+        let mut out_sa = IpcompSa::new(params(IpcompMode::Always));
+        let mut in_sa = IpcompSa::new(params(IpcompMode::Always));
+        let data = text(1400);
+        let mut buf = vec![0u8; 1500];
+        buf[50..1450].copy_from_slice(&data);
+        let (r, nh, sw) = d.compress_in_place(&mut out_sa, &mut buf, 50..1450, 4);
+        assert!(sw.is_none());
+        assert_eq!(nh, wesp::NEXT_HEADER_IPCOMP);
+        assert!(r.len() < 700, "{}", r.len());
+        assert_eq!(&buf[50..54], &[4, 0, 0x12, 0x34]);
+        assert_eq!(out_sa.stats().compressed, 1);
+        assert_eq!(out_sa.stats().bytes_saved(), 1400 - r.len() as u64);
+        let (inner_nh, n) = d.decompress_packet(&mut in_sa, &buf[r]).unwrap();
+        assert_eq!((inner_nh, n), (4, 1400));
+        assert_eq!(&d.scratch()[..n], &data[..]);
+    }
+
+    #[test]
+    fn short_and_incompressible_go_as_they_are() {
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(params(IpcompMode::Always));
+        let mut buf = text(200);
+        let before = buf.clone();
+        let (r, nh, _) = d.compress_in_place(&mut sa, &mut buf, 0..MIN_COMPRESS_LEN - 1, 4);
+        assert_eq!((r, nh), (0..MIN_COMPRESS_LEN - 1, 4));
+        let mut rnd = random(1400);
+        let rbefore = rnd.clone();
+        let (r, nh, _) = d.compress_in_place(&mut sa, &mut rnd, 0..1400, 41);
+        assert_eq!((r, nh), (0..1400, 41));
+        assert_eq!(rnd, rbefore);
+        assert_eq!(buf, before);
+        assert_eq!(sa.stats().skipped, 2);
+        assert_eq!(sa.stats().compressed, 0);
+    }
+
+    #[test]
+    fn bomb_is_too_big_and_garbage_fails() {
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(params(IpcompMode::Always));
+        // 60 000 zero bytes compress to a few dozen: past max_inner 1500.
+        let zeros = vec![0u8; 60_000];
+        let n = d.compress(&zeros).unwrap();
+        let mut pkt = vec![4u8, 0, 0x12, 0x34];
+        pkt.extend_from_slice(&d.scratch()[..n]);
+        assert_eq!(d.decompress_packet(&mut sa, &pkt), Err(DropReason::TooBig));
+        // Corrupt stream.
+        let bad = [4u8, 0, 0x12, 0x34, 0xff, 0xff, 0xff, 0xff, 0x00];
+        assert_eq!(d.decompress_packet(&mut sa, &bad), Err(DropReason::Malformed));
+        // Wrong CPI, reserved CPI, short header.
+        let mut other = pkt.clone();
+        other[3] = 0x35;
+        assert_eq!(d.decompress_packet(&mut sa, &other), Err(DropReason::Malformed));
+        other[2] = 0;
+        other[3] = 100;
+        assert_eq!(d.decompress_packet(&mut sa, &other), Err(DropReason::Malformed));
+        assert_eq!(d.decompress_packet(&mut sa, &pkt[..3]), Err(DropReason::Malformed));
+        assert_eq!((sa.stats().too_big, sa.stats().decompress_failed), (1, 4));
+        let data = text(1000);
+        let n = d.compress(&data).unwrap();
+        let mut ok = vec![4u8, 0, 0x12, 0x34];
+        ok.extend_from_slice(&d.scratch()[..n]);
+        assert_eq!(d.decompress_packet(&mut sa, &ok), Ok((4, 1000)));
+        // Truncated stream.
+        ok.truncate(ok.len() - 3);
+        assert_eq!(d.decompress_packet(&mut sa, &ok), Err(DropReason::Malformed));
+    }
+
+    #[test]
+    fn adaptive_backs_off_on_random_and_returns_on_text() {
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
+        let rnd = random(1400);
+        let txt = text(1400);
+        let mut switches = Vec::new();
+        let mut send = |d: &mut Deflate, sa: &mut IpcompSa, data: &[u8]| {
+            let mut b = data.to_vec();
+            let n = b.len();
+            let (r, _, sw) = d.compress_in_place(sa, &mut b, 0..n, 4);
+            if let Some(s) = sw {
+                switches.push(s.state.name());
+            }
+            r.len()
+        };
+        for _ in 0..PROBE_PACKETS {
+            send(&mut d, &mut sa, &rnd);
+        }
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: BACKOFF_MIN });
+        // During the back-off nothing is compressed, even text.
+        for _ in 0..BACKOFF_MIN {
+            assert_eq!(send(&mut d, &mut sa, &txt), 1400);
+        }
+        assert_eq!(sa.stats().state, IpcompState::On);
+        // Still random: a back-off twice as long.
+        for _ in 0..PROBE_PACKETS {
+            send(&mut d, &mut sa, &rnd);
+        }
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: 2 * BACKOFF_MIN });
+        for _ in 0..2 * BACKOFF_MIN {
+            send(&mut d, &mut sa, &txt);
+        }
+        // Text again: compressing, and a switch "on" is reported.
+        for _ in 0..PROBE_PACKETS {
+            assert!(send(&mut d, &mut sa, &txt) < 1000);
+        }
+        assert_eq!(sa.stats().state, IpcompState::On);
+        assert_eq!(switches, ["backoff", "backoff", "on"]);
+        assert_eq!(sa.stats().switches_off, 2);
+    }
+
+    #[test]
+    fn always_mode_never_backs_off() {
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(params(IpcompMode::Always));
+        let rnd = random(1400);
+        for _ in 0..4 * PROBE_PACKETS {
+            let mut b = rnd.clone();
+            let (_, _, sw) = d.compress_in_place(&mut sa, &mut b, 0..1400, 4);
+            assert!(sw.is_none());
+        }
+        assert_eq!(sa.stats().state, IpcompState::On);
+        assert_eq!(sa.stats().skipped, u64::from(4 * PROBE_PACKETS));
+    }
+}
