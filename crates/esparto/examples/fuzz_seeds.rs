@@ -189,6 +189,9 @@ fn generate() -> Corpus {
     for (name, input) in tun_gro_inputs() {
         add("tun_gro", &name, input);
     }
+    for (name, input) in ike_cert_inputs() {
+        add("ike_cert", &name, input);
+    }
     c
 }
 
@@ -764,6 +767,63 @@ fn gro_input(uso: bool, packets: &[Vec<u8>]) -> Vec<u8> {
         gro_packet(&mut out, p);
     }
     out
+}
+
+// ------------------------------------------------------------ ike_cert
+
+/// A PKCS#8 (v1) Ed25519 key from a fixed seed: Ed25519 signs
+/// deterministically, so the certificates below are the same every run.
+fn ed25519_key(seed: u8) -> rcgen::KeyPair {
+    let mut der = vec![0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+    der.extend_from_slice(&[seed; 32]);
+    rcgen::KeyPair::try_from(der.as_slice()).expect("Ed25519 key")
+}
+
+/// A CA and a certificate for `moon.example` it signed (DER), fixed serial
+/// numbers and rcgen's fixed default validity.
+fn ike_cert_chain() -> (Vec<u8>, Vec<u8>) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyUsagePurpose, SerialNumber};
+    let ca_key = ed25519_key(1);
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca.serial_number = Some(SerialNumber::from(1u64));
+    let ca_der = ca.self_signed(&ca_key).expect("ca").der().to_vec();
+    let issuer = Issuer::from_params(&ca, &ca_key);
+    let mut ee = CertificateParams::new(vec!["moon.example".to_string()]).expect("params");
+    ee.serial_number = Some(SerialNumber::from(2u64));
+    let ee_der = ee.signed_by(&ed25519_key(2), &issuer).expect("ee").der().to_vec();
+    (ca_der, ee_der)
+}
+
+/// Inputs for `ike_cert`: a selector byte (identity in bits 0–1, bit 7 puts
+/// the target's own end-entity certificate first), CERT bodies each after a
+/// two-octet length, then AUTH data.
+fn ike_cert_inputs() -> Vec<(String, Vec<u8>)> {
+    let (ca, ee) = ike_cert_chain();
+    let body = |enc: u8, der: &[u8]| {
+        let mut b = ((der.len() + 1) as u16).to_be_bytes().to_vec();
+        b.push(enc);
+        b.extend_from_slice(der);
+        b
+    };
+    let auth = [0x5a; 64];
+    let input = |sel: u8, bodies: &[Vec<u8>]| {
+        let mut v = vec![sel];
+        bodies.iter().for_each(|b| v.extend_from_slice(b));
+        v.extend_from_slice(&auth);
+        v
+    };
+    vec![
+        ("genuine_alone".into(), input(0x80, &[])),
+        ("genuine_wrong_id".into(), input(0x81, &[])),
+        ("genuine_with_intermediate".into(), input(0x80, &[body(4, &ca)])),
+        ("foreign_chain".into(), input(0x00, &[body(4, &ee), body(4, &ca)])),
+        ("foreign_dn_id".into(), input(0x02, &[body(4, &ee)])),
+        ("unknown_encoding_first".into(), input(0x80, &[body(7, &ee), body(4, &ca)])),
+        ("only_unknown_encodings".into(), input(0x03, &[body(1, &ee), body(12, &ca)])),
+        ("truncated".into(), input(0x00, &[body(4, &ee[..ee.len() / 2])])),
+    ]
 }
 
 /// Batches for `tun_gro`: segments of one TCP flow (IPv4 and IPv6), UDP
