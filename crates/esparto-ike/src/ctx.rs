@@ -43,6 +43,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) ike_spis: &'a mut HashSet<u64>,
     /// Work for the endpoint once this step is over.
     pub(crate) actions: &'a mut Vec<Action>,
+    /// The endpoint's counters.
+    pub(crate) stats: &'a mut crate::endpoint::Stats,
 }
 
 /// Something an SA needs done to other SAs of the endpoint.

@@ -115,6 +115,10 @@ pub struct Stats {
     pub reinitiations: u64,
     /// IKE_SA_INIT requests dropped while shutting down.
     pub closing_dropped: u64,
+    /// CERT payloads in IKE_AUTH with an encoding other than X.509
+    /// certificate (RFC 7296 §3.6 lists thirteen): skipped, the rest of
+    /// the message used.
+    pub cert_payloads_skipped: u64,
 }
 
 /// IKE SAs held, by where they are in their life (RFC 7296 §1.2).
@@ -218,6 +222,7 @@ macro_rules! ctx {
             events: &mut $self.events,
             ike_spis: &mut $self.ike_spis,
             actions: &mut $self.actions,
+            stats: &mut $self.stats,
         }
     };
 }

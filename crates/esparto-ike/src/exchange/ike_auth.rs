@@ -93,7 +93,31 @@ struct AuthPayloads<'a> {
     ipcomp: Option<u16>,
 }
 
+/// The encodings of the CERT bodies that are not X.509 certificates (an
+/// empty body, which has no encoding octet, as 0, a reserved value).
+fn skipped_encodings(certs: &[&[u8]]) -> Vec<u8> {
+    certs
+        .iter()
+        .filter_map(|b| match b.first() {
+            Some(&CERT_ENCODING_X509) => None,
+            Some(&e) => Some(e),
+            None => Some(0),
+        })
+        .collect()
+}
+
 impl<'a> AuthPayloads<'a> {
+    /// Counts (and logs) the CERT payloads of encodings we do not read;
+    /// they are skipped and the X.509 ones used (§3.6).
+    fn count_skipped_certs(&self, ctx: &mut Ctx<'_>, ike_sa: impl core::fmt::Display) {
+        let skipped = skipped_encodings(&self.certs);
+        if !skipped.is_empty() {
+            ctx.stats.cert_payloads_skipped += skipped.len() as u64;
+            tracing::info!(%ike_sa, encodings = ?skipped,
+                "skipped {} CERT payload(s) not in X.509 certificate encoding (4)", skipped.len());
+        }
+    }
+
     fn collect(payloads: &'a [PayloadRepr<'a>]) -> Self {
         let mut m = AuthPayloads {
             idi: None,
@@ -309,6 +333,7 @@ impl IkeAuth {
         rx: &Received<'_>,
     ) -> Outcome {
         let m = AuthPayloads::collect(&rx.payloads);
+        m.count_skipped_certs(ctx, sa.id);
         let (local_id, peer_id) = match authenticate_responder(sa, ctx, rx, &m) {
             Ok(ids) => ids,
             Err(outcome) => {
@@ -719,6 +744,7 @@ impl IkeSa {
         to: SocketAddr,
     ) {
         let m = AuthPayloads::collect(payloads);
+        m.count_skipped_certs(ctx, self.id);
         let verified = match self.verify_initiator(ctx, &m, from) {
             Ok(v) => v,
             Err(Unverified::Drop) => return,
@@ -1050,4 +1076,19 @@ fn auth_response<'a>(
         None => {}
     }
     out
+}
+
+#[cfg(test)]
+mod skipped_cert_tests {
+    use super::*;
+
+    #[test]
+    fn only_x509_certificates_are_kept_the_rest_is_named() {
+        let x509: &[u8] = &[CERT_ENCODING_X509, 0x30, 0x82];
+        let pkcs7: &[u8] = &[1, 0x30];
+        let crl: &[u8] = &[7, 0x30];
+        assert_eq!(skipped_encodings(&[x509, pkcs7, x509, crl, &[]]), vec![1, 7, 0]);
+        assert!(skipped_encodings(&[x509, x509]).is_empty());
+        assert!(skipped_encodings(&[]).is_empty());
+    }
 }

@@ -442,6 +442,7 @@ impl Ike {
             ("rate_limited", s.rate_limited),
             ("reinitiations", s.reinitiations),
             ("closing_dropped", s.closing_dropped),
+            ("cert_payloads_skipped", s.cert_payloads_skipped),
             ("ike_sas", self.ep.ike_sa_count() as u64),
         ]
         .into_iter()

@@ -111,6 +111,11 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "esparto_ike_reinitiations",
         "Connections initiated again after their IKE SA died.",
     ),
+    (
+        "cert_payloads_skipped",
+        "esparto_ike_cert_payloads_skipped",
+        "CERT payloads of encodings other than X.509 certificate, skipped.",
+    ),
 ];
 
 /// A worker's I/O counter: metric name (without `_total`), help, and
