@@ -112,3 +112,39 @@ fn gso_to_gro_ipv6() {
         "[fd00:204::2]:4500".parse().unwrap(),
     );
 }
+
+/// Equal datagrams larger than the path MTU (an IKE_AUTH with a large
+/// certificate chain, several tunnels to one peer) cannot go as one GSO
+/// send: the kernel refuses segments above the MTU. They must still leave,
+/// as plain datagrams the IP layer fragments, and arrive whole.
+#[test]
+fn datagrams_above_the_mtu_still_leave() {
+    require_netns!("datagrams_above_the_mtu_still_leave");
+    let pair = Pair::new("gsomtu", "10.204.0.1/24", "10.204.0.2/24").unwrap();
+    let cfg = UdpConfig::default();
+    let dst: SocketAddr = "10.204.0.2:500".parse().unwrap();
+    let mut rx = pair.b.run(|| UdpSocket::bind(dst, &cfg, true)).unwrap().unwrap();
+    let mut tx = pair
+        .a
+        .run(|| UdpSocket::bind("10.204.0.1:0".parse().unwrap(), &cfg, false))
+        .unwrap()
+        .unwrap();
+    let mut batch = TxBatch::new(8, 0, 4000);
+    let mut sent = Vec::new();
+    for i in 0..5u32 {
+        let d = common::pattern(3000, i);
+        batch.push(Some(rx.local_addr()), &d).unwrap();
+        sent.push(d);
+    }
+    assert_eq!(tx.send_batch(&batch).unwrap(), 5);
+    let st = tx.stats();
+    assert_eq!(st.tx_errors, 0, "{st:?}");
+    let mut rxb = RxBatch::new(16, 0, GRO_SLOT_LEN, 1024);
+    let mut got = Vec::new();
+    common::wait_until(Duration::from_secs(5), || {
+        rx.recv_batch(&mut rxb).unwrap();
+        got.extend(rxb.iter().map(|(p, _)| p.to_vec()));
+        got.len() >= 5
+    });
+    assert!(got == sent, "{} of 5 arrived whole: {st:?}", got.len());
+}

@@ -17,9 +17,11 @@
 //! (`UDP_MAX_SEGMENTS`) or 65 507 bytes (the largest UDP payload over IPv4),
 //! and — with a steering key configured — when the key changes, so that a
 //! super-packet that reaches the peer whole is steered correctly there. Each segment is one `iovec` pointing into its own slot: no copy.
-//! If the kernel refuses GSO (`EIO`: no checksum offload on the route;
-//! `EINVAL`: segment larger than the MTU) the socket turns GSO off and sends
-//! plain `sendmmsg` from then on.
+//! If the kernel refuses GSO for the route (`EIO`: no checksum offload;
+//! `EINVAL`) the socket turns GSO off and sends plain `sendmmsg` from then
+//! on. A run of segments above the path MTU (`EMSGSIZE`: equal-sized large
+//! IKE messages) is sent again as plain datagrams, which the IP layer
+//! fragments; GSO stays on for the rest.
 //!
 //! **Receive.** [`UdpSocket::recv_batch`] is one `recvmmsg` into the slots of
 //! an [`RxBatch`]; with `UDP_GRO` on, one slot may hold several datagrams of
@@ -370,8 +372,11 @@ impl UdpSocket {
     pub fn send_batch_from(&mut self, batch: &TxBatch, mut from: usize) -> io::Result<usize> {
         let n = batch.len();
         self.scratch.ensure(n);
+        // Datagrams below this index go one by one (their GSO send was
+        // refused as too big: segments above the path MTU).
+        let mut plain_until = 0;
         while from < n {
-            let (msgs, used_gso) = self.build_send(batch, from);
+            let (msgs, used_gso) = self.build_send(batch, from, plain_until);
             if msgs == 0 {
                 // Only destination-less datagrams were left.
                 from = n;
@@ -401,6 +406,13 @@ impl UdpSocket {
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) => return Ok(from),
+                Some(libc::EMSGSIZE) if used_gso && s.groups[0].1 > 1 => {
+                    // Segments above the path MTU (large IKE messages of
+                    // equal size): the IP layer can fragment them one by
+                    // one, GSO cannot. Only this run goes plain.
+                    let (first, count) = s.groups[0];
+                    plain_until = first + count;
+                }
                 Some(libc::EIO) | Some(libc::EINVAL) if used_gso && s.groups[0].1 > 1 => {
                     // The route cannot do GSO (no checksum offload, or a
                     // segment above the MTU): RFC-neutral fallback to plain
@@ -423,7 +435,7 @@ impl UdpSocket {
 
     /// Fill the scratch `mmsghdr`s for datagrams `from..`; returns the number
     /// of entries and whether any carries `UDP_SEGMENT`.
-    fn build_send(&mut self, batch: &TxBatch, mut i: usize) -> (usize, bool) {
+    fn build_send(&mut self, batch: &TxBatch, mut i: usize, plain_until: usize) -> (usize, bool) {
         let n = batch.len();
         let split = self.split_key;
         let s = &mut self.scratch;
@@ -441,7 +453,7 @@ impl UdpSocket {
             let key = key_of(split, batch, i);
             let mut bytes = seg_len;
             i += 1;
-            if self.gso {
+            if self.gso && first >= plain_until {
                 while i < n
                     && i - first < MAX_GSO_SEGMENTS
                     && batch.dsts[i] == Some(dst)
