@@ -371,12 +371,7 @@ fn initiator_auth(
         });
         return Err(Reason::AuthenticationFailed);
     };
-    let keys = sa.keys.as_ref().ok_or(Reason::Local("no keys"))?;
-    let hs = sa
-        .handshake
-        .as_deref()
-        .ok_or(Reason::Local("IKE_SA_INIT state gone"))?;
-    let sk_pi = keys.sk_pi().ok_or(Reason::Local("SK_pi gone"))?;
+    let (keys, hs, sk_pi) = initiator_auth_inputs(sa)?;
     Ok(psk_auth(
         keys.prf,
         psk.as_slice(),
@@ -387,18 +382,25 @@ fn initiator_auth(
     ))
 }
 
-/// Our signature (RFC 7427) over RealMessage1 | NonceRData | MACedIDForI.
-fn initiator_signature(
-    sa: &IkeSa,
-    cred: &LocalCredential,
-    idi: &IdRepr<'_>,
-) -> Result<Vec<u8>, Reason> {
+/// What the initiator's AUTH is computed from (§2.15): the IKE SA's keys,
+/// the IKE_SA_INIT exchange and SK_pi.
+fn initiator_auth_inputs(sa: &IkeSa) -> Result<(&crate::keys::IkeKeys, &crate::sa::Handshake, &[u8]), Reason> {
     let keys = sa.keys.as_ref().ok_or(Reason::Local("no keys"))?;
     let hs = sa
         .handshake
         .as_deref()
         .ok_or(Reason::Local("IKE_SA_INIT state gone"))?;
     let sk_pi = keys.sk_pi().ok_or(Reason::Local("SK_pi gone"))?;
+    Ok((keys, hs, sk_pi))
+}
+
+/// Our signature (RFC 7427) over RealMessage1 | NonceRData | MACedIDForI.
+fn initiator_signature(
+    sa: &IkeSa,
+    cred: &LocalCredential,
+    idi: &IdRepr<'_>,
+) -> Result<Vec<u8>, Reason> {
+    let (keys, hs, sk_pi) = initiator_auth_inputs(sa)?;
     let octets = signed_octets(keys.prf, &hs.init_request, &hs.nr, sk_pi, idi);
     cred.key().auth_data(&octets).map_err(|e| {
         tracing::warn!(ike_sa = %sa.id, "cannot sign AUTH: {e}");
