@@ -181,7 +181,13 @@ impl EspartoPair {
     }
 
     fn wait_ready(&mut self, workers: usize) -> Result<()> {
-        let want = self.layout.pairs(workers);
+        // Both gateways are eager: each negotiates a sub-SA per worker, so
+        // once all are up each holds its own and the peer's (1 + 2 × workers
+        // Child SAs). Waiting for fewer would report a layout mid-way.
+        let want = match self.layout {
+            Layout::IkePerCpu => 1 + 2 * workers,
+            l => l.pairs(workers),
+        };
         let deadline = Instant::now() + IKE_TIMEOUT;
         // If the daemon negotiates sub-SAs on acquires (a worker without
         // one sees traffic) rather than at once, traffic on every worker
