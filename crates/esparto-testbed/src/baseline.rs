@@ -163,6 +163,66 @@ pub struct WorkerSplit {
     pub west_encap: Vec<u64>,
     /// Packets decapsulated by each gw-east worker.
     pub east_decap: Vec<u64>,
+    /// gw-west's I/O batching, all workers together.
+    #[serde(default)]
+    pub west_io: IoBatching,
+    /// gw-east's I/O batching, all workers together.
+    #[serde(default)]
+    pub east_io: IoBatching,
+}
+
+/// How many packets a gateway's system calls carried during one
+/// measurement: TUN reads and writes (GSO super-packets split and
+/// coalesced) and UDP receives and sends (GRO and GSO). Two runs at the
+/// same rate with different batching cost the kernel differently.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct IoBatching {
+    /// TUN reads that returned a packet.
+    pub tun_reads: u64,
+    /// Packets those reads carried (after splitting).
+    pub tun_rx_packets: u64,
+    /// TUN writes (a coalesced super-packet is one).
+    pub tun_writes: u64,
+    /// Packets those writes carried (before coalescing).
+    pub tun_tx_packets: u64,
+    /// UDP receive calls that returned datagrams.
+    pub udp_recv_calls: u64,
+    /// Datagrams those calls carried (after splitting GRO buffers).
+    pub udp_rx_datagrams: u64,
+    /// UDP send calls.
+    pub udp_send_calls: u64,
+    /// Datagrams those calls carried.
+    pub udp_tx_datagrams: u64,
+}
+
+impl IoBatching {
+    /// The sum over a gateway's workers.
+    pub fn total<'a>(io: impl IntoIterator<Item = &'a ::esparto::status::IoStatus>) -> Self {
+        io.into_iter().fold(Self::default(), |t, x| Self {
+            tun_reads: t.tun_reads + x.tun_reads,
+            tun_rx_packets: t.tun_rx_packets + x.tun_rx_packets,
+            tun_writes: t.tun_writes + x.tun_writes,
+            tun_tx_packets: t.tun_tx_packets + x.tun_tx_packets,
+            udp_recv_calls: t.udp_recv_calls + x.udp_recv_calls,
+            udp_rx_datagrams: t.udp_rx_datagrams + x.udp_rx_datagrams,
+            udp_send_calls: t.udp_send_calls + x.udp_send_calls,
+            udp_tx_datagrams: t.udp_tx_datagrams + x.udp_tx_datagrams,
+        })
+    }
+
+    /// `self − before`, field by field.
+    fn since(&self, b: &Self) -> Self {
+        Self {
+            tun_reads: self.tun_reads.saturating_sub(b.tun_reads),
+            tun_rx_packets: self.tun_rx_packets.saturating_sub(b.tun_rx_packets),
+            tun_writes: self.tun_writes.saturating_sub(b.tun_writes),
+            tun_tx_packets: self.tun_tx_packets.saturating_sub(b.tun_tx_packets),
+            udp_recv_calls: self.udp_recv_calls.saturating_sub(b.udp_recv_calls),
+            udp_rx_datagrams: self.udp_rx_datagrams.saturating_sub(b.udp_rx_datagrams),
+            udp_send_calls: self.udp_send_calls.saturating_sub(b.udp_send_calls),
+            udp_tx_datagrams: self.udp_tx_datagrams.saturating_sub(b.udp_tx_datagrams),
+        }
+    }
 }
 
 impl WorkerSplit {
@@ -178,6 +238,8 @@ impl WorkerSplit {
         WorkerSplit {
             west_encap: d(&self.west_encap, &before.west_encap),
             east_decap: d(&self.east_decap, &before.east_decap),
+            west_io: self.west_io.since(&before.west_io),
+            east_io: self.east_io.since(&before.east_io),
         }
     }
 
@@ -640,15 +702,32 @@ mod tests {
         let before = WorkerSplit {
             west_encap: vec![10, 20],
             east_decap: vec![5],
+            ..WorkerSplit::default()
         };
         let after = WorkerSplit {
             west_encap: vec![110, 20],
             east_decap: vec![105, 300],
+            ..WorkerSplit::default()
         };
         let d = after.since(&before);
         assert_eq!(d.west_encap, [100, 0]);
         // A worker that was not there before counts from zero.
         assert_eq!(d.east_decap, [100, 300]);
+        let io = |n: u64| IoBatching {
+            tun_writes: n,
+            tun_tx_packets: 10 * n,
+            ..IoBatching::default()
+        };
+        let moved = WorkerSplit {
+            east_io: io(7),
+            ..after.clone()
+        }
+        .since(&WorkerSplit {
+            east_io: io(3),
+            ..before.clone()
+        });
+        assert_eq!((moved.east_io.tun_writes, moved.east_io.tun_tx_packets), (4, 40));
+        assert_eq!(moved.west_io, IoBatching::default());
         assert_eq!(WorkerSplit::busiest_share(&d.west_encap), Some(1.0));
         assert_eq!(WorkerSplit::busiest_share(&d.east_decap), Some(0.75));
         assert_eq!(WorkerSplit::busiest_share(&[0, 0]), None);

@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use ::esparto::status::Status;
-use crate::baseline::{self, Section, WorkerSplit};
+use crate::baseline::{self, IoBatching, Section, WorkerSplit};
 use crate::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
 use crate::topology::{Net, Node, Topology};
 use crate::udpgen::UdpGen;
@@ -265,6 +265,8 @@ impl EspartoPair {
         Ok(WorkerSplit {
             west_encap: w.workers.iter().map(|x| x.tx_packets).collect(),
             east_decap: e.workers.iter().map(|x| x.rx_packets).collect(),
+            west_io: IoBatching::total(w.workers.iter().map(|x| &x.io)),
+            east_io: IoBatching::total(e.workers.iter().map(|x| &x.io)),
         })
     }
 

@@ -439,6 +439,7 @@ mod tests {
                     workers: Some(WorkerSplit {
                         west_encap: vec![50, 50],
                         east_decap: vec![100, 0],
+                        ..WorkerSplit::default()
                     }),
                 })
                 .collect(),
