@@ -163,6 +163,13 @@ pub struct WorkerSplit {
     pub west_encap: Vec<u64>,
     /// Packets decapsulated by each gw-east worker.
     pub east_decap: Vec<u64>,
+    /// Packets encapsulated by each gw-east worker (the return traffic:
+    /// TCP's acknowledgements).
+    #[serde(default)]
+    pub east_encap: Vec<u64>,
+    /// Packets decapsulated by each gw-west worker.
+    #[serde(default)]
+    pub west_decap: Vec<u64>,
     /// gw-west's I/O batching, all workers together.
     #[serde(default)]
     pub west_io: IoBatching,
@@ -238,6 +245,8 @@ impl WorkerSplit {
         WorkerSplit {
             west_encap: d(&self.west_encap, &before.west_encap),
             east_decap: d(&self.east_decap, &before.east_decap),
+            east_encap: d(&self.east_encap, &before.east_encap),
+            west_decap: d(&self.west_decap, &before.west_decap),
             west_io: self.west_io.since(&before.west_io),
             east_io: self.east_io.since(&before.east_io),
         }

@@ -265,6 +265,8 @@ impl EspartoPair {
         Ok(WorkerSplit {
             west_encap: w.workers.iter().map(|x| x.tx_packets).collect(),
             east_decap: e.workers.iter().map(|x| x.rx_packets).collect(),
+            east_encap: e.workers.iter().map(|x| x.tx_packets).collect(),
+            west_decap: w.workers.iter().map(|x| x.rx_packets).collect(),
             west_io: IoBatching::total(w.workers.iter().map(|x| &x.io)),
             east_io: IoBatching::total(e.workers.iter().map(|x| &x.io)),
         })
