@@ -410,8 +410,19 @@ impl IkeSa {
         let Some(keys) = self.keys.as_ref() else {
             return Err(NotifyType::NO_PROPOSAL_CHOSEN);
         };
-        // A rekey keeps the old SA's worker (its SPI steers there).
-        let inbound_spi = ctx.spis.allocate(ctx.rng, opts.resource);
+        // A rekey keeps the old SA's worker (its SPI steers there), so
+        // packets on the old and the new SA are not decrypted by two
+        // workers at once. A peer's new per-resource SA goes to the
+        // worker whose index its SPI names on the peer (RFC 9611 leaves
+        // placement to each side): with both sides steering alike, each
+        // sub-SA belongs to worker k at both ends, whichever side
+        // negotiated it and in whatever order the negotiations finish.
+        let inbound_spi = match (opts.resource, opts.rekeys) {
+            (Some(k), _) => ctx.spis.allocate(ctx.rng, Some(k)),
+            (None, Some(old)) => ctx.spis.allocate_like(ctx.rng, old),
+            (None, None) if per_resource => ctx.spis.allocate_like(ctx.rng, outbound_spi),
+            (None, None) => ctx.spis.allocate(ctx.rng, None),
+        };
         // §2.22: IPComp if the peer offered DEFLATE and we want it; an
         // offer we cannot take just leaves it out.
         let ipcomp = match (cfg.ipcomp, opts.ipcomp) {

@@ -114,5 +114,5 @@ pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError,
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
 pub use identity::Identity;
 pub use psk::PskIndex;
-pub use spi::{RandomSpiAllocator, SpiAllocator, SteerFn, SteeringSpiAllocator};
+pub use spi::{RandomSpiAllocator, SpiAllocator, SteerFn, SteeredFn, SteeringSpiAllocator};
 pub use ts::{TrafficSelector, TsConfig};

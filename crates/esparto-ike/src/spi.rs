@@ -29,6 +29,14 @@ pub trait SpiAllocator {
     /// steering to `resource` if given (RFC 9611 per-resource SAs; `None`
     /// for the fallback SA). Randomness comes from `rng`.
     fn allocate(&mut self, rng: &mut dyn Rng, resource: Option<u16>) -> u32;
+    /// A fresh inbound SPI that steers where `spi` would steer here: an
+    /// SA's replacement on its predecessor's resource, or a peer's
+    /// per-resource SA on the resource its own inbound SPI names on a
+    /// peer steering alike. The default knows no steering: any SPI.
+    fn allocate_like(&mut self, rng: &mut dyn Rng, spi: u32) -> u32 {
+        let _ = spi;
+        self.allocate(rng, None)
+    }
     /// The SA with this inbound SPI is gone; the value may be reused.
     fn release(&mut self, spi: u32);
 }
@@ -68,6 +76,10 @@ impl SpiAllocator for RandomSpiAllocator {
 /// the value's other bits (`None` if `resource` is out of range).
 pub type SteerFn = fn(random: u32, resource: usize, resources: usize) -> Option<u32>;
 
+/// The inverse of a [`SteerFn`]: the resource (of `resources`) an SPI
+/// steers to.
+pub type SteeredFn = fn(spi: u32, resources: usize) -> usize;
+
 /// Inbound SPIs that steer to a chosen resource: random in every bit the
 /// steering rule (`steer`) leaves free, so each SA is processed by the
 /// worker asked for (or, for `None`, the next one round-robin, spreading
@@ -78,14 +90,15 @@ pub struct SteeringSpiAllocator {
     resources: usize,
     next: usize,
     steer: SteerFn,
+    steered: SteeredFn,
     live: HashSet<u32>,
 }
 
 impl SteeringSpiAllocator {
     /// An allocator for `resources` resources (the data plane's workers)
-    /// and the data plane's steering rule.
-    pub fn new(resources: usize, steer: SteerFn) -> Self {
-        Self { resources: resources.max(1), next: 0, steer, live: HashSet::new() }
+    /// and the data plane's steering rule, both ways.
+    pub fn new(resources: usize, steer: SteerFn, steered: SteeredFn) -> Self {
+        Self { resources: resources.max(1), next: 0, steer, steered, live: HashSet::new() }
     }
 }
 
@@ -107,6 +120,11 @@ impl SpiAllocator for SteeringSpiAllocator {
                 }
             }
         }
+    }
+
+    fn allocate_like(&mut self, rng: &mut dyn Rng, spi: u32) -> u32 {
+        let r = (self.steered)(spi, self.resources) % self.resources;
+        self.allocate(rng, u16::try_from(r).ok())
     }
 
     fn release(&mut self, spi: u32) {
@@ -167,10 +185,28 @@ mod tests {
         (k < n).then(|| random - random % n + k)
     }
 
+    fn residue(spi: u32, resources: usize) -> usize {
+        (spi % u32::try_from(resources).unwrap_or(1)) as usize
+    }
+
+    #[test]
+    fn spis_like_another_steer_alike() {
+        let mut rng = esparto_crypto::SystemRng;
+        let mut a = SteeringSpiAllocator::new(4, by_residue, residue);
+        for spi in [0x1000_0000u32, 0x1000_0001, 0x1234_5677, 0xffff_fffe] {
+            let got = a.allocate_like(&mut rng, spi);
+            assert_eq!(got % 4, spi % 4, "{got:#x} like {spi:#x}");
+            assert_ne!(got, spi);
+        }
+        // Without steering, any fresh SPI.
+        let mut r = RandomSpiAllocator::new();
+        assert!(r.allocate_like(&mut rng, 0x1234) >= MIN_ESP_SPI);
+    }
+
     #[test]
     fn steering_spis_reach_the_worker_asked_for() {
         let mut rng = esparto_crypto::SystemRng;
-        let mut a = SteeringSpiAllocator::new(4, by_residue);
+        let mut a = SteeringSpiAllocator::new(4, by_residue, residue);
         let mut seen = HashSet::new();
         for k in 0..64u16 {
             let spi = a.allocate(&mut rng, Some(k));
@@ -188,7 +224,7 @@ mod tests {
         // 0x00000007 steers to worker 3 of 4 but is reserved; then 0x104
         // (worker 0) twice: the second draw is taken, so the third is used.
         let mut rng = Script(vec![0, 0, 0, 7, 0, 0, 1, 3, 0, 0, 1, 4, 0, 0, 1, 4, 0, 0, 2, 4]);
-        let mut a = SteeringSpiAllocator::new(4, by_residue);
+        let mut a = SteeringSpiAllocator::new(4, by_residue, residue);
         assert_eq!(a.allocate(&mut rng, Some(3)), 0x103);
         assert_eq!(a.allocate(&mut rng, Some(0)), 0x104);
         assert_eq!(a.allocate(&mut rng, Some(0)), 0x204);

@@ -361,6 +361,66 @@ fn both_sides_eager_each_make_their_own() {
     net.assert_no_leak(R);
 }
 
+/// With both sides steering alike, every per-resource SA is received on
+/// the same worker index at both ends, whoever negotiated it, and keeps it
+/// across rekeys by either side: a flow sent by worker k is received by
+/// the peer's worker k, whose replies come back to worker k.
+#[test]
+fn per_resource_sas_steer_to_the_same_worker_at_both_ends() {
+    let s = Setup {
+        cfg_i: workers(3),
+        cfg_r: workers(3),
+        tweak_i: |c| per_cpu(c, PerCpuSas::Eager, 8),
+        tweak_r: |c| per_cpu(c, PerCpuSas::Eager, 8),
+        ..Setup::default()
+    };
+    let mut net = s.build(11);
+    net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
+    net.run_for(Duration::from_secs(2));
+    // (inbound SPI, outbound SPI, ours, a rekey) of I's sub-SAs.
+    let alike = |net: &sim::Net| -> Vec<(u32, u32, bool, bool)> {
+        let subs: Vec<_> = net
+            .live_children(I)
+            .into_iter()
+            .filter(|c| c.per_resource)
+            .map(|c| (c.inbound_spi, c.outbound_spi, c.initiator, c.rekeys.is_some()))
+            .collect();
+        assert_eq!(subs.len(), 6, "three sub-SAs each");
+        for &(i, o, _, _) in &subs {
+            assert_eq!(sim::steered(i, 3), sim::steered(o, 3), "{i:08x}/{o:08x}");
+        }
+        subs
+    };
+    let subs = alike(&net);
+    // Rekey one of each side's from I's end, then one from R's end.
+    let ike_i = net.current_ike(I).unwrap();
+    let ours = subs.iter().find(|c| c.2).unwrap().0;
+    let theirs = subs.iter().find(|c| !c.2).unwrap().0;
+    net.peers[I].ep.rekey_child(net.now, ike_i, ours).unwrap();
+    net.peers[I].ep.rekey_child(net.now, ike_i, theirs).unwrap();
+    net.run_for(Duration::from_secs(2));
+    let ike_r = net.current_ike(R).unwrap();
+    let r_sub = net
+        .live_children(R)
+        .into_iter()
+        .find(|c| c.per_resource && c.rekeys.is_none())
+        .unwrap()
+        .inbound_spi;
+    net.peers[R].ep.rekey_child(net.now, ike_r, r_sub).unwrap();
+    net.run_for(Duration::from_secs(2));
+    let after = alike(&net);
+    assert_eq!(after.iter().filter(|c| c.3).count(), 3);
+    let workers = |v: &[(u32, u32, bool, bool)]| {
+        let mut w: Vec<usize> = v.iter().map(|c| sim::steered(c.0, 3)).collect();
+        w.sort_unstable();
+        w
+    };
+    assert_eq!(workers(&subs), workers(&after), "rekeys keep their workers");
+    check_pairs(&net);
+    net.assert_no_leak(I);
+    net.assert_no_leak(R);
+}
+
 #[test]
 fn a_per_cpu_child_acquired_while_ike_auth_makes_another() {
     // IKE_AUTH carries "net"; a worker's acquire for the per-CPU child

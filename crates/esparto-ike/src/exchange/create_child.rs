@@ -242,9 +242,13 @@ impl CreateChild {
     /// PFS group and our KE for it, a fresh nonce, the selectors. Returns
     /// the SPI.
     fn prepare(&mut self, sa: &IkeSa, ctx: &mut Ctx<'_>, cfg: &ChildConfig) -> Result<u32, Reason> {
-        let spi = *self
-            .inbound_spi
-            .get_or_insert_with(|| ctx.spis.allocate(ctx.rng, self.resource));
+        // A rekey stays where its predecessor's SPI steers (a peer's
+        // per-resource SA has no resource of ours, yet a worker).
+        let (resource, like) = (self.resource, self.rekey.as_ref().map(|r| r.inbound));
+        let spi = *self.inbound_spi.get_or_insert_with(|| match (resource, like) {
+            (None, Some(old)) => ctx.spis.allocate_like(ctx.rng, old),
+            _ => ctx.spis.allocate(ctx.rng, resource),
+        });
         if cfg.ipcomp && self.ipcomp_cpi.is_none() {
             self.ipcomp_cpi = Some(crate::ipcomp::allocate(ctx.rng));
         }

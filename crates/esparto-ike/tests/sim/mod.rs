@@ -13,7 +13,7 @@ pub mod dataplane;
 use esparto_crypto::{DeterministicRng, Rng};
 use esparto_ike::{
     ChildConfig, ChildSaEstablished, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity,
-    RandomSpiAllocator, SpiAllocator, Transmit,
+    RandomSpiAllocator, SpiAllocator, SteeringSpiAllocator, Transmit,
 };
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr};
 use std::collections::{HashMap, HashSet};
@@ -24,20 +24,43 @@ use std::time::{Duration, Instant};
 /// Inbound SPIs an endpoint holds, seen from outside (to check nothing leaks).
 pub type LiveSpis = Arc<Mutex<HashSet<u32>>>;
 
-/// A `RandomSpiAllocator` whose live set the test can read.
+/// A data plane's steering as the tests model it: SPI `s` goes to
+/// resource `s % resources`.
+pub fn steered(spi: u32, resources: usize) -> usize {
+    (spi % u32::try_from(resources.max(1)).unwrap()) as usize
+}
+
+fn steer(random: u32, resource: usize, resources: usize) -> Option<u32> {
+    let n = u32::try_from(resources).ok()?;
+    let k = u32::try_from(resource).ok()?;
+    (k < n).then(|| random - random % n + k)
+}
+
+/// A `SteeringSpiAllocator` (by [`steered`]) whose live set the test can
+/// read.
 pub struct CountingSpis {
-    inner: RandomSpiAllocator,
+    inner: SteeringSpiAllocator,
     live: LiveSpis,
 }
 
-impl SpiAllocator for CountingSpis {
-    fn allocate(&mut self, rng: &mut dyn Rng, resource: Option<u16>) -> u32 {
-        let spi = self.inner.allocate(rng, resource);
+impl CountingSpis {
+    fn record(&self, spi: u32) -> u32 {
         assert!(
             self.live.lock().unwrap().insert(spi),
             "SPI {spi:08x} handed out twice"
         );
         spi
+    }
+}
+
+impl SpiAllocator for CountingSpis {
+    fn allocate(&mut self, rng: &mut dyn Rng, resource: Option<u16>) -> u32 {
+        let spi = self.inner.allocate(rng, resource);
+        self.record(spi)
+    }
+    fn allocate_like(&mut self, rng: &mut dyn Rng, like: u32) -> u32 {
+        let spi = self.inner.allocate_like(rng, like);
+        self.record(spi)
     }
     fn release(&mut self, spi: u32) {
         assert!(
@@ -155,11 +178,12 @@ pub fn endpoint(seed: u64) -> Endpoint {
 /// An endpoint whose inbound SPIs the test can count.
 pub fn counting_endpoint(seed: u64, config: EndpointConfig) -> (Endpoint, LiveSpis) {
     let live = LiveSpis::default();
+    let inner = SteeringSpiAllocator::new(usize::from(config.resources), steer, steered);
     let ep = Endpoint::new(
         config,
         Box::new(DeterministicRng::new(seed)),
         Box::new(CountingSpis {
-            inner: RandomSpiAllocator::new(),
+            inner,
             live: live.clone(),
         }),
     );

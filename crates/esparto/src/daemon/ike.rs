@@ -120,7 +120,7 @@ impl Ike {
             max_half_open: limits.max_half_open,
             ..EndpointConfig::default()
         };
-        let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), crate::datapath::spi_for_worker)));
+        let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), crate::datapath::spi_for_worker, crate::datapath::spi_to_worker)));
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
         // Marked like the NAT-T sockets: IKE to a peer skips the tunnel.

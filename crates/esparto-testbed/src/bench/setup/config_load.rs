@@ -119,7 +119,7 @@ fn load_once(text: &str, n: usize) -> Result<(f64, f64)> {
     let mut ep = Endpoint::new(
         EndpointConfig::default(),
         Box::new(SystemRng),
-        Box::new(SteeringSpiAllocator::new(2, ::esparto::datapath::spi_for_worker)),
+        Box::new(SteeringSpiAllocator::new(2, ::esparto::datapath::spi_for_worker, ::esparto::datapath::spi_to_worker)),
     );
     let mut added = 0;
     for c in &cfg.connections {

@@ -92,7 +92,7 @@ pub fn spi_cost(live: usize, workers: usize, runs: usize) -> SpiCost {
                 }
             }
         }));
-        let mut a = SteeringSpiAllocator::new(workers, ::esparto::datapath::spi_for_worker);
+        let mut a = SteeringSpiAllocator::new(workers, ::esparto::datapath::spi_for_worker, ::esparto::datapath::spi_to_worker);
         steer.push(per_item(live, || {
             black_box(a.allocate(&mut rng, None));
         }));

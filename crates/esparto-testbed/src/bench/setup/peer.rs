@@ -344,7 +344,7 @@ pub fn run(o: &PeerOptions) -> Result<PeerReport> {
     let mut ep = Endpoint::new(
         endpoint_config(o),
         Box::new(SystemRng),
-        Box::new(SteeringSpiAllocator::new(o.workers, ::esparto::datapath::spi_for_worker)),
+        Box::new(SteeringSpiAllocator::new(o.workers, ::esparto::datapath::spi_for_worker, ::esparto::datapath::spi_to_worker)),
     );
     let names: Vec<String> = (0..o.connections).map(connection_name).collect();
     let creds = match &o.pki {

@@ -5,16 +5,19 @@
 //! The group has one outbound *slot* per worker plus the fallback slot.
 //! A slot holds at most one SA at a time, and an SA is in at most one
 //! slot: that is what lets each worker send on its own SA. Where a new SA
-//! goes is decided here ([`Child::own_slot`], [`Child::peer_slot`]):
+//! goes is decided here ([`Child::sub_slot`]):
 //!
-//! - an SA we negotiated for worker k takes k's slot; if the peer's SA
-//!   filled it meanwhile, it takes another free worker's, else it is
-//!   received on only;
-//! - an SA the peer negotiated for one of its own resources takes the slot
-//!   of a worker that has neither an SA nor an acquire of its own in
-//!   flight (that acquire's SA will come for it), else of any worker
-//!   without an SA, else it is received on only;
+//! - a per-resource SA, ours or the peer's, takes the slot of the worker
+//!   it is received on (ours: the worker it was negotiated for; the
+//!   peer's: the worker whose index its SPI names on the peer), unless
+//!   another SA holds that slot; then it is received on only (the worker
+//!   already sends on an SA of its own);
 //! - a rekeyed SA takes the place of the one it replaces (see `sa.rs`).
+//!
+//! With the peer's SPIs mirrored (the IKE engine gives a peer's sub-SA an
+//! SPI steering to the worker index the peer's SPI names) and a peer that
+//! places SAs the same way, worker k's sub-SA is worker k's at both ends:
+//! the layout does not depend on which side negotiated which SA first.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -156,25 +159,13 @@ impl Child {
         self.settings.per_cpu && !self.per_cpu_off
     }
 
-    fn free(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..).zip(&self.subs).filter(|(_, s)| s.is_none()).map(|(k, _)| k)
-    }
-
-    /// The slot of an SA we negotiated for worker `k`.
-    pub(crate) fn own_slot(&self, k: u16) -> Slot {
+    /// The slot of a new per-resource SA received on worker `k` (its
+    /// inbound SPI steers there): `k`'s, unless another SA holds it.
+    pub(crate) fn sub_slot(&self, k: u16) -> Slot {
         match self.subs.get(usize::from(k)) {
             Some(None) => Slot::Worker(k),
-            // Out of range (the engine's resource is always one of ours),
-            // or filled by the peer's SA meanwhile: another free worker.
-            _ => self.free().next().map_or(Slot::InboundOnly, Slot::Worker),
+            _ => Slot::InboundOnly,
         }
-    }
-
-    /// The slot of an SA the peer negotiated for one of its resources.
-    pub(crate) fn peer_slot(&self) -> Slot {
-        let idle = self.free().find(|&k| self.acquires[usize::from(k)].is_none());
-        idle.or_else(|| self.free().next())
-            .map_or(Slot::InboundOnly, Slot::Worker)
     }
 }
 

@@ -139,8 +139,8 @@ impl Table {
         let ch = &self.children[child.0];
         let slot = match (inherited, c.resource, c.per_resource) {
             (Some(s), _, _) => s,
-            (None, Some(k), _) => ch.own_slot(k),
-            (None, None, true) => ch.peer_slot(),
+            (None, Some(k), _) => ch.sub_slot(k),
+            (None, None, true) => ch.sub_slot(in_worker(c.inbound_spi, self.workers)),
             (None, None, false) => Slot::Fallback,
         };
         let up = IkeSaUp {

@@ -499,12 +499,17 @@ fn per_cpu_acquires_follow_each_worker_and_stop_when_the_peer_gives_no_more() {
     );
 }
 
-/// Both gateways ask for a sub-SA of worker 0 at once. The peer's SA for
-/// one of its resources arrives first and must not take worker 0's slot,
-/// whose own SA is on its way; when ours arrives it takes worker 0, and
-/// every worker sends on its own SA.
+/// An inbound SPI that steers to worker `k` of `workers`.
+fn on_worker(k: usize, workers: usize, random: u32) -> u32 {
+    crate::datapath::spi_for_worker(random, k, workers).unwrap()
+}
+
+/// Both gateways ask for sub-SAs at once. The peer's SA is placed on the
+/// worker it is received on (worker 1), not on worker 0, whose own SA is
+/// on its way; when ours arrives it takes worker 0, and every worker sends
+/// on the SA it receives on.
 #[test]
-fn the_peers_sub_sa_goes_to_a_worker_without_an_acquire_in_flight() {
+fn the_peers_sub_sa_goes_to_the_worker_it_is_received_on() {
     let mut h = Harness::new(2);
     let child = h.conn("a", true, "10.2.0.0/16");
     h.establish(&Est::new(1, "a", 0x1001, 0x2000));
@@ -513,13 +518,13 @@ fn the_peers_sub_sa_goes_to_a_worker_without_an_acquire_in_flight() {
     h.table.acquire_started(h.now, req);
     let peers = Est {
         per_resource: true,
-        ..Est::new(1, "a", 0x1003, 0x2003)
+        ..Est::new(1, "a", on_worker(1, 2, 0x10_0000), 0x2003)
     };
     assert_eq!(h.establish(&peers), Slot::Worker(1));
     let ours = Est {
         resource: Some(0),
         per_resource: true,
-        ..Est::new(1, "a", 0x1004, 0x2004)
+        ..Est::new(1, "a", on_worker(0, 2, 0x20_0000), 0x2004)
     };
     assert_eq!(h.establish(&ours), Slot::Worker(0));
     assert_eq!(
@@ -538,58 +543,60 @@ fn the_peers_sub_sa_goes_to_a_worker_without_an_acquire_in_flight() {
     assert_eq!(listed, [None, Some(1), Some(0)]);
 }
 
-/// The other order: our acquire's SA finds its worker taken by the
-/// peer's (it had no acquire in flight when the peer's came): it takes
-/// another free worker rather than replacing it.
+/// The other order: the peer's SA received on worker 0 came first and
+/// holds worker 0's slot when ours for worker 0 arrives. Ours is received
+/// on only: worker 0 already sends on an SA the peer receives on its own
+/// worker 0, and moving ours to another worker would send that worker's
+/// flows to a peer worker that answers them on worker 0.
 #[test]
-fn our_sub_sa_finds_its_worker_taken_and_takes_a_free_one() {
+fn our_sub_sa_finds_its_worker_taken_and_is_received_on_only() {
     let mut h = Harness::new(3);
     let child = h.conn("a", true, "10.2.0.0/16");
     h.establish(&Est::new(1, "a", 0x1002, 0x2000));
-    // The peer's SA takes worker 0 (no acquire anywhere yet).
     assert_eq!(
         h.establish(&Est {
             per_resource: true,
-            ..Est::new(1, "a", 0x1003, 0x2003)
+            ..Est::new(1, "a", on_worker(0, 3, 0x10_0000), 0x2003)
         }),
         Slot::Worker(0)
     );
-    // Ours was negotiated for worker 0 meanwhile.
-    let ours = Est {
+    let ours = on_worker(0, 3, 0x20_0000);
+    let est = Est {
         resource: Some(0),
         per_resource: true,
-        ..Est::new(1, "a", 0x1006, 0x2006)
+        ..Est::new(1, "a", ours, 0x2006)
     };
-    assert_eq!(h.establish(&ours), Slot::Worker(1));
+    assert_eq!(h.establish(&est), Slot::InboundOnly);
     assert_eq!(h.sends(child, 0), Some((0x2003, true)), "not replaced");
-    assert_eq!(h.sends(child, 1), Some((0x2006, true)));
-    // No worker free: received on only, listed without a worker.
-    h.establish(&Est {
-        per_resource: true,
-        ..Est::new(1, "a", 0x1009, 0x2009)
-    });
-    let last = Est {
-        resource: Some(2),
-        per_resource: true,
-        ..Est::new(1, "a", 0x100b, 0x200b)
-    };
-    assert_eq!(h.establish(&last), Slot::InboundOnly);
-    assert!(h.receives(0x100b));
-    assert_eq!(h.table.by_in_spi(0x100b).unwrap().1.out_worker(), None);
-    assert_eq!(h.table.by_in_spi(0x100b).unwrap().1.role, Role::Sub);
+    assert!(h.receives(ours));
+    assert_eq!(h.table.by_in_spi(ours).unwrap().1.out_worker(), None);
+    assert_eq!(h.table.by_in_spi(ours).unwrap().1.role, Role::Sub);
+    // The peer's SA received on worker 2 takes worker 2's slot; worker 1
+    // still sends on the fallback.
+    assert_eq!(
+        h.establish(&Est {
+            per_resource: true,
+            ..Est::new(1, "a", on_worker(2, 3, 0x30_0000), 0x2009)
+        }),
+        Slot::Worker(2)
+    );
+    assert_eq!(h.sends(child, 1), Some((0x2000, false)));
     // Deleting the inbound-only SA touches no worker's outbound SA.
-    h.delete(0x100b, false);
+    h.delete(ours, false);
     assert_eq!(
         (h.sends(child, 0), h.sends(child, 1), h.sends(child, 2)),
-        (Some((0x2003, true)), Some((0x2006, true)), Some((0x2009, true)))
+        (Some((0x2003, true)), Some((0x2000, false)), Some((0x2009, true)))
     );
-    // A rekey of an inbound-only SA stays inbound only.
+    // A second SA of the peer's received on worker 0: inbound only too.
+    let extra = on_worker(0, 3, 0x40_0000);
     h.establish(&Est {
         per_resource: true,
-        ..Est::new(1, "a", 0x100e, 0x200e)
+        ..Est::new(1, "a", extra, 0x200e)
     });
+    assert_eq!(h.table.by_in_spi(extra).unwrap().1.out_worker(), None);
+    // A rekey of an inbound-only SA stays inbound only.
     let rk = Est {
-        rekeys: Some(0x100e),
+        rekeys: Some(extra),
         ..Est::new(1, "a", 0x1011, 0x2011)
     };
     assert_eq!(h.establish(&rk), Slot::InboundOnly);
