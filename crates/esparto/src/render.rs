@@ -94,6 +94,9 @@ pub fn ipcomp_lines(sas: &[SaStatus]) -> String {
             sa.connection, sa.child, sa.spi, sa.direction, sa.worker, c.cpi, c.mode, c.state, c.ratio, c.bytes_saved,
             c.compressed, c.skipped, c.switches_off, c.decompress_failed, c.too_big
         ));
+        if !c.last_switch.is_empty() {
+            out.push_str(&format!("    last switch: {}\n", c.last_switch));
+        }
     }
     out
 }

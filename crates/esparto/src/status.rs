@@ -191,8 +191,12 @@ pub struct IpcompStatus {
     pub cpi: String,
     /// "yes" or "adaptive".
     pub mode: String,
-    /// Outbound: "on", or "backoff" (adaptive, not compressing for now).
+    /// Outbound: "compressing", "paused-incompressible" or "paused-cpu"
+    /// (adaptive, not compressing for now, and why).
     pub state: String,
+    /// Outbound, adaptive: why it last switched (empty: never).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_switch: String,
     /// Packets compressed (outbound) or decompressed (inbound).
     pub compressed: u64,
     /// Outbound packets sent uncompressed (short, not smaller, back-off).
@@ -222,6 +226,7 @@ impl IpcompStatus {
                 esparto_esp::IpcompMode::Adaptive => "adaptive".into(),
             },
             state: s.state.name().into(),
+            last_switch: s.last_switch.map(|w| w.reason()).unwrap_or_default(),
             compressed: s.compressed,
             skipped: s.skipped,
             bytes_saved: s.bytes_saved(),
