@@ -89,6 +89,13 @@ pub fn ipcomp_lines(sas: &[SaStatus]) -> String {
         if out.is_empty() {
             out.push_str("IPComp (DEFLATE):\n");
         }
+        if c.state == crate::status::IPCOMP_REFUSED {
+            out.push_str(&format!(
+                "  {}/{} {} {} worker {}: mode {} {}\n",
+                sa.connection, sa.child, sa.spi, sa.direction, sa.worker, c.mode, c.state
+            ));
+            continue;
+        }
         out.push_str(&format!(
             "  {}/{} {} {} worker {}: cpi {} mode {} state {} ratio {:.3} saved {} B compressed {} skipped {} switched off {}x decompress_failed {} too_big {}\n",
             sa.connection, sa.child, sa.spi, sa.direction, sa.worker, c.cpi, c.mode, c.state, c.ratio, c.bytes_saved,
