@@ -147,7 +147,8 @@ pub struct WindowFigures {
 /// The adaptive decision (see the module essay): `Ok` to compress, or why
 /// not.
 pub fn decide(w: &WindowFigures) -> Result<(), PauseReason> {
-    if !(w.ratio <= ADAPTIVE_MAX_RATIO) {
+    // A NaN ratio (nothing measured) counts as not compressing.
+    if w.ratio.is_nan() || w.ratio > ADAPTIVE_MAX_RATIO {
         return Err(PauseReason::Incompressible);
     }
     match w.link_mbps {

@@ -46,6 +46,10 @@ pub(crate) struct Traffic {
     pub(crate) last_used: Option<Instant>,
 }
 
+/// Whose an SA is: connection, child, role, and the IPComp mode the
+/// child asked for if the peer refused it.
+pub(crate) type SaOwner = (Arc<str>, Arc<str>, Role, Option<esparto_esp::IpcompMode>);
+
 impl Counters {
     /// Adds one worker's figures of one SA.
     pub(crate) fn add(&mut self, s: &SaStats) {
@@ -84,7 +88,7 @@ impl Table {
         spi: u32,
         direction: Direction,
         group: Option<GroupId>,
-    ) -> Option<(Arc<str>, Arc<str>, Role, Option<esparto_esp::IpcompMode>)> {
+    ) -> Option<SaOwner> {
         let sa = self.reported(spi, direction, group)?;
         let (connection, child) = self.names(sa.child)?;
         let refused = if sa.ipcomp.is_none() { self.children[sa.child.0].settings.ipcomp } else { None };
