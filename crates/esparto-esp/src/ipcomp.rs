@@ -20,12 +20,28 @@
 //! The per-SA state ([`IpcompSa`]) lives beside the ESP SA, keyed by SPI,
 //! not inside it: SAs without IPComp pay one emptiness check per packet.
 //!
-//! *Adaptive* mode ([`IpcompMode::Adaptive`]) skips compression while it
-//! does not pay: over a window of [`PROBE_PACKETS`] compressed packets, if
-//! the data shrank to more than [`ADAPTIVE_MAX_RATIO`] of its size, the SA
-//! sends uncompressed for a back-off that doubles each time the data still
-//! does not compress (RFC 3173 §2.2's "exponential backoff"), from
-//! [`BACKOFF_MIN`] to [`BACKOFF_MAX`] packets, and probes again.
+//! *Adaptive* mode ([`IpcompMode::Adaptive`]) compresses only while it
+//! pays, which the FreeS/WAN measurements put simply: when the link, not
+//! the CPU, is the bottleneck, and the data compresses. Over a window of
+//! [`PROBE_PACKETS`] packets the SA learns what compression saves (bytes
+//! out over bytes in), what it costs (nanoseconds per input byte, timed on
+//! one packet in [`TIME_EVERY`]), and what the link can carry: the
+//! configured `link_mbps`, or else whether the send path pushed back (the
+//! UDP socket refused part of a batch: its buffer is full) during the
+//! window. [`decide`] weighs them:
+//!
+//! - ratio above [`ADAPTIVE_MAX_RATIO`]: the data does not compress;
+//! - with a link rate: compressed, the link carries `link / ratio` of
+//!   inner data and the compressor at most `1 / cost`; compress when the
+//!   smaller of the two beats the link itself by [`MIN_GAIN`];
+//! - without one: compress while the link pushes back; if it never did,
+//!   the link took all the worker sent, so compression would only spend
+//!   CPU (the CPU, not the link, limits the SA).
+//!
+//! A "no" sends uncompressed for a back-off that doubles while the answer
+//! stays no (RFC 3173 §2.2's "exponential backoff"), from [`BACKOFF_MIN`]
+//! to [`BACKOFF_MAX`] packets, then probes one window again; a "yes"
+//! resets it.
 
 use esparto_wire::esp as wesp;
 use esparto_wire::ipcomp::{self as wipcomp, HEADER_LEN};
@@ -55,6 +71,14 @@ pub const PROBE_PACKETS: u32 = 32;
 /// included) exceed this share of the input over a probe window.
 pub const ADAPTIVE_MAX_RATIO: f64 = 0.9;
 
+/// An adaptive SA times the compression of one packet in this many (two
+/// clock reads cost far less than DEFLATE of a packet, but not nothing).
+pub const TIME_EVERY: u32 = 8;
+
+/// With a configured link rate, compression must carry at least this much
+/// more inner data than the link does uncompressed (10 %) to be worth it.
+pub const MIN_GAIN: f64 = 0.1;
+
 /// Packets sent uncompressed after the first "does not pay" decision.
 pub const BACKOFF_MIN: u32 = 64;
 
@@ -81,6 +105,63 @@ pub struct IpcompParams {
     /// Inbound only: the largest decompressed packet accepted (the
     /// tunnel's largest inner packet), at most [`MAX_PACKET`].
     pub max_inner: usize,
+    /// Outbound, adaptive: what the WAN link to the peer carries, in
+    /// Mbit/s (`link_mbps`); `None`: judged from the send path's
+    /// back-pressure.
+    pub link_mbps: Option<u32>,
+}
+
+/// Why an adaptive SA does not compress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PauseReason {
+    /// The data did not shrink enough ([`ADAPTIVE_MAX_RATIO`]).
+    Incompressible,
+    /// The CPU, not the link, limits the SA: compressing would lower what
+    /// it carries (or, without a link rate, the link never pushed back).
+    Cpu,
+}
+
+impl PauseReason {
+    /// A stable name for status output and the log.
+    pub fn name(self) -> &'static str {
+        match self {
+            PauseReason::Incompressible => "incompressible",
+            PauseReason::Cpu => "cpu",
+        }
+    }
+}
+
+/// What an adaptive SA measured over one probe window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowFigures {
+    /// Bytes out (as sent, header included) over bytes in.
+    pub ratio: f64,
+    /// Nanoseconds of compression per input byte (`None`: none timed).
+    pub ns_per_byte: Option<f64>,
+    /// The configured link rate, Mbit/s.
+    pub link_mbps: Option<u32>,
+    /// Whether the send path pushed back during the window.
+    pub pushback: bool,
+}
+
+/// The adaptive decision (see the module essay): `Ok` to compress, or why
+/// not.
+pub fn decide(w: &WindowFigures) -> Result<(), PauseReason> {
+    // A NaN ratio (nothing measured) counts as not compressing.
+    if w.ratio.is_nan() || w.ratio > ADAPTIVE_MAX_RATIO {
+        return Err(PauseReason::Incompressible);
+    }
+    match w.link_mbps {
+        Some(mbps) => {
+            // Inner bytes per second each way can carry.
+            let link = f64::from(mbps) * 1e6 / 8.0;
+            let cpu = w.ns_per_byte.filter(|c| *c > 0.0).map_or(f64::INFINITY, |c| 1e9 / c);
+            let compressed = (link / w.ratio.max(1e-3)).min(cpu);
+            if compressed >= link * (1.0 + MIN_GAIN) { Ok(()) } else { Err(PauseReason::Cpu) }
+        }
+        None if w.pushback => Ok(()),
+        None => Err(PauseReason::Cpu),
+    }
 }
 
 /// Whether an outbound SA compresses now.
@@ -92,15 +173,19 @@ pub enum IpcompState {
     Backoff {
         /// Packets left in this back-off.
         remaining: u32,
+        /// Why.
+        reason: PauseReason,
     },
 }
 
 impl IpcompState {
-    /// A stable name for status output.
+    /// A stable name for status output: `compressing`,
+    /// `paused-incompressible` or `paused-cpu`.
     pub fn name(self) -> &'static str {
         match self {
-            IpcompState::On => "on",
-            IpcompState::Backoff { .. } => "backoff",
+            IpcompState::On => "compressing",
+            IpcompState::Backoff { reason: PauseReason::Incompressible, .. } => "paused-incompressible",
+            IpcompState::Backoff { reason: PauseReason::Cpu, .. } => "paused-cpu",
         }
     }
 }
@@ -125,6 +210,8 @@ pub struct IpcompStats {
     pub bytes_out: u64,
     /// Times an adaptive SA switched off (each switch is one back-off).
     pub switches_off: u64,
+    /// The last switch of an adaptive SA (`None`: none yet).
+    pub last_switch: Option<IpcompSwitch>,
     /// Inbound payloads that did not decompress (corrupt DEFLATE, another
     /// CPI, a bad header): dropped as `malformed`.
     pub decompress_failed: u64,
@@ -158,6 +245,9 @@ impl IpcompStats {
         if o.state == IpcompState::On {
             self.state = IpcompState::On;
         }
+        if self.last_switch.is_none() {
+            self.last_switch = o.last_switch;
+        }
     }
 }
 
@@ -169,6 +259,35 @@ pub struct IpcompSwitch {
     /// Compressed over original size in the window that decided it, in
     /// thousandths.
     pub ratio_permille: u32,
+    /// Measured compression cost, picoseconds per input byte (0: not
+    /// timed).
+    pub ps_per_byte: u32,
+    /// Whether the send path pushed back in that window.
+    pub pushback: bool,
+    /// The configured link rate it was weighed against, Mbit/s.
+    pub link_mbps: Option<u32>,
+}
+
+impl IpcompSwitch {
+    /// Why the SA switched, in words (status and log).
+    pub fn reason(&self) -> String {
+        let ratio = f64::from(self.ratio_permille) / 1000.0;
+        let cost = f64::from(self.ps_per_byte) / 1000.0;
+        let link = match self.link_mbps {
+            Some(m) => format!("link {m} Mbit/s"),
+            None if self.pushback => "link pushing back".into(),
+            None => "link not pushing back".into(),
+        };
+        match self.state {
+            IpcompState::On => format!("compresses (ratio {ratio:.3}, {cost:.2} ns/B, {link})"),
+            IpcompState::Backoff { reason: PauseReason::Incompressible, .. } => {
+                format!("incompressible (ratio {ratio:.3} > {ADAPTIVE_MAX_RATIO})")
+            }
+            IpcompState::Backoff { reason: PauseReason::Cpu, .. } => {
+                format!("CPU-bound (ratio {ratio:.3}, {cost:.2} ns/B, {link})")
+            }
+        }
+    }
 }
 
 /// One SA's IPComp state in one worker (either direction).
@@ -180,6 +299,15 @@ pub struct IpcompSa {
     window_in: u64,
     window_out: u64,
     window_packets: u32,
+    /// Adaptive: compression time and input bytes of the timed packets.
+    window_ns: u64,
+    window_timed: u64,
+    /// Adaptive: the worker's push-back count last seen, and whether it
+    /// moved in this window.
+    pushbacks_seen: u64,
+    window_pushback: bool,
+    /// Whether the last packet went through the compressor.
+    attempted: bool,
     /// Adaptive: the next back-off's length.
     next_backoff: u32,
 }
@@ -199,12 +327,18 @@ impl IpcompSa {
                 bytes_in: 0,
                 bytes_out: 0,
                 switches_off: 0,
+                last_switch: None,
                 decompress_failed: 0,
                 too_big: 0,
             },
             window_in: 0,
             window_out: 0,
             window_packets: 0,
+            window_ns: 0,
+            window_timed: 0,
+            pushbacks_seen: 0,
+            window_pushback: false,
+            attempted: false,
             next_backoff: BACKOFF_MIN,
         }
     }
@@ -219,21 +353,53 @@ impl IpcompSa {
         &self.stats
     }
 
+    /// Adaptive: whether the caller should time the next packet's
+    /// compression and report it with [`IpcompSa::note_cost`].
+    #[inline]
+    pub fn time_next(&self) -> bool {
+        self.params.mode == IpcompMode::Adaptive
+            && self.stats.state == IpcompState::On
+            && self.window_packets % TIME_EVERY == 0
+    }
+
+    /// Adaptive: the time the last packet's compression took (ignored if
+    /// it did not go through the compressor).
+    pub fn note_cost(&mut self, len: usize, ns: u64) {
+        if self.attempted {
+            self.window_ns += ns;
+            self.window_timed += len as u64;
+        }
+    }
+
+    /// Adaptive: the worker's count of send-path push-backs (a UDP send
+    /// that the socket refused in part); a change since the last call
+    /// marks this window as "the link pushes back".
+    #[inline]
+    pub fn observe_link(&mut self, pushbacks: u64) {
+        if pushbacks != self.pushbacks_seen {
+            self.pushbacks_seen = pushbacks;
+            self.window_pushback = true;
+        }
+    }
+
     /// Whether the next packet of `len` bytes should be compressed; counts
     /// the ones that are not.
     fn wants(&mut self, len: usize) -> bool {
+        self.attempted = false;
         if len < MIN_COMPRESS_LEN {
             self.stats.skipped += 1;
             return false;
         }
-        if let IpcompState::Backoff { remaining } = &mut self.stats.state {
+        if let IpcompState::Backoff { remaining, .. } = &mut self.stats.state {
             self.stats.skipped += 1;
             *remaining -= 1;
             if *remaining == 0 {
                 self.stats.state = IpcompState::On;
+                self.window_pushback = false;
             }
             return false;
         }
+        self.attempted = true;
         true
     }
 
@@ -258,22 +424,45 @@ impl IpcompSa {
         if self.window_packets < PROBE_PACKETS {
             return None;
         }
-        let ratio = self.window_out as f64 / self.window_in as f64;
+        let figures = WindowFigures {
+            ratio: self.window_out as f64 / self.window_in.max(1) as f64,
+            ns_per_byte: (self.window_timed > 0).then(|| self.window_ns as f64 / self.window_timed as f64),
+            link_mbps: self.params.link_mbps,
+            pushback: self.window_pushback,
+        };
         self.window_in = 0;
         self.window_out = 0;
         self.window_packets = 0;
-        if ratio > ADAPTIVE_MAX_RATIO {
-            let remaining = self.next_backoff;
-            self.next_backoff = (self.next_backoff.saturating_mul(2)).min(BACKOFF_MAX);
-            self.stats.state = IpcompState::Backoff { remaining };
-            self.stats.switches_off += 1;
-            Some(IpcompSwitch { state: self.stats.state, ratio_permille: permille(ratio) })
-        } else {
-            // Paying again: the next time it stops paying starts short.
-            let was_backing_off = self.next_backoff > BACKOFF_MIN;
-            self.next_backoff = BACKOFF_MIN;
-            was_backing_off.then_some(IpcompSwitch { state: IpcompState::On, ratio_permille: permille(ratio) })
+        self.window_ns = 0;
+        self.window_timed = 0;
+        self.window_pushback = false;
+        let ps_per_byte = figures.ns_per_byte.map_or(0, |c| (c * 1000.0).round().clamp(0.0, f64::from(u32::MAX)) as u32);
+        let switch = |state| IpcompSwitch {
+            state,
+            ratio_permille: permille(figures.ratio),
+            ps_per_byte,
+            pushback: figures.pushback,
+            link_mbps: figures.link_mbps,
+        };
+        let sw = match decide(&figures) {
+            Err(reason) => {
+                let remaining = self.next_backoff;
+                self.next_backoff = (self.next_backoff.saturating_mul(2)).min(BACKOFF_MAX);
+                self.stats.state = IpcompState::Backoff { remaining, reason };
+                self.stats.switches_off += 1;
+                Some(switch(self.stats.state))
+            }
+            Ok(()) => {
+                // Paying again: the next time it stops paying starts short.
+                let was_backing_off = self.next_backoff > BACKOFF_MIN;
+                self.next_backoff = BACKOFF_MIN;
+                was_backing_off.then(|| switch(IpcompState::On))
+            }
+        };
+        if sw.is_some() {
+            self.stats.last_switch = sw;
         }
+        sw
     }
 }
 
@@ -433,7 +622,7 @@ mod tests {
     }
 
     fn params(mode: IpcompMode) -> IpcompParams {
-        IpcompParams { cpi: 0x1234, mode, max_inner: 1500 }
+        IpcompParams { cpi: 0x1234, mode, max_inner: 1500, link_mbps: None }
     }
 
     #[test]
@@ -506,14 +695,136 @@ mod tests {
         assert_eq!(d.decompress_packet(&mut sa, &ok), Err(DropReason::Malformed));
     }
 
+    fn figures(ratio: f64, ns_per_byte: Option<f64>, link_mbps: Option<u32>, pushback: bool) -> WindowFigures {
+        WindowFigures { ratio, ns_per_byte, link_mbps, pushback }
+    }
+
+    #[test]
+    fn decide_link_bound_and_compressible_compresses() {
+        // 50 Mbit/s link, text at half its size, 1 ns/B (1 GB/s): the
+        // link carries twice as much inner data compressed.
+        assert_eq!(decide(&figures(0.5, Some(1.0), Some(50), false)), Ok(()));
+        // Without a configured rate, a link that pushes back.
+        assert_eq!(decide(&figures(0.5, Some(1.0), None, true)), Ok(()));
+        // Not timed yet: the cost is taken as nothing.
+        assert_eq!(decide(&figures(0.5, None, Some(50), false)), Ok(()));
+    }
+
+    #[test]
+    fn decide_cpu_bound_does_not_compress() {
+        // 10 Gbit/s = 1.25 GB/s; at 2 ns/B the compressor does 0.5 GB/s:
+        // compressing would carry less than the link does plainly.
+        assert_eq!(decide(&figures(0.5, Some(2.0), Some(10_000), false)), Err(PauseReason::Cpu));
+        // Just below the gain needed: 1 Gbit/s, ratio 0.95 would not even
+        // pass the ratio test; ratio 0.88 gains 13.6 % but the CPU caps at
+        // 1.1 × the link.
+        let link = 1000.0 * 1e6 / 8.0;
+        let ns = 1e9 / (link * 1.05);
+        assert_eq!(decide(&figures(0.88, Some(ns), Some(1000), false)), Err(PauseReason::Cpu));
+        // No configured rate and the link never pushed back.
+        assert_eq!(decide(&figures(0.3, Some(0.5), None, false)), Err(PauseReason::Cpu));
+    }
+
+    #[test]
+    fn decide_incompressible_does_not_compress() {
+        for link in [None, Some(50)] {
+            for pushback in [false, true] {
+                assert_eq!(
+                    decide(&figures(0.98, Some(0.1), link, pushback)),
+                    Err(PauseReason::Incompressible),
+                    "{link:?} {pushback}"
+                );
+            }
+        }
+        assert_eq!(decide(&figures(f64::NAN, None, Some(50), true)), Err(PauseReason::Incompressible));
+    }
+
+    #[test]
+    fn cpu_bound_backs_off_doubling_and_resets_when_the_link_pushes_back() {
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
+        let txt = text(1400);
+        let mut pushbacks = 0u64;
+        let mut send = |d: &mut Deflate, sa: &mut IpcompSa, pushback: bool| {
+            if pushback {
+                pushbacks += 1;
+            }
+            sa.observe_link(pushbacks);
+            let mut b = txt.clone();
+            let timed = sa.time_next();
+            let (_, _, sw) = d.compress_in_place(sa, &mut b, 0..1400, 4);
+            if timed {
+                sa.note_cost(1400, 1400);
+            }
+            sw
+        };
+        let mut last = None;
+        for _ in 0..PROBE_PACKETS {
+            last = send(&mut d, &mut sa, false).or(last);
+        }
+        let sw = last.unwrap();
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: BACKOFF_MIN, reason: PauseReason::Cpu });
+        assert_eq!(sw.ps_per_byte, 1000);
+        assert_eq!(sa.stats().last_switch, Some(sw));
+        // A push-back during the back-off does not count for the probe.
+        for _ in 0..BACKOFF_MIN {
+            assert!(send(&mut d, &mut sa, true).is_none());
+        }
+        for _ in 0..PROBE_PACKETS {
+            send(&mut d, &mut sa, false);
+        }
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: 2 * BACKOFF_MIN, reason: PauseReason::Cpu });
+        for _ in 0..2 * BACKOFF_MIN {
+            send(&mut d, &mut sa, false);
+        }
+        // The link pushes back now: compressing again, back-off reset.
+        let mut on = None;
+        for i in 0..PROBE_PACKETS {
+            on = send(&mut d, &mut sa, i == 3).or(on);
+        }
+        assert_eq!(on.map(|s| s.state), Some(IpcompState::On));
+        assert!(on.unwrap().pushback);
+        for i in 0..PROBE_PACKETS {
+            send(&mut d, &mut sa, i == 0);
+        }
+        assert_eq!(sa.stats().state, IpcompState::On);
+        for _ in 0..PROBE_PACKETS {
+            send(&mut d, &mut sa, false);
+        }
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: BACKOFF_MIN, reason: PauseReason::Cpu });
+        assert_eq!(sa.stats().switches_off, 3);
+    }
+
+    #[test]
+    fn adaptive_with_a_slow_link_compresses_text_without_push_back() {
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(IpcompParams { link_mbps: Some(50), ..params(IpcompMode::Adaptive) });
+        let txt = text(1400);
+        for _ in 0..4 * PROBE_PACKETS {
+            let mut b = txt.clone();
+            let t0 = sa.time_next().then(std::time::Instant::now);
+            let (r, _, sw) = d.compress_in_place(&mut sa, &mut b, 0..1400, 4);
+            if let Some(t0) = t0 {
+                sa.note_cost(1400, t0.elapsed().as_nanos() as u64);
+            }
+            assert!(sw.is_none());
+            assert!(r.len() < 1000);
+        }
+        assert_eq!(sa.stats().state, IpcompState::On);
+    }
+
     #[test]
     fn adaptive_backs_off_on_random_and_returns_on_text() {
         let mut d = Deflate::new();
         let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
+        // The link pushes back throughout: only the data decides.
+        let mut pushbacks = 0u64;
         let rnd = random(1400);
         let txt = text(1400);
         let mut switches = Vec::new();
         let mut send = |d: &mut Deflate, sa: &mut IpcompSa, data: &[u8]| {
+            pushbacks += 1;
+            sa.observe_link(pushbacks);
             let mut b = data.to_vec();
             let n = b.len();
             let (r, _, sw) = d.compress_in_place(sa, &mut b, 0..n, 4);
@@ -525,7 +836,7 @@ mod tests {
         for _ in 0..PROBE_PACKETS {
             send(&mut d, &mut sa, &rnd);
         }
-        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: BACKOFF_MIN });
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: BACKOFF_MIN, reason: PauseReason::Incompressible });
         // During the back-off nothing is compressed, even text.
         for _ in 0..BACKOFF_MIN {
             assert_eq!(send(&mut d, &mut sa, &txt), 1400);
@@ -535,7 +846,7 @@ mod tests {
         for _ in 0..PROBE_PACKETS {
             send(&mut d, &mut sa, &rnd);
         }
-        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: 2 * BACKOFF_MIN });
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: 2 * BACKOFF_MIN, reason: PauseReason::Incompressible });
         for _ in 0..2 * BACKOFF_MIN {
             send(&mut d, &mut sa, &txt);
         }
@@ -544,7 +855,7 @@ mod tests {
             assert!(send(&mut d, &mut sa, &txt) < 1000);
         }
         assert_eq!(sa.stats().state, IpcompState::On);
-        assert_eq!(switches, ["backoff", "backoff", "on"]);
+        assert_eq!(switches, ["paused-incompressible", "paused-incompressible", "compressing"]);
         assert_eq!(sa.stats().switches_off, 2);
     }
 

@@ -48,7 +48,8 @@ pub use counters::{DropReason, Drops, SaCounters};
 pub use group::{ACQUIRE_RETRY, SaGroup};
 pub use ipcomp::{
     ADAPTIVE_MAX_RATIO, BACKOFF_MAX, BACKOFF_MIN, DEFLATE_LEVEL, Deflate, IpcompMode, IpcompParams, IpcompSa, IpcompState,
-    IpcompStats, IpcompSwitch, MAX_PACKET, MIN_COMPRESS_LEN, PROBE_PACKETS, TRANSFORM_DEFLATE,
+    IpcompStats, IpcompSwitch, MAX_PACKET, MIN_COMPRESS_LEN, MIN_GAIN, PROBE_PACKETS, PauseReason, TIME_EVERY,
+    TRANSFORM_DEFLATE, WindowFigures, decide,
 };
 pub use lifetime::{Expiry, Lifetime};
 pub use overhead::{Framing, Mode, WireSize, ip_header_len};

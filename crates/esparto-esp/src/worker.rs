@@ -258,6 +258,9 @@ struct IpcompTable {
     outbound: HashMap<Spi, IpcompSa, BuildHasherDefault<SpiHasher>>,
     inbound: HashMap<Spi, IpcompSa, BuildHasherDefault<SpiHasher>>,
     deflate: Option<Box<Deflate>>,
+    /// Sends the UDP socket refused in part (its buffer full): the link
+    /// pushing back, for adaptive SAs.
+    pushbacks: u64,
 }
 
 /// Where a decapsulated inner packet is.
@@ -287,6 +290,13 @@ impl Worker {
             events_dropped: 0,
             ipcomp: IpcompTable::default(),
         }
+    }
+
+    /// The send path could not take all it was given (a UDP send refused
+    /// in part: the socket buffer is full): the link pushes back. Adaptive
+    /// IPComp SAs weigh it in their next decision.
+    pub fn note_send_pushback(&mut self) {
+        self.ipcomp.pushbacks += 1;
     }
 
     /// The worker's index.
@@ -408,7 +418,13 @@ impl Worker {
                 // A packet too big for the SA stays so: it is refused
                 // with the MTU its sender must use, compressible or not.
                 (Some(ipc), Some(deflate)) if inner.len() <= sa.max_inner() => {
+                    ipc.observe_link(self.ipcomp.pushbacks);
+                    let len = inner.len();
+                    let t0 = ipc.time_next().then(std::time::Instant::now);
                     let (inner, nh, switch) = deflate.compress_in_place(ipc, buf, inner, next_header);
+                    if let Some(t0) = t0 {
+                        ipc.note_cost(len, u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                    }
                     if let Some(switch) = switch {
                         push_event(&mut self.events, &mut self.events_dropped, Event::IpcompSwitched { spi: sa.spi(), switch });
                     }

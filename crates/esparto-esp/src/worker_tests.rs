@@ -482,7 +482,7 @@ mod ipcomp {
     const CPI: u16 = 0x4242;
 
     fn params(mode: IpcompMode) -> IpcompParams {
-        IpcompParams { cpi: CPI, mode, max_inner: 1500 }
+        IpcompParams { cpi: CPI, mode, max_inner: 1500, link_mbps: None }
     }
 
     /// A sender and a receiver with one SA and IPComp on both sides.
@@ -621,10 +621,47 @@ mod ipcomp {
         let ev = std::iter::from_fn(|| tx.poll_event()).find(|e| matches!(e, Event::IpcompSwitched { .. }));
         let Some(Event::IpcompSwitched { spi, switch }) = ev else { panic!("no switch: {ev:?}") };
         assert_eq!(spi, SPI);
-        assert_eq!(switch.state.name(), "backoff");
+        assert_eq!(switch.state.name(), "paused-incompressible");
         assert!(switch.ratio_permille > 900);
         // Removing the SA removes its IPComp state.
         tx.apply(Command::RemoveOutbound(GROUP, SPI));
         assert!(tx.ipcomp.outbound.is_empty());
+    }
+
+    #[test]
+    fn adaptive_text_compresses_while_the_link_pushes_back() {
+        let now = Instant::now();
+        let (mut tx, _, _) = setup(false, &[], now);
+        let cfg = config(EspSuite::Aes256Gcm16, SPI, true, false);
+        tx.apply(Command::SetIpcomp(SPI, Direction::Outbound, Some(params(IpcompMode::Adaptive))));
+        tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfg, now).unwrap())));
+        let mut text = udp4(1300);
+        for (i, b) in text[28..].iter_mut().enumerate() {
+            *b = b"tunnel gateway link "[i % 20];
+        }
+        // The socket refuses part of a batch now and then: the link is
+        // the bottleneck, and text compresses.
+        for i in 0..4 * crate::ipcomp::PROBE_PACKETS {
+            if i % 5 == 0 {
+                tx.note_send_pushback();
+            }
+            send(&mut tx, now, &text).unwrap();
+        }
+        assert!(std::iter::from_fn(|| tx.poll_event()).all(|e| !matches!(e, Event::IpcompSwitched { .. })));
+        let st = *tx.ipcomp.outbound[&SPI].stats();
+        assert_eq!(st.state.name(), "compressing");
+        assert_eq!(st.compressed, u64::from(4 * crate::ipcomp::PROBE_PACKETS));
+        // The link stops pushing back: it carries all the worker sends,
+        // so compressing only spends CPU.
+        for _ in 0..crate::ipcomp::PROBE_PACKETS {
+            send(&mut tx, now, &text).unwrap();
+        }
+        let ev = std::iter::from_fn(|| tx.poll_event()).find(|e| matches!(e, Event::IpcompSwitched { .. }));
+        let Some(Event::IpcompSwitched { switch, .. }) = ev else { panic!("no switch: {ev:?}") };
+        assert_eq!(switch.state.name(), "paused-cpu");
+        assert!(!switch.pushback);
+        assert!(switch.ps_per_byte > 0, "compression was timed");
+        assert!(switch.reason().contains("CPU-bound"), "{}", switch.reason());
+        assert_eq!(tx.ipcomp.outbound[&SPI].stats().last_switch, Some(switch));
     }
 }

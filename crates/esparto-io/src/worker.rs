@@ -100,6 +100,10 @@ pub trait Datapath: Send + 'static {
         to_control: &mut TxBatch,
     ) -> usize;
 
+    /// The UDP socket took fewer datagrams than `outbound` produced (its
+    /// buffer is full): the link pushes back.
+    fn on_send_pushback(&mut self) {}
+
     /// Called every [`WorkerConfig::tick`] (lifetimes, counters, timers).
     fn on_tick(&mut self, now: Instant) {
         let _ = now;
@@ -549,7 +553,12 @@ impl<D: Datapath> WorkerLoop<D> {
             self.tun_tx.clear();
             let next = self.dp.outbound(now, &mut self.tun_rx, from, &mut self.udp_tx, &mut self.tun_tx);
             match self.udp.send_batch(&self.udp_tx) {
-                Ok(sent) => self.stats.udp_tx_dropped += (self.udp_tx.len() - sent) as u64,
+                Ok(sent) => {
+                    if sent < self.udp_tx.len() {
+                        self.stats.udp_tx_dropped += (self.udp_tx.len() - sent) as u64;
+                        self.dp.on_send_pushback();
+                    }
+                }
                 Err(_) => {
                     self.stats.io_errors += 1;
                     self.stats.udp_tx_failed += self.udp_tx.len() as u64;

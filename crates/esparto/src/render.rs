@@ -89,11 +89,21 @@ pub fn ipcomp_lines(sas: &[SaStatus]) -> String {
         if out.is_empty() {
             out.push_str("IPComp (DEFLATE):\n");
         }
+        if c.state == crate::status::IPCOMP_REFUSED {
+            out.push_str(&format!(
+                "  {}/{} {} {} worker {}: mode {} {}\n",
+                sa.connection, sa.child, sa.spi, sa.direction, sa.worker, c.mode, c.state
+            ));
+            continue;
+        }
         out.push_str(&format!(
             "  {}/{} {} {} worker {}: cpi {} mode {} state {} ratio {:.3} saved {} B compressed {} skipped {} switched off {}x decompress_failed {} too_big {}\n",
             sa.connection, sa.child, sa.spi, sa.direction, sa.worker, c.cpi, c.mode, c.state, c.ratio, c.bytes_saved,
             c.compressed, c.skipped, c.switches_off, c.decompress_failed, c.too_big
         ));
+        if !c.last_switch.is_empty() {
+            out.push_str(&format!("    last switch: {}\n", c.last_switch));
+        }
     }
     out
 }
@@ -239,6 +249,9 @@ pub fn ike_sas_text(sas: &[IkeSaStatus]) -> String {
                 c.out_bytes,
                 last(c.out_idle_s)
             );
+            if !c.ipcomp.is_empty() {
+                let _ = writeln!(o, "    ipcomp: {}", c.ipcomp);
+            }
         }
     }
     o
@@ -495,10 +508,13 @@ site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7 
                 child("c0000103", None, "waiting"),
                 child("c0000104", None, "idle"),
                 child("c0000105", None, ""),
+                ChildSaStatus { ipcomp: crate::status::IPCOMP_REFUSED.into(), ..child("c0000106", None, "sending") },
             ],
             ..IkeSaStatus::default()
         };
         let text = ike_sas_text(std::slice::from_ref(&ike));
+        assert_eq!(text.matches("    ipcomp: refused by peer\n").count(), 1, "{text}");
+        assert_eq!(text.matches("ipcomp").count(), 1, "{text}");
         assert!(text.contains("  net: 10.1.0.0/16 === 10.2.0.0/16 fd02::/64\n"), "{text}");
         assert!(text.contains("  NAT: none detected, ESP-in-UDP 0 -> ?\n"), "an older daemon's JSON: {text}");
         assert!(!text.contains("rekeying"), "{text}");
@@ -511,6 +527,7 @@ site/lan  c0000101  in   fallback       1  aes256gcm16  192.0.2.2:4500        7 
                 "every worker: 0 packets, 0 bytes",
                 "nobody yet (until the peer switches to it): 0 packets, 0 bytes",
                 "nobody (received on only): 0 packets, 0 bytes",
+                "every worker: 0 packets, 0 bytes",
                 "every worker: 0 packets, 0 bytes",
             ]
         );

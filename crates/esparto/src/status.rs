@@ -191,8 +191,12 @@ pub struct IpcompStatus {
     pub cpi: String,
     /// "yes" or "adaptive".
     pub mode: String,
-    /// Outbound: "on", or "backoff" (adaptive, not compressing for now).
+    /// Outbound: "compressing", "paused-incompressible" or "paused-cpu"
+    /// (adaptive, not compressing for now, and why).
     pub state: String,
+    /// Outbound, adaptive: why it last switched (empty: never).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_switch: String,
     /// Packets compressed (outbound) or decompressed (inbound).
     pub compressed: u64,
     /// Outbound packets sent uncompressed (short, not smaller, back-off).
@@ -212,16 +216,24 @@ pub struct IpcompStatus {
     pub too_big: u64,
 }
 
+/// [`IpcompStatus::state`] of a child configured with `ipcomp` whose peer
+/// refused it (the SA runs without IPComp).
+pub const IPCOMP_REFUSED: &str = "refused by peer";
+
 impl IpcompStatus {
+    /// A child configured with `ipcomp` (in `mode`) whose peer refused it:
+    /// state [`IPCOMP_REFUSED`], no CPI, no figures.
+    pub fn refused(mode: esparto_esp::IpcompMode) -> Self {
+        Self { mode: mode_name(mode).into(), state: IPCOMP_REFUSED.into(), ratio: 1.0, ..Self::default() }
+    }
+
     /// From the data plane's figures.
     pub fn from_stats(s: &esparto_esp::IpcompStats) -> Self {
         Self {
             cpi: format!("{:04x}", s.cpi),
-            mode: match s.mode {
-                esparto_esp::IpcompMode::Always => "yes".into(),
-                esparto_esp::IpcompMode::Adaptive => "adaptive".into(),
-            },
+            mode: mode_name(s.mode).into(),
             state: s.state.name().into(),
+            last_switch: s.last_switch.map(|w| w.reason()).unwrap_or_default(),
             compressed: s.compressed,
             skipped: s.skipped,
             bytes_saved: s.bytes_saved(),
@@ -230,6 +242,13 @@ impl IpcompStatus {
             decompress_failed: s.decompress_failed,
             too_big: s.too_big,
         }
+    }
+}
+
+fn mode_name(m: esparto_esp::IpcompMode) -> &'static str {
+    match m {
+        esparto_esp::IpcompMode::Always => "yes",
+        esparto_esp::IpcompMode::Adaptive => "adaptive",
     }
 }
 
@@ -341,6 +360,13 @@ pub struct ChildSaStatus {
     pub out_bytes: u64,
     /// Packets sent.
     pub out_packets: u64,
+    /// IPComp of a child configured with `ipcomp`: the mode and CPIs
+    /// (`"adaptive, cpi in 1a2b out 3c4d"`), or [`IPCOMP_REFUSED`] when
+    /// the peer did not accept it (no IPCOMP_SUPPORTED back, or another
+    /// transform or an unusable CPI: the SA runs without IPComp). Empty
+    /// without `ipcomp`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ipcomp: String,
 }
 
 /// What a configuration reload did (`esparto reload`): connections by what

@@ -78,6 +78,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
                 per_cpu_max: workers,
                 static_sas: Some(StaticSas { suite, esn: true, pairs }),
                 ipcomp: None,
+                link_mbps: None,
             }],
         }],
         secrets: Default::default(),
@@ -284,6 +285,11 @@ fn two_gateways_with_static_ipcomp_compress_text_and_skip_noise() {
     let with_ipcomp = |east: bool, mode: esparto_esp::IpcompMode| {
         let mut c = config(east, suite, 1, state.path());
         c.connections[0].children[0].ipcomp = Some(mode);
+        if mode == esparto_esp::IpcompMode::Adaptive {
+            // A slow WAN: compressing text pays as long as the CPU keeps
+            // up with 50 Mbit/s, which it does by far.
+            c.connections[0].children[0].link_mbps = Some(50);
+        }
         c
     };
     // West compresses adaptively, east always: both decompress either.
@@ -341,6 +347,11 @@ fn two_gateways_with_static_ipcomp_compress_text_and_skip_noise() {
     assert!(
         off > 0,
         "adaptive west never backed off on random data: {:#?}",
+        out_ipcomp(&st)
+    );
+    assert!(
+        out_ipcomp(&st).iter().any(|c| c.last_switch.starts_with("incompressible")),
+        "no switch for incompressible data: {:#?}",
         out_ipcomp(&st)
     );
     // Text again: compressing again.

@@ -274,7 +274,8 @@ fn strongswan_takes_esparto_restart_notifications_gracefully() {
 
 /// strongSwan 5.9.8 with kernel-libipsec has no IPComp and never answers
 /// IPCOMP_SUPPORTED: an Esparto initiator with `ipcomp = "yes"` gets its
-/// Child SA without IPComp, says so in its log, and traffic crosses.
+/// Child SA without IPComp, says so in its log and in `status` / `sas`
+/// ("refused by peer"), and traffic crosses.
 #[test]
 fn ipcomp_with_a_peer_that_does_not_offer_it_is_a_child_without_it() {
     if skip("interop_strongswan", true) {
@@ -295,7 +296,14 @@ fn ipcomp_with_a_peer_that_does_not_offer_it_is_a_child_without_it() {
     wait("the tunnel", Duration::from_secs(10), || ids(&gw));
     assert!(pings(&topo, Family::V4));
     let st = gw.status().unwrap();
-    assert!(!st.sas.is_empty() && st.sas.iter().all(|s| s.ipcomp.is_none()), "{:#?}", st.sas);
+    let refused = esparto::status::IPCOMP_REFUSED;
+    assert!(
+        !st.sas.is_empty() && st.sas.iter().all(|s| s.ipcomp.as_ref().is_some_and(|c| c.state == refused && c.compressed == 0)),
+        "{:#?}",
+        st.sas
+    );
+    let children: Vec<_> = st.ike_sas.iter().flat_map(|s| &s.children).collect();
+    assert!(!children.is_empty() && children.iter().all(|c| c.ipcomp == refused), "{children:#?}");
     let log = std::fs::read_to_string(gw.dir().path().join("esparto.log")).unwrap_or_default();
     assert!(log.contains("peer did not accept IPComp"), "the refusal is logged: {log}");
     gw.stop().unwrap();

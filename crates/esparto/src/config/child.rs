@@ -61,6 +61,7 @@ const KEYS: &[&str] = &[
     "dpd_action",
     "close_action",
     "ipcomp",
+    "link_mbps",
 ];
 
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -155,6 +156,7 @@ pub(crate) fn parse(
         negotiation(cx, node, path, conn.workers)
     };
     let ipcomp = ipcomp(cx, node, path);
+    let link_mbps = link_mbps(cx, node, path, ipcomp);
     let static_sas = static_field.and_then(|f| static_sas(cx, &f, &proposals, &mut seen));
     if let Some(s) = &static_sas {
         // The pairs fix the SAs: the first is the fallback, each further
@@ -200,6 +202,7 @@ pub(crate) fn parse(
         per_cpu_max: negotiation.per_cpu_max,
         static_sas,
         ipcomp,
+        link_mbps,
     };
     Some(Parsed { child, ike, seen })
 }
@@ -333,6 +336,22 @@ fn ipcomp(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) -> Option<IpcompMode> {
             None
         }
     }
+}
+
+/// Fastest WAN link rate `link_mbps` accepts (1 Tbit/s).
+const MAX_LINK_MBPS: i64 = 1_000_000;
+
+/// `link_mbps`: what the WAN link toward the peer carries, for
+/// `ipcomp = "adaptive"` (which weighs it against compression's cost);
+/// with any other `ipcomp` it is an error (it would change nothing).
+fn link_mbps(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, ipcomp: Option<IpcompMode>) -> Option<u32> {
+    let f = node.field(path, "link_mbps")?;
+    let v = cx.int::<u32>(&f, 1..=MAX_LINK_MBPS)?;
+    if ipcomp != Some(IpcompMode::Adaptive) {
+        cx.err_at(&f, "only applies with ipcomp = \"adaptive\"".to_string());
+        return None;
+    }
+    Some(v)
 }
 
 /// `replay_window` in packets (default [`DEFAULT_WINDOW`]).

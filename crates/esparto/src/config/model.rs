@@ -164,6 +164,9 @@ pub struct Child {
     pub static_sas: Option<StaticSas>,
     /// IPComp (RFC 3173, DEFLATE): `None` without (`ipcomp = "no"`).
     pub ipcomp: Option<esparto_esp::IpcompMode>,
+    /// The WAN link rate toward the peer in Mbit/s (`link_mbps`), for
+    /// adaptive IPComp; `None`: judged from the send path's back-pressure.
+    pub link_mbps: Option<u32>,
 }
 
 /// Statically keyed SAs of a child.

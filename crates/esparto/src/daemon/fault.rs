@@ -93,6 +93,10 @@ mod imp {
             self.inner.inbound(now, dgrams, from, to_tun, to_control)
         }
 
+        fn on_send_pushback(&mut self) {
+            self.inner.on_send_pushback();
+        }
+
         fn on_tick(&mut self, now: Instant) {
             if self.panic_at.is_some_and(|t| now >= t) {
                 panic!("fault injected by {} in worker {}", super::ENV, self.index);

@@ -464,10 +464,11 @@ impl Gateway {
                     .sas
                     .iter()
                     .map(|sa| {
-                        self.table.owner(sa.spi, sa.direction, sa.group).map(|(connection, child, role)| Owner {
+                        self.table.owner(sa.spi, sa.direction, sa.group).map(|(connection, child, role, refused)| Owner {
                             connection,
                             child,
                             role: role.name(),
+                            ipcomp_refused: refused,
                         })
                     })
                     .collect()
@@ -520,6 +521,8 @@ struct Owner {
     connection: Arc<str>,
     child: Arc<str>,
     role: &'static str,
+    /// `ipcomp` configured, but the peer refused it.
+    ipcomp_refused: Option<esparto_esp::IpcompMode>,
 }
 
 /// The figures of [`Gateway::gather`], not formatted yet.
@@ -608,10 +611,9 @@ impl Gathered {
                     last_seq: sa.last_seq,
                     age_s: at.saturating_duration_since(sa.installed).as_secs_f64(),
                     drops: drops_map(&sa.counters.drops),
-                    ipcomp: sa
-                        .ipcomp
-                        .as_ref()
-                        .map(crate::status::IpcompStatus::from_stats),
+                    ipcomp: sa.ipcomp.as_ref().map(crate::status::IpcompStatus::from_stats).or_else(|| {
+                        owner.as_ref().and_then(|o| o.ipcomp_refused).map(crate::status::IpcompStatus::refused)
+                    }),
                 });
             }
         }

@@ -401,19 +401,22 @@ fn init_logging(filter: &str) -> Throttle {
     throttle
 }
 
-/// Logs an adaptive IPComp SA's decision: when it switched and why.
+/// Logs an adaptive IPComp SA's decision: when it switched and why (one
+/// line per switch; the back-off bounds how often).
 fn log_ipcomp_switch(worker: u16, spi: u32, switch: esparto_esp::IpcompSwitch) {
-    let ratio = f64::from(switch.ratio_permille) / 1000.0;
+    let reason = switch.reason();
     match switch.state {
         esparto_esp::IpcompState::On => {
-            info!(spi = %format!("{spi:08x}"), worker, ratio, "IPComp on again: the traffic compresses")
+            info!(spi = %format!("{spi:08x}"), worker, reason = %reason, "IPComp compressing again")
         }
-        esparto_esp::IpcompState::Backoff { remaining } => info!(
+        esparto_esp::IpcompState::Backoff { remaining, reason: why } => info!(
             spi = %format!("{spi:08x}"),
             worker,
-            ratio,
+            state = switch.state.name(),
             skip_packets = remaining,
-            "IPComp off for a while: the traffic does not compress"
+            reason = %reason,
+            "IPComp paused ({})",
+            why.name()
         ),
     }
 }

@@ -380,6 +380,10 @@ impl Datapath for EspDatapath {
         dgrams.len()
     }
 
+    fn on_send_pushback(&mut self) {
+        self.esp.note_send_pushback();
+    }
+
     fn on_tick(&mut self, now: Instant) {
         self.esp.tick(now);
         self.flush_events();

@@ -316,6 +316,18 @@ fn routing_defaults_to_table_220_and_the_mark_follows_the_table() {
 }
 
 #[test]
+fn link_mbps_needs_adaptive_ipcomp() {
+    let with = |extra: &str| base().replace("esp_proposals = [\"aes256gcm16\"]\n", &format!("esp_proposals = [\"aes256gcm16\"]\n{extra}\n"));
+    let c = parse_str(&with("ipcomp = \"adaptive\"\nlink_mbps = 50"), "west.toml").unwrap();
+    assert_eq!(c.connections[0].children[0].link_mbps, Some(50));
+    assert_eq!(parse_str(&with("ipcomp = \"adaptive\""), "west.toml").unwrap().connections[0].children[0].link_mbps, None);
+    let e = parse_str(&with("ipcomp = \"yes\"\nlink_mbps = 50"), "west.toml").unwrap_err().to_string();
+    assert!(e.contains("west.toml:") && e.contains("link_mbps") && e.contains("adaptive"), "{e}");
+    let e = parse_str(&with("ipcomp = \"adaptive\"\nlink_mbps = 0"), "west.toml").unwrap_err().to_string();
+    assert!(e.contains("link_mbps"), "{e}");
+}
+
+#[test]
 fn ipcomp_values() {
     let with = |v: &str| base().replace("esp_proposals = [\"aes256gcm16\"]\n", &format!("esp_proposals = [\"aes256gcm16\"]\nipcomp = {v}\n"));
     for (v, want) in [

@@ -89,6 +89,8 @@ pub(crate) struct Settings {
     pub(crate) per_cpu: bool,
     /// IPComp wanted (`ipcomp` in the child).
     pub(crate) ipcomp: Option<esparto_esp::IpcompMode>,
+    /// `link_mbps` of the child (adaptive IPComp).
+    pub(crate) link_mbps: Option<u32>,
 }
 
 /// A child's SA group as the workers hold it.

@@ -248,6 +248,7 @@ impl Table {
                 lifetime,
                 per_cpu: ike && child.per_cpu_sas != PerCpuSas::No,
                 ipcomp: child.ipcomp,
+                link_mbps: child.link_mbps,
             };
             self.add_child(id, &child.name, settings);
         }

@@ -46,6 +46,10 @@ pub(crate) struct Traffic {
     pub(crate) last_used: Option<Instant>,
 }
 
+/// Whose an SA is: connection, child, role, and the IPComp mode the
+/// child asked for if the peer refused it.
+pub(crate) type SaOwner = (Arc<str>, Arc<str>, Role, Option<esparto_esp::IpcompMode>);
+
 impl Counters {
     /// Adds one worker's figures of one SA.
     pub(crate) fn add(&mut self, s: &SaStats) {
@@ -76,16 +80,19 @@ impl Table {
 
     /// Whose SA a worker reports (see [`reported`](Self::reported)), with
     /// shared names, to keep beyond a borrow of the table: (connection,
-    /// child, role).
+    /// child, role, and the IPComp mode the child asked for if the peer
+    /// refused it: no IPCOMP_SUPPORTED back, or an unusable transform or
+    /// CPI).
     pub(crate) fn owner(
         &self,
         spi: u32,
         direction: Direction,
         group: Option<GroupId>,
-    ) -> Option<(Arc<str>, Arc<str>, Role)> {
+    ) -> Option<SaOwner> {
         let sa = self.reported(spi, direction, group)?;
         let (connection, child) = self.names(sa.child)?;
-        Some((connection.clone(), child.clone(), sa.role))
+        let refused = if sa.ipcomp.is_none() { self.children[sa.child.0].settings.ipcomp } else { None };
+        Some((connection.clone(), child.clone(), sa.role, refused))
     }
 
     /// The Child SA a worker reports an SA of: by inbound SPI, or by
@@ -185,6 +192,16 @@ impl Table {
                             in_packets: rx.packets,
                             out_bytes: tx.bytes,
                             out_packets: tx.packets,
+                            ipcomp: match (c.settings.ipcomp, sa.ipcomp) {
+                                (None, _) => String::new(),
+                                (Some(_), None) => crate::status::IPCOMP_REFUSED.into(),
+                                (Some(m), Some(cpis)) => format!(
+                                    "{}, cpi in {:04x} out {:04x}",
+                                    crate::status::IpcompStatus::refused(m).mode,
+                                    cpis.inbound,
+                                    cpis.outbound
+                                ),
+                            },
                         }
                     })
                     .collect(),

@@ -148,12 +148,14 @@ impl Table {
     fn ipcomp_params(&self, id: SaId, direction: Direction) -> Option<IpcompParams> {
         let sa = &self.sas[id.0];
         let cpis = sa.ipcomp?;
-        let mode = self.children[sa.child.0].settings.ipcomp?;
+        let settings = &self.children[sa.child.0].settings;
+        let mode = settings.ipcomp?;
+        let link_mbps = settings.link_mbps;
         let cpi = match direction {
             Direction::Inbound => cpis.inbound,
             Direction::Outbound => cpis.outbound,
         };
-        Some(IpcompParams { cpi, mode, max_inner: usize::from(self.path_mtu) })
+        Some(IpcompParams { cpi, mode, max_inner: usize::from(self.path_mtu), link_mbps })
     }
 
     /// Puts the outbound half of `sa` into its slot, replacing what was

@@ -99,6 +99,7 @@ impl Harness {
             lifetime: Lifetime::default(),
             per_cpu,
             ipcomp: None,
+            link_mbps: None,
         };
         self.table.add_child(c, "net", settings)
     }
