@@ -1,8 +1,9 @@
 //! Hostile or unlucky requests around rekeying and RFC 9611, answered as
 //! RFC 7296 §2.25 and RFC 9611 say, with no panic and nothing leaked: a
 //! rekey for an unknown SPI or for an SA being deleted, IKE SA rekeys
-//! meeting other exchanges, requests out of the window, and floods of
-//! CREATE_CHILD_SA past the per-CPU and per-IKE-SA maximums.
+//! meeting other exchanges, requests out of the window, floods of
+//! CREATE_CHILD_SA past the per-CPU and per-IKE-SA maximums, and IPComp
+//! offers we cannot take (§2.22: a child without IPComp, not a failure).
 
 use super::*;
 use crate::config::PerCpuSas;
@@ -300,4 +301,70 @@ fn plain_create_child_sa_flood_stops_at_no_additional_sas() {
         .count();
     assert_eq!(deleted, MAX_CHILD_SAS);
     assert_eq!(p.r.child_sa_count(), 0);
+}
+
+/// The IPCOMP_SUPPORTED notify's data: CPI and transform (RFC 7296 §3.10.1).
+fn ipcomp_data(cpi: u16, transform: u8) -> [u8; 3] {
+    let [a, b] = cpi.to_be_bytes();
+    [a, b, transform]
+}
+
+#[test]
+fn ipcomp_offers_we_cannot_take_give_a_child_without_ipcomp() {
+    let mut p = established_with(|c| c.children[0].ipcomp = true);
+    drain_events(&mut p.r);
+    // An unknown transform (LZS, 3), a CPI below 256 (reserved for the
+    // well-known ones, RFC 3173 §3.3), one above 61439, a short notify:
+    // each request still gets its Child SA, answered without IPComp.
+    let offers: [&[u8]; 4] = [
+        &ipcomp_data(0x1234, 3),
+        &ipcomp_data(0x0002, 2),
+        &ipcomp_data(0xf123, 2),
+        &[0x12, 0x34],
+    ];
+    for (k, data) in offers.into_iter().enumerate() {
+        let notify = NotifyRepr::new(NotifyType::IPCOMP_SUPPORTED, data);
+        let m = child_request(&mut p, 0x0e00_0000 + k as u32, &[notify]);
+        let out = send(&mut p, &m);
+        assert_eq!(out.len(), 1);
+        let (notifies, has_sa) = answer(&p, &out[0]);
+        assert!(has_sa, "offer {data:02x?}: the child is created");
+        assert!(
+            !notifies.iter().any(|(n, _)| *n == NotifyType::IPCOMP_SUPPORTED),
+            "offer {data:02x?}: no IPComp in the answer: {notifies:?}"
+        );
+        let events = drain_events(&mut p.r);
+        let up: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ChildSaEstablished(c) => Some(c.ipcomp),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(up, [None], "offer {data:02x?}");
+    }
+    // DEFLATE with a negotiable CPI, after an LZS offer in the same
+    // request: taken, and answered with our own CPI.
+    let lzs = ipcomp_data(0x2345, 3);
+    let deflate = ipcomp_data(0x1234, 2);
+    let m = child_request(
+        &mut p,
+        0x0e00_0010,
+        &[
+            NotifyRepr::new(NotifyType::IPCOMP_SUPPORTED, &lzs),
+            NotifyRepr::new(NotifyType::IPCOMP_SUPPORTED, &deflate),
+        ],
+    );
+    let out = send(&mut p, &m);
+    let (notifies, has_sa) = answer(&p, &out[0]);
+    assert!(has_sa);
+    assert!(notifies.iter().any(|(n, _)| *n == NotifyType::IPCOMP_SUPPORTED));
+    let cpis: Vec<_> = drain_events(&mut p.r)
+        .iter()
+        .filter_map(|e| match e {
+            Event::ChildSaEstablished(c) => c.ipcomp.map(|i| i.outbound),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cpis, [0x1234]);
 }
