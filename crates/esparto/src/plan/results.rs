@@ -8,7 +8,9 @@
 //! zero-loss packet rate by inner packet size and the gateways' CPU per GB,
 //! [`TunnelData`], with the test bed's whole report kept beside it).
 //! The test bed's `bench voip --save` ([`Kind::Voip`], calls measured end
-//! to end) is kept for the operator and for charts; no plan reads it.
+//! to end) is kept for the operator and for charts; no plan reads it, nor
+//! the IPComp benchmarks' (`esparto bench ipcomp --save`, [`Kind::Ipcomp`];
+//! the test bed's `bench ipcomp --save`, [`Kind::IpcompTunnel`]).
 //!
 //! A plan is only as good as the figures it stands on, so nothing is
 //! trusted silently. [`load_dir`] reads every `*.json` in the directory and
@@ -59,6 +61,11 @@ pub enum Kind {
     Agility,
     /// `esparto-testbed bench voip`: concurrent calls end to end.
     Voip,
+    /// `esparto bench ipcomp`: DEFLATE per corpus in process.
+    Ipcomp,
+    /// `esparto-testbed bench ipcomp`: goodput per link and IPComp mode.
+    #[serde(rename = "ipcomp-tunnel")]
+    IpcompTunnel,
 }
 
 impl fmt::Display for Kind {
@@ -68,6 +75,8 @@ impl fmt::Display for Kind {
             Kind::Tunnel => "tunnel",
             Kind::Agility => "agility",
             Kind::Voip => "voip",
+            Kind::Ipcomp => "ipcomp",
+            Kind::IpcompTunnel => "ipcomp-tunnel",
         })
     }
 }
@@ -172,6 +181,17 @@ pub struct AgilityData {
     pub runs: usize,
     /// One row per packet size and number of SAs.
     pub rows: Vec<dataplane::AgilityRow>,
+}
+
+/// What `esparto bench ipcomp` measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IpcompData {
+    /// Seconds per measurement.
+    pub seconds: f64,
+    /// Measurements per figure (medians).
+    pub runs: usize,
+    /// One row per corpus and packet size.
+    pub rows: Vec<crate::bench::ipcomp::Row>,
 }
 
 /// One packet size's RFC 2544 zero-loss rate, end to end.
@@ -522,7 +542,7 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
                 Err(e) => ignore(e),
             },
             // Kept for the operator and for charts; no plan reads it.
-            Some(Ok(Kind::Voip)) => {}
+            Some(Ok(Kind::Voip | Kind::Ipcomp | Kind::IpcompTunnel)) => {}
             Some(Err(e)) => ignore(format!("corrupt: kind: {e}")),
             None => ignore("corrupt: no \"kind\" field".into()),
         }
