@@ -50,6 +50,7 @@ pub mod mem;
 pub mod pinger;
 pub mod plot;
 pub mod strongswan;
+pub mod tcpgen;
 pub mod topology;
 pub mod traffic;
 pub mod udpgen;
