@@ -269,7 +269,7 @@ fn db_page(rng: &mut Rng, page: u64, out: &mut Vec<u8>) {
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&(page as u32).to_le_bytes());
         out.extend_from_slice(&(r as u16 + 1).to_le_bytes());
-        out.extend_from_slice(&[0x09, 0x00, 0x02, 0x09, 0x18, 0x00]);
+        out.extend_from_slice(&[0x09, 0x00, 0x02, 0x09, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00]);
         // Columns: id, customer id, created (µs since 2000), amount (cents),
         // status, country, name.
         out.extend_from_slice(&id.to_le_bytes());
