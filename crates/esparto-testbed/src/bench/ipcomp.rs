@@ -62,7 +62,13 @@ pub enum Mode {
     Yes,
     /// `ipcomp = "adaptive"`.
     Adaptive,
+    /// `ipcomp = "adaptive"` with the shaped link's rate configured
+    /// ([`LINK_MBPS_KEY`]); on an unshaped link it is [`Mode::Adaptive`].
+    AdaptiveLink,
 }
+
+/// The connection key that tells adaptive IPComp the WAN link's rate.
+pub const LINK_MBPS_KEY: &str = "link_mbps";
 
 impl Mode {
     /// The name on the command line and in tables.
@@ -71,14 +77,15 @@ impl Mode {
             Mode::No => "no",
             Mode::Yes => "yes",
             Mode::Adaptive => "adaptive",
+            Mode::AdaptiveLink => "adaptive-link",
         }
     }
 
     fn parse(s: &str) -> Result<Self> {
-        [Mode::No, Mode::Yes, Mode::Adaptive]
+        [Mode::No, Mode::Yes, Mode::Adaptive, Mode::AdaptiveLink]
             .into_iter()
             .find(|m| m.name() == s.trim())
-            .with_context(|| format!("unknown mode '{s}' (no, yes, adaptive)"))
+            .with_context(|| format!("unknown mode '{s}' (no, yes, adaptive, adaptive-link)"))
     }
 
     /// The child's `ipcomp` value, if any.
@@ -86,7 +93,17 @@ impl Mode {
         match self {
             Mode::No => None,
             Mode::Yes => Some("\"yes\""),
-            Mode::Adaptive => Some("\"adaptive\""),
+            Mode::Adaptive | Mode::AdaptiveLink => Some("\"adaptive\""),
+        }
+    }
+
+    /// Both gateways' configuration for this mode on `link`.
+    fn apply(self, link: Link, c: &mut EspartoConfig) {
+        if let Some(v) = self.config() {
+            c.child_extra.push(("ipcomp".into(), v.into()));
+        }
+        if let (Mode::AdaptiveLink, Some(m)) = (self, link.mbps) {
+            c.conn_extra.push((LINK_MBPS_KEY.into(), m.to_string()));
         }
     }
 }
@@ -305,8 +322,11 @@ pub struct Report {
     pub loadavg_end: String,
     /// Every cell.
     pub cells: Vec<Cell>,
-    /// The figures held to.
+    /// The figures held to, by `ipcomp = adaptive`.
     pub targets: Targets,
+    /// The same, by adaptive with the link's rate configured (when measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets_link: Option<Targets>,
     /// Failures (a cell or a round that could not be measured).
     pub errors: Vec<String>,
 }
@@ -396,7 +416,7 @@ pub fn run(bin: &std::path::Path, o: &Options, progress: bool) -> Result<Report>
     let loadavg_start = loadavg_text();
     let corpora: Vec<(Corpus, Arc<Vec<u8>>)> =
         o.corpora.iter().map(|&c| (c, Arc::new(c.generate(CORPUS_BYTES)))).collect();
-    let mut samples: Vec<((Link, Mode, Corpus), Vec<Sample>)> = Vec::new();
+    let mut samples: Samples = Vec::new();
     for &link in &o.links {
         for &mode in &o.modes {
             for &(c, _) in &corpora {
@@ -410,58 +430,13 @@ pub fn run(bin: &std::path::Path, o: &Options, progress: bool) -> Result<Report>
         let n = modes.len().max(1);
         modes.rotate_left(round % n);
         for mode in modes {
-            let tweak = |c: &mut EspartoConfig| {
-                if let Some(v) = mode.config() {
-                    c.child_extra.push(("ipcomp".into(), v.into()));
+            if mode == Mode::AdaptiveLink {
+                // The rate is configuration: a pair per shaped link.
+                for &link in o.links.iter().filter(|l| l.mbps.is_some()) {
+                    pair_round(bin, o, round, mode, &[link], &corpora, &mut samples, &mut errors, progress);
                 }
-            };
-            let pair = match EspartoPair::up_with(bin, Layout::StaticOnePair, o.workers, "", "aes256gcm16", None, &tweak)
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    errors.push(format!("round {round}, ipcomp = {}: {e:#}", mode.name()));
-                    continue;
-                }
-            };
-            for &link in &o.links {
-                if let Err(e) = shape(pair.topology(), link) {
-                    errors.push(format!("round {round}, {}: {e:#}", link.name()));
-                    continue;
-                }
-                for (corpus, bytes) in &corpora {
-                    let key = (link, mode, *corpus);
-                    match measure(&pair, bytes, o) {
-                        Ok(s) => {
-                            if progress {
-                                eprintln!(
-                                    "round {round}: {:>10} {:<8} {:<8} {:8.1} Mbit/s, {:6.2} s/GB, {} compressed, {} skipped",
-                                    link.name(),
-                                    mode.name(),
-                                    corpus.name(),
-                                    s.mbps,
-                                    s.gateway_s_per_gb.unwrap_or(0.0),
-                                    s.compressed,
-                                    s.skipped
-                                );
-                            }
-                            if let Some((_, v)) = samples.iter_mut().find(|(k, _)| *k == key) {
-                                v.push(s);
-                            }
-                        }
-                        Err(e) => {
-                            pair.keep_logs();
-                            errors.push(format!(
-                                "round {round}, {}, ipcomp = {}, {}: {e:#}",
-                                link.name(),
-                                mode.name(),
-                                corpus.name()
-                            ));
-                        }
-                    }
-                }
-            }
-            if let Err(e) = pair.down() {
-                errors.push(format!("round {round}, ipcomp = {}: stopping: {e:#}", mode.name()));
+            } else {
+                pair_round(bin, o, round, mode, &o.links, &corpora, &mut samples, &mut errors, progress);
             }
         }
     }
@@ -483,7 +458,8 @@ pub fn run(bin: &std::path::Path, o: &Options, progress: bool) -> Result<Report>
             }
         })
         .collect();
-    let targets = targets(&cells);
+    let targets_link = o.modes.contains(&Mode::AdaptiveLink).then(|| targets(&cells, Mode::AdaptiveLink));
+    let targets = targets(&cells, Mode::Adaptive);
     let (cpu_model, cpus) = cpu_info();
     Ok(Report {
         options: o.clone(),
@@ -493,8 +469,76 @@ pub fn run(bin: &std::path::Path, o: &Options, progress: bool) -> Result<Report>
         loadavg_end: loadavg_text(),
         cells,
         targets,
+        targets_link,
         errors,
     })
+}
+
+type Samples = Vec<((Link, Mode, Corpus), Vec<Sample>)>;
+
+/// One round of one mode: a pair up, each link shaped in turn, each corpus
+/// measured, the pair down.
+#[allow(clippy::too_many_arguments)]
+fn pair_round(
+    bin: &std::path::Path,
+    o: &Options,
+    round: usize,
+    mode: Mode,
+    links: &[Link],
+    corpora: &[(Corpus, Arc<Vec<u8>>)],
+    samples: &mut Samples,
+    errors: &mut Vec<String>,
+    progress: bool,
+) {
+    let first = links.first().copied().unwrap_or(Link { mbps: None });
+    let tweak = |c: &mut EspartoConfig| mode.apply(first, c);
+    let pair = match EspartoPair::up_with(bin, Layout::StaticOnePair, o.workers, "", "aes256gcm16", None, &tweak) {
+        Ok(p) => p,
+        Err(e) => {
+            errors.push(format!("round {round}, ipcomp = {}: {e:#}", mode.name()));
+            return;
+        }
+    };
+    for &link in links {
+        if let Err(e) = shape(pair.topology(), link) {
+            errors.push(format!("round {round}, {}: {e:#}", link.name()));
+            continue;
+        }
+        for (corpus, bytes) in corpora {
+            let key = (link, mode, *corpus);
+            match measure(&pair, bytes, o) {
+                Ok(s) => {
+                    if progress {
+                        eprintln!(
+                            "round {round}: {:>10} {:<13} {:<8} {:8.1} Mbit/s, {:6.2} s/GB, {} compressed, {} skipped",
+                            link.name(),
+                            mode.name(),
+                            corpus.name(),
+                            s.mbps,
+                            s.gateway_s_per_gb.unwrap_or(0.0),
+                            s.compressed,
+                            s.skipped
+                        );
+                    }
+                    if let Some((_, v)) = samples.iter_mut().find(|(k, _)| *k == key) {
+                        v.push(s);
+                    }
+                }
+                Err(e) => {
+                    pair.keep_logs();
+                    errors.push(format!(
+                        "round {round}, {}, ipcomp = {}, {}: {e:#}",
+                        link.name(),
+                        mode.name(),
+                        corpus.name()
+                    ));
+                }
+            }
+        }
+    }
+    if let Err(e) = pair.down() {
+        errors.push(format!("round {round}, ipcomp = {}: stopping: {e:#}", mode.name()));
+    }
 }
 
 fn loadavg_text() -> String {
@@ -509,13 +553,16 @@ fn cpu_info() -> (String, usize) {
 }
 
 fn find(cells: &[Cell], link: Option<u32>, mode: Mode, corpus: Corpus) -> Option<&Cell> {
+    // Without a shaped rate there is nothing to configure: adaptive-link
+    // is adaptive there.
+    let mode = if mode == Mode::AdaptiveLink && link.is_none() { Mode::Adaptive } else { mode };
     cells.iter().find(|c| c.link.mbps == link && c.mode == mode && c.corpus == corpus)
 }
 
-/// Holds the cells to the three figures.
-pub fn targets(cells: &[Cell]) -> Targets {
-    let slow = match (find(cells, Some(50), Mode::Adaptive, Corpus::Text), find(cells, Some(50), Mode::No, Corpus::Text))
-    {
+/// Holds `adaptive`'s cells (of [`Mode::Adaptive`] or
+/// [`Mode::AdaptiveLink`]) to the three figures.
+pub fn targets(cells: &[Cell], adaptive: Mode) -> Targets {
+    let slow = match (find(cells, Some(50), adaptive, Corpus::Text), find(cells, Some(50), Mode::No, Corpus::Text)) {
         (Some(a), Some(n)) if n.mbps > 0.0 => {
             let r = a.mbps / n.mbps;
             Target {
@@ -527,7 +574,7 @@ pub fn targets(cells: &[Cell]) -> Targets {
         _ => Target { goal: "50 Mbit/s, text: adaptive ≥ 2 × no (goodput)".into(), measured: None, met: None },
     };
     let goal = "unshaped, random: adaptive within 5 % of no in goodput and CPU per byte";
-    let fast = match (find(cells, None, Mode::Adaptive, Corpus::Random), find(cells, None, Mode::No, Corpus::Random)) {
+    let fast = match (find(cells, None, adaptive, Corpus::Random), find(cells, None, Mode::No, Corpus::Random)) {
         (Some(a), Some(n)) if n.mbps > 0.0 => {
             let g = a.mbps / n.mbps;
             let cpu = match (a.gateway_s_per_gb, n.gateway_s_per_gb) {
@@ -549,7 +596,8 @@ pub fn targets(cells: &[Cell]) -> Targets {
     };
     let goal = "every link and corpus: adaptive ≥ 0.95 × the better of no and yes (goodput)";
     let mut worst: Option<(f64, String)> = None;
-    for a in cells.iter().filter(|c| c.mode == Mode::Adaptive) {
+    for n in cells.iter().filter(|c| c.mode == Mode::No) {
+        let Some(a) = find(cells, n.link.mbps, adaptive, n.corpus) else { continue };
         let best = [Mode::No, Mode::Yes]
             .iter()
             .filter_map(|&m| find(cells, a.link.mbps, m, a.corpus))
@@ -601,13 +649,17 @@ pub fn print(r: &Report) {
         }
     }
     println!();
-    for t in [&r.targets.slow_link_text, &r.targets.fast_link_random, &r.targets.never_worse] {
+    let mut all = vec![("adaptive", &r.targets)];
+    if let Some(t) = &r.targets_link {
+        all.push(("adaptive-link", t));
+    }
+    for (who, t) in all.iter().flat_map(|(w, t)| [(w, &t.slow_link_text), (w, &t.fast_link_random), (w, &t.never_worse)]) {
         let verdict = match t.met {
             Some(true) => "met",
             Some(false) => "NOT met",
             None => "not measured",
         };
-        println!("{}: {verdict}{}", t.goal, t.measured.as_ref().map_or(String::new(), |m| format!(" — {m}")));
+        println!("[{who}] {}: {verdict}{}", t.goal, t.measured.as_ref().map_or(String::new(), |m| format!(" — {m}")));
     }
     for e in &r.errors {
         println!("error: {e}");
@@ -662,16 +714,21 @@ mod tests {
             cell(None, Mode::Yes, Corpus::Random, 500.0, 30.0),
             cell(None, Mode::Adaptive, Corpus::Random, 960.0, 10.6),
         ];
-        let t = targets(&cells);
+        let t = targets(&cells, Mode::Adaptive);
         assert_eq!(t.slow_link_text.met, Some(true), "{t:?}");
         assert_eq!(t.fast_link_random.met, Some(false), "CPU 6 % over: {t:?}");
         assert_eq!(t.never_worse.met, Some(true), "{t:?}");
         let mut worse = cells.clone();
         worse[2].mbps = 80.0;
-        let t = targets(&worse);
+        let t = targets(&worse, Mode::Adaptive);
         assert_eq!((t.slow_link_text.met, t.never_worse.met), (Some(false), Some(false)));
         assert!(t.never_worse.measured.unwrap().contains("50 Mbit/s, text"));
-        let none = targets(&[]);
+        // Adaptive-link on an unshaped link is adaptive.
+        let mut with_link = cells.clone();
+        with_link.push(cell(Some(50), Mode::AdaptiveLink, Corpus::Text, 100.0, 20.0));
+        let t = targets(&with_link, Mode::AdaptiveLink);
+        assert_eq!((t.slow_link_text.met, t.fast_link_random.met, t.never_worse.met), (Some(true), Some(false), Some(true)));
+        let none = targets(&[], Mode::Adaptive);
         assert_eq!((none.slow_link_text.met, none.fast_link_random.met, none.never_worse.met), (None, None, None));
     }
 
