@@ -150,7 +150,7 @@ fn libdeflate_run(pkts: &[Vec<u8>], level: u32, seconds: Duration) -> (f64, f64,
     });
     let dns = per_byte_compressed(seconds, pkts, &compressed, |p, z| {
         let n = dec.deflate_decompress(z, &mut back[..p.len()]).unwrap_or(0);
-        assert_eq!(&back[..n], &p[..], "libdeflate round trip");
+        assert_eq!(&back[..n], p, "libdeflate round trip");
         n
     });
     (cns, dns, ratio)
@@ -186,7 +186,7 @@ fn zlib_rs_run(pkts: &[Vec<u8>], level: u32, seconds: Duration) -> (f64, f64, f6
             Ok(Status::StreamEnd) => dec.total_out() as usize,
             _ => 0,
         };
-        assert_eq!(&back[..n], &p[..], "zlib-rs round trip");
+        assert_eq!(&back[..n], p, "zlib-rs round trip");
         n
     });
     (cns, dns, ratio)

@@ -230,7 +230,7 @@ impl Options {
         if o.runs == 0 || o.runs > 100 {
             bail!("--runs must be between 1 and 100");
         }
-        if !(o.seconds > 0.0 && o.seconds <= 600.0) || !(o.warmup >= 0.0 && o.warmup <= 60.0) {
+        if !((0.0..=600.0).contains(&o.seconds) && o.seconds > 0.0 && (0.0..=60.0).contains(&o.warmup)) {
             bail!("--seconds must be in (0, 600] and --warmup in [0, 60]");
         }
         if o.workers == 0 || o.workers > 64 {

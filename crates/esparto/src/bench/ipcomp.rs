@@ -145,7 +145,7 @@ fn params(max_inner: usize) -> IpcompParams {
 
 /// Runs the benchmark.
 pub fn run(opts: &Options) -> Result<Vec<Row>> {
-    if opts.runs == 0 || !(opts.seconds > 0.0) {
+    if opts.runs == 0 || opts.seconds.is_nan() || opts.seconds <= 0.0 {
         bail!("need at least one run of more than 0 seconds");
     }
     let hz = tsc_hz();
