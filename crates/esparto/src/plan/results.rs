@@ -726,6 +726,20 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn ipcomp_results_are_kept_beside_the_others_and_read_by_no_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = IpcompData { seconds: 0.5, runs: 3, rows: vec![] };
+        let a = save(dir.path(), "deflate", &envelope(Kind::Ipcomp, data)).unwrap();
+        let b = save(dir.path(), "deflate", &envelope(Kind::IpcompTunnel, serde_json::json!({"cells": []}))).unwrap();
+        assert!(a.file_name().unwrap().to_string_lossy().starts_with("ipcomp-deflate-"), "{a:?}");
+        assert!(b.file_name().unwrap().to_string_lossy().starts_with("ipcomp-tunnel-deflate-"), "{b:?}");
+        let back: Saved<IpcompData> = serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+        assert_eq!((back.kind, back.data.runs), (Kind::Ipcomp, 3));
+        let f = load_dir(dir.path(), &Machine::this()).unwrap();
+        assert!(f.ignored.is_empty() && f.tunnel.is_empty() && f.dataplane.is_empty(), "{:?}", f.ignored);
+    }
+
+    #[test]
     fn a_missing_directory_holds_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let f = load_dir(&dir.path().join("never-made"), &Machine::this()).unwrap();
