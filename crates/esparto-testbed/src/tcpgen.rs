@@ -72,7 +72,6 @@ impl CorpusStream {
             .context("connecting through the tunnel")?;
         let (mut rx, _) = listener.accept().context("accepting")?;
         stream.set_write_timeout(Some(POLL))?;
-        stream.set_nodelay(false)?;
         rx.set_read_timeout(Some(POLL))?;
         let received = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
