@@ -67,7 +67,7 @@ pub enum Mode {
     AdaptiveLink,
 }
 
-/// The connection key that tells adaptive IPComp the WAN link's rate.
+/// The child key that tells adaptive IPComp the WAN link's rate.
 pub const LINK_MBPS_KEY: &str = "link_mbps";
 
 impl Mode {
@@ -103,7 +103,7 @@ impl Mode {
             c.child_extra.push(("ipcomp".into(), v.into()));
         }
         if let (Mode::AdaptiveLink, Some(m)) = (self, link.mbps) {
-            c.conn_extra.push((LINK_MBPS_KEY.into(), m.to_string()));
+            c.child_extra.push((LINK_MBPS_KEY.into(), m.to_string()));
         }
     }
 }
@@ -144,7 +144,8 @@ pub struct Args {
     /// WAN links, comma separated: Mbit/s, or "unshaped" [default: 50,1000,unshaped].
     #[arg(long, value_delimiter = ',')]
     links: Vec<String>,
-    /// IPComp modes, comma separated: no, yes, adaptive [default: all three].
+    /// IPComp modes, comma separated: no, yes, adaptive, adaptive-link (adaptive with
+    /// `link_mbps` = the shaped rate) [default: all four; --quick: no,yes,adaptive].
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
     /// Corpora, comma separated: text, json, records, random [default: all four].
@@ -214,7 +215,7 @@ impl Options {
                 .iter()
                 .map(|s| Link::parse(s))
                 .collect::<Result<_>>()?,
-            modes: list(&a.modes, "no,yes,adaptive", "no,yes,adaptive")
+            modes: list(&a.modes, "no,yes,adaptive", "no,yes,adaptive,adaptive-link")
                 .iter()
                 .map(|s| Mode::parse(s))
                 .collect::<Result<_>>()?,
@@ -258,8 +259,8 @@ pub struct Sample {
     pub skipped: u64,
     /// Bytes compression took off west's packets in the window.
     pub bytes_saved: u64,
-    /// West's outbound compression state at the end ("on", "backoff";
-    /// empty without IPComp).
+    /// West's outbound compression state at the end ("compressing",
+    /// "paused-incompressible", "paused-cpu"; empty without IPComp).
     pub state: String,
 }
 
@@ -376,7 +377,7 @@ fn west_ipcomp(w: &Status) -> (u64, u64, u64, String) {
             t.0 += c.compressed;
             t.1 += c.skipped;
             t.2 += c.bytes_saved;
-            if t.3.is_empty() || c.state == "on" {
+            if t.3.is_empty() || c.state == "compressing" {
                 t.3.clone_from(&c.state);
             }
         }
@@ -626,22 +627,22 @@ pub fn print(r: &Report) {
         r.options.workers, r.options.runs, r.options.seconds, r.options.warmup
     );
     println!("{}, {} CPUs; load average {} → {}\n", r.cpu_model, r.cpus, r.loadavg_start, r.loadavg_end);
-    println!(
-        "{:<11} {:<8} | {:>26} | {:>26} | {:>9}",
-        "link", "corpus", "goodput Mbit/s", "gateway CPU s/GB", "adaptive"
-    );
     let modes = &r.options.modes;
-    let head: Vec<String> = modes.iter().map(|m| format!("{:>8}", m.name())).collect();
-    println!("{:<11} {:<8} | {:>26} | {:>26} | {:>9}", "", "", head.join(" "), head.join(" "), "compr.");
+    // One column per mode, each as wide as the longest mode name.
+    let w = modes.iter().map(|m| m.name().len()).max().unwrap_or(8).max(8);
+    let span = modes.len() * (w + 1) - 1;
+    println!("{:<11} {:<8} | {:>span$} | {:>span$} | {:>9}", "link", "corpus", "goodput Mbit/s", "gateway CPU s/GB", "adaptive");
+    let head: Vec<String> = modes.iter().map(|m| format!("{:>w$}", m.name())).collect();
+    println!("{:<11} {:<8} | {} | {} | {:>9}", "", "", head.join(" "), head.join(" "), "compr.");
     for &link in &r.options.links {
         for &corpus in &r.options.corpora {
             let cell = |m: Mode| find(&r.cells, link.mbps, m, corpus);
             let g: Vec<String> =
-                modes.iter().map(|&m| cell(m).map_or(format!("{:>8}", "—"), |c| format!("{:>8.1}", c.mbps))).collect();
+                modes.iter().map(|&m| cell(m).map_or(format!("{:>w$}", "—"), |c| format!("{:>w$.1}", c.mbps))).collect();
             let cpu: Vec<String> = modes
                 .iter()
                 .map(|&m| {
-                    cell(m).and_then(|c| c.gateway_s_per_gb).map_or(format!("{:>8}", "—"), |v| format!("{v:>8.2}"))
+                    cell(m).and_then(|c| c.gateway_s_per_gb).map_or(format!("{:>w$}", "—"), |v| format!("{v:>w$.2}"))
                 })
                 .collect();
             let share = cell(Mode::Adaptive).map_or("—".into(), |c| format!("{:.0} %", c.compressed_share * 100.0));

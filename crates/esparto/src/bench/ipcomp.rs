@@ -140,7 +140,7 @@ pub fn compress_all(d: &mut Deflate, packets: &[Vec<u8>]) -> Vec<Option<Vec<u8>>
 }
 
 fn params(max_inner: usize) -> IpcompParams {
-    IpcompParams { cpi: CPI, mode: IpcompMode::Always, max_inner }
+    IpcompParams { cpi: CPI, mode: IpcompMode::Always, max_inner, link_mbps: None }
 }
 
 /// Runs the benchmark.
