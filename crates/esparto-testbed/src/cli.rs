@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::{metrics, setup, tunnel, voip};
+use crate::bench::{ipcomp, metrics, setup, tunnel, voip};
 
 /// Esparto's test bed: two gateways in network namespaces, the demo and the
 /// end-to-end benchmarks. The gateways are the `esparto` binary, run as
@@ -54,6 +54,8 @@ enum BenchCmd {
     Voip(voip::Args),
     /// IKE tunnel set-up rate, memory per tunnel, SPI cost and config load scaling (two processes in namespaces).
     Setup(setup::Args),
+    /// TCP goodput and gateway CPU through IPComp (no, yes, adaptive) per corpus on a `tc`-shaped WAN link.
+    Ipcomp(ipcomp::Args),
     /// A Prometheus scrape of a gateway with 10,000 Child SAs: time, size, the control thread's part.
     Metrics(metrics::Args),
     /// One side of `bench setup` (started by it).
@@ -83,6 +85,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Plot(c) => crate::plot::main(&c),
         Cmd::Bench(BenchCmd::Tunnel(a)) => tunnel::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
         Cmd::Bench(BenchCmd::Voip(a)) => voip::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
+        Cmd::Bench(BenchCmd::Ipcomp(a)) => ipcomp::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),
         Cmd::Bench(BenchCmd::Setup(a)) => setup::main(&a),
         Cmd::Bench(BenchCmd::SetupPeer(a)) => setup::peer_main(&a),
         Cmd::Bench(BenchCmd::Metrics(a)) => metrics::main(&a, &crate::esparto_binary(cli.esparto.as_deref())?),

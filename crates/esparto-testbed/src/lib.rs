@@ -14,6 +14,8 @@
 //! - [`udpgen`]: a paced UDP blaster and counter in Rust, for the packet
 //!   rates iperf3 cannot offer at small sizes (it is CPU-bound near
 //!   170 kpps here);
+//! - [`tcpgen`]: one TCP stream carrying a given corpus, checked byte for
+//!   byte on arrival (IPComp's goodput depends on the bytes);
 //! - [`callgen`]: concurrent RTP-like calls between the hosts, with
 //!   one-way delay, jitter and loss per call; [`emodel`]: a call's MOS
 //!   from them (ITU-T G.107);
@@ -50,6 +52,7 @@ pub mod mem;
 pub mod pinger;
 pub mod plot;
 pub mod strongswan;
+pub mod tcpgen;
 pub mod topology;
 pub mod traffic;
 pub mod udpgen;

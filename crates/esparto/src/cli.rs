@@ -190,6 +190,33 @@ enum PlanCmd {
 enum BenchCmd {
     /// In-process ESP throughput against the raw cipher, by packet size and worker count.
     Dataplane(DataplaneArgs),
+    /// IPComp's DEFLATE in process, per corpus and packet size: cycles per byte, ratio, share compressed.
+    Ipcomp(IpcompArgs),
+}
+
+#[derive(Debug, Args)]
+struct IpcompArgs {
+    /// Corpora, comma separated: text, json, records, random [default: all four].
+    #[arg(long, value_delimiter = ',')]
+    corpora: Vec<String>,
+    /// Inner packet sizes in bytes (IP header included), comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = crate::bench::ipcomp::DEFAULT_SIZES)]
+    sizes: Vec<usize>,
+    /// Seconds per measurement (compress and decompress each).
+    #[arg(long, default_value_t = 0.5)]
+    seconds: f64,
+    /// Measurements per figure; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Save the results (with this machine, the commit and the date).
+    #[arg(long)]
+    save: bool,
+    /// Directory --save writes into.
+    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
+    results: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -268,6 +295,7 @@ impl Cmd {
             Cmd::Rekey(a) => a.json,
             Cmd::Reload(a) => a.json,
             Cmd::Bench(BenchCmd::Dataplane(a)) => a.json,
+            Cmd::Bench(BenchCmd::Ipcomp(a)) => a.json,
             Cmd::Plan(_) | Cmd::CheckConfig(_) | Cmd::Run(_) => false,
         }
     }
@@ -318,6 +346,7 @@ fn refused(r: Response) -> anyhow::Error {
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Bench(BenchCmd::Dataplane(a)) => bench_dataplane(a),
+        Cmd::Bench(BenchCmd::Ipcomp(a)) => bench_ipcomp(a),
         Cmd::Plan(PlanCmd::Voip(a)) => plan::voip::main(&a),
         Cmd::Plan(PlanCmd::Capacity(a)) => plan::capacity::main(&a),
         Cmd::CheckConfig(a) => check_config(a),
@@ -733,6 +762,34 @@ fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
         }
         let data = results::DataplaneData { suite: suite.name().into(), workers, seconds: a.seconds, runs: a.runs, rows };
         let path = results::save(&a.results, suite.name(), &results::envelope(results::Kind::Dataplane, data))?;
+        eprintln!("saved {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_ipcomp(a: IpcompArgs) -> Result<ExitCode> {
+    use crate::bench::{corpus::Corpus, ipcomp};
+    let corpora = if a.corpora.is_empty() {
+        Corpus::ALL.to_vec()
+    } else {
+        a.corpora.iter().map(|c| Corpus::parse(c)).collect::<Result<Vec<_>>>()?
+    };
+    if !(a.seconds > 0.0 && a.seconds <= 600.0) {
+        anyhow::bail!("--seconds must be in (0, 600]");
+    }
+    if a.runs == 0 || a.runs > 1000 {
+        anyhow::bail!("--runs must be between 1 and 1000");
+    }
+    let opts = ipcomp::Options { corpora, sizes: a.sizes, seconds: a.seconds, runs: a.runs };
+    let rows = ipcomp::run(&opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        ipcomp::print_table(&rows);
+    }
+    if a.save {
+        let data = results::IpcompData { seconds: a.seconds, runs: a.runs, rows };
+        let path = results::save(&a.results, "deflate", &results::envelope(results::Kind::Ipcomp, data))?;
         eprintln!("saved {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -2,7 +2,8 @@
 //! in namespaces, Esparto against strongSwan), `bench setup` (IKE
 //! tunnels per second, memory per tunnel, config load scaling) and `bench
 //! metrics` (a Prometheus scrape of a gateway with 10,000 Child SAs) and
-//! `bench voip` (concurrent calls per codec, with delay, jitter and MOS). The
+//! `bench voip` (concurrent calls per codec, with delay, jitter and MOS),
+//! and `bench ipcomp` (TCP goodput through IPComp on a `tc`-shaped link). The
 //! in-process data-plane benchmark is the gateway's own, `esparto bench
 //! dataplane`: it measures the machine the gateway runs on.
 //!
@@ -10,6 +11,7 @@
 //! noisy, so every benchmark reports ratios measured side by side in one
 //! run and medians of several runs.
 
+pub mod ipcomp;
 pub mod metrics;
 pub mod setup;
 pub mod tunnel;

@@ -61,7 +61,7 @@
 //! over.
 
 mod options;
-mod pair;
+pub mod pair;
 mod report;
 pub mod save;
 pub mod series;

@@ -1,12 +1,15 @@
-//! `esparto bench dataplane`: the data plane measured in process, on the
-//! machine the gateway runs on. (The end-to-end benchmarks through two
+//! `esparto bench dataplane` and `esparto bench ipcomp`: the data plane
+//! and IPComp's DEFLATE measured in process, on the machine the gateway
+//! runs on. (The end-to-end benchmarks through two
 //! gateways are the test bed's: `esparto-testbed bench tunnel|setup`.)
 //!
 //! Speed is measured here and not in tests: these machines are shared and
 //! noisy, so every benchmark reports ratios measured side by side in one
 //! run and medians of several runs.
 
+pub mod corpus;
 pub mod dataplane;
+pub mod ipcomp;
 pub mod packet;
 pub mod tsc;
 

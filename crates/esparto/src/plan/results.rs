@@ -8,7 +8,9 @@
 //! zero-loss packet rate by inner packet size and the gateways' CPU per GB,
 //! [`TunnelData`], with the test bed's whole report kept beside it).
 //! The test bed's `bench voip --save` ([`Kind::Voip`], calls measured end
-//! to end) is kept for the operator and for charts; no plan reads it.
+//! to end) is kept for the operator and for charts; no plan reads it, nor
+//! the IPComp benchmarks' (`esparto bench ipcomp --save`, [`Kind::Ipcomp`];
+//! the test bed's `bench ipcomp --save`, [`Kind::IpcompTunnel`]).
 //!
 //! A plan is only as good as the figures it stands on, so nothing is
 //! trusted silently. [`load_dir`] reads every `*.json` in the directory and
@@ -59,6 +61,11 @@ pub enum Kind {
     Agility,
     /// `esparto-testbed bench voip`: concurrent calls end to end.
     Voip,
+    /// `esparto bench ipcomp`: DEFLATE per corpus in process.
+    Ipcomp,
+    /// `esparto-testbed bench ipcomp`: goodput per link and IPComp mode.
+    #[serde(rename = "ipcomp-tunnel")]
+    IpcompTunnel,
 }
 
 impl fmt::Display for Kind {
@@ -68,6 +75,8 @@ impl fmt::Display for Kind {
             Kind::Tunnel => "tunnel",
             Kind::Agility => "agility",
             Kind::Voip => "voip",
+            Kind::Ipcomp => "ipcomp",
+            Kind::IpcompTunnel => "ipcomp-tunnel",
         })
     }
 }
@@ -172,6 +181,17 @@ pub struct AgilityData {
     pub runs: usize,
     /// One row per packet size and number of SAs.
     pub rows: Vec<dataplane::AgilityRow>,
+}
+
+/// What `esparto bench ipcomp` measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IpcompData {
+    /// Seconds per measurement.
+    pub seconds: f64,
+    /// Measurements per figure (medians).
+    pub runs: usize,
+    /// One row per corpus and packet size.
+    pub rows: Vec<crate::bench::ipcomp::Row>,
 }
 
 /// One packet size's RFC 2544 zero-loss rate, end to end.
@@ -522,7 +542,7 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
                 Err(e) => ignore(e),
             },
             // Kept for the operator and for charts; no plan reads it.
-            Some(Ok(Kind::Voip)) => {}
+            Some(Ok(Kind::Voip | Kind::Ipcomp | Kind::IpcompTunnel)) => {}
             Some(Err(e)) => ignore(format!("corrupt: kind: {e}")),
             None => ignore("corrupt: no \"kind\" field".into()),
         }
@@ -703,6 +723,20 @@ pub(crate) mod tests {
         assert_eq!(mode(&dir.path().join("state")) & 0o077, 0);
         assert_eq!(mode(&bench) & 0o722, 0o700);
         assert_eq!(load_dir(&bench, &Machine::this()).unwrap().tunnel.len(), 1);
+    }
+
+    #[test]
+    fn ipcomp_results_are_kept_beside_the_others_and_read_by_no_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = IpcompData { seconds: 0.5, runs: 3, rows: vec![] };
+        let a = save(dir.path(), "deflate", &envelope(Kind::Ipcomp, data)).unwrap();
+        let b = save(dir.path(), "deflate", &envelope(Kind::IpcompTunnel, serde_json::json!({"cells": []}))).unwrap();
+        assert!(a.file_name().unwrap().to_string_lossy().starts_with("ipcomp-deflate-"), "{a:?}");
+        assert!(b.file_name().unwrap().to_string_lossy().starts_with("ipcomp-tunnel-deflate-"), "{b:?}");
+        let back: Saved<IpcompData> = serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+        assert_eq!((back.kind, back.data.runs), (Kind::Ipcomp, 3));
+        let f = load_dir(dir.path(), &Machine::this()).unwrap();
+        assert!(f.ignored.is_empty() && f.tunnel.is_empty() && f.dataplane.is_empty(), "{:?}", f.ignored);
     }
 
     #[test]

@@ -145,8 +145,24 @@ impl EspartoPair {
         esp_proposal: &str,
         east_cpus: Option<Vec<usize>>,
     ) -> Result<Self> {
+        Self::up_with(bin, layout, workers, ike_proposal, esp_proposal, east_cpus, &|_| {})
+    }
+
+    /// [`EspartoPair::up`] with both gateways' configurations changed by
+    /// `tweak` first (e.g. a child's `ipcomp`).
+    pub fn up_with(
+        bin: &Path,
+        layout: Layout,
+        workers: usize,
+        ike_proposal: &str,
+        esp_proposal: &str,
+        east_cpus: Option<Vec<usize>>,
+        tweak: &dyn Fn(&mut EspartoConfig),
+    ) -> Result<Self> {
         let topo = Topology::new()?;
-        let (west_cfg, mut east_cfg) = configs(layout, workers, ike_proposal, esp_proposal)?;
+        let (mut west_cfg, mut east_cfg) = configs(layout, workers, ike_proposal, esp_proposal)?;
+        tweak(&mut west_cfg);
+        tweak(&mut east_cfg);
         east_cfg.cpus = east_cpus;
         let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg)
             .context("starting gw-east")?;
@@ -257,6 +273,22 @@ impl EspartoPair {
     /// What gw-west held once up (SAs by direction and role).
     pub fn sa_summary(&self) -> &str {
         &self.sa_summary
+    }
+
+    /// Both gateways' labels and process ids (for CPU meters).
+    pub fn pids(&self) -> [(&'static str, u32); 2] {
+        [("gw-west esparto", self.west.pid()), ("gw-east esparto", self.east.pid())]
+    }
+
+    /// Both gateways' status (west, east).
+    pub fn status(&self) -> Result<(Status, Status)> {
+        Ok((self.west.status()?, self.east.status()?))
+    }
+
+    /// Keeps both gateways' working directories (logs) after the run.
+    pub fn keep_logs(&self) {
+        self.west.dir().keep();
+        self.east.dir().keep();
     }
 
     /// Both gateways' cumulative per-worker counters.
