@@ -131,6 +131,12 @@ pub struct Args {
     /// Also draw calls per codec (Esparto beside strongSwan, zero loss and MOS ≥ 4.0) as an SVG chart into FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Instead of calls per codec: the zero-loss packet rate of call-like traffic at these IP packet sizes (B, comma separated, e.g. 70,200,280), what `esparto plan voip` turns into calls; --save keeps it for the plan.
+    #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+    pub rates: Vec<usize>,
+    /// With --rates: milliseconds between a flow's packets.
+    #[arg(long, default_value_t = 20)]
+    pub rate_ptime: u32,
     /// Results directory: --save writes here, and `bench tunnel --save` results here are compared with.
     #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
     pub results: PathBuf,
@@ -324,7 +330,7 @@ fn bracket(steps: &[Step], pass: impl Fn(&Step) -> bool) -> (u32, Option<&Step>)
 }
 
 /// Bisect between a criterion's bracket until it is narrow enough.
-fn refine(
+pub(crate) fn refine(
     ramp: &Ramp,
     steps: &mut Vec<Step>,
     pass: impl Fn(&Step) -> bool,
@@ -479,14 +485,14 @@ pub struct Report {
 }
 
 /// Gateways up on a topology, ready for calls.
-enum Up {
+pub(crate) enum Up {
     Swan(Box<(Topology, SwanPair)>),
     Esparto(Box<EspartoPair>),
     Routed(Topology),
 }
 
 impl Up {
-    fn topology(&self) -> &Topology {
+    pub(crate) fn topology(&self) -> &Topology {
         match self {
             Up::Swan(b) => &b.0,
             Up::Routed(t) => t,
@@ -494,7 +500,7 @@ impl Up {
         }
     }
 
-    fn down(self) -> Result<()> {
+    pub(crate) fn down(self) -> Result<()> {
         match self {
             Up::Swan(b) => {
                 let (topo, pair) = *b;
@@ -517,7 +523,7 @@ pub const MAX_HOST_ADDRS: usize = 100;
 
 /// A host of the topology with `n` addresses to receive calls on: its own
 /// and `n − 1` more of its LAN (from `.100`), added to its LAN interface.
-fn host(topo: &Topology, node: Node, n: usize) -> Result<callgen::Host<'_>> {
+pub(crate) fn host(topo: &Topology, node: Node, n: usize) -> Result<callgen::Host<'_>> {
     let addr = Topology::addr(node, Net::Lan, Family::V4);
     let std::net::IpAddr::V4(v4) = addr else { bail!("{addr}: the call bench runs over IPv4") };
     let [a, b, c, _] = v4.octets();
@@ -532,7 +538,7 @@ fn host(topo: &Topology, node: Node, n: usize) -> Result<callgen::Host<'_>> {
     Ok(callgen::Host { ns: topo.ns(node), addr, receive })
 }
 
-fn bring_up(peer: Peer, bin: &Path, o: &Options) -> Result<(Up, String)> {
+pub(crate) fn bring_up(peer: Peer, bin: &Path, o: &Options) -> Result<(Up, String)> {
     Ok(match peer {
         Peer::Strongswan => {
             let topo = Topology::new()?;
@@ -557,7 +563,7 @@ fn bring_up(peer: Peer, bin: &Path, o: &Options) -> Result<(Up, String)> {
     })
 }
 
-fn progress(t0: Instant, what: &str) {
+pub(crate) fn progress(t0: Instant, what: &str) {
     eprintln!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
 }
 
@@ -697,12 +703,18 @@ pub fn summarise(codecs: &[CodecResult]) -> Vec<Summary> {
         .collect()
 }
 
-/// What `esparto plan voip` computes from the newest `bench tunnel`
-/// results in `dir`, beside Esparto's measured zero-loss calls.
+/// What `esparto plan voip` computes from the newest results in `dir`
+/// (a call-traffic rate of `bench voip --rates` if there is one, else
+/// `bench tunnel`'s), beside Esparto's measured zero-loss calls.
 fn compare_with_plan(codecs: &[CodecResult], dir: &Path) -> Option<PlanCheck> {
     let found = results::load_dir(dir, &results::Machine::this()).ok()?;
-    let t = found.newest_tunnel()?;
-    let curve = plan_voip::zero_loss_curve(&t.saved.data)?;
+    let (curve, from) = match found.newest_call_rate().and_then(|c| Some((plan_voip::call_rate_curve(&c.saved.data)?, c))) {
+        Some((curve, c)) => (curve, format!("call-traffic rate {}", c.provenance())),
+        None => {
+            let t = found.newest_tunnel()?;
+            (plan_voip::zero_loss_curve(&t.saved.data)?, format!("bench tunnel rate (an upper bound for calls) {}", t.provenance()))
+        }
+    };
     let rows = codecs
         .iter()
         .filter_map(|c| {
@@ -719,10 +731,10 @@ fn compare_with_plan(codecs: &[CodecResult], dir: &Path) -> Option<PlanCheck> {
             })
         })
         .collect();
-    Some(PlanCheck { from: t.provenance(), rows })
+    Some(PlanCheck { from, rows })
 }
 
-fn step_line(s: &Step) -> String {
+pub(crate) fn step_line(s: &Step) -> String {
     let t = &s.trial;
     let (med, p99) = t.delay.map_or(("-".into(), "-".into()), |d| (format!("{:.2}", d.median_ms), format!("{:.2}", d.p99_ms)));
     format!(
@@ -883,7 +895,7 @@ pub fn render(r: &Report) -> String {
         None => {
             let _ = writeln!(
                 o,
-                "\nno `esparto-testbed bench tunnel --save` results for this machine in --results: no comparison with `esparto plan voip`"
+                "\nno `esparto-testbed bench voip --rates SIZES --save` nor `bench tunnel --save` results for this machine in --results: no comparison with `esparto plan voip`"
             );
         }
     }
@@ -946,6 +958,9 @@ fn limit_note(f: Option<Found>) -> &'static str {
 
 /// `esparto-testbed bench voip`.
 pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
+    if !args.rates.is_empty() {
+        return super::callrate::main(args, bin);
+    }
     let o = args.options()?;
     if let Some(path) = &args.svg {
         crate::plot::check_destination(path)?;
@@ -1146,6 +1161,8 @@ mod tests {
                 ike_proposal: "x".into(),
                 esp_proposal: "aes256gcm16".into(),
                 no_lan_gro: false,
+                rates: vec![],
+                rate_ptime: 20,
                 svg: None,
                 json: false,
                 verbose: false,

@@ -66,6 +66,10 @@ pub enum Kind {
     /// `esparto-testbed bench ipcomp`: goodput per link and IPComp mode.
     #[serde(rename = "ipcomp-tunnel")]
     IpcompTunnel,
+    /// `esparto-testbed bench voip --rates`: the zero-loss packet rate of
+    /// call-like traffic by packet size.
+    #[serde(rename = "callrate")]
+    CallRate,
 }
 
 impl fmt::Display for Kind {
@@ -77,6 +81,7 @@ impl fmt::Display for Kind {
             Kind::Voip => "voip",
             Kind::Ipcomp => "ipcomp",
             Kind::IpcompTunnel => "ipcomp-tunnel",
+            Kind::CallRate => "callrate",
         })
     }
 }
@@ -245,6 +250,31 @@ pub struct TunnelData {
     pub report: serde_json::Value,
 }
 
+/// What `esparto-testbed bench voip --rates` measured of Esparto ↔ Esparto:
+/// the zero-loss packet rate (both directions together) of call-like
+/// traffic at a few IP packet sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRateData {
+    /// The ESP suite the gateways used.
+    pub suite: String,
+    /// Workers per gateway.
+    pub workers: usize,
+    /// UDP 5-tuples each way.
+    pub tuples: usize,
+    /// Milliseconds between a flow's packets (the rate is paced calls of
+    /// this packet time; a rate of R packets/s is R ÷ (2 × 1000/ptime) calls).
+    pub ptime_ms: u32,
+    /// Seconds per trial.
+    pub trial_seconds: f64,
+    /// The search's resolution (a fraction of the calls).
+    pub resolution: f64,
+    /// The zero-loss rate by inner IP packet size; `lower_bound` when the
+    /// generator (or the cap), not the gateways, stopped the search.
+    pub zero_loss: Vec<ZeroLoss>,
+    /// The test bed's whole report; the planner does not read it.
+    pub report: serde_json::Value,
+}
+
 /// Figures that make no sense are refused like a corrupt file.
 trait Plausible {
     fn check(&self) -> Result<(), String>;
@@ -311,6 +341,23 @@ impl Plausible for TunnelData {
     }
 }
 
+impl Plausible for CallRateData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        if self.ptime_ms == 0 {
+            return Err("packet time 0 ms".into());
+        }
+        for z in &self.zero_loss {
+            if !(z.pps.is_finite() && z.pps >= 0.0) || z.ip_size == 0 {
+                return Err(format!("zero-loss rate {} pps at {} B", z.pps, z.ip_size));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A file read and accepted.
 #[derive(Debug, Clone)]
 pub struct Loaded<T> {
@@ -355,6 +402,8 @@ pub struct Found {
     pub tunnel: Vec<Loaded<TunnelData>>,
     /// Key-agility results of this machine.
     pub agility: Vec<Loaded<AgilityData>>,
+    /// Call-traffic zero-loss rates of this machine.
+    pub call_rate: Vec<Loaded<CallRateData>>,
     /// Files not used, with the reason.
     pub ignored: Vec<Ignored>,
     /// The directory does not exist (nothing was ever saved there).
@@ -365,6 +414,11 @@ impl Found {
     /// The newest end-to-end result.
     pub fn newest_tunnel(&self) -> Option<&Loaded<TunnelData>> {
         newest(self.tunnel.iter())
+    }
+
+    /// The newest call-traffic zero-loss rate.
+    pub fn newest_call_rate(&self) -> Option<&Loaded<CallRateData>> {
+        newest(self.call_rate.iter())
     }
 
     /// The newest in-process result for `suite` (strongSwan's name).
@@ -539,6 +593,10 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
             },
             Some(Ok(Kind::Agility)) => match parse(value, this) {
                 Ok(saved) => found.agility.push(Loaded { path: path.clone(), saved }),
+                Err(e) => ignore(e),
+            },
+            Some(Ok(Kind::CallRate)) => match parse(value, this) {
+                Ok(saved) => found.call_rate.push(Loaded { path: path.clone(), saved }),
                 Err(e) => ignore(e),
             },
             // Kept for the operator and for charts; no plan reads it.
