@@ -680,6 +680,58 @@ pub(crate) mod tests {
         }
     }
 
+    /// A `bench voip --rates` result: `(IP size, packets/s, lower bound)`.
+    pub(crate) fn call_rate_data(points: &[(usize, f64, bool)]) -> CallRateData {
+        CallRateData {
+            suite: "aes256gcm16".into(),
+            workers: 2,
+            tuples: 512,
+            ptime_ms: 20,
+            trial_seconds: 3.0,
+            resolution: 0.05,
+            zero_loss: points
+                .iter()
+                .map(|&(ip_size, pps, lower_bound)| ZeroLoss {
+                    ip_size,
+                    pps,
+                    lower_bound,
+                    confirmed: false,
+                    gateway_s_per_gb: None,
+                })
+                .collect(),
+            report: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn call_rates_are_read_back_and_foreign_or_implausible_ones_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let this = Machine::this();
+        let old = save(dir.path(), "aes256gcm16", &dated(Kind::CallRate, 1_000, call_rate_data(&[(70, 1e4, false)])))
+            .unwrap();
+        let new = save(dir.path(), "aes256gcm16", &dated(Kind::CallRate, 2_000, call_rate_data(&[(70, 2e4, true)])))
+            .unwrap();
+        assert!(new.file_name().unwrap().to_string_lossy().starts_with("callrate-aes256gcm16-"), "{new:?}");
+        let mut foreign = envelope(Kind::CallRate, call_rate_data(&[(70, 1e6, false)]));
+        foreign.machine.id = "0123456789abcdef".into();
+        let foreign = save(dir.path(), "foreign", &foreign).unwrap();
+        let negative =
+            save(dir.path(), "aes256gcm16", &envelope(Kind::CallRate, call_rate_data(&[(70, -1.0, false)]))).unwrap();
+        let mut no_ptime = call_rate_data(&[(70, 1e4, false)]);
+        no_ptime.ptime_ms = 0;
+        let no_ptime = save(dir.path(), "aes256gcm16", &envelope(Kind::CallRate, no_ptime)).unwrap();
+        let f = load_dir(dir.path(), &this).unwrap();
+        assert_eq!(f.call_rate.len(), 2);
+        assert_eq!(f.newest_call_rate().unwrap().path, new);
+        assert!(f.newest_call_rate().unwrap().saved.data.zero_loss[0].lower_bound);
+        assert_ne!(old, new);
+        let reason = |p: &Path| f.ignored.iter().find(|i| i.path == p).map(|i| i.reason.clone()).unwrap_or_default();
+        assert!(reason(&foreign).contains("another machine"), "{}", reason(&foreign));
+        assert!(reason(&negative).contains("implausible"), "{}", reason(&negative));
+        assert!(reason(&no_ptime).contains("packet time 0"), "{}", reason(&no_ptime));
+        assert_eq!(f.ignored.len(), 3, "{:#?}", f.ignored);
+    }
+
     fn dated<T>(kind: Kind, unix: u64, data: T) -> Saved<T> {
         let mut s = envelope(kind, data);
         s.unix = unix;

@@ -306,12 +306,12 @@ pub fn plan(inp: &Inputs<'_>, suite_from: &str) -> Plan {
         if rates.is_none() {
             notes.push(format!("{}: no zero-loss rate above 0 pps: no calls computed", t.path.display()));
         } else {
-            notes.push(
+            notes.push(format!(
                 "no call-traffic rate for this machine (`esparto-testbed bench voip --rates 70,200,280 --save`): the \
-                 rates are bench tunnel's, 4 bursty UDP flows that the receiving kernel coalesces (GRO); calls are \
-                 hundreds of interleaved flows that are not coalesced, so for calls these figures are an upper bound"
-                    .into(),
-            );
+                 rates are bench tunnel's, {} bursty UDP flows that the receiving kernel coalesces (GRO); calls are \
+                 hundreds of interleaved flows that are not coalesced, so for calls these figures are an upper bound",
+                t.saved.data.flows
+            ));
         }
         if t.saved.data.suite != suite {
             notes.push(format!(
@@ -640,7 +640,7 @@ mod tests {
     use esparto_crypto::Integ;
 
     use super::*;
-    use crate::plan::results::tests::{dataplane_data, tunnel_data};
+    use crate::plan::results::tests::{call_rate_data, dataplane_data, tunnel_data};
     use crate::plan::results::{Kind, envelope};
 
     fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {
@@ -666,6 +666,46 @@ mod tests {
 
     fn row<'p>(p: &'p Plan, key: &str) -> &'p Row {
         p.rows.iter().find(|r| r.codec.key == key).unwrap()
+    }
+
+    /// A call-traffic rate wins over bench tunnel's and is named; the
+    /// calls are its packets/s at the IP size ÷ (2 × the codec's), between
+    /// sizes interpolated; without it, bench tunnel's rate is used and
+    /// called an upper bound for calls.
+    #[test]
+    fn call_traffic_rate_is_preferred_and_named() {
+        let t = loaded(Kind::Tunnel, tunnel_data(&[(64, 200_000.0), (256, 200_000.0)]));
+        let c = loaded(Kind::CallRate, call_rate_data(&[(70, 30_000.0, false), (280, 24_000.0, false)]));
+        let p = plan(&Inputs { call_rate: Some(&c), ..inputs(Some(&t), None) }, "test");
+        // G.729/30 ms is 70 B: 30,000 ÷ (2 × 33.3) = 450 calls.
+        let g729 = row(&p, "g729-30");
+        assert_eq!(g729.calls, Some(450));
+        assert!(!g729.calls_lower_bound);
+        // G.711/30 ms is 280 B: 24,000 ÷ (2 × 33.3) = 360.
+        assert_eq!(row(&p, "g711-30").calls, Some(360));
+        // G.711/20 ms is 200 B, between: below 70 B's rate, above 280 B's.
+        let g711 = row(&p, "g711-20").gateway_calls.unwrap();
+        assert!(g711 < 300.0 && g711 > 240.0, "{g711}");
+        let text = render(&p);
+        assert!(text.contains("/results/callrate.json") && text.contains("call-like traffic"), "{text}");
+        assert!(!text.contains("upper bound"), "{text}");
+
+        let p = plan(&inputs(Some(&t), None), "test");
+        assert_eq!(row(&p, "g729-30").calls, Some(3000));
+        let text = render(&p);
+        assert!(text.contains("/results/tunnel.json") && text.contains("upper bound"), "{text}");
+    }
+
+    /// A generator-limited call-traffic rate makes every call figure a
+    /// lower bound, and the plan says so.
+    #[test]
+    fn generator_limited_call_rate_gives_lower_bounds() {
+        let c = loaded(Kind::CallRate, call_rate_data(&[(70, 30_000.0, true), (280, 24_000.0, false)]));
+        let p = plan(&Inputs { call_rate: Some(&c), ..inputs(None, None) }, "test");
+        assert!(row(&p, "g729-30").calls_lower_bound);
+        assert!(!row(&p, "g711-30").calls_lower_bound);
+        let text = render(&p);
+        assert!(text.contains("≥ 450") && text.contains("generator-limited"), "{text}");
     }
 
     /// The LANCOM techpaper's Table 2, "Anzahl möglicher Full-Duplex
