@@ -10,7 +10,8 @@
 //! of `bench voip` ([`crate::callgen`]), at a synthetic stream of each IP
 //! size and a fixed packet time ([`Args::rate_ptime`], default 20 ms), N
 //! "calls" ramped as `bench voip` ramps them (doubling, then bisection to
-//! `--resolution`) to the largest N that loses not one packet. The figure
+//! `--resolution`, a failed trial repeated `--retries` times as there) to
+//! the largest N that loses not one packet. The figure
 //! kept is a packet rate, both directions together,
 //!
 //! ```text
@@ -143,8 +144,16 @@ fn run_peer(peer: Peer, bin: &Path, o: &Options, sizes: &[usize], ptime_ms: u32,
             voip::progress(t0, &format!("{}: {size} B every {ptime_ms} ms", peer.name()));
             let stream = Stream { payload: size - ip_udp, ptime_ms };
             let r = search_zero_loss(&ramp, |n| {
-                let t = generator.trial(n, stream, duration)?;
-                let s = Step::judge(t, ptime_ms, &imp);
+                let mut s = Step::judge(generator.trial(n, stream, duration)?, ptime_ms, &imp);
+                for _ in 0..o.retries {
+                    if s.zero_loss || s.trial.generator_limited {
+                        break;
+                    }
+                    if o.verbose {
+                        eprintln!("  {} (repeated)", voip::step_line(&s));
+                    }
+                    s = Step::judge(generator.trial(n, stream, duration)?, ptime_ms, &imp);
+                }
                 if o.verbose {
                     eprintln!("  {}", voip::step_line(&s));
                 }
