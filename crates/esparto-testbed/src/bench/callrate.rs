@@ -341,6 +341,28 @@ mod tests {
         assert_eq!(pps_of(0, 20), 0.0);
     }
 
+    fn search(knee: u32, gen_max: u32) -> (Vec<Step>, Found) {
+        let imp = emodel::impairment("g711-20");
+        let ramp = Ramp { start: 64, max: 20_000, resolution: 0.05 };
+        search_zero_loss(&ramp, |n| Ok(Step::judge(voip::tests::trial(n, knee, gen_max), 20, &imp))).unwrap()
+    }
+
+    #[test]
+    fn the_ramp_finds_the_gateways_knee() {
+        let (steps, found) = search(1_000, 1_000_000);
+        assert_eq!(found.limit, Limit::Gateway);
+        assert!(found.calls <= 1_000 && f64::from(found.calls) >= 1_000.0 * 0.95, "{found:?}");
+        assert!(steps.windows(2).all(|w| w[0].trial.calls < w[1].trial.calls), "each N measured once");
+        assert_eq!(pps_of(found.calls, 20), 100.0 * f64::from(found.calls));
+    }
+
+    #[test]
+    fn a_generator_limit_is_a_lower_bound() {
+        let (_, found) = search(100_000, 3_000);
+        assert_eq!(found.limit, Limit::Generator);
+        assert!(found.calls <= 3_000 && f64::from(found.calls) >= 3_000.0 * 0.95, "{found:?}");
+    }
+
     #[test]
     fn sizes_outside_what_the_generator_builds_are_refused() {
         assert!(validate(&[70, 200, 280], 20).is_ok());

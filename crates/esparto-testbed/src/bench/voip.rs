@@ -1011,7 +1011,7 @@ pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::callgen::{CallFigures, Delay};
@@ -1019,7 +1019,7 @@ mod tests {
     /// A trial of `n` calls on a path that carries `knee` calls with no
     /// loss and loses 2 % of every call above; the generator offers at
     /// most `gen_max` calls.
-    fn trial(n: u32, knee: u32, gen_max: u32) -> CallTrial {
+    pub(crate) fn trial(n: u32, knee: u32, gen_max: u32) -> CallTrial {
         let lossy = n > knee;
         let loss = if lossy { 2.0 } else { 0.0 };
         let sent = u64::from(n) * 200;
