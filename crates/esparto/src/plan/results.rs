@@ -11,6 +11,10 @@
 //! to end) is kept for the operator and for charts; no plan reads it, nor
 //! the IPComp benchmarks' (`esparto bench ipcomp --save`, [`Kind::Ipcomp`];
 //! the test bed's `bench ipcomp --save`, [`Kind::IpcompTunnel`]).
+//! Its rate search, `bench voip --rates SIZES --save` ([`Kind::CallRate`],
+//! [`CallRateData`]), is what `plan voip` prefers: the zero-loss packet
+//! rate by IP size of call-like traffic (hundreds of 5-tuples, both
+//! directions, paced), a packet rate the plan turns into calls itself.
 //!
 //! A plan is only as good as the figures it stands on, so nothing is
 //! trusted silently. [`load_dir`] reads every `*.json` in the directory and
