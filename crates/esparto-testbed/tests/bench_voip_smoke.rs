@@ -13,7 +13,8 @@
 use std::process::Command;
 
 use esparto::plan::results;
-use esparto_testbed::bench::voip::{Peer, Report};
+use esparto_testbed::bench::callrate::RateReport;
+use esparto_testbed::bench::voip::{Limit, Peer, Report};
 use esparto_testbed::{missing, skip};
 
 #[test]
@@ -87,4 +88,48 @@ fn small_run_of_both_pairs() {
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("<svg") && text.contains("G.729 30 ms"), "{text}");
     }
+}
+
+/// `bench voip --rates`: the zero-loss packet rate of call-like traffic at
+/// two IP sizes through Esparto, saved as a call-rate result the planner
+/// reads (and names), and set beside the next `bench voip` run's calls.
+#[test]
+fn rate_search_is_saved_for_the_plan() {
+    if skip("bench_voip_smoke", false) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_esparto-testbed"))
+        .args([
+            "bench", "voip", "--rates", "70,200", "--peers", "esparto", "--seconds", "0.5", "--start-calls", "8",
+            "--max-calls", "32", "--workers", "2", "--json", "--save", "--results",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {}: {stderr}", out.status);
+    let r: RateReport = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("JSON: {e}\n{}", String::from_utf8_lossy(&out.stdout)));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.points.iter().map(|p| (p.peer, p.ip_size, p.ptime_ms)).collect::<Vec<_>>(), [
+        (Peer::Esparto, 70, 20),
+        (Peer::Esparto, 200, 20)
+    ]);
+    for p in &r.points {
+        let found = p.calls.unwrap();
+        assert_eq!(p.zero_loss_pps, 2.0 * f64::from(found.calls) * 50.0, "{p:?}");
+        assert_eq!(p.lower_bound, found.limit != Limit::Gateway, "{p:?}");
+        // The ramp starts where asked (a loss there bisects below it).
+        assert!(p.steps.iter().any(|s| s.trial.calls == 8), "{:?}", p.steps);
+        assert!(p.steps.iter().all(|s| s.trial.calls <= 32), "{:?}", p.steps);
+        assert!(p.steps.iter().any(|s| s.trial.received > 0 && s.trial.delay.is_some()), "nothing crossed: {p:?}");
+    }
+    let found = results::load_dir(dir.path(), &results::Machine::this()).unwrap();
+    assert!(found.ignored.is_empty(), "{:?}", found.ignored);
+    let c = found.newest_call_rate().expect("a call-rate result saved");
+    assert!(c.path.file_name().unwrap().to_string_lossy().starts_with("callrate-aes256gcm16-"), "{:?}", c.path);
+    let sizes: Vec<_> = c.saved.data.zero_loss.iter().map(|z| z.ip_size).collect();
+    assert_eq!(sizes, [70, 200]);
+    assert_eq!((c.saved.data.ptime_ms, c.saved.data.tuples), (20, r.tuples));
 }

@@ -11,6 +11,7 @@
 //! noisy, so every benchmark reports ratios measured side by side in one
 //! run and medians of several runs.
 
+pub mod callrate;
 pub mod ipcomp;
 pub mod metrics;
 pub mod setup;

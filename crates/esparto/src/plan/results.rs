@@ -11,6 +11,10 @@
 //! to end) is kept for the operator and for charts; no plan reads it, nor
 //! the IPComp benchmarks' (`esparto bench ipcomp --save`, [`Kind::Ipcomp`];
 //! the test bed's `bench ipcomp --save`, [`Kind::IpcompTunnel`]).
+//! Its rate search, `bench voip --rates SIZES --save` ([`Kind::CallRate`],
+//! [`CallRateData`]), is what `plan voip` prefers: the zero-loss packet
+//! rate by IP size of call-like traffic (hundreds of 5-tuples, both
+//! directions, paced), a packet rate the plan turns into calls itself.
 //!
 //! A plan is only as good as the figures it stands on, so nothing is
 //! trusted silently. [`load_dir`] reads every `*.json` in the directory and
@@ -66,6 +70,10 @@ pub enum Kind {
     /// `esparto-testbed bench ipcomp`: goodput per link and IPComp mode.
     #[serde(rename = "ipcomp-tunnel")]
     IpcompTunnel,
+    /// `esparto-testbed bench voip --rates`: the zero-loss packet rate of
+    /// call-like traffic by packet size.
+    #[serde(rename = "callrate")]
+    CallRate,
 }
 
 impl fmt::Display for Kind {
@@ -77,6 +85,7 @@ impl fmt::Display for Kind {
             Kind::Voip => "voip",
             Kind::Ipcomp => "ipcomp",
             Kind::IpcompTunnel => "ipcomp-tunnel",
+            Kind::CallRate => "callrate",
         })
     }
 }
@@ -245,6 +254,31 @@ pub struct TunnelData {
     pub report: serde_json::Value,
 }
 
+/// What `esparto-testbed bench voip --rates` measured of Esparto ↔ Esparto:
+/// the zero-loss packet rate (both directions together) of call-like
+/// traffic at a few IP packet sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRateData {
+    /// The ESP suite the gateways used.
+    pub suite: String,
+    /// Workers per gateway.
+    pub workers: usize,
+    /// UDP 5-tuples each way.
+    pub tuples: usize,
+    /// Milliseconds between a flow's packets (the rate is paced calls of
+    /// this packet time; a rate of R packets/s is R ÷ (2 × 1000/ptime) calls).
+    pub ptime_ms: u32,
+    /// Seconds per trial.
+    pub trial_seconds: f64,
+    /// The search's resolution (a fraction of the calls).
+    pub resolution: f64,
+    /// The zero-loss rate by inner IP packet size; `lower_bound` when the
+    /// generator (or the cap), not the gateways, stopped the search.
+    pub zero_loss: Vec<ZeroLoss>,
+    /// The test bed's whole report; the planner does not read it.
+    pub report: serde_json::Value,
+}
+
 /// Figures that make no sense are refused like a corrupt file.
 trait Plausible {
     fn check(&self) -> Result<(), String>;
@@ -311,6 +345,23 @@ impl Plausible for TunnelData {
     }
 }
 
+impl Plausible for CallRateData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        if self.ptime_ms == 0 {
+            return Err("packet time 0 ms".into());
+        }
+        for z in &self.zero_loss {
+            if !(z.pps.is_finite() && z.pps >= 0.0) || z.ip_size == 0 {
+                return Err(format!("zero-loss rate {} pps at {} B", z.pps, z.ip_size));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A file read and accepted.
 #[derive(Debug, Clone)]
 pub struct Loaded<T> {
@@ -355,6 +406,8 @@ pub struct Found {
     pub tunnel: Vec<Loaded<TunnelData>>,
     /// Key-agility results of this machine.
     pub agility: Vec<Loaded<AgilityData>>,
+    /// Call-traffic zero-loss rates of this machine.
+    pub call_rate: Vec<Loaded<CallRateData>>,
     /// Files not used, with the reason.
     pub ignored: Vec<Ignored>,
     /// The directory does not exist (nothing was ever saved there).
@@ -365,6 +418,11 @@ impl Found {
     /// The newest end-to-end result.
     pub fn newest_tunnel(&self) -> Option<&Loaded<TunnelData>> {
         newest(self.tunnel.iter())
+    }
+
+    /// The newest call-traffic zero-loss rate.
+    pub fn newest_call_rate(&self) -> Option<&Loaded<CallRateData>> {
+        newest(self.call_rate.iter())
     }
 
     /// The newest in-process result for `suite` (strongSwan's name).
@@ -541,6 +599,10 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
                 Ok(saved) => found.agility.push(Loaded { path: path.clone(), saved }),
                 Err(e) => ignore(e),
             },
+            Some(Ok(Kind::CallRate)) => match parse(value, this) {
+                Ok(saved) => found.call_rate.push(Loaded { path: path.clone(), saved }),
+                Err(e) => ignore(e),
+            },
             // Kept for the operator and for charts; no plan reads it.
             Some(Ok(Kind::Voip | Kind::Ipcomp | Kind::IpcompTunnel)) => {}
             Some(Err(e)) => ignore(format!("corrupt: kind: {e}")),
@@ -620,6 +682,58 @@ pub(crate) mod tests {
             tcp: vec![],
             report: serde_json::Value::Null,
         }
+    }
+
+    /// A `bench voip --rates` result: `(IP size, packets/s, lower bound)`.
+    pub(crate) fn call_rate_data(points: &[(usize, f64, bool)]) -> CallRateData {
+        CallRateData {
+            suite: "aes256gcm16".into(),
+            workers: 2,
+            tuples: 512,
+            ptime_ms: 20,
+            trial_seconds: 3.0,
+            resolution: 0.05,
+            zero_loss: points
+                .iter()
+                .map(|&(ip_size, pps, lower_bound)| ZeroLoss {
+                    ip_size,
+                    pps,
+                    lower_bound,
+                    confirmed: false,
+                    gateway_s_per_gb: None,
+                })
+                .collect(),
+            report: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn call_rates_are_read_back_and_foreign_or_implausible_ones_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let this = Machine::this();
+        let old = save(dir.path(), "aes256gcm16", &dated(Kind::CallRate, 1_000, call_rate_data(&[(70, 1e4, false)])))
+            .unwrap();
+        let new = save(dir.path(), "aes256gcm16", &dated(Kind::CallRate, 2_000, call_rate_data(&[(70, 2e4, true)])))
+            .unwrap();
+        assert!(new.file_name().unwrap().to_string_lossy().starts_with("callrate-aes256gcm16-"), "{new:?}");
+        let mut foreign = envelope(Kind::CallRate, call_rate_data(&[(70, 1e6, false)]));
+        foreign.machine.id = "0123456789abcdef".into();
+        let foreign = save(dir.path(), "foreign", &foreign).unwrap();
+        let negative =
+            save(dir.path(), "aes256gcm16", &envelope(Kind::CallRate, call_rate_data(&[(70, -1.0, false)]))).unwrap();
+        let mut no_ptime = call_rate_data(&[(70, 1e4, false)]);
+        no_ptime.ptime_ms = 0;
+        let no_ptime = save(dir.path(), "aes256gcm16", &envelope(Kind::CallRate, no_ptime)).unwrap();
+        let f = load_dir(dir.path(), &this).unwrap();
+        assert_eq!(f.call_rate.len(), 2);
+        assert_eq!(f.newest_call_rate().unwrap().path, new);
+        assert!(f.newest_call_rate().unwrap().saved.data.zero_loss[0].lower_bound);
+        assert_ne!(old, new);
+        let reason = |p: &Path| f.ignored.iter().find(|i| i.path == p).map(|i| i.reason.clone()).unwrap_or_default();
+        assert!(reason(&foreign).contains("another machine"), "{}", reason(&foreign));
+        assert!(reason(&negative).contains("implausible"), "{}", reason(&negative));
+        assert!(reason(&no_ptime).contains("packet time 0"), "{}", reason(&no_ptime));
+        assert_eq!(f.ignored.len(), 3, "{:#?}", f.ignored);
     }
 
     fn dated<T>(kind: Kind, unix: u64, data: T) -> Saved<T> {

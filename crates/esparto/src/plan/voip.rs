@@ -11,9 +11,14 @@
 //! calls = zero-loss packets/s at the IP packet's size ÷ (2 × packets/s per call)
 //! ```
 //!
-//! with the zero-loss rate measured end to end by the test bed's RFC 2544
-//! search (`esparto-testbed bench tunnel --save`), read at the IP packet's
-//! size ([`super::curve`]: interpolated between measured sizes, and said
+//! with the zero-loss rate measured end to end, read at the IP packet's
+//! size. The rate is of call-like traffic when there is one
+//! (`esparto-testbed bench voip --rates SIZES --save`: hundreds of paced
+//! 5-tuples both ways at once, the traffic calls are); otherwise the RFC
+//! 2544 search of `esparto-testbed bench tunnel --save`, whose few bursty
+//! flows a receiving kernel coalesces (GRO) into far fewer packets than
+//! calls' interleaved flows: for calls that rate is an upper bound, and the
+//! plan says so. It is read at the IP packet's size ([`super::curve`]: interpolated between measured sizes, and said
 //! so). Calls are the quotient rounded to the nearest whole call, as the
 //! LANCOM method rounds (8,192 packets/s ÷ (2 × 33.3) = 122.88 → 123: the
 //! 123rd call asks 0.1 % more than was measured, inside any measurement's
@@ -42,7 +47,7 @@ use serde::Serialize;
 
 use super::codec::{self, Codec};
 use super::curve::{Curve, Estimate, Point, Shape};
-use super::results::{DataplaneData, Found, Loaded, TunnelData};
+use super::results::{CallRateData, DataplaneData, Found, Loaded, TunnelData, ZeroLoss};
 use super::{Common, thousands};
 use crate::config;
 
@@ -230,6 +235,8 @@ pub struct Inputs<'a> {
     pub codecs: Vec<Codec>,
     /// End-to-end results.
     pub tunnel: Option<&'a Loaded<TunnelData>>,
+    /// End-to-end zero-loss rates of call-like traffic (preferred).
+    pub call_rate: Option<&'a Loaded<CallRateData>>,
     /// In-process results for the suite.
     pub dataplane: Option<&'a Loaded<DataplaneData>>,
     /// `--calls N`.
@@ -240,10 +247,16 @@ pub struct Inputs<'a> {
 
 /// The zero-loss rate by inner packet size of a tunnel measurement.
 pub fn zero_loss_curve(t: &TunnelData) -> Option<Curve> {
-    Curve::new(
-        t.zero_loss.iter().map(|z| Point { size: z.ip_size, value: z.pps, lower_bound: z.lower_bound }),
-        Shape::Rate,
-    )
+    rate_curve(&t.zero_loss)
+}
+
+/// The zero-loss rate by inner packet size of a call-traffic measurement.
+pub fn call_rate_curve(c: &CallRateData) -> Option<Curve> {
+    rate_curve(&c.zero_loss)
+}
+
+fn rate_curve(z: &[ZeroLoss]) -> Option<Curve> {
+    Curve::new(z.iter().map(|z| Point { size: z.ip_size, value: z.pps, lower_bound: z.lower_bound }), Shape::Rate)
 }
 
 /// ESP round trips per second with all workers by packet size, in process.
@@ -272,12 +285,33 @@ fn describe(framing: &Framing) -> String {
 /// Computes the plan.
 pub fn plan(inp: &Inputs<'_>, suite_from: &str) -> Plan {
     let mut notes = Vec::new();
-    let rates = inp.tunnel.and_then(|t| zero_loss_curve(&t.saved.data));
-    let bound = if rates.is_none() { inp.dataplane.and_then(|d| round_trip_curve(&d.saved.data)) } else { None };
     let suite = inp.framing.suite.name().to_string();
-    if let Some(t) = inp.tunnel {
+    let call_rates = inp.call_rate.and_then(|c| call_rate_curve(&c.saved.data));
+    if let (Some(c), None) = (inp.call_rate, &call_rates) {
+        notes.push(format!("{}: no call-traffic zero-loss rate above 0 pps: not used", c.path.display()));
+    }
+    if let Some(c) = inp.call_rate.filter(|_| call_rates.is_some()) {
+        let d = &c.saved.data;
+        if d.suite != suite {
+            notes.push(format!(
+                "the call-traffic rates were measured with {}, not {suite}: the calls are {}'s (measure {suite} for its own)",
+                d.suite, d.suite
+            ));
+        }
+    }
+    let tunnel_rates = if call_rates.is_none() { inp.tunnel.and_then(|t| zero_loss_curve(&t.saved.data)) } else { None };
+    let rates = call_rates.clone().or(tunnel_rates);
+    let bound = if rates.is_none() { inp.dataplane.and_then(|d| round_trip_curve(&d.saved.data)) } else { None };
+    if let Some(t) = inp.tunnel.filter(|_| call_rates.is_none()) {
         if rates.is_none() {
             notes.push(format!("{}: no zero-loss rate above 0 pps: no calls computed", t.path.display()));
+        } else {
+            notes.push(format!(
+                "no call-traffic rate for this machine (`esparto-testbed bench voip --rates 70,200,280 --save`): the \
+                 rates are bench tunnel's, {} bursty UDP flows that the receiving kernel coalesces (GRO); calls are \
+                 hundreds of interleaved flows that are not coalesced, so for calls these figures are an upper bound",
+                t.saved.data.flows
+            ));
         }
         if t.saved.data.suite != suite {
             notes.push(format!(
@@ -337,10 +371,12 @@ pub fn plan(inp: &Inputs<'_>, suite_from: &str) -> Plan {
     }
     if rows.iter().any(|r| r.calls_lower_bound) {
         notes.push(
-            "≥: the measurement found no loss at the most its generator could offer, so the gateway carries at least this".into(),
+            "≥ N calls, generator-limited: the measurement found no loss at the most its generator could offer, so the \
+             gateway carries at least this"
+                .into(),
         );
     }
-    if inp.tunnel.is_none() {
+    if inp.tunnel.is_none() && call_rates.is_none() {
         notes.push(
             "no end-to-end zero-loss rate for this machine: calls not computed (`esparto-testbed bench tunnel --save`, \
              or `esparto plan voip --calibrate`)"
@@ -363,7 +399,21 @@ pub fn plan(inp: &Inputs<'_>, suite_from: &str) -> Plan {
         framing: describe(&inp.framing),
         framing_gap: inp.framing.data_plane_gap().map(str::to_string),
         inner_ip: if inp.inner == Family::V4 { 4 } else { 6 },
-        zero_loss_from: inp.tunnel.map(|t| {
+        zero_loss_from: if let Some(c) = inp.call_rate.filter(|_| call_rates.is_some()) {
+            let d = &c.saved.data;
+            let sizes: Vec<String> = d.zero_loss.iter().map(|z| z.ip_size.to_string()).collect();
+            Some(format!(
+                "{}: call-like traffic, Esparto ↔ Esparto end to end, {}, {} workers, {} UDP 5-tuples each way, both \
+                 directions, paced every {} ms, zero-loss sizes {} B",
+                c.provenance(),
+                d.suite,
+                d.workers,
+                d.tuples,
+                d.ptime_ms,
+                sizes.join(", ")
+            ))
+        } else {
+            inp.tunnel.map(|t| {
             let d = &t.saved.data;
             let sizes: Vec<String> = d.zero_loss.iter().map(|z| z.ip_size.to_string()).collect();
             format!(
@@ -374,7 +424,8 @@ pub fn plan(inp: &Inputs<'_>, suite_from: &str) -> Plan {
                 d.flows,
                 sizes.join(", ")
             )
-        }),
+        })
+        },
         in_process_from: if bound.is_some() {
             inp.dataplane.map(|d| format!("{}: in process", d.provenance()))
         } else {
@@ -562,12 +613,13 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         inner: a.inner.into(),
         codecs,
         tunnel: found.newest_tunnel(),
+        call_rate: found.newest_call_rate(),
         dataplane: found.newest_dataplane(suite.name()),
         calls: a.calls,
         link_mbps: a.link_mbps,
     };
     let mut p = plan(&inputs, &suite_from);
-    if inputs.tunnel.is_none() && inputs.dataplane.is_none() {
+    if inputs.tunnel.is_none() && inputs.call_rate.is_none() && inputs.dataplane.is_none() {
         p.notes.push(super::how_to_measure(&found));
     }
     p.ignored = found.ignored.clone();
@@ -588,7 +640,7 @@ mod tests {
     use esparto_crypto::Integ;
 
     use super::*;
-    use crate::plan::results::tests::{dataplane_data, tunnel_data};
+    use crate::plan::results::tests::{call_rate_data, dataplane_data, tunnel_data};
     use crate::plan::results::{Kind, envelope};
 
     fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {
@@ -605,6 +657,7 @@ mod tests {
             inner: Family::V4,
             codecs: codec::CODECS.to_vec(),
             tunnel,
+            call_rate: None,
             dataplane,
             calls: None,
             link_mbps: None,
@@ -613,6 +666,46 @@ mod tests {
 
     fn row<'p>(p: &'p Plan, key: &str) -> &'p Row {
         p.rows.iter().find(|r| r.codec.key == key).unwrap()
+    }
+
+    /// A call-traffic rate wins over bench tunnel's and is named; the
+    /// calls are its packets/s at the IP size ÷ (2 × the codec's), between
+    /// sizes interpolated; without it, bench tunnel's rate is used and
+    /// called an upper bound for calls.
+    #[test]
+    fn call_traffic_rate_is_preferred_and_named() {
+        let t = loaded(Kind::Tunnel, tunnel_data(&[(64, 200_000.0), (256, 200_000.0)]));
+        let c = loaded(Kind::CallRate, call_rate_data(&[(70, 30_000.0, false), (280, 24_000.0, false)]));
+        let p = plan(&Inputs { call_rate: Some(&c), ..inputs(Some(&t), None) }, "test");
+        // G.729/30 ms is 70 B: 30,000 ÷ (2 × 33.3) = 450 calls.
+        let g729 = row(&p, "g729-30");
+        assert_eq!(g729.calls, Some(450));
+        assert!(!g729.calls_lower_bound);
+        // G.711/30 ms is 280 B: 24,000 ÷ (2 × 33.3) = 360.
+        assert_eq!(row(&p, "g711-30").calls, Some(360));
+        // G.711/20 ms is 200 B, between: below 70 B's rate, above 280 B's.
+        let g711 = row(&p, "g711-20").gateway_calls.unwrap();
+        assert!(g711 < 300.0 && g711 > 240.0, "{g711}");
+        let text = render(&p);
+        assert!(text.contains("/results/callrate.json") && text.contains("call-like traffic"), "{text}");
+        assert!(!text.contains("upper bound"), "{text}");
+
+        let p = plan(&inputs(Some(&t), None), "test");
+        assert_eq!(row(&p, "g729-30").calls, Some(3000));
+        let text = render(&p);
+        assert!(text.contains("/results/tunnel.json") && text.contains("upper bound"), "{text}");
+    }
+
+    /// A generator-limited call-traffic rate makes every call figure a
+    /// lower bound, and the plan says so.
+    #[test]
+    fn generator_limited_call_rate_gives_lower_bounds() {
+        let c = loaded(Kind::CallRate, call_rate_data(&[(70, 30_000.0, true), (280, 24_000.0, false)]));
+        let p = plan(&Inputs { call_rate: Some(&c), ..inputs(None, None) }, "test");
+        assert!(row(&p, "g729-30").calls_lower_bound);
+        assert!(!row(&p, "g711-30").calls_lower_bound);
+        let text = render(&p);
+        assert!(text.contains("≥ 450") && text.contains("generator-limited"), "{text}");
     }
 
     /// The LANCOM techpaper's Table 2, "Anzahl möglicher Full-Duplex
