@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let [a, b, payload @ ..] = data else { return };
     let max_inner = usize::from(u16::from_be_bytes([*a, *b]));
     let cpi = payload.get(2..4).map_or(0x1234, |c| u16::from_be_bytes([c[0], c[1]]));
-    let mut sa = IpcompSa::new(IpcompParams { cpi, mode: IpcompMode::Always, max_inner });
+    let mut sa = IpcompSa::new(IpcompParams { cpi, mode: IpcompMode::Always, max_inner, link_mbps: None });
     let mut d = Deflate::new();
     match d.decompress_packet(&mut sa, payload) {
         Ok((_, n)) => {
