@@ -19,3 +19,25 @@ pub mod tunnel;
 pub mod voip;
 
 pub use esparto::bench::median;
+
+/// Prints a finished run: its tables on stdout, or with `json` the report
+/// as JSON on stdout and the tables on stderr beside the progress (one run,
+/// both forms). Fails the process if the run recorded errors.
+pub(crate) fn finish<R: serde::Serialize>(
+    report: &R,
+    tables: &str,
+    json: bool,
+    ok: bool,
+) -> anyhow::Result<std::process::ExitCode> {
+    if json {
+        eprint!("{tables}");
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{tables}");
+    }
+    Ok(if ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}

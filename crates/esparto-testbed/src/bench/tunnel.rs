@@ -160,18 +160,7 @@ pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
     if let Some(path) = &args.svg {
         draw(path, || Ok(crate::plot::TunnelChart::of_report(&report)));
     }
-    if args.json {
-        // The tables too, on stderr with the progress: one run, both forms.
-        eprint!("{}", render(&report));
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render(&report));
-    }
-    Ok(if report.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    super::finish(&report, &render(&report), args.json, report.errors.is_empty())
 }
 
 /// `--runs N`: each run's tables as it ends (on stderr with `--json`), then

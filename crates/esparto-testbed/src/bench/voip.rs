@@ -1001,13 +1001,7 @@ pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
             Err(e) => eprintln!("esparto-testbed bench voip: {e:#}"),
         }
     }
-    if args.json {
-        eprint!("{}", render(&report));
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render(&report));
-    }
-    Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    super::finish(&report, &render(&report), args.json, report.errors.is_empty())
 }
 
 #[cfg(test)]
