@@ -20,12 +20,14 @@
 //! cost. Compress and decompress alternate within each run; each figure is
 //! the median of the runs.
 
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use esparto_esp::{Deflate, IpcompMode, IpcompParams, IpcompSa};
 use esparto_io::cpu::cycles;
-use esparto_wire::checksum;
+use esparto_wire::ip::proto;
+use esparto_wire::{ipv4, tcp};
 use serde::{Deserialize, Serialize};
 
 use super::corpus::Corpus;
@@ -86,30 +88,42 @@ pub struct Row {
 }
 
 /// An IPv4/TCP packet of `HEADERS + payload.len()` bytes, 10.1.0.1:40000 →
-/// 10.2.0.1:443, with sequence number `seq` and a valid IPv4 checksum.
+/// 10.2.0.1:443, with sequence number `seq` and valid checksums. `payload`
+/// is at most [`esparto_esp::MAX_PACKET`] − [`HEADERS`] bytes (`run` refuses
+/// larger sizes), so the headers always fit.
 pub fn tcp_packet(payload: &[u8], seq: u32, id: u16) -> Vec<u8> {
-    let len = HEADERS + payload.len();
-    let mut p = vec![0u8; HEADERS];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(len.min(usize::from(u16::MAX)) as u16).to_be_bytes());
-    p[4..6].copy_from_slice(&id.to_be_bytes());
-    p[6] = 0x40; // DF
-    p[8] = 64;
-    p[9] = 6;
-    p[12..16].copy_from_slice(&[10, 1, 0, 1]);
-    p[16..20].copy_from_slice(&[10, 2, 0, 1]);
-    let hsum = !checksum::data(&p[..20]);
-    p[10..12].copy_from_slice(&hsum.to_be_bytes());
-    p[20..22].copy_from_slice(&40000u16.to_be_bytes());
-    p[22..24].copy_from_slice(&443u16.to_be_bytes());
-    p[24..28].copy_from_slice(&seq.to_be_bytes());
-    p[28..32].copy_from_slice(&0x1000_0000u32.wrapping_add(seq / 3).to_be_bytes());
-    p[32] = 0x50; // data offset 5 words
-    p[33] = 0x18; // PSH, ACK
-    p[34..36].copy_from_slice(&502u16.to_be_bytes());
-    // A checksum that varies per packet as a real one does.
-    p[36..38].copy_from_slice(&(seq.wrapping_mul(0x9e37) as u16).to_be_bytes());
-    p.extend_from_slice(payload);
+    let (src, dst) = (Ipv4Addr::new(10, 1, 0, 1), Ipv4Addr::new(10, 2, 0, 1));
+    let seg = tcp::Repr {
+        src_port: 40000,
+        dst_port: 443,
+        seq_number: seq,
+        ack_number: 0x1000_0000u32.wrapping_add(seq / 3),
+        flags: tcp::flags::PSH | tcp::flags::ACK,
+        window: 502,
+        urgent_ptr: 0,
+        options: &[],
+        payload_len: payload.len(),
+    };
+    let hdr = ipv4::Repr {
+        src_addr: src,
+        dst_addr: dst,
+        protocol: proto::TCP,
+        payload_len: seg.buffer_len(),
+        ttl: 64,
+        dscp: 0,
+        ecn: 0,
+        ident: id,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    let mut p = vec![0u8; hdr.buffer_len()];
+    let mut ip = ipv4::Packet::new_unchecked(&mut p[..]);
+    hdr.emit(&mut ip).expect("the payload fits an IPv4 packet");
+    let mut t = tcp::Packet::new_unchecked(ip.payload_mut());
+    seg.emit(&mut t).expect("sized for the segment");
+    t.payload_mut().copy_from_slice(payload);
+    t.fill_checksum_v4(src, dst).expect("sized for the segment");
     p
 }
 
