@@ -3,16 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::Command;
 
-fn esparto(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_esparto")).args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::esparto;
 
 #[test]
 fn sas_rows_carry_every_packet_over_every_sa() {

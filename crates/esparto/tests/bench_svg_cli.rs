@@ -5,16 +5,9 @@
 #![cfg(feature = "svg")]
 #![allow(clippy::unwrap_used)]
 
-use std::process::Command;
 
-fn esparto(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_esparto")).args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::esparto;
 
 #[test]
 fn svg_chart_of_the_agility_run() {

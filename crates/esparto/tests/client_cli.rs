@@ -5,17 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::Command;
 
 /// Runs the binary; (success, stdout, stderr).
-fn esparto(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_esparto")).args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::esparto;
 
 /// `args` fails with a JSON error of `kind` on stdout; its message.
 fn json_error(args: &[&str], kind: &str) -> String {

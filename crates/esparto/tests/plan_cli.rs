@@ -5,19 +5,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::Command;
 
 use esparto::plan::results::{self, DataplaneData, Kind, TunnelData, ZeroLoss};
 
 /// Runs the binary; (success, stdout, stderr).
-fn esparto(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_esparto")).args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::esparto;
 
 /// The LANCOM 8011's zero-loss rates (its techpaper's Table 5), as if this
 /// machine had measured them.
