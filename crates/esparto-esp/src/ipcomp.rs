@@ -26,14 +26,17 @@
 //! [`PROBE_PACKETS`] packets the SA learns what compression saves (bytes
 //! out over bytes in), what it costs (nanoseconds per input byte, timed on
 //! one packet in [`TIME_EVERY`]), and what the link can carry: the
-//! configured `link_mbps`, or else whether the send path pushed back (the
-//! UDP socket refused part of a batch: its buffer is full) during the
-//! window. [`decide`] weighs them:
+//! configured `link_mbps`; else the rate the worker measured on its own
+//! link while its send queue stood (the local link is the bottleneck:
+//! the I/O layer's link meter, [`Worker::note_link`](crate::Worker::note_link));
+//! else whether the send path pushed back (the UDP socket refused part of
+//! a batch: its buffer is full) during the window. [`decide`] weighs them:
 //!
 //! - ratio above [`ADAPTIVE_MAX_RATIO`]: the data does not compress;
-//! - with a link rate: compressed, the link carries `link / ratio` of
-//!   inner data and the compressor at most `1 / cost`; compress when the
-//!   smaller of the two beats the link itself by [`MIN_GAIN`];
+//! - with a link rate, configured or measured: compressed, the link
+//!   carries `link / ratio` of inner data and the compressor at most
+//!   `1 / cost`; compress when the smaller of the two beats the link
+//!   itself by [`MIN_GAIN`];
 //! - without one: compress while the link pushes back; if it never did,
 //!   the link took all the worker sent, so compression would only spend
 //!   CPU (the CPU, not the link, limits the SA).
@@ -138,8 +141,12 @@ pub struct WindowFigures {
     pub ratio: f64,
     /// Nanoseconds of compression per input byte (`None`: none timed).
     pub ns_per_byte: Option<f64>,
-    /// The configured link rate, Mbit/s.
+    /// The link rate, Mbit/s: configured, or measured (below).
     pub link_mbps: Option<u32>,
+    /// Whether `link_mbps` was measured (the worker's send queue stood:
+    /// the local link is the bottleneck, draining at that rate) rather
+    /// than configured.
+    pub link_measured: bool,
     /// Whether the send path pushed back during the window.
     pub pushback: bool,
 }
@@ -264,8 +271,10 @@ pub struct IpcompSwitch {
     pub ps_per_byte: u32,
     /// Whether the send path pushed back in that window.
     pub pushback: bool,
-    /// The configured link rate it was weighed against, Mbit/s.
+    /// The link rate it was weighed against, Mbit/s.
     pub link_mbps: Option<u32>,
+    /// Whether that rate was measured rather than configured.
+    pub link_measured: bool,
 }
 
 impl IpcompSwitch {
@@ -274,6 +283,7 @@ impl IpcompSwitch {
         let ratio = f64::from(self.ratio_permille) / 1000.0;
         let cost = f64::from(self.ps_per_byte) / 1000.0;
         let link = match self.link_mbps {
+            Some(m) if self.link_measured => format!("link saturated at {m} Mbit/s"),
             Some(m) => format!("link {m} Mbit/s"),
             None if self.pushback => "link pushing back".into(),
             None => "link not pushing back".into(),
@@ -306,6 +316,9 @@ pub struct IpcompSa {
     /// moved in this window.
     pushbacks_seen: u64,
     window_pushback: bool,
+    /// Adaptive: the worker's latest verdict on its link (Mbit/s it drains
+    /// at while saturated; `None`: it keeps up).
+    window_link: Option<u32>,
     /// Whether the last packet went through the compressor.
     attempted: bool,
     /// Adaptive: the next back-off's length.
@@ -338,6 +351,7 @@ impl IpcompSa {
             window_timed: 0,
             pushbacks_seen: 0,
             window_pushback: false,
+            window_link: None,
             attempted: false,
             next_backoff: BACKOFF_MIN,
         }
@@ -372,13 +386,24 @@ impl IpcompSa {
     }
 
     /// Adaptive: the worker's count of send-path push-backs (a UDP send
-    /// that the socket refused in part); a change since the last call
-    /// marks this window as "the link pushes back".
+    /// that the socket refused in part; a change since the last call marks
+    /// this window as "the link pushes back") and its latest verdict on
+    /// the link (`Some(mbps)`: saturated, draining at that rate).
     #[inline]
-    pub fn observe_link(&mut self, pushbacks: u64) {
+    pub fn observe_link(&mut self, pushbacks: u64, saturated_mbps: Option<u32>) {
         if pushbacks != self.pushbacks_seen {
             self.pushbacks_seen = pushbacks;
             self.window_pushback = true;
+        }
+        let newly_saturated = saturated_mbps.is_some() && self.window_link.is_none();
+        self.window_link = saturated_mbps;
+        // A pause for want of a bottleneck ends when the link becomes one:
+        // the next packet probes again instead of waiting out a back-off
+        // that may have grown to tens of thousands of packets.
+        if newly_saturated {
+            if let IpcompState::Backoff { remaining, reason: PauseReason::Cpu } = &mut self.stats.state {
+                *remaining = 1;
+            }
         }
     }
 
@@ -427,7 +452,8 @@ impl IpcompSa {
         let figures = WindowFigures {
             ratio: self.window_out as f64 / self.window_in.max(1) as f64,
             ns_per_byte: (self.window_timed > 0).then(|| self.window_ns as f64 / self.window_timed as f64),
-            link_mbps: self.params.link_mbps,
+            link_mbps: self.params.link_mbps.or(self.window_link),
+            link_measured: self.params.link_mbps.is_none() && self.window_link.is_some(),
             pushback: self.window_pushback,
         };
         self.window_in = 0;
@@ -443,6 +469,7 @@ impl IpcompSa {
             ps_per_byte,
             pushback: figures.pushback,
             link_mbps: figures.link_mbps,
+            link_measured: figures.link_measured,
         };
         let sw = match decide(&figures) {
             Err(reason) => {
@@ -696,7 +723,7 @@ mod tests {
     }
 
     fn figures(ratio: f64, ns_per_byte: Option<f64>, link_mbps: Option<u32>, pushback: bool) -> WindowFigures {
-        WindowFigures { ratio, ns_per_byte, link_mbps, pushback }
+        WindowFigures { ratio, ns_per_byte, link_mbps, link_measured: false, pushback }
     }
 
     #[test]
@@ -740,6 +767,46 @@ mod tests {
     }
 
     #[test]
+    fn a_link_that_becomes_saturated_ends_a_cpu_pause() {
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
+        let txt = text(1400);
+        let send = |d: &mut Deflate, sa: &mut IpcompSa, link: Option<u32>| {
+            sa.observe_link(0, link);
+            let mut b = txt.clone();
+            let timed = sa.time_next();
+            let (_, _, sw) = d.compress_in_place(sa, &mut b, 0..1400, 4);
+            if timed {
+                sa.note_cost(1400, 1400);
+            }
+            sw
+        };
+        // The link keeps up: paused, and each probe doubles the pause.
+        for _ in 0..PROBE_PACKETS + BACKOFF_MIN + PROBE_PACKETS {
+            send(&mut d, &mut sa, None);
+        }
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: 2 * BACKOFF_MIN, reason: PauseReason::Cpu });
+        // Saturated at 50 Mbit/s: the pause ends on the next packet and
+        // the probe after it compresses.
+        assert!(send(&mut d, &mut sa, Some(50)).is_none());
+        assert_eq!(sa.stats().state, IpcompState::On);
+        let mut on = None;
+        for _ in 0..PROBE_PACKETS {
+            on = send(&mut d, &mut sa, Some(50)).or(on);
+        }
+        assert_eq!(sa.stats().state, IpcompState::On);
+        let sw = on.unwrap();
+        assert!(sw.link_measured && sw.link_mbps == Some(50), "{sw:?}");
+        let why = sw.reason();
+        assert!(why.starts_with("compresses (ratio ") && why.ends_with(", 1.00 ns/B, link saturated at 50 Mbit/s)"), "{why}");
+        // An incompressible pause is not cut short by the link.
+        let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
+        sa.stats.state = IpcompState::Backoff { remaining: 100, reason: PauseReason::Incompressible };
+        sa.observe_link(0, Some(50));
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: 100, reason: PauseReason::Incompressible });
+    }
+
+    #[test]
     fn cpu_bound_backs_off_doubling_and_resets_when_the_link_pushes_back() {
         let mut d = Deflate::new();
         let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
@@ -749,7 +816,7 @@ mod tests {
             if pushback {
                 pushbacks += 1;
             }
-            sa.observe_link(pushbacks);
+            sa.observe_link(pushbacks, None);
             let mut b = txt.clone();
             let timed = sa.time_next();
             let (_, _, sw) = d.compress_in_place(sa, &mut b, 0..1400, 4);
@@ -824,7 +891,7 @@ mod tests {
         let mut switches = Vec::new();
         let mut send = |d: &mut Deflate, sa: &mut IpcompSa, data: &[u8]| {
             pushbacks += 1;
-            sa.observe_link(pushbacks);
+            sa.observe_link(pushbacks, None);
             let mut b = data.to_vec();
             let n = b.len();
             let (r, _, sw) = d.compress_in_place(sa, &mut b, 0..n, 4);

@@ -261,6 +261,10 @@ struct IpcompTable {
     /// Sends the UDP socket refused in part (its buffer full): the link
     /// pushing back, for adaptive SAs.
     pushbacks: u64,
+    /// The latest verdict on the worker's link: `Some(mbps)` while its
+    /// send queue stands (the link is the bottleneck, draining at that
+    /// rate), `None` while it keeps up.
+    link_saturated_mbps: Option<u32>,
 }
 
 /// Where a decapsulated inner packet is.
@@ -297,6 +301,22 @@ impl Worker {
     /// IPComp SAs weigh it in their next decision.
     pub fn note_send_pushback(&mut self) {
         self.ipcomp.pushbacks += 1;
+    }
+
+    /// Whether the worker has outbound IPComp SAs, for which it wants
+    /// [`Worker::note_link`] verdicts.
+    #[inline]
+    pub fn wants_link(&self) -> bool {
+        !self.ipcomp.outbound.is_empty()
+    }
+
+    /// The link below the worker's socket: saturated, draining at
+    /// `bytes_per_sec`, or (`None`) keeping up with what the worker sends.
+    /// Adaptive IPComp SAs without a configured `link_mbps` weigh the
+    /// measured rate as if it were configured.
+    pub fn note_link(&mut self, saturated_bytes_per_sec: Option<u64>) {
+        self.ipcomp.link_saturated_mbps = saturated_bytes_per_sec
+            .map(|b| u32::try_from(b.saturating_mul(8) / 1_000_000).unwrap_or(u32::MAX).max(1));
     }
 
     /// The worker's index.
@@ -418,7 +438,7 @@ impl Worker {
                 // A packet too big for the SA stays so: it is refused
                 // with the MTU its sender must use, compressible or not.
                 (Some(ipc), Some(deflate)) if inner.len() <= sa.max_inner() => {
-                    ipc.observe_link(self.ipcomp.pushbacks);
+                    ipc.observe_link(self.ipcomp.pushbacks, self.ipcomp.link_saturated_mbps);
                     let len = inner.len();
                     let t0 = ipc.time_next().then(std::time::Instant::now);
                     let (inner, nh, switch) = deflate.compress_in_place(ipc, buf, inner, next_header);

@@ -664,4 +664,50 @@ mod ipcomp {
         assert!(switch.reason().contains("CPU-bound"), "{}", switch.reason());
         assert_eq!(tx.ipcomp.outbound[&SPI].stats().last_switch, Some(switch));
     }
+
+    #[test]
+    fn adaptive_text_weighs_the_measured_link_rate() {
+        let now = Instant::now();
+        let (mut tx, _, _) = setup(false, &[], now);
+        let cfg = config(EspSuite::Aes256Gcm16, SPI, true, false);
+        assert!(!tx.wants_link());
+        tx.apply(Command::SetIpcomp(SPI, Direction::Outbound, Some(params(IpcompMode::Adaptive))));
+        tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfg, now).unwrap())));
+        assert!(tx.wants_link());
+        let mut text = udp4(1300);
+        for (i, b) in text[28..].iter_mut().enumerate() {
+            *b = b"tunnel gateway link "[i % 20];
+        }
+        // The worker's send queue stands, draining 50 Mbit/s: far below
+        // what one core compresses, so compressing carries more.
+        tx.note_link(Some(50_000_000 / 8));
+        for _ in 0..4 * crate::ipcomp::PROBE_PACKETS {
+            send(&mut tx, now, &text).unwrap();
+        }
+        assert!(std::iter::from_fn(|| tx.poll_event()).all(|e| !matches!(e, Event::IpcompSwitched { .. })));
+        assert_eq!(tx.ipcomp.outbound[&SPI].stats().state.name(), "compressing");
+        // Saturated at 1,000 Gbit/s: no core compresses that fast, so the
+        // link would carry less compressed than as it is.
+        tx.note_link(Some(125_000_000_000));
+        for _ in 0..crate::ipcomp::PROBE_PACKETS {
+            send(&mut tx, now, &text).unwrap();
+        }
+        let ev = std::iter::from_fn(|| tx.poll_event()).find(|e| matches!(e, Event::IpcompSwitched { .. }));
+        let Some(Event::IpcompSwitched { switch, .. }) = ev else { panic!("no switch: {ev:?}") };
+        assert_eq!(switch.state.name(), "paused-cpu");
+        assert!(switch.link_measured);
+        assert_eq!(switch.link_mbps, Some(1_000_000));
+        assert!(switch.reason().contains("link saturated at 1000000 Mbit/s"), "{}", switch.reason());
+        // The queue empties: the link keeps up, and the SA stays paused
+        // through its back-off and the probe after it.
+        tx.note_link(None);
+        for _ in 0..crate::ipcomp::BACKOFF_MIN + crate::ipcomp::PROBE_PACKETS {
+            send(&mut tx, now, &text).unwrap();
+        }
+        let ev = std::iter::from_fn(|| tx.poll_event()).find(|e| matches!(e, Event::IpcompSwitched { .. }));
+        let Some(Event::IpcompSwitched { switch, .. }) = ev else { panic!("no switch: {ev:?}") };
+        assert_eq!(switch.state.name(), "paused-cpu");
+        assert!(!switch.link_measured);
+        assert!(switch.reason().contains("link not pushing back"), "{}", switch.reason());
+    }
 }

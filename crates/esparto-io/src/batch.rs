@@ -402,6 +402,11 @@ impl TxBatch {
         self.packet(i).map_or(0, <[u8]>::len)
     }
 
+    /// Bytes of all queued packets.
+    pub fn bytes(&self) -> usize {
+        (0..self.len).map(|i| self.packet_len(i)).sum()
+    }
+
     /// Destination of queued packet `i`.
     pub fn dst(&self, i: usize) -> Option<SocketAddr> {
         if i >= self.len { None } else { self.dsts[i] }

@@ -33,6 +33,7 @@ pub mod control;
 pub mod cpu;
 pub mod gro;
 pub mod instance;
+pub mod link;
 pub mod mem;
 pub mod netlink;
 pub mod poll;

@@ -56,6 +56,14 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -
     cvt(rc).map(|_| value)
 }
 
+/// An `ioctl` that reads one integer (`SIOCOUTQ`, `SIOCINQ`, ...).
+pub(crate) fn ioctl_read_int(fd: RawFd, request: libc::Ioctl) -> io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    // SAFETY: the request writes one c_int into the live local we pass.
+    let rc = unsafe { libc::ioctl(fd, request, &mut value as *mut libc::c_int) };
+    cvt(rc).map(|_| value)
+}
+
 /// A socket address in kernel layout.
 #[derive(Clone, Copy)]
 pub(crate) struct RawAddr {

@@ -61,6 +61,7 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{RxBatch, TxBatch};
 use crate::control::{ControlSender, ControlTx, Refused};
+use crate::link::{LinkMeter, LinkVerdict};
 use crate::sys::{self, EventFd};
 use crate::tun::{TunQueue, TunStats, VNET_HDR_LEN};
 use crate::udp::{GRO_SLOT_LEN, MAX_GRO_SEGMENTS, UdpSocket, UdpStats};
@@ -103,6 +104,19 @@ pub trait Datapath: Send + 'static {
     /// The UDP socket took fewer datagrams than `outbound` produced (its
     /// buffer is full): the link pushes back.
     fn on_send_pushback(&mut self) {}
+
+    /// Whether the worker should measure its link (see [`crate::link`]):
+    /// sample its UDP socket's send queue at most once a millisecond and
+    /// report each interval's verdict with [`Datapath::on_link`].
+    fn wants_link_verdicts(&self) -> bool {
+        false
+    }
+
+    /// The link below the UDP socket over the last interval: saturated at
+    /// a measured rate, or keeping up.
+    fn on_link(&mut self, verdict: LinkVerdict) {
+        let _ = verdict;
+    }
 
     /// Called every [`WorkerConfig::tick`] (lifetimes, counters, timers).
     fn on_tick(&mut self, now: Instant) {
@@ -429,6 +443,7 @@ struct WorkerLoop<D: Datapath> {
     tun_tx: TxBatch,
     ctl_tx: TxBatch,
     stats: IoStats,
+    link: LinkMeter,
 }
 
 impl<D: Datapath> WorkerLoop<D> {
@@ -468,6 +483,7 @@ impl<D: Datapath> WorkerLoop<D> {
                 index,
                 ..IoStats::default()
             },
+            link: LinkMeter::new(),
         }
     }
 
@@ -552,6 +568,9 @@ impl<D: Datapath> WorkerLoop<D> {
             self.udp_tx.clear();
             self.tun_tx.clear();
             let next = self.dp.outbound(now, &mut self.tun_rx, from, &mut self.udp_tx, &mut self.tun_tx);
+            if !self.udp_tx.is_empty() && self.dp.wants_link_verdicts() {
+                self.meter_link(now);
+            }
             match self.udp.send_batch(&self.udp_tx) {
                 Ok(sent) => {
                     if sent < self.udp_tx.len() {
@@ -569,6 +588,22 @@ impl<D: Datapath> WorkerLoop<D> {
             // A datapath that makes no progress would spin: skip the packet.
             from = next.max(from + 1);
         }
+    }
+
+    /// Samples the send queue before `udp_tx` goes out (when due) and
+    /// counts its bytes as sent.
+    fn meter_link(&mut self, now: Instant) {
+        if self.link.due(now) {
+            match self.udp.queued_bytes() {
+                Ok(q) => {
+                    if let Some(v) = self.link.sample(now, q) {
+                        self.dp.on_link(v);
+                    }
+                }
+                Err(_) => self.stats.io_errors += 1,
+            }
+        }
+        self.link.sent(self.udp_tx.bytes());
     }
 
     /// Applies every queued command (an empty queue costs one atomic load).

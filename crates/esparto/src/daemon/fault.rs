@@ -97,6 +97,14 @@ mod imp {
             self.inner.on_send_pushback();
         }
 
+        fn wants_link_verdicts(&self) -> bool {
+            self.inner.wants_link_verdicts()
+        }
+
+        fn on_link(&mut self, verdict: esparto_io::link::LinkVerdict) {
+            self.inner.on_link(verdict);
+        }
+
         fn on_tick(&mut self, now: Instant) {
             if self.panic_at.is_some_and(|t| now >= t) {
                 panic!("fault injected by {} in worker {}", super::ENV, self.index);

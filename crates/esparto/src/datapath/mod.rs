@@ -66,6 +66,7 @@ use std::time::{Duration, Instant};
 
 use esparto_esp::{Command, DropReason, Event, PREFETCH_AHEAD, Worker, WorkerStats};
 use esparto_io::batch::{RxBatch, TxBatch};
+use esparto_io::link::LinkVerdict;
 use esparto_io::worker::{Datapath, IoStats};
 use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::icmp as too_big;
@@ -382,6 +383,17 @@ impl Datapath for EspDatapath {
 
     fn on_send_pushback(&mut self) {
         self.esp.note_send_pushback();
+    }
+
+    fn wants_link_verdicts(&self) -> bool {
+        self.esp.wants_link()
+    }
+
+    fn on_link(&mut self, verdict: LinkVerdict) {
+        self.esp.note_link(match verdict {
+            LinkVerdict::Saturated { bytes_per_sec } => Some(bytes_per_sec),
+            LinkVerdict::KeepsUp => None,
+        });
     }
 
     fn on_tick(&mut self, now: Instant) {
