@@ -45,7 +45,7 @@ fn main() {
     );
     for corpus in Corpus::ALL {
         for size in [200, 576, 1400] {
-            let pkts = packets(corpus, size);
+            let pkts = packets(corpus, size, None).expect("a generated corpus");
             for level in [1u32, 6] {
                 let mut ld = (Vec::new(), Vec::new(), 0.0);
                 let mut zr = (Vec::new(), Vec::new(), 0.0);

@@ -196,9 +196,12 @@ enum BenchCmd {
 
 #[derive(Debug, Args)]
 struct IpcompArgs {
-    /// Corpora, comma separated: text, json, records, random [default: all four].
+    /// Corpora, comma separated: text, json, records, random [default: all four; with --file: none].
     #[arg(long, value_delimiter = ',')]
     corpora: Vec<String>,
+    /// Also measure this file's bytes (a sample of your own traffic) as corpus "file".
+    #[arg(long, value_name = "PATH")]
+    file: Option<std::path::PathBuf>,
     /// Inner packet sizes in bytes (IP header included), comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = crate::bench::ipcomp::DEFAULT_SIZES)]
     sizes: Vec<usize>,
@@ -768,19 +771,30 @@ fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
 }
 
 fn bench_ipcomp(a: IpcompArgs) -> Result<ExitCode> {
-    use crate::bench::{corpus::Corpus, ipcomp};
-    let corpora = if a.corpora.is_empty() {
+    use crate::bench::{
+        corpus::{Corpus, CorpusFile},
+        ipcomp,
+    };
+    let file = a.file.as_deref().map(CorpusFile::read).transpose()?;
+    let mut corpora = if a.corpora.is_empty() && file.is_some() {
+        Vec::new()
+    } else if a.corpora.is_empty() {
         Corpus::ALL.to_vec()
     } else {
         a.corpora.iter().map(|c| Corpus::parse(c)).collect::<Result<Vec<_>>>()?
     };
+    if let Some(f) = &file {
+        corpora.push(Corpus::File);
+        eprintln!("corpus file: {} ({} bytes, repeated as needed)", f.path().display(), f.len());
+    }
     if !(a.seconds > 0.0 && a.seconds <= 600.0) {
         anyhow::bail!("--seconds must be in (0, 600]");
     }
     if a.runs == 0 || a.runs > 1000 {
         anyhow::bail!("--runs must be between 1 and 1000");
     }
-    let opts = ipcomp::Options { corpora, sizes: a.sizes, seconds: a.seconds, runs: a.runs };
+    let file_name = file.as_ref().map(|f| f.path().display().to_string());
+    let opts = ipcomp::Options { corpora, sizes: a.sizes, seconds: a.seconds, runs: a.runs, file };
     let rows = ipcomp::run(&opts)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -788,7 +802,7 @@ fn bench_ipcomp(a: IpcompArgs) -> Result<ExitCode> {
         ipcomp::print_table(&rows);
     }
     if a.save {
-        let data = results::IpcompData { seconds: a.seconds, runs: a.runs, rows };
+        let data = results::IpcompData { seconds: a.seconds, runs: a.runs, file: file_name, rows };
         let path = results::save(&a.results, "deflate", &results::envelope(results::Kind::Ipcomp, data))?;
         eprintln!("saved {}", path.display());
     }

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
-use esparto::bench::corpus::Corpus;
+use esparto::bench::corpus::{Corpus, CorpusFile};
 use esparto::plan::results;
 use esparto::status::Status;
 use serde::{Deserialize, Serialize};
@@ -148,9 +148,12 @@ pub struct Args {
     /// `link_mbps` = the shaped rate) [default: all four; --quick: no,yes,adaptive].
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
-    /// Corpora, comma separated: text, json, records, random [default: all four].
+    /// Corpora, comma separated: text, json, records, random [default: all four; with --file: none].
     #[arg(long, value_delimiter = ',')]
     corpora: Vec<String>,
+    /// Also send this file's bytes (a sample of your own traffic), repeated, as corpus "file".
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
     /// Rounds; each figure is the median over them [default: 3; --quick: 1].
     #[arg(long)]
     runs: Option<usize>,
@@ -196,6 +199,9 @@ pub struct Options {
     pub warmup: f64,
     /// Workers per gateway.
     pub workers: usize,
+    /// The file sent as corpus "file".
+    #[serde(default)]
+    pub file: Option<PathBuf>,
 }
 
 impl Options {
@@ -219,14 +225,23 @@ impl Options {
                 .iter()
                 .map(|s| Mode::parse(s))
                 .collect::<Result<_>>()?,
-            corpora: list(&a.corpora, "text,random", "text,json,records,random")
-                .iter()
-                .map(|s| Corpus::parse(s))
-                .collect::<Result<_>>()?,
+            corpora: if a.corpora.is_empty() && a.file.is_some() {
+                vec![Corpus::File]
+            } else {
+                let mut c: Vec<Corpus> = list(&a.corpora, "text,random", "text,json,records,random")
+                    .iter()
+                    .map(|s| Corpus::parse(s))
+                    .collect::<Result<_>>()?;
+                if a.file.is_some() {
+                    c.push(Corpus::File);
+                }
+                c
+            },
             runs: a.runs.unwrap_or(if a.quick { 1 } else { 3 }),
             seconds: a.seconds.unwrap_or(if a.quick { 2.0 } else { 4.0 }),
             warmup: a.warmup.unwrap_or(if a.quick { 0.5 } else { 1.0 }),
             workers: a.workers,
+            file: a.file.clone(),
         };
         if o.runs == 0 || o.runs > 100 {
             bail!("--runs must be between 1 and 100");
@@ -431,8 +446,12 @@ fn measure(pair: &EspartoPair, corpus: &Arc<Vec<u8>>, o: &Options) -> Result<Sam
 /// Runs the benchmark.
 pub fn run(bin: &std::path::Path, o: &Options, progress: bool) -> Result<Report> {
     let loadavg_start = loadavg_text();
-    let corpora: Vec<(Corpus, Arc<Vec<u8>>)> =
-        o.corpora.iter().map(|&c| (c, Arc::new(c.generate(CORPUS_BYTES)))).collect();
+    let file = o.file.as_deref().map(CorpusFile::read).transpose()?;
+    let corpora: Vec<(Corpus, Arc<Vec<u8>>)> = o
+        .corpora
+        .iter()
+        .map(|&c| Ok((c, Arc::new(c.bytes(CORPUS_BYTES, file.as_ref())?))))
+        .collect::<Result<_>>()?;
     let mut samples: Samples = Vec::new();
     for &link in &o.links {
         for &mode in &o.modes {
@@ -642,6 +661,9 @@ pub fn print(r: &Report) {
          aes256gcm16, {} worker(s) each); {} round(s) of {} s (+{} s warm-up) per cell, medians.",
         r.options.workers, r.options.runs, r.options.seconds, r.options.warmup
     );
+    if let Some(f) = &r.options.file {
+        println!("Corpus \"file\": {}, repeated.", f.display());
+    }
     println!("{}, {} CPUs; load average {} → {}\n", r.cpu_model, r.cpus, r.loadavg_start, r.loadavg_end);
     let modes = &r.options.modes;
     // One column per mode, each as wide as the longest mode name.
@@ -758,5 +780,25 @@ mod tests {
         assert_eq!(Mode::parse("adaptive").unwrap(), Mode::Adaptive);
         assert!(Mode::parse("maybe").is_err());
         assert_eq!(Mode::No.config(), None);
+    }
+
+    #[test]
+    fn a_file_is_its_own_corpus() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: Args,
+        }
+        let opts = |args: &[&str]| {
+            let cli = <Cli as clap::Parser>::try_parse_from(std::iter::once("ipcomp").chain(args.iter().copied())).unwrap();
+            Options::from_args(&cli.a).unwrap()
+        };
+        let o = opts(&["--file", "/srv/sample.html"]);
+        assert_eq!(o.corpora, [Corpus::File]);
+        assert_eq!(o.file.as_deref(), Some(std::path::Path::new("/srv/sample.html")));
+        let o = opts(&["--corpora", "text,random", "--file", "x"]);
+        assert_eq!(o.corpora, [Corpus::Text, Corpus::Random, Corpus::File]);
+        assert_eq!(opts(&[]).corpora, Corpus::ALL);
+        assert_eq!(opts(&[]).file, None);
     }
 }

@@ -11,7 +11,10 @@
 //!   rows: sequential ids, foreign keys, timestamps, padded text columns)
 //!   — binary, with the repeated columns a page dump has;
 //! - **random**: bytes from a PRNG, which stand for already-compressed
-//!   data (a `.gz`, a JPEG, TLS): nothing DEFLATE can shrink.
+//!   data (a `.gz`, a JPEG, TLS): nothing DEFLATE can shrink;
+//! - **file**: the bytes of a file the operator names (`--file`), repeated
+//!   as needed — a sample of their own traffic, which no generated corpus
+//!   stands in for (RFC 3173's gain is the data's, packet by packet).
 //!
 //! Every generator is a pure function of the length and a fixed seed
 //! (xorshift64*, not a secret: only varied), so runs and machines compare
@@ -33,10 +36,12 @@ pub enum Corpus {
     Records,
     /// PRNG bytes (as already-compressed data).
     Random,
+    /// The bytes of a file given on the command line ([`CorpusFile`]).
+    File,
 }
 
 impl Corpus {
-    /// All four, in table order.
+    /// The four generated ones, in table order.
     pub const ALL: [Corpus; 4] = [Corpus::Text, Corpus::Json, Corpus::Records, Corpus::Random];
 
     /// The name on the command line and in reports.
@@ -46,6 +51,7 @@ impl Corpus {
             Corpus::Json => "json",
             Corpus::Records => "records",
             Corpus::Random => "random",
+            Corpus::File => "file",
         }
     }
 
@@ -56,6 +62,7 @@ impl Corpus {
             Corpus::Json => "JSON log lines",
             Corpus::Records => "database pages, fixed-width rows",
             Corpus::Random => "random bytes (as compressed data)",
+            Corpus::File => "the file given with --file",
         }
     }
 
@@ -67,7 +74,19 @@ impl Corpus {
         }
     }
 
-    /// Exactly `len` bytes of this corpus (the same bytes every time).
+    /// Exactly `len` bytes of this corpus: generated, or for
+    /// [`Corpus::File`] the file's bytes repeated (an error without one).
+    pub fn bytes(self, len: usize, file: Option<&CorpusFile>) -> Result<Vec<u8>> {
+        match (self, file) {
+            (Corpus::File, Some(f)) => Ok(f.repeat(len)),
+            (Corpus::File, None) => bail!("the file corpus needs a file (--file PATH)"),
+            _ => Ok(self.generate(len)),
+        }
+    }
+
+    /// Exactly `len` bytes of a generated corpus (the same bytes every
+    /// time); none for [`Corpus::File`], whose bytes come from
+    /// [`Corpus::bytes`].
     pub fn generate(self, len: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(len + 16 * 1024);
         let mut rng = Rng::new(SEED ^ self as u64);
@@ -96,9 +115,61 @@ impl Corpus {
                     out.extend_from_slice(&rng.next().to_le_bytes());
                 }
             }
+            Corpus::File => return Vec::new(),
         }
         out.truncate(len);
         out
+    }
+}
+
+/// The largest file `--file` takes (it is read whole into memory).
+pub const MAX_FILE: u64 = 64 << 20;
+
+/// A file's bytes measured as a corpus: a sample of the operator's own
+/// traffic.
+#[derive(Debug, Clone)]
+pub struct CorpusFile {
+    path: std::path::PathBuf,
+    bytes: std::sync::Arc<[u8]>,
+}
+
+impl CorpusFile {
+    /// Reads `path` whole: not empty, at most [`MAX_FILE`] bytes. Errors
+    /// name the file.
+    pub fn read(path: &std::path::Path) -> Result<Self> {
+        use anyhow::Context;
+        let meta = std::fs::metadata(path).with_context(|| format!("--file {}", path.display()))?;
+        if !meta.is_file() {
+            bail!("--file {}: not a regular file", path.display());
+        }
+        if meta.len() > MAX_FILE {
+            bail!("--file {}: {} bytes, more than the {} MiB it takes", path.display(), meta.len(), MAX_FILE >> 20);
+        }
+        let bytes = std::fs::read(path).with_context(|| format!("--file {}", path.display()))?;
+        if bytes.is_empty() {
+            bail!("--file {}: empty", path.display());
+        }
+        Ok(Self { path: path.to_path_buf(), bytes: bytes.into() })
+    }
+
+    /// The file's path as given.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether it is empty (never, once read).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Exactly `len` bytes: the file, repeated as often as needed.
+    pub fn repeat(&self, len: usize) -> Vec<u8> {
+        self.bytes.iter().copied().cycle().take(len).collect()
     }
 }
 
@@ -323,6 +394,27 @@ mod tests {
             assert!(v["ts"].as_str().unwrap().starts_with("2026-11-26T"), "{line}");
             assert!(v["status"].as_u64().unwrap() >= 200);
         }
+    }
+
+    #[test]
+    fn a_file_is_read_whole_and_repeated_and_bad_ones_are_named() {
+        let dir = std::env::temp_dir().join(format!("esparto-corpus-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("sample.html");
+        std::fs::write(&f, b"<p>abc</p>").unwrap();
+        let c = CorpusFile::read(&f).unwrap();
+        assert_eq!(c.len(), 10);
+        assert_eq!(Corpus::File.bytes(25, Some(&c)).unwrap(), b"<p>abc</p><p>abc</p><p>ab".to_vec());
+        assert_eq!(Corpus::Text.bytes(100, Some(&c)).unwrap(), Corpus::Text.generate(100));
+        let e = Corpus::File.bytes(10, None).unwrap_err().to_string();
+        assert!(e.contains("--file"), "{e}");
+        let empty = dir.join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        for (p, want) in [(empty, "empty"), (dir.join("missing"), "missing"), (dir.clone(), "not a regular file")] {
+            let e = format!("{:#}", CorpusFile::read(&p).unwrap_err());
+            assert!(e.contains(&p.display().to_string()) && e.contains(want), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

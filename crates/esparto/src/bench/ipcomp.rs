@@ -30,7 +30,7 @@ use esparto_wire::ip::proto;
 use esparto_wire::{ipv4, tcp};
 use serde::{Deserialize, Serialize};
 
-use super::corpus::Corpus;
+use super::corpus::{Corpus, CorpusFile};
 use super::median;
 use super::tsc::tsc_hz;
 
@@ -59,6 +59,8 @@ pub struct Options {
     pub seconds: f64,
     /// Measurements per figure; the median is reported.
     pub runs: usize,
+    /// The file behind [`Corpus::File`].
+    pub file: Option<CorpusFile>,
 }
 
 /// One corpus at one packet size.
@@ -127,14 +129,16 @@ pub fn tcp_packet(payload: &[u8], seq: u32, id: u16) -> Vec<u8> {
     p
 }
 
-/// [`PACKETS`] packets of `size` bytes carrying consecutive slices of `corpus`.
-pub fn packets(corpus: Corpus, size: usize) -> Vec<Vec<u8>> {
+/// [`PACKETS`] packets of `size` bytes carrying consecutive slices of
+/// `corpus` (`file`: the bytes of [`Corpus::File`]).
+pub fn packets(corpus: Corpus, size: usize, file: Option<&CorpusFile>) -> Result<Vec<Vec<u8>>> {
     let payload = size.saturating_sub(HEADERS).max(1);
-    let data = corpus.generate(payload * PACKETS);
-    data.chunks(payload)
+    let data = corpus.bytes(payload * PACKETS, file)?;
+    Ok(data
+        .chunks(payload)
         .enumerate()
         .map(|(i, c)| tcp_packet(c, (i * payload) as u32, i as u16))
-        .collect()
+        .collect())
 }
 
 /// What IPComp's rules make of `packets` (no timing): per packet, the
@@ -171,7 +175,7 @@ pub fn run(opts: &Options) -> Result<Vec<Row>> {
             if !(HEADERS + 1..=esparto_esp::MAX_PACKET).contains(&size) {
                 bail!("packet size {size} is outside {}..={}", HEADERS + 1, esparto_esp::MAX_PACKET);
             }
-            let pkts = packets(corpus, size);
+            let pkts = packets(corpus, size, opts.file.as_ref())?;
             let compressed = compress_all(&mut d, &pkts);
             let bytes_in: usize = pkts.iter().map(Vec::len).sum();
             let (mut n_c, mut c_in, mut c_out, mut sent) = (0usize, 0usize, 0usize, 0usize);
@@ -298,7 +302,7 @@ mod tests {
     #[test]
     fn packets_are_valid_ipv4_tcp_of_the_size_asked() {
         for size in [200, 1400] {
-            let p = packets(Corpus::Json, size);
+            let p = packets(Corpus::Json, size, None).unwrap();
             assert_eq!(p.len(), PACKETS);
             for x in &p {
                 assert_eq!(x.len(), size);
@@ -314,7 +318,7 @@ mod tests {
 
     #[test]
     fn text_compresses_random_does_not_and_the_figures_are_consistent() {
-        let opts = Options { corpora: Corpus::ALL.to_vec(), sizes: vec![1400], seconds: 0.01, runs: 1 };
+        let opts = Options { corpora: Corpus::ALL.to_vec(), sizes: vec![1400], seconds: 0.01, runs: 1, file: None };
         let rows = run(&opts).unwrap();
         assert_eq!(rows.len(), 4);
         let by = |c: Corpus| rows.iter().find(|r| r.corpus == c).unwrap();
@@ -336,7 +340,7 @@ mod tests {
     #[test]
     fn what_is_compressed_decompresses_to_the_packet() {
         let mut d = Deflate::new();
-        let pkts = packets(Corpus::Records, 576);
+        let pkts = packets(Corpus::Records, 576, None).unwrap();
         let out = compress_all(&mut d, &pkts);
         let mut sa = IpcompSa::new(params(576));
         for (p, c) in pkts.iter().zip(&out) {

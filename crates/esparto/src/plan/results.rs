@@ -199,6 +199,9 @@ pub struct IpcompData {
     pub seconds: f64,
     /// Measurements per figure (medians).
     pub runs: usize,
+    /// The file measured as corpus "file", if any.
+    #[serde(default)]
+    pub file: Option<String>,
     /// One row per corpus and packet size.
     pub rows: Vec<crate::bench::ipcomp::Row>,
 }
@@ -842,7 +845,7 @@ pub(crate) mod tests {
     #[test]
     fn ipcomp_results_are_kept_beside_the_others_and_read_by_no_plan() {
         let dir = tempfile::tempdir().unwrap();
-        let data = IpcompData { seconds: 0.5, runs: 3, rows: vec![] };
+        let data = IpcompData { seconds: 0.5, runs: 3, file: None, rows: vec![] };
         let a = save(dir.path(), "deflate", &envelope(Kind::Ipcomp, data)).unwrap();
         let b = save(dir.path(), "deflate", &envelope(Kind::IpcompTunnel, serde_json::json!({"cells": []}))).unwrap();
         assert!(a.file_name().unwrap().to_string_lossy().starts_with("ipcomp-deflate-"), "{a:?}");
