@@ -43,11 +43,13 @@
 //!
 //! A "no" sends uncompressed for a back-off that doubles while the answer
 //! stays no (RFC 3173 §2.2's "exponential backoff"), from [`BACKOFF_MIN`]
-//! to [`BACKOFF_MAX`] packets, then probes one window again; a "yes"
-//! resets it.
+//! to [`BACKOFF_MAX`] packets but never longer than [`BACKOFF_MAX_TIME`],
+//! then probes one window again; a "yes" resets it.
 
 use esparto_wire::esp as wesp;
 use esparto_wire::ipcomp::{self as wipcomp, HEADER_LEN};
+use std::time::{Duration, Instant};
+
 use libdeflater::{CompressionLvl, Compressor, DecompressionError, Decompressor};
 
 use crate::counters::DropReason;
@@ -87,6 +89,12 @@ pub const BACKOFF_MIN: u32 = 64;
 
 /// The longest back-off, in packets.
 pub const BACKOFF_MAX: u32 = 1 << 16;
+
+/// A back-off also ends after this long, whatever packets are left in
+/// it: on a slow link the longest one would last many seconds (65,536
+/// packets are 15 s at 50 Mbit/s) after the traffic changed. One probe of
+/// [`PROBE_PACKETS`] a second costs nothing measurable.
+pub const BACKOFF_MAX_TIME: Duration = Duration::from_secs(1);
 
 /// How an SA compresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -323,6 +331,9 @@ pub struct IpcompSa {
     attempted: bool,
     /// Adaptive: the next back-off's length.
     next_backoff: u32,
+    /// Adaptive: when the current back-off was first seen (by
+    /// [`IpcompSa::observe`]).
+    paused_since: Option<Instant>,
 }
 
 impl IpcompSa {
@@ -354,6 +365,7 @@ impl IpcompSa {
             window_link: None,
             attempted: false,
             next_backoff: BACKOFF_MIN,
+            paused_since: None,
         }
     }
 
@@ -385,25 +397,29 @@ impl IpcompSa {
         }
     }
 
-    /// Adaptive: the worker's count of send-path push-backs (a UDP send
-    /// that the socket refused in part; a change since the last call marks
-    /// this window as "the link pushes back") and its latest verdict on
-    /// the link (`Some(mbps)`: saturated, draining at that rate).
+    /// Adaptive, before each packet: the time, the worker's count of
+    /// send-path push-backs (a UDP send that the socket refused in part; a
+    /// change since the last call marks this window as "the link pushes
+    /// back") and its latest verdict on the link (`Some(mbps)`: saturated,
+    /// draining at that rate).
     #[inline]
-    pub fn observe_link(&mut self, pushbacks: u64, saturated_mbps: Option<u32>) {
+    pub fn observe(&mut self, now: Instant, pushbacks: u64, saturated_mbps: Option<u32>) {
         if pushbacks != self.pushbacks_seen {
             self.pushbacks_seen = pushbacks;
             self.window_pushback = true;
         }
         let newly_saturated = saturated_mbps.is_some() && self.window_link.is_none();
         self.window_link = saturated_mbps;
-        // A pause for want of a bottleneck ends when the link becomes one:
-        // the next packet probes again instead of waiting out a back-off
-        // that may have grown to tens of thousands of packets.
-        if newly_saturated {
-            if let IpcompState::Backoff { remaining, reason: PauseReason::Cpu } = &mut self.stats.state {
-                *remaining = 1;
-            }
+        let IpcompState::Backoff { remaining, reason } = &mut self.stats.state else {
+            self.paused_since = None;
+            return;
+        };
+        let since = *self.paused_since.get_or_insert(now);
+        // The next packet probes again when the pause has lasted
+        // BACKOFF_MAX_TIME, or when a pause for want of a bottleneck sees
+        // the link become one.
+        if now.saturating_duration_since(since) >= BACKOFF_MAX_TIME || (newly_saturated && *reason == PauseReason::Cpu) {
+            *remaining = 1;
         }
     }
 
@@ -768,11 +784,12 @@ mod tests {
 
     #[test]
     fn a_link_that_becomes_saturated_ends_a_cpu_pause() {
+        let now = Instant::now();
         let mut d = Deflate::new();
         let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
         let txt = text(1400);
         let send = |d: &mut Deflate, sa: &mut IpcompSa, link: Option<u32>| {
-            sa.observe_link(0, link);
+            sa.observe(now, 0, link);
             let mut b = txt.clone();
             let timed = sa.time_next();
             let (_, _, sw) = d.compress_in_place(sa, &mut b, 0..1400, 4);
@@ -802,12 +819,36 @@ mod tests {
         // An incompressible pause is not cut short by the link.
         let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
         sa.stats.state = IpcompState::Backoff { remaining: 100, reason: PauseReason::Incompressible };
-        sa.observe_link(0, Some(50));
+        sa.observe(Instant::now(), 0, Some(50));
         assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: 100, reason: PauseReason::Incompressible });
     }
 
     #[test]
+    fn a_long_pause_ends_after_its_time_whatever_packets_are_left() {
+        let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
+        let t0 = Instant::now();
+        sa.stats.state = IpcompState::Backoff { remaining: BACKOFF_MAX, reason: PauseReason::Incompressible };
+        sa.observe(t0, 0, None);
+        assert!(!sa.wants(1400));
+        sa.observe(t0 + BACKOFF_MAX_TIME / 2, 0, None);
+        assert!(!sa.wants(1400));
+        assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: BACKOFF_MAX - 2, reason: PauseReason::Incompressible });
+        // A second on: this packet ends the pause, the next one probes.
+        sa.observe(t0 + BACKOFF_MAX_TIME, 0, None);
+        assert!(!sa.wants(1400));
+        assert_eq!(sa.stats().state, IpcompState::On);
+        sa.observe(t0 + BACKOFF_MAX_TIME, 0, None);
+        assert!(sa.wants(1400));
+        // The next pause is timed from its own start.
+        sa.stats.state = IpcompState::Backoff { remaining: 1000, reason: PauseReason::Cpu };
+        sa.observe(t0 + 3 * BACKOFF_MAX_TIME, 0, None);
+        sa.observe(t0 + 3 * BACKOFF_MAX_TIME + BACKOFF_MAX_TIME / 2, 0, None);
+        assert!(matches!(sa.stats().state, IpcompState::Backoff { remaining: 1000, .. }));
+    }
+
+    #[test]
     fn cpu_bound_backs_off_doubling_and_resets_when_the_link_pushes_back() {
+        let now = Instant::now();
         let mut d = Deflate::new();
         let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
         let txt = text(1400);
@@ -816,7 +857,7 @@ mod tests {
             if pushback {
                 pushbacks += 1;
             }
-            sa.observe_link(pushbacks, None);
+            sa.observe(now, pushbacks, None);
             let mut b = txt.clone();
             let timed = sa.time_next();
             let (_, _, sw) = d.compress_in_place(sa, &mut b, 0..1400, 4);
@@ -882,6 +923,7 @@ mod tests {
 
     #[test]
     fn adaptive_backs_off_on_random_and_returns_on_text() {
+        let now = Instant::now();
         let mut d = Deflate::new();
         let mut sa = IpcompSa::new(params(IpcompMode::Adaptive));
         // The link pushes back throughout: only the data decides.
@@ -891,7 +933,7 @@ mod tests {
         let mut switches = Vec::new();
         let mut send = |d: &mut Deflate, sa: &mut IpcompSa, data: &[u8]| {
             pushbacks += 1;
-            sa.observe_link(pushbacks, None);
+            sa.observe(now, pushbacks, None);
             let mut b = data.to_vec();
             let n = b.len();
             let (r, _, sw) = d.compress_in_place(sa, &mut b, 0..n, 4);

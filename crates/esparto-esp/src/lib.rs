@@ -47,7 +47,7 @@ mod worker;
 pub use counters::{DropReason, Drops, SaCounters};
 pub use group::{ACQUIRE_RETRY, SaGroup};
 pub use ipcomp::{
-    ADAPTIVE_MAX_RATIO, BACKOFF_MAX, BACKOFF_MIN, DEFLATE_LEVEL, Deflate, IpcompMode, IpcompParams, IpcompSa, IpcompState,
+    ADAPTIVE_MAX_RATIO, BACKOFF_MAX, BACKOFF_MAX_TIME, BACKOFF_MIN, DEFLATE_LEVEL, Deflate, IpcompMode, IpcompParams, IpcompSa, IpcompState,
     IpcompStats, IpcompSwitch, MAX_PACKET, MIN_COMPRESS_LEN, MIN_GAIN, PROBE_PACKETS, PauseReason, TIME_EVERY,
     TRANSFORM_DEFLATE, WindowFigures, decide,
 };

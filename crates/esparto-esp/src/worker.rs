@@ -438,7 +438,7 @@ impl Worker {
                 // A packet too big for the SA stays so: it is refused
                 // with the MTU its sender must use, compressible or not.
                 (Some(ipc), Some(deflate)) if inner.len() <= sa.max_inner() => {
-                    ipc.observe_link(self.ipcomp.pushbacks, self.ipcomp.link_saturated_mbps);
+                    ipc.observe(now, self.ipcomp.pushbacks, self.ipcomp.link_saturated_mbps);
                     let len = inner.len();
                     let t0 = ipc.time_next().then(std::time::Instant::now);
                     let (inner, nh, switch) = deflate.compress_in_place(ipc, buf, inner, next_header);
