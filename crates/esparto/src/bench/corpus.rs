@@ -85,9 +85,9 @@ impl Corpus {
     }
 
     /// Exactly `len` bytes of a generated corpus (the same bytes every
-    /// time); none for [`Corpus::File`], whose bytes come from
-    /// [`Corpus::bytes`].
-    pub fn generate(self, len: usize) -> Vec<u8> {
+    /// time). [`Corpus::bytes`] answers for [`Corpus::File`] before
+    /// calling this.
+    fn generate(self, len: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(len + 16 * 1024);
         let mut rng = Rng::new(SEED ^ self as u64);
         match self {
@@ -115,6 +115,7 @@ impl Corpus {
                     out.extend_from_slice(&rng.next().to_le_bytes());
                 }
             }
+            // Not generated: `bytes` takes the file.
             Corpus::File => return Vec::new(),
         }
         out.truncate(len);
