@@ -25,7 +25,8 @@
 //! the CPU, is the bottleneck, and the data compresses. Over a window of
 //! [`PROBE_PACKETS`] packets the SA learns what compression saves (bytes
 //! out over bytes in), what it costs (nanoseconds per input byte, timed on
-//! one packet in [`TIME_EVERY`]), and what the link can carry: the
+//! one packet in [`TIME_EVERY`]; the cheapest of those, since preemption
+//! only ever adds time), and what the link can carry: the
 //! configured `link_mbps`; else the rate the worker measured on its own
 //! link while its send queue stood (the local link is the bottleneck:
 //! the I/O layer's link meter, [`Worker::note_link`](crate::Worker::note_link));
@@ -317,9 +318,9 @@ pub struct IpcompSa {
     window_in: u64,
     window_out: u64,
     window_packets: u32,
-    /// Adaptive: compression time and input bytes of the timed packets.
-    window_ns: u64,
-    window_timed: u64,
+    /// Adaptive: the cheapest of the window's timed compressions, in
+    /// picoseconds per input byte (`None`: none timed yet).
+    window_ps_per_byte: Option<u64>,
     /// Adaptive: the worker's push-back count last seen, and whether it
     /// moved in this window.
     pushbacks_seen: u64,
@@ -358,8 +359,7 @@ impl IpcompSa {
             window_in: 0,
             window_out: 0,
             window_packets: 0,
-            window_ns: 0,
-            window_timed: 0,
+            window_ps_per_byte: None,
             pushbacks_seen: 0,
             window_pushback: false,
             window_link: None,
@@ -390,10 +390,19 @@ impl IpcompSa {
 
     /// Adaptive: the time the last packet's compression took (ignored if
     /// it did not go through the compressor).
+    ///
+    /// The window keeps the *cheapest* timed packet, not the sum: a wall
+    /// clock times whatever else ran on the CPU meanwhile, so a worker
+    /// preempted during one compression would otherwise see the cost of a
+    /// scheduler time slice spread over the window and stop compressing on
+    /// a link that is the bottleneck by far. Preemption only ever adds
+    /// time, so the minimum of the window's samples is the estimate it
+    /// cannot inflate; the samples are packets of the same SA, whose cost
+    /// per byte differs little.
     pub fn note_cost(&mut self, len: usize, ns: u64) {
-        if self.attempted {
-            self.window_ns += ns;
-            self.window_timed += len as u64;
+        if self.attempted && len > 0 {
+            let ps = ns.saturating_mul(1000) / len as u64;
+            self.window_ps_per_byte = Some(self.window_ps_per_byte.map_or(ps, |m| m.min(ps)));
         }
     }
 
@@ -467,7 +476,7 @@ impl IpcompSa {
         }
         let figures = WindowFigures {
             ratio: self.window_out as f64 / self.window_in.max(1) as f64,
-            ns_per_byte: (self.window_timed > 0).then(|| self.window_ns as f64 / self.window_timed as f64),
+            ns_per_byte: self.window_ps_per_byte.map(|ps| ps as f64 / 1000.0),
             link_mbps: self.params.link_mbps.or(self.window_link),
             link_measured: self.params.link_mbps.is_none() && self.window_link.is_some(),
             pushback: self.window_pushback,
@@ -475,8 +484,7 @@ impl IpcompSa {
         self.window_in = 0;
         self.window_out = 0;
         self.window_packets = 0;
-        self.window_ns = 0;
-        self.window_timed = 0;
+        self.window_ps_per_byte = None;
         self.window_pushback = false;
         let ps_per_byte = figures.ns_per_byte.map_or(0, |c| (c * 1000.0).round().clamp(0.0, f64::from(u32::MAX)) as u32);
         let switch = |state| IpcompSwitch {
@@ -901,6 +909,37 @@ mod tests {
         }
         assert_eq!(sa.stats().state, IpcompState::Backoff { remaining: BACKOFF_MIN, reason: PauseReason::Cpu });
         assert_eq!(sa.stats().switches_off, 3);
+    }
+
+    #[test]
+    fn a_preempted_sample_does_not_turn_compression_off() {
+        // Every window's first timed packet took 10 ms (the worker was
+        // preempted in the middle of it: 7 µs/B), the others 1 ns/B: the
+        // window's estimate is the cheapest, and a 50 Mbit/s link stays
+        // the bottleneck.
+        let mut d = Deflate::new();
+        let mut sa = IpcompSa::new(IpcompParams { link_mbps: Some(50), ..params(IpcompMode::Adaptive) });
+        let txt = text(1400);
+        for i in 0..8 * PROBE_PACKETS {
+            let mut b = txt.clone();
+            let timed = sa.time_next();
+            let (_, _, sw) = d.compress_in_place(&mut sa, &mut b, 0..1400, 4);
+            if timed {
+                sa.note_cost(1400, if i % PROBE_PACKETS == 0 { 10_000_000 } else { 1400 });
+            }
+            assert!(sw.is_none(), "{sw:?}");
+        }
+        assert_eq!(sa.stats().state, IpcompState::On);
+        // Every sample that slow: the CPU is what limits the SA.
+        for _ in 0..PROBE_PACKETS {
+            let mut b = txt.clone();
+            let timed = sa.time_next();
+            d.compress_in_place(&mut sa, &mut b, 0..1400, 4);
+            if timed {
+                sa.note_cost(1400, 10_000_000);
+            }
+        }
+        assert!(matches!(sa.stats().state, IpcompState::Backoff { reason: PauseReason::Cpu, .. }));
     }
 
     #[test]
