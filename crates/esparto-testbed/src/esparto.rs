@@ -371,6 +371,9 @@ pub struct EspartoGateway {
     control: PathBuf,
     child: Option<Child>,
     pid: u32,
+    /// Environment variables of the daemon process (the fault-injection
+    /// hooks), kept for a restart.
+    env: Vec<(String, String)>,
 }
 
 impl EspartoGateway {
@@ -386,10 +389,26 @@ impl EspartoGateway {
         Self::start_with(ns, bin, &cfg.tun, |control| cfg.to_toml(control))
     }
 
+    /// Like [`start`](Self::start), with these environment variables set
+    /// for the daemon (e.g. a fault-injection hook of a test build).
+    pub fn start_with_env(ns: &Netns, bin: &Path, cfg: &EspartoConfig, env: &[(&str, &str)]) -> Result<Self> {
+        Self::start_inner(ns, bin, &cfg.tun, env, |control| cfg.to_toml(control))
+    }
+
     /// Like [`start`](Self::start), with the configuration file that
     /// `toml` writes for a control socket path (several connections, a
     /// file to change and reload); `tun` is its TUN device.
     pub fn start_with(ns: &Netns, bin: &Path, tun: &str, toml: impl FnOnce(&Path) -> String) -> Result<Self> {
+        Self::start_inner(ns, bin, tun, &[], toml)
+    }
+
+    fn start_inner(
+        ns: &Netns,
+        bin: &Path,
+        tun: &str,
+        env: &[(&str, &str)],
+        toml: impl FnOnce(&Path) -> String,
+    ) -> Result<Self> {
         let dir = WorkDir::new(&format!("esparto-{}", ns.name()))?;
         let control = dir.join("esparto.sock");
         let config = dir.join("esparto.toml");
@@ -403,6 +422,7 @@ impl EspartoGateway {
             control,
             child: None,
             pid: 0,
+            env: env.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
         };
         g.spawn()?;
         Ok(g)
@@ -420,6 +440,7 @@ impl EspartoGateway {
             .arg(self.dir.join("esparto.toml"))
             .arg("--control")
             .arg(&self.control)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

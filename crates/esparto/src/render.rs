@@ -41,6 +41,20 @@ fn io(w: &IoStatus) -> String {
     s
 }
 
+/// How long a worker went without draining its queues, and how long it
+/// waited for a CPU (`None` before it has turned twice).
+fn loop_line(w: &crate::status::WorkerStatus) -> Option<String> {
+    let g = &w.loop_gaps;
+    if g.counts.iter().sum::<u64>() == 0 {
+        return None;
+    }
+    let mut s = format!("longest gap {:.1} ms, {} over 200 ms", g.max_ms, g.over_200ms);
+    if let Some(ms) = w.cpu_wait_ms {
+        s += &format!("; waited {ms:.0} ms for a CPU");
+    }
+    Some(s)
+}
+
 /// The whole status as text, ending with a newline.
 pub fn status_text(s: &Status) -> String {
     let mut out = String::new();
@@ -72,8 +86,18 @@ pub fn status_text(s: &Status) -> String {
         if w.io != IoStatus::default() {
             let _ = writeln!(out, "  i/o: {}", io(&w.io));
         }
+        if let Some(l) = loop_line(w) {
+            let _ = writeln!(out, "  loop: {l}");
+        }
     }
     let _ = writeln!(out, "all workers: {}", drops(&s.drops, "drops: "));
+    for d in &s.devices {
+        let _ = writeln!(
+            out,
+            "device {} (the kernel's counters): {} packets to the workers, {} dropped (queue full); {} from the workers, {} dropped",
+            d.name, d.to_workers, d.queue_full, d.from_workers, d.input_dropped
+        );
+    }
     out.push('\n');
     out.push_str(&sa_table(&s.sas));
     out.push_str(&ipcomp_lines(&s.sas));
@@ -436,6 +460,14 @@ mod tests {
                 udp_tx_dropped: 3,
                 io_errors: 0,
             },
+            loop_gaps: crate::status::LoopGapsStatus {
+                bounds_ms: vec![0.1, 1.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0],
+                counts: vec![100, 3, 0, 0, 0, 0, 1, 0, 0],
+                sum_ms: 314.9,
+                max_ms: 312.5,
+                over_200ms: 1,
+            },
+            cpu_wait_ms: Some(41.6),
             ..WorkerStatus::default()
         };
         w0.drops.insert("replay".into(), 3);
@@ -459,7 +491,14 @@ mod tests {
             steering: "flow table".into(),
             workers: vec![w0.clone(), w1],
             sas: vec![sa("lan", "c0000201", "out", "fallback", 0, 120), in0],
-            drops: w0.drops.clone(),
+            drops: [("replay".to_string(), 3), ("tun_queue_full".to_string(), 2)].into(),
+            devices: vec![crate::status::DeviceStatus {
+                name: "esparto0".into(),
+                to_workers: 127,
+                queue_full: 2,
+                from_workers: 7,
+                input_dropped: 0,
+            }],
             ike_sas: vec![],
             ike: Default::default(),
             ike_events: Default::default(),
@@ -468,8 +507,10 @@ mod tests {
 esparto 0.1.0 (pid 77), up 1m05s, tun esparto0 (flow table), 2 workers
 worker 0 (cpu 0): tx 120 packets (120000 bytes), rx 7 packets (7000 bytes), drops: replay 3
   i/o: tun 40 reads (2 GSO), 3.0 packets/read, 2 writes, 3.5 packets/write; udp 4 recvmmsg, 1.8 datagrams/call; 8 sendmmsg, 15.0 datagrams/call; 3 datagrams dropped (send buffer full)
+  loop: longest gap 312.5 ms, 1 over 200 ms; waited 42 ms for a CPU
 worker 1 (unpinned): tx 0 packets (0 bytes), rx 0 packets (0 bytes), no drops
-all workers: drops: replay 3
+all workers: drops: replay 3, tun_queue_full 2
+device esparto0 (the kernel's counters): 127 packets to the workers, 2 dropped (queue full); 7 from the workers, 0 dropped
 
 CHILD     SPI       DIR  ROLE      WORKER  SUITE        PEER            PACKETS   BYTES  LAST SEQ    AGE  DROPS
 site/lan  c0000201  out  fallback       0  aes256gcm16  192.0.2.2:4500      120  120000       120  1h02m  -

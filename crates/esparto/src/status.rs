@@ -25,8 +25,13 @@ pub struct Status {
     pub workers: Vec<WorkerStatus>,
     /// Per-SA figures (an outbound fallback SA appears once per worker that used it).
     pub sas: Vec<SaStatus>,
-    /// Drops by reason, summed over workers.
+    /// Drops by reason, summed over workers, and the kernel's drops at the
+    /// TUN device (`tun_queue_full`, `tun_input_dropped`; see `devices`).
     pub drops: BTreeMap<String, u64>,
+    /// The kernel's own counters of each TUN device the daemon reads and
+    /// writes, since the daemon started.
+    #[serde(default)]
+    pub devices: Vec<DeviceStatus>,
     /// IKE SAs and their Child SAs (empty without IKE connections).
     #[serde(default)]
     pub ike_sas: Vec<IkeSaStatus>,
@@ -101,6 +106,68 @@ pub struct WorkerStatus {
     /// many were already waiting.
     #[serde(default)]
     pub events_dropped: u64,
+    /// How long the worker went without draining its queues.
+    #[serde(default)]
+    pub loop_gaps: LoopGapsStatus,
+    /// Milliseconds the worker thread was runnable but waited for a CPU
+    /// since it started (the scheduler's run delay; absent where the
+    /// kernel does not say): other work taking the CPU shows here.
+    #[serde(default)]
+    pub cpu_wait_ms: Option<f64>,
+}
+
+/// A TUN device as the kernel counts it (`ip -s link`), since the daemon
+/// started.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceStatus {
+    /// The device's name.
+    pub name: String,
+    /// Packets the host sent into the device, towards the workers (`ip -s
+    /// link`'s TX).
+    pub to_workers: u64,
+    /// Of those, packets the kernel dropped because the device's queue
+    /// towards the workers was full: the workers did not read in time
+    /// (see each worker's `loop_gaps` and `cpu_wait_ms`). Reason
+    /// `tun_queue_full`.
+    pub queue_full: u64,
+    /// Packets the workers wrote into the device, towards the host (RX).
+    pub from_workers: u64,
+    /// Of those, packets the kernel dropped on their way into the host's
+    /// stack. Reason `tun_input_dropped`.
+    pub input_dropped: u64,
+}
+
+/// How long one worker went without draining its queues: a histogram of
+/// the time between the starts of its loop's turns. An idle worker turns
+/// at least once a tick (100 ms), so a gap well beyond that is time it
+/// did not run when it should have; `cpu_wait_ms` beside it says whether
+/// other work held the CPU.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LoopGapsStatus {
+    /// Upper bounds of the buckets, milliseconds (a last bucket, without a
+    /// bound, holds every longer gap).
+    pub bounds_ms: Vec<f64>,
+    /// Gaps per bucket (one more entry than `bounds_ms`).
+    pub counts: Vec<u64>,
+    /// The sum of every gap, milliseconds.
+    pub sum_ms: f64,
+    /// The longest gap, milliseconds.
+    pub max_ms: f64,
+    /// Gaps longer than 200 ms.
+    pub over_200ms: u64,
+}
+
+impl LoopGapsStatus {
+    /// From a worker's histogram.
+    pub fn from_gaps(g: &esparto_io::worker::LoopGaps) -> Self {
+        Self {
+            bounds_ms: esparto_io::worker::LOOP_GAP_BOUNDS_US.iter().map(|&us| us as f64 / 1000.0).collect(),
+            counts: g.counts.to_vec(),
+            sum_ms: g.sum_us as f64 / 1000.0,
+            max_ms: g.max_us as f64 / 1000.0,
+            over_200ms: g.longer_than(200_000),
+        }
+    }
 }
 
 /// One worker's I/O: how many packets each system call carried.

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::gaps::SchedStat;
 use super::{Datapath, IoStats, Shared, WorkerConfig};
 use crate::batch::{RxBatch, TxBatch};
 use crate::control::{ControlSender, Refused};
@@ -100,7 +101,9 @@ impl<D: Datapath> WorkerLoop<D> {
                 revents: 0,
             },
         ];
+        let sched = SchedStat::open();
         let mut next_tick = Instant::now() + self.tick;
+        let mut last_turn: Option<Instant> = None;
         loop {
             if self.shared.stop.load(Ordering::Acquire) {
                 break;
@@ -116,6 +119,10 @@ impl<D: Datapath> WorkerLoop<D> {
             }
             self.stats.loops += 1;
             let now = Instant::now();
+            if let Some(t) = last_turn {
+                self.stats.loop_gaps.record(now.saturating_duration_since(t));
+            }
+            last_turn = Some(now);
             if fds[2].revents != 0 {
                 self.shared.wake.drain();
                 self.apply_commands(now);
@@ -135,6 +142,9 @@ impl<D: Datapath> WorkerLoop<D> {
                 self.inbound(now);
             }
             if now >= next_tick {
+                if let Some(s) = &sched {
+                    self.stats.cpu_wait = s.run_delay();
+                }
                 self.dp.on_tick(now);
                 next_tick = now + self.tick;
             }

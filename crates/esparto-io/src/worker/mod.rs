@@ -66,7 +66,9 @@ use crate::tun::{TunQueue, TunStats};
 use crate::udp::{UdpSocket, UdpStats};
 
 mod event_loop;
+mod gaps;
 use event_loop::WorkerLoop;
+pub use gaps::{LOOP_GAP_BOUNDS_US, LoopGaps};
 
 /// The data path a worker drives: for the gateway, ESP.
 pub trait Datapath: Send + 'static {
@@ -209,6 +211,13 @@ pub struct IoStats {
     pub commands: u64,
     /// Loop iterations.
     pub loops: u64,
+    /// Time between the starts of consecutive loop iterations (see
+    /// [`LoopGaps`]).
+    pub loop_gaps: LoopGaps,
+    /// Time the worker thread spent runnable but waiting for a CPU, as of
+    /// its last tick (the scheduler's run delay; `None` where the kernel
+    /// does not say).
+    pub cpu_wait: Option<Duration>,
 }
 
 /// Why a worker stopped without being told to.

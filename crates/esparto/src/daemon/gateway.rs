@@ -30,6 +30,7 @@
 //! (`control_queue_full`), and the status's drops by reason include the I/O
 //! layer's beside the ESP engine's.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -40,6 +41,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use esparto_esp::{Direction, TAILROOM, max_inner_len};
 use esparto_io::udp::UdpConfig;
 use esparto_io::routing::{PeerPath, Prefix, TunnelRouting};
+use esparto_io::netlink::{DeviceStats, Rtnetlink};
 use esparto_io::worker::{ControlDatagram, IoStats, WorkerFailure};
 use esparto_io::{ControlRx, control_channel};
 use esparto_io::{Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, Workers};
@@ -51,7 +53,7 @@ use super::table::{Effect, Table};
 use crate::config::{Config, Connection};
 use crate::metrics::SaRow;
 use crate::datapath::{self, EspCommand, EspDatapath, IcmpSources, SPI_STEERING, Snapshot, WorkerEvent};
-use crate::status::{IkeSaStatus, IoStatus, SaStatus, Status, WorkerStatus};
+use crate::status::{DeviceStatus, IkeSaStatus, IoStatus, LoopGapsStatus, SaStatus, Status, WorkerStatus};
 
 /// TUN MTU when no SA suite is known yet (IKE children before negotiation).
 const DEFAULT_TUN_MTU: u16 = 1400;
@@ -80,6 +82,46 @@ pub struct Gateway {
     reservations: Option<Reservations<FsStore>>,
     /// When a failed reservation write was last logged.
     reservation_warned: Option<Instant>,
+    /// The kernel's counters of the TUN device.
+    device: DeviceCounters,
+}
+
+/// The kernel's own counters of the TUN device (`IFLA_STATS64` over
+/// rtnetlink), read for each status and scrape: the packets the kernel
+/// dropped in front of the workers, which no worker can count. Counted
+/// from the daemon's start (a device left by an earlier run keeps its
+/// counters, so they are read once at start and taken off).
+struct DeviceCounters {
+    name: String,
+    nl: RefCell<Option<Rtnetlink>>,
+    baseline: DeviceStats,
+}
+
+impl DeviceCounters {
+    fn new(name: &str) -> Self {
+        let mut nl = Rtnetlink::open().map_err(|e| warn!(tun = name, "no rtnetlink socket for the device's counters: {e}")).ok();
+        let baseline = nl.as_mut().and_then(|nl| Self::query(nl, name)).unwrap_or_default();
+        Self { name: name.to_string(), nl: RefCell::new(nl), baseline }
+    }
+
+    fn query(nl: &mut Rtnetlink, name: &str) -> Option<DeviceStats> {
+        nl.link(name).ok().flatten().and_then(|l| l.stats)
+    }
+
+    /// The device's counters since the start; `None` if the kernel did not
+    /// answer.
+    fn read(&self) -> Option<DeviceStatus> {
+        let mut nl = self.nl.borrow_mut();
+        let now = Self::query(nl.as_mut()?, &self.name)?;
+        let b = self.baseline;
+        Some(DeviceStatus {
+            name: self.name.clone(),
+            to_workers: now.tx_packets.saturating_sub(b.tx_packets),
+            queue_full: now.tx_dropped.saturating_sub(b.tx_dropped),
+            from_workers: now.rx_packets.saturating_sub(b.rx_packets),
+            input_dropped: now.rx_dropped.saturating_sub(b.rx_dropped),
+        })
+    }
 }
 
 impl std::fmt::Debug for Gateway {
@@ -210,6 +252,7 @@ impl Gateway {
         .context("starting worker threads")?;
         info!(tun = %tun_name, mtu, workers = n, %bind, "data plane up");
         let table = Table::from_config(cfg, u16::try_from(n).unwrap_or(u16::MAX), bind.ip());
+        let device = DeviceCounters::new(&tun_name);
         let mut gw = Self {
             started: Instant::now(),
             tun: tun_name,
@@ -224,6 +267,7 @@ impl Gateway {
             bind,
             reservations,
             reservation_warned: None,
+            device,
         };
         let now = Instant::now();
         for conn in &cfg.connections {
@@ -484,6 +528,7 @@ impl Gateway {
             Vec::new()
         };
         Ok(Gathered {
+            devices: self.device.read().into_iter().collect(),
             snaps,
             owners,
             uptime_s: self.started.elapsed().as_secs_f64(),
@@ -511,6 +556,17 @@ impl Gateway {
     }
 }
 
+/// The kernel's drops at the TUN devices, under their reasons (non-zero
+/// only).
+fn device_drops(devices: &[DeviceStatus]) -> impl Iterator<Item = (String, u64)> + '_ {
+    let full: u64 = devices.iter().map(|d| d.queue_full).sum();
+    let input: u64 = devices.iter().map(|d| d.input_dropped).sum();
+    [("tun_queue_full", full), ("tun_input_dropped", input)]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| (r.to_string(), n))
+}
+
 fn drops_map(d: &esparto_esp::Drops) -> BTreeMap<String, u64> {
     d.nonzero().map(|(r, n)| (r.name().to_string(), n)).collect()
 }
@@ -529,6 +585,8 @@ struct Owner {
 #[derive(Debug)]
 pub struct Gathered {
     snaps: Vec<Snapshot>,
+    /// The kernel's counters of the TUN device.
+    devices: Vec<DeviceStatus>,
     /// For each snapshot, for each of its SAs in order: whose it is.
     owners: Vec<Vec<Option<Owner>>>,
     uptime_s: f64,
@@ -554,7 +612,7 @@ impl Gathered {
 
     /// The status, with the SAs in it (`format_sas`) or beside it.
     fn split(self, format_sas: bool) -> (Status, Vec<SaRow>) {
-        let Gathered { snaps, owners, uptime_s, tun, steering, ike_sas, at } = self;
+        let Gathered { snaps, devices, owners, uptime_s, tun, steering, ike_sas, at } = self;
         let mut total = esparto_esp::Drops::default();
         let mut workers = Vec::with_capacity(snaps.len());
         let n = snaps.iter().map(|s| s.esp.sas.len()).sum();
@@ -579,6 +637,8 @@ impl Gathered {
                 io: IoStatus::from_stats(&io),
                 keepalives,
                 events_dropped: s.events_dropped,
+                loop_gaps: LoopGapsStatus::from_gaps(&io.loop_gaps),
+                cpu_wait_ms: io.cpu_wait.map(|d| d.as_secs_f64() * 1000.0),
             });
             for (sa, owner) in s.sas.into_iter().zip(owners) {
                 if !format_sas {
@@ -625,7 +685,8 @@ impl Gathered {
             steering,
             workers,
             sas,
-            drops: drops_map(&total).into_iter().chain(io_total).collect(),
+            drops: drops_map(&total).into_iter().chain(io_total).chain(device_drops(&devices)).collect(),
+            devices,
             ike_sas,
             ike: BTreeMap::new(),
             ike_events: Default::default(),

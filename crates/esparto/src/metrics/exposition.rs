@@ -444,13 +444,74 @@ impl Exposition {
             None,
             ws().map(|(k, w)| ([("worker", k)], w.events_dropped)),
         )?;
+        self.loop_gaps(e)?;
+        counters(
+            e,
+            "esparto_worker_cpu_wait",
+            "Time each worker thread was runnable but waited for a CPU (the scheduler's run delay).",
+            Some(&Unit::Seconds),
+            ws().filter_map(|(k, w)| w.cpu_wait_ms.map(|ms| ([("worker", k)], ms / 1000.0))),
+        )?;
+        counters(
+            e,
+            "esparto_device_packets",
+            "Packets through each TUN device as the kernel counts them: direction=\"to_workers\" the host sent into it, \"from_workers\" the workers wrote.",
+            None,
+            s.devices.iter().flat_map(|d| {
+                [
+                    ([("device", d.name.as_str()), ("direction", "to_workers")], d.to_workers),
+                    ([("device", d.name.as_str()), ("direction", "from_workers")], d.from_workers),
+                ]
+            }),
+        )?;
+        counters(
+            e,
+            "esparto_device_drops",
+            "Packets the kernel dropped at each TUN device (tun_queue_full: its queue towards the workers was full; tun_input_dropped: on their way into the host), non-zero only.",
+            None,
+            s.devices.iter().flat_map(|d| {
+                [
+                    ([("device", d.name.as_str()), ("reason", "tun_queue_full")], d.queue_full),
+                    ([("device", d.name.as_str()), ("reason", "tun_input_dropped")], d.input_dropped),
+                ]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+            }),
+        )?;
         counters(
             e,
             "esparto_drops",
-            "Packets not delivered, by reason, summed over the workers (non-zero only).",
+            "Packets not delivered, by reason, summed over the workers, with the kernel's drops at the TUN devices (non-zero only).",
             None,
             reasons(&s.drops),
         )
+    }
+
+    /// Each worker's loop gaps as a histogram.
+    fn loop_gaps(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let mut m = e.encode_descriptor(
+            "esparto_worker_loop_gap",
+            "Time between the starts of a worker's loop turns (each drains its TUN queue and socket); an idle worker turns every 100 ms, so longer gaps are time it did not run.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for w in &self.scrape.status.workers {
+            let g = &w.loop_gaps;
+            if g.counts.len() != g.bounds_ms.len() + 1 {
+                continue;
+            }
+            // The last bucket has no bound: +Inf.
+            let buckets: Vec<(f64, u64)> =
+                g.bounds_ms.iter().map(|ms| ms / 1000.0).chain([f64::INFINITY]).zip(g.counts.iter().copied()).collect();
+            let worker = w.worker.to_string();
+            m.encode_family(&[("worker", worker.as_str())])?.encode_histogram::<NoLabelSet>(
+                g.sum_ms / 1000.0,
+                g.counts.iter().sum(),
+                &buckets,
+                None,
+            )?;
+        }
+        Ok(())
     }
 
     fn sas(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {

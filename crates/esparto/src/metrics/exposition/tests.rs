@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::metrics::SaRow;
-use crate::status::{IkeEvents, IoStatus, Status, WorkerStatus};
+use crate::status::{DeviceStatus, IkeEvents, IoStatus, LoopGapsStatus, Status, WorkerStatus};
 use esparto_esp::DropReason;
 
 fn map(kv: &[(&str, u64)]) -> BTreeMap<String, u64> {
@@ -57,6 +57,14 @@ fn status(ike: bool) -> Status {
         },
         keepalives: 2,
         events_dropped: 0,
+        loop_gaps: LoopGapsStatus {
+            bounds_ms: vec![0.1, 1.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0],
+            counts: vec![100, 3, 0, 0, 0, 0, 1, 0, 0],
+            sum_ms: 314.5,
+            max_ms: 312.5,
+            over_200ms: 1,
+        },
+        cpu_wait_ms: Some(250.0 * f64::from(k)),
     };
     let mut s = Status {
         version: "9.9.9".into(),
@@ -68,7 +76,8 @@ fn status(ike: bool) -> Status {
             worker(0, 120, 0, &[]),
             worker(1, 10, 7, &[("replay", 2), ("send_buffer_full", 1)]),
         ],
-        drops: map(&[("replay", 2), ("send_buffer_full", 1), ("no_sa", 0)]),
+        drops: map(&[("replay", 2), ("send_buffer_full", 1), ("no_sa", 0), ("tun_queue_full", 5)]),
+        devices: vec![DeviceStatus { name: "esparto0".into(), to_workers: 135, queue_full: 5, from_workers: 7, input_dropped: 0 }],
         ..Status::default()
     };
     if ike {
@@ -124,6 +133,19 @@ fn figures_are_the_status_summed_over_workers() {
         "esparto_worker_udp_send_calls_total{worker=\"0\"} 8",
         "esparto_worker_keepalives_total{worker=\"0\"} 2",
         "esparto_drops_total{reason=\"replay\"} 2",
+        "esparto_drops_total{reason=\"tun_queue_full\"} 5",
+        "esparto_device_packets_total{device=\"esparto0\",direction=\"to_workers\"} 135",
+        "esparto_device_packets_total{device=\"esparto0\",direction=\"from_workers\"} 7",
+        "esparto_device_drops_total{device=\"esparto0\",reason=\"tun_queue_full\"} 5",
+        "esparto_worker_cpu_wait_seconds_total{worker=\"1\"} 0.25",
+        "# TYPE esparto_worker_loop_gap_seconds histogram",
+        "esparto_worker_loop_gap_seconds_bucket{le=\"0.0001\",worker=\"0\"} 100",
+        "esparto_worker_loop_gap_seconds_bucket{le=\"0.2\",worker=\"1\"} 103",
+        "esparto_worker_loop_gap_seconds_bucket{le=\"1.0\",worker=\"1\"} 104",
+        "esparto_worker_loop_gap_seconds_bucket{le=\"0.5\",worker=\"1\"} 104",
+        "esparto_worker_loop_gap_seconds_bucket{le=\"+Inf\",worker=\"1\"} 104",
+        "esparto_worker_loop_gap_seconds_count{worker=\"1\"} 104",
+        "esparto_worker_loop_gap_seconds_sum{worker=\"1\"} 0.3145",
         "esparto_sas{direction=\"in\"} 1",
         "esparto_sas{direction=\"out\"} 1",
         "esparto_child_sa_packets_total{connection=\"site\",child=\"lan\",direction=\"out\",spi=\"c0000201\"} 130",
@@ -146,6 +168,7 @@ fn figures_are_the_status_summed_over_workers() {
     }
     // Zero drops are left out; so is the engine's SA count (it is by state).
     for absent in [
+        "reason=\"tun_input_dropped\"",
         "icv_failure",
         "no_sa",
         "reason=\"malformed\"",
