@@ -38,6 +38,14 @@ use super::value::{
 pub const DEFAULT_ESP_PROPOSALS: &[&str] = &["aes256gcm16", "aes128gcm16", "chacha20poly1305"];
 /// swanctl's default `rekey_time` for children.
 pub const DEFAULT_REKEY_TIME: Duration = Duration::from_secs(3600);
+/// The shortest `rekey_time` of a child. Each Child SA rekey keeps the
+/// old inbound SA for two seconds after the new one takes over (for
+/// packets already in flight), and negotiating the new one takes a round
+/// trip and a key exchange; a child rekeyed more often than this would
+/// hold two generations of SAs almost all the time and spend its peer's
+/// CPU on rekeys rather than traffic. strongSwan warns of nothing so
+/// short either: one second there is a typing error, not a policy.
+pub const MIN_REKEY_TIME: Duration = Duration::from_secs(5);
 /// Smallest anti-replay window (the data plane's granularity).
 pub const MIN_REPLAY_WINDOW: u32 = 64;
 
@@ -670,6 +678,18 @@ fn lifetimes(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, is_static: bool) -> L
                 default_soft.saturating_add((default_soft / 10).max(u64::from(default_soft > 0))),
             ),
         };
+        if time && soft > 0 && soft < MIN_REKEY_TIME.as_secs() {
+            if let Some(f) = node.field(path, soft_key) {
+                cx.err_at(
+                    &f,
+                    format!(
+                        "{soft_key} ({}) is shorter than the {} minimum: each rekey overlaps two generations of SAs for seconds (0 turns rekeying off)",
+                        fmt_duration(Duration::from_secs(soft)),
+                        fmt_duration(MIN_REKEY_TIME)
+                    ),
+                );
+            }
+        }
         let nz = |v: u64| (v > 0).then_some(v);
         if time {
             lt.soft_time = nz(soft).map(Duration::from_secs);

@@ -354,6 +354,14 @@ fn bad_configs_name_line_column_and_key() {
         ),
         (
             "esp_proposals = [\"aes256gcm16\"]",
+            "esp_proposals = [\"aes256gcm16\"]\nrekey_time = \"1s\"".into(),
+            12,
+            14,
+            format!("{L}.rekey_time"),
+            "rekey_time (1s) is shorter than the 5s minimum",
+        ),
+        (
+            "esp_proposals = [\"aes256gcm16\"]",
             "esp_proposals = [\"aes256gcm16\"]\nreplay_window = 10".into(),
             12,
             17,
