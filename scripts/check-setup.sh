@@ -2,12 +2,13 @@
 # Proves that scripts/setup.sh is all a fresh Debian 12 machine needs: in a
 # minimal Debian 12 root (debootstrap --variant=minbase: no iproute2, no
 # compiler, no make, no Rust), a clean clone of this repository's HEAD,
-# then `scripts/setup.sh && make TARGET` (default: demo) inside it as root,
-# as README.md's quick start says — setup.sh installs the Debian packages,
-# Rust, nightly and cargo-fuzz and checks every program of
-# scripts/programs.txt, and the target runs.
+# then `scripts/setup.sh` and `make TARGET` for each target (default: demo,
+# then test) inside it as root, as README.md's quick start says — setup.sh
+# installs the Debian packages, Rust, nightly and cargo-fuzz and checks
+# every program of scripts/programs.txt, and the targets run to the end.
+# Each step's time is printed at the end.
 #
-#   scripts/check-setup.sh [TARGET] [ROOT]
+#   scripts/check-setup.sh [TARGETS] [ROOT]     TARGETS: e.g. "demo test" (the default), "test"
 #
 # ROOT: a Debian 12 root to use, made with debootstrap if it holds none,
 # and kept; by default a new directory under /var/tmp, removed at the end
@@ -18,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-target=${1:-demo}
+targets=${1:-demo test}
 made=0
 if [[ -n ${2:-} ]]; then root=$2; else root=$(mktemp -d /var/tmp/esparto-setup-root.XXXXXX); made=1; fi
 [[ $(id -u) -eq 0 ]] || { echo "check-setup: needs root (debootstrap, chroot)" >&2; exit 1; }
@@ -54,19 +55,29 @@ if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
 fi
 
-echo "check-setup: scripts/setup.sh && make $target in the fresh root" >&2
-start=$SECONDS
+echo "check-setup: scripts/setup.sh, then make ${targets// /, make } in the fresh root" >&2
+# The steps, each timed, as a script inside the root.
+cat > "$root/src/check-steps.sh" <<'STEPS'
+#!/bin/bash
+set -euo pipefail
+cd /src/esparto
+t=$SECONDS; scripts/setup.sh; times=("scripts/setup.sh $((SECONDS - t)) s")
+for tg in $TARGETS; do
+  t=$SECONDS; make "$tg"; times+=("make $tg $((SECONDS - t)) s")
+done
+printf 'check-setup: passed in the fresh root: %s\n' "$(IFS=,; echo "${times[*]}")" >&2
+STEPS
+chmod +x "$root/src/check-steps.sh"
 # A mount namespace of its own: /proc, /sys, /dev and the namespaces' bind
 # mounts go when the command ends.
 unshare --mount --propagation private /bin/bash -euo pipefail -c '
-  root=$1; target=$2
+  root=$1; targets=$2
   # The root a mount point, as / is on a machine (ip netns makes / a slave).
   mount --bind "$root" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
   mount -t tmpfs tmpfs "$root/run"
-  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/bash -c "cd /src/esparto && scripts/setup.sh && make $target"
-' check-setup "$root" "$target"
-echo "check-setup: scripts/setup.sh && make $target passed in the fresh root in $((SECONDS - start)) s" >&2
+  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/sbin:/usr/bin:/sbin:/bin TARGETS="$targets" \
+    /src/check-steps.sh
+' check-setup "$root" "$targets"
