@@ -35,6 +35,7 @@ pub mod gro;
 pub mod instance;
 pub mod link;
 pub mod mem;
+pub mod netdev;
 pub mod netlink;
 pub mod poll;
 pub mod privs;

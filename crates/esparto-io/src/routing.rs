@@ -410,10 +410,12 @@ impl TunnelRouting {
 
     /// Sends traffic from the `local` prefixes to the `remote` prefixes into
     /// the device: the rules of every local prefix not yet covered by one
-    /// that has them, then a route for every remote prefix (again, too: the
-    /// kernel flushes a device's routes when it goes down). Only families
-    /// with both local and remote prefixes are touched. Goes on past a
-    /// failure and returns the first.
+    /// that has them, then a route for every remote prefix that has none
+    /// yet (a rekey that keeps its selectors changes nothing in the
+    /// kernel). Routes the kernel dropped since (it flushes a device's
+    /// routes when the device goes down) come back with [`restore`](Self::restore).
+    /// Only families with both local and remote prefixes are touched. Goes
+    /// on past a failure and returns the first.
     pub fn add(&mut self, local: &[Prefix], remote: &[Prefix]) -> Result<(), RoutingError> {
         let Some((dev, ifindex)) = self.dev.clone() else {
             return Err(RoutingError::Netlink {
@@ -457,6 +459,9 @@ impl TunnelRouting {
                 }
             }
             for r in remote {
+                if self.routes.contains(&r) {
+                    continue;
+                }
                 let route = self.cfg.route(r, ifindex);
                 match self.nl.replace_route(&route) {
                     Ok(()) => {
@@ -475,29 +480,47 @@ impl TunnelRouting {
         first.map_or(Ok(()), Err)
     }
 
+    /// Puts back every route it set that the kernel no longer has (it
+    /// flushes a device's routes when the device goes down and up), from a
+    /// dump of the table's routes on the device (filtered by the kernel:
+    /// it costs the tunnel's routes, not the host's). Returns how many it
+    /// put back; goes on past a failure and returns the first.
+    pub fn restore(&mut self) -> Result<usize, RoutingError> {
+        let Some((dev, ifindex)) = self.dev.clone() else {
+            return Ok(0);
+        };
+        let present: BTreeSet<Prefix> = self
+            .nl
+            .routes_in(self.cfg.table, ifindex)
+            .map_err(netlink(format!("list the routes of table {}", self.cfg.table)))?
+            .iter()
+            .map(|e| (e.dst, e.prefix_len))
+            .collect();
+        let mut first = None;
+        let mut n = 0;
+        for r in self.routes.iter().copied().filter(|r| !present.contains(r)).collect::<Vec<_>>() {
+            match self.nl.replace_route(&self.cfg.route(r, ifindex)) {
+                Ok(()) => n += 1,
+                Err(e) => {
+                    let what = format!("put back route {}/{} dev {dev} table {}", r.0, r.1, self.cfg.table);
+                    first.get_or_insert(RoutingError::Netlink { what, source: e });
+                }
+            }
+        }
+        first.map_or(Ok(n), Err)
+    }
+
+    /// The tunnel device's name and index, once attached.
+    pub fn device(&self) -> Option<(&str, u32)> {
+        self.dev.as_ref().map(|(n, i)| (n.as_str(), *i))
+    }
+
     /// Where the daemon's own (marked) packets from `src` (its sockets'
     /// address; `None`: the wildcard) to `peer` go. An error if into the
     /// tunnel device: the peer would be unreachable.
     pub fn check_peer(&mut self, peer: IpAddr, src: Option<IpAddr>) -> Result<PeerPath, RoutingError> {
-        let got = self
-            .nl
-            .route_get(peer, src, self.cfg.mark)
-            .map_err(netlink(format!("look up the route to peer {peer}")))?;
-        let Some(e) = got else { return Ok(PeerPath::Unreachable) };
-        let names = self.nl.link_names().unwrap_or_default();
-        if let (Some(oif), Some((dev, ifindex))) = (e.oif, &self.dev) {
-            if oif == *ifindex {
-                return Err(RoutingError::PeerIntoTunnel {
-                    peer,
-                    dev: dev.clone(),
-                    route: e.describe(&names),
-                });
-            }
-        }
-        Ok(match e.oif.and_then(|i| names.get(&i)) {
-            Some(n) => PeerPath::Via(n.clone()),
-            None => PeerPath::Via(e.describe(&names)),
-        })
+        let dev = self.dev.clone();
+        peer_path(&mut self.nl, self.cfg.mark, dev.as_ref().map(|(n, i)| (n.as_str(), *i)), peer, src)
     }
 
     /// Removes the routes of `remote` prefixes from the table (a route
@@ -552,6 +575,31 @@ impl TunnelRouting {
         }
         errors
     }
+}
+
+/// Where packets with firewall mark `mark` from `src` (`None`: the
+/// wildcard) to `peer` go, by the kernel's routing (`ip route get`). An
+/// error if into `tunnel` (name, index): the peer would be unreachable.
+/// A lookup, not a change: the kernel answers it without its routing lock.
+pub fn peer_path(
+    nl: &mut Rtnetlink,
+    mark: u32,
+    tunnel: Option<(&str, u32)>,
+    peer: IpAddr,
+    src: Option<IpAddr>,
+) -> Result<PeerPath, RoutingError> {
+    let got = nl.route_get(peer, src, mark).map_err(netlink(format!("look up the route to peer {peer}")))?;
+    let Some(e) = got else { return Ok(PeerPath::Unreachable) };
+    let names = nl.link_names().unwrap_or_default();
+    if let (Some(oif), Some((dev, ifindex))) = (e.oif, tunnel) {
+        if oif == ifindex {
+            return Err(RoutingError::PeerIntoTunnel { peer, dev: dev.to_string(), route: e.describe(&names) });
+        }
+    }
+    Ok(match e.oif.and_then(|i| names.get(&i)) {
+        Some(n) => PeerPath::Via(n.clone()),
+        None => PeerPath::Via(e.describe(&names)),
+    })
 }
 
 impl Drop for TunnelRouting {

@@ -185,9 +185,12 @@ fn a_minute_of_udp_through_rekeys_loses_nothing() {
         .iter()
         .map(|gw| match gw.status() {
             Ok(st) => format!(
-                "{:?}, per worker (tx, rx, drops) {:?}",
+                "{:?}, per worker (tx, rx, drops, longest loop gap ms, gaps over 200 ms, ms waited for a CPU) {:?}",
                 st.drops,
-                st.workers.iter().map(|w| (w.tx_packets, w.rx_packets, &w.drops)).collect::<Vec<_>>()
+                st.workers
+                    .iter()
+                    .map(|w| (w.tx_packets, w.rx_packets, &w.drops, w.loop_gaps.max_ms, w.loop_gaps.over_200ms, w.cpu_wait_ms))
+                    .collect::<Vec<_>>()
             ),
             Err(e) => format!("status failed: {e:#}"),
         })

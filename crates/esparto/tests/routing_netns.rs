@@ -136,17 +136,23 @@ fn established(gw: &EspartoGateway) -> bool {
     !child_spis(gw).is_empty()
 }
 
+/// Whether `dst` answers pings from `from`: a path, not a loss figure,
+/// so one answer of three pings will do (a busy machine may lose or delay
+/// one), and an attempt without any is repeated once. A path that does not
+/// exist answers none of the six.
 fn ping_ok(from: &Netns, dst: &str, source: Option<&str>) -> bool {
     let dst: IpAddr = dst.parse().unwrap();
-    match source {
-        None => traffic::ping(from, dst, 3, Duration::from_millis(200)).is_ok_and(|r| r.all_answered()),
+    let once = || match source {
+        None => traffic::ping(from, dst, 3, Duration::from_millis(200)).is_ok_and(|r| r.received > 0),
         Some(src) => {
             let fam = if dst.is_ipv6() { "-6" } else { "-4" };
             let d = dst.to_string();
+            // ping exits 0 when at least one reply came back.
             from.exec("ping", &[fam, "-n", "-c", "3", "-i", "0.2", "-W", "2", "-I", src, &d])
                 .is_ok()
         }
-    }
+    };
+    once() || once()
 }
 
 /// Every path of the full tunnel carries traffic.
@@ -234,6 +240,18 @@ fn a_full_tunnel_site_keeps_its_peer_and_leaves_no_trace() {
         let now = child_spis(&west);
         !now.is_empty() && now.iter().all(|c| !spis.contains(c))
     });
+    traffic_flows(&topo);
+    // The device set down and up: the kernel flushes its routes, and the
+    // daemon puts them back by itself (its routing thread checks them
+    // every 2 s), with no rekey or reload to prompt it.
+    let routes = |gw: &Netns| ip_out(gw, &["route", "show", "table", "220"]) + &ip_out(gw, &["-6", "route", "show", "table", "220"]);
+    let before_flap = routes(gw);
+    gw.ip(&["link", "set", "esparto0", "down"]).unwrap();
+    assert!(!routes(gw).contains("esparto0"), "the kernel kept the routes: {}", routes(gw));
+    gw.ip(&["link", "set", "esparto0", "up"]).unwrap();
+    wait_for("the routes to come back", || routes(gw) == before_flap);
+    let log = std::fs::read_to_string(west.dir().join("esparto.log")).unwrap();
+    assert!(log.contains("put back tunnel routes the kernel had dropped"), "{log}");
     traffic_flows(&topo);
     let rules_running = (ip_out(gw, &["-4", "rule"]), ip_out(gw, &["-6", "rule"]));
     let table_running =

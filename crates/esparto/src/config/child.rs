@@ -45,7 +45,7 @@ pub const DEFAULT_REKEY_TIME: Duration = Duration::from_secs(3600);
 /// hold two generations of SAs almost all the time and spend its peer's
 /// CPU on rekeys rather than traffic. strongSwan warns of nothing so
 /// short either: one second there is a typing error, not a policy.
-pub const MIN_REKEY_TIME: Duration = Duration::from_secs(5);
+pub(super) const MIN_REKEY_TIME: Duration = Duration::from_secs(5);
 /// Smallest anti-replay window (the data plane's granularity).
 pub const MIN_REPLAY_WINDOW: u32 = 64;
 

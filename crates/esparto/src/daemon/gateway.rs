@@ -30,7 +30,6 @@
 //! (`control_queue_full`), and the status's drops by reason include the I/O
 //! layer's beside the ESP engine's.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -41,7 +40,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use esparto_esp::{Direction, TAILROOM, max_inner_len};
 use esparto_io::udp::UdpConfig;
 use esparto_io::routing::{PeerPath, Prefix, TunnelRouting};
-use esparto_io::netlink::{DeviceStats, Rtnetlink};
+
+use super::router::Router;
+use esparto_io::netdev::DeviceStats;
 use esparto_io::worker::{ControlDatagram, IoStats, WorkerFailure};
 use esparto_io::{ControlRx, control_channel};
 use esparto_io::{Steering, TunConfig, TunDevice, UdpGroup, UdpSocket, WorkerConfig, Workers};
@@ -73,8 +74,9 @@ pub struct Gateway {
     control_dgrams: ControlRx,
     /// The reuseport group's control socket (IKE on the NAT-T port).
     udp_control: UdpSocket,
-    /// Routes into the TUN device, and the rules that lead to them.
-    routing: TunnelRouting,
+    /// Routes into the TUN device, and the rules that lead to them
+    /// (changed on a thread of their own once the daemon runs).
+    routing: Router,
     /// Every child and Child SA, and what the workers hold of them.
     pub(super) table: Table,
     bind: SocketAddr,
@@ -86,33 +88,26 @@ pub struct Gateway {
     device: DeviceCounters,
 }
 
-/// The kernel's own counters of the TUN device (`IFLA_STATS64` over
-/// rtnetlink), read for each status and scrape: the packets the kernel
-/// dropped in front of the workers, which no worker can count. Counted
-/// from the daemon's start (a device left by an earlier run keeps its
-/// counters, so they are read once at start and taken off).
+/// The kernel's own counters of the TUN device (`esparto_io::netdev`),
+/// read for each status and scrape: the packets the kernel dropped in
+/// front of the workers, which no worker can count. Counted from the
+/// daemon's start (a device left by an earlier run keeps its counters, so
+/// they are read once at start and taken off).
 struct DeviceCounters {
     name: String,
-    nl: RefCell<Option<Rtnetlink>>,
     baseline: DeviceStats,
 }
 
 impl DeviceCounters {
     fn new(name: &str) -> Self {
-        let mut nl = Rtnetlink::open().map_err(|e| warn!(tun = name, "no rtnetlink socket for the device's counters: {e}")).ok();
-        let baseline = nl.as_mut().and_then(|nl| Self::query(nl, name)).unwrap_or_default();
-        Self { name: name.to_string(), nl: RefCell::new(nl), baseline }
-    }
-
-    fn query(nl: &mut Rtnetlink, name: &str) -> Option<DeviceStats> {
-        nl.link(name).ok().flatten().and_then(|l| l.stats)
+        let baseline = esparto_io::netdev::stats(name).ok().flatten().unwrap_or_default();
+        Self { name: name.to_string(), baseline }
     }
 
     /// The device's counters since the start; `None` if the kernel did not
-    /// answer.
+    /// say.
     fn read(&self) -> Option<DeviceStatus> {
-        let mut nl = self.nl.borrow_mut();
-        let now = Self::query(nl.as_mut()?, &self.name)?;
+        let now = esparto_io::netdev::stats(&self.name).ok().flatten()?;
         let b = self.baseline;
         Some(DeviceStatus {
             name: self.name.clone(),
@@ -251,6 +246,7 @@ impl Gateway {
         .and_then(|r| r)
         .context("starting worker threads")?;
         info!(tun = %tun_name, mtu, workers = n, %bind, "data plane up");
+        let routing = Router::new(routing)?;
         let table = Table::from_config(cfg, u16::try_from(n).unwrap_or(u16::MAX), bind.ip());
         let device = DeviceCounters::new(&tun_name);
         let mut gw = Self {
@@ -387,12 +383,12 @@ impl Gateway {
                             .flat_map(|t| esparto_io::route::range_to_prefixes(t.addrs.start(), t.addrs.end()))
                             .collect()
                     };
-                    if let Err(e) = self.routing.add(&prefixes(&local), &prefixes(&remote)) {
+                    if let Err(e) = self.routing.add(prefixes(&local), prefixes(&remote)) {
                         failed.get_or_insert(e);
                     }
                 }
                 Effect::Unroute(prefixes) => {
-                    if let Err(e) = self.routing.remove_routes(&prefixes) {
+                    if let Err(e) = self.routing.remove(prefixes) {
                         failed.get_or_insert(e);
                     }
                 }
@@ -402,6 +398,13 @@ impl Gateway {
             Some(e) => Err(anyhow::Error::new(e).context("routes not updated")),
             None => Ok(()),
         }
+    }
+
+    /// From now on, route changes are made on a thread of their own
+    /// ([`super::router`]): called once the daemon is up and its
+    /// capabilities are dropped (the thread inherits the control thread's).
+    pub fn spawn_router(&mut self) -> Result<()> {
+        self.routing.spawn()
     }
 
     /// The TUN device's name.
@@ -543,10 +546,19 @@ impl Gateway {
     /// (closing the TUN queues and sockets; the TUN device disappears with
     /// the last queue).
     pub fn shutdown(mut self) -> Vec<IoStats> {
-        for e in self.routing.remove_all() {
+        let t0 = Instant::now();
+        for e in self.routing.stop() {
             warn!("{e}");
         }
+        let t1 = Instant::now();
         let reports = self.workers.shutdown();
+        // Closing the TUN queues and removing the device wait for the
+        // kernel (RCU grace periods), which a busy machine makes slow.
+        info!(
+            routing_ms = t1.duration_since(t0).as_millis() as u64,
+            workers_ms = t1.elapsed().as_millis() as u64,
+            "routing removed, workers stopped"
+        );
         for r in &reports {
             if r.io_errors > 0 || r.udp_tx_dropped > 0 {
                 warn!(worker = r.index, io_errors = r.io_errors, udp_tx_dropped = r.udp_tx_dropped, "worker I/O trouble");

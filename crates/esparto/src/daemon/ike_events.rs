@@ -325,6 +325,10 @@ impl Ike {
                 self.flush(now, gw);
             }
             DpEvent::UnknownSpi { spi, peer } => {
+                // Which SPI, for whoever reads the `unknown_spi` count (the
+                // workers report at most one a second each; the log line is
+                // limited per kind too).
+                info!(target: TRAFFIC, spi = format_args!("{spi:08x}"), %peer, worker = ev.worker, "ESP for an SPI no inbound SA has");
                 // The engine decides (a configured peer with no IKE SA)
                 // and rate-limits; the source port is the peer's NAT-T port.
                 let local = gw.udp_control().local_addr();

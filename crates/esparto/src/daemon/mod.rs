@@ -4,7 +4,8 @@
 //! table ([`table`]), whose transitions say what the workers hold;
 //! [`ike`] drives the IKE engine and turns its events into transitions;
 //! [`run`] is the control thread's loop; [`reload`] applies a changed
-//! configuration file to the running daemon.
+//! configuration file to the running daemon; [`router`] changes the
+//! tunnel's routes on a thread of their own.
 //! Log lines that traffic can cause are limited ([`log_limit`]); the
 //! service manager hears of readiness, reloads and stops through
 //! [`notify`].
@@ -17,6 +18,7 @@ mod ike_events;
 pub mod log_limit;
 mod notify;
 mod reload;
+mod router;
 mod run;
 mod seqstate;
 pub(crate) mod table;

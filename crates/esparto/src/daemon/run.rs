@@ -99,6 +99,9 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     let mut gw = Gateway::start(&config)?;
     let mut ike = Ike::start(&mut config, &mut gw, Instant::now())?;
     let kept = privs::restrict_thread(KEEP).context("dropping capabilities")?;
+    // Route changes leave the control thread, which must never wait for
+    // the kernel's routing lock (the thread inherits what was kept).
+    gw.spawn_router()?;
     if !kept.bounding_reduced {
         warn!("no CAP_SETPCAP: the capability bounding set is left as it was");
     }

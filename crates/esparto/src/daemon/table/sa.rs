@@ -274,6 +274,8 @@ impl Table {
         if let Some(r) = sa.ike_sa.and_then(|i| self.ike_sas.get_mut(&i)) {
             r.sas.retain(|s| *s != id);
         }
+        tracing::debug!(in_spi = format_args!("{:08x}", sa.in_spi), out_spi = format_args!("{:08x}", sa.out_spi),
+            worker = sa.in_worker, lingered = sa.linger.is_some(), "inbound SA removed");
         self.emit(Effect::Worker(sa.in_worker, Command::RemoveInbound(sa.in_spi)));
     }
 
