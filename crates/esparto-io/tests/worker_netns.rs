@@ -377,13 +377,23 @@ fn ike_trains_behind_esp_are_bounded_by_the_pool_and_counted() {
     // datagrams get through, one pool's worth again.
     queued.clear();
     send_trains(&mut src, &mut train, 2);
-    let mut more = 0;
+    // Held while counted: a buffer dropped here would go back to the pool
+    // and let one more datagram through (the worker may take the two
+    // trains in two batches, with this loop between them).
+    let mut more = Vec::new();
     assert!(common::wait_until(Duration::from_secs(10), || {
-        while ctl_rx.try_recv().is_some() {
-            more += 1;
+        while let Some(d) = ctl_rx.try_recv() {
+            more.push(d);
         }
-        more == CONTROL_POOL
-    }), "{more} datagrams after the pool was returned");
+        more.len() >= CONTROL_POOL
+    }), "{} datagrams after the pool was returned", more.len());
+    // And no more come.
+    std::thread::sleep(Duration::from_millis(200));
+    while let Some(d) = ctl_rx.try_recv() {
+        more.push(d);
+    }
+    assert_eq!(more.len(), CONTROL_POOL, "datagrams after the pool was returned");
+    drop(more);
     let reports = east.workers.shutdown();
     let r1 = &reports[1];
     let offered = ike + 3 * (TRAIN as u64 - 1);

@@ -26,7 +26,7 @@ fn quick_json_run_on_a_shaped_link() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {}: {stderr}", out.status);
+    assert!(out.status.success(), "exit {}: {stderr}\n{}", out.status, String::from_utf8_lossy(&out.stdout));
     let r: Report = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("JSON: {e}\n{}", String::from_utf8_lossy(&out.stdout)));
     assert!(r.errors.is_empty(), "{:?}", r.errors);
