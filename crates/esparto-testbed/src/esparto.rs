@@ -361,6 +361,14 @@ impl EspartoConfig {
     }
 }
 
+/// How long a stopping daemon may take before the test bed calls it hung.
+/// Its own part is bounded (Deletes answered within 2 s, then workers
+/// joined), but removing its rules and routes and closing the TUN queues
+/// wait for the kernel (the routing lock, RCU grace periods), which a
+/// machine busy with other work — parallel tests tearing down their
+/// namespaces — was seen to make take 7 s.
+pub const STOP_PATIENCE: Duration = Duration::from_secs(30);
+
 /// A running Esparto daemon in a namespace.
 #[derive(Debug)]
 pub struct EspartoGateway {
@@ -555,8 +563,9 @@ impl EspartoGateway {
         serde_json::from_str(&out).context("parsing esparto sas --json")
     }
 
-    /// SIGTERM, wait up to 10 s; the daemon must exit 0 and remove its
-    /// control socket, its TUN device and its policy rules. Files are removed unless kept.
+    /// SIGTERM, wait up to [`STOP_PATIENCE`]; the daemon must exit 0 and
+    /// remove its control socket, its TUN device and its policy rules.
+    /// Files are removed unless kept.
     pub fn stop(mut self) -> Result<()> {
         let r = self.shutdown();
         if r.is_err() {
@@ -573,7 +582,7 @@ impl EspartoGateway {
             bail!("esparto in {} had already exited ({st})", self.ns);
         }
         sigterm(self.pid)?;
-        match wait_child(&mut child, Duration::from_secs(10))? {
+        match wait_child(&mut child, STOP_PATIENCE)? {
             Some(st) if st.success() => {}
             Some(st) => bail!("esparto in {} exited with {st}", self.ns),
             None => bail!("esparto in {} ignored SIGTERM and was killed", self.ns),
