@@ -15,6 +15,9 @@
 //! inbound SA is on its way to the workers before the response that lets
 //! the peer send on it (make-before-break; a worker applies commands
 //! before the ESP that follows them, see `esparto_io::worker`).
+//!
+//! An event of an IKE SA a reload retired reaches neither the table nor
+//! the workers ([`Ike::on_retired`]).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -56,8 +59,8 @@ fn ike_sa_of(ev: &Event) -> IkeSaId {
 
 impl Ike {
     pub(super) fn on_event(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
-        if self.retired.contains(&ike_sa_of(&ev)) {
-            self.on_retired(now, ev);
+        if gw.table.is_retired(ike_sa_of(&ev)) {
+            self.on_retired(now, gw, ev);
             return;
         }
         match ev {
@@ -83,7 +86,7 @@ impl Ike {
                     initiator,
                 };
                 gw.table.ike_sa_up(now, ike_sa, conn, &up);
-                for child in self.start_after.remove(&conn).unwrap_or_default() {
+                for child in gw.table.take_deferred_starts(conn) {
                     let Some(name) = gw.table.child(child).map(|c| c.name.clone()) else {
                         continue;
                     };
@@ -148,7 +151,7 @@ impl Ike {
                     // Children still waiting for the connection's first IKE
                     // SA: a re-initiation brings them itself (the engine
                     // initiates every `start` child of the connection).
-                    self.start_after.remove(&conn);
+                    gw.table.take_deferred_starts(conn);
                     self.after_death(gw, conn, reason);
                 }
             }
@@ -207,15 +210,14 @@ impl Ike {
     /// from the table (or its name names a new configuration), so nothing
     /// reaches the table or the workers. A rekey's successor is retired
     /// too, and deleted.
-    fn on_retired(&mut self, now: Instant, ev: Event) {
+    fn on_retired(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
         match ev {
             Event::IkeSaDeleted { ike_sa, connection, reason } => {
-                self.retired.remove(&ike_sa);
+                gw.table.retired_ike_sa_deleted(ike_sa);
                 info!(%ike_sa, connection = ?connection, ?reason, "IKE SA of a removed or changed connection deleted");
             }
             Event::IkeSaRekeyed { old, new, connection } => {
-                self.retired.remove(&old);
-                self.retired.insert(new);
+                gw.table.retired_ike_sa_rekeyed(old, new);
                 info!(%old, %new, %connection, "IKE SA of a removed or changed connection rekeyed: deleting it");
                 if let Err(e) = self.ep.terminate(now, new) {
                     debug!(ike_sa = %new, error = ?e, "deleting a retired IKE SA");
@@ -229,11 +231,11 @@ impl Ike {
     /// `close_action` on the peer's Delete): a restart the engine schedules
     /// itself (with back-off); trap policies are ours to arm.
     fn after_death(&mut self, gw: &mut Gateway, conn: ConnId, reason: Reason) {
-        let Some(&(dpd, close)) = self.actions.get(&conn) else {
+        let Some(actions) = gw.table.conn(conn).and_then(|c| c.actions) else {
             return;
         };
         let name = gw.table.conn(conn).map(|c| c.name.clone()).unwrap_or_default();
-        match esparto_ike::lifetime::after_death(dpd, close, reason) {
+        match esparto_ike::lifetime::after_death(actions.dpd, actions.close, reason) {
             AfterDeath::Nothing => {}
             AfterDeath::Initiate => info!(connection = %name, ?reason, "the connection will be initiated again"),
             AfterDeath::Trap => {

@@ -290,14 +290,11 @@ fn apply(
             .replace_connections(now, list)
             .map_err(|e| refuse(format!("{e}")))?;
         retired = ids.len();
-        ike.retired.extend(ids);
+        gw.table.retire_ike_sas(ids);
         *ike.ep.secrets_mut() = secrets;
     }
     for name in &closing {
         if let Some(id) = gw.table.conn_id(name) {
-            if let Some(ike) = ike.as_deref_mut() {
-                ike.forget(id);
-            }
             gw.table.remove_conn(id);
         }
     }

@@ -12,6 +12,10 @@
 //! | `PerResourceUnavailable` | [`Table::per_cpu_unavailable`]: the workers stop asking for sub-SAs |
 //! | `ChildSaFailed` | [`Table::child_failed`]: its acquires are no longer in flight |
 //!
+//! An IKE SA a reload retired makes no record: [`Table::ike_sa_up`]
+//! ignores it and [`Table::child_established`] refuses its Child SAs
+//! (`conn.rs`).
+//!
 //! | data-plane event | transition |
 //! | --- | --- |
 //! | `Acquire` | [`Table::acquire`]: whether to ask the engine (a trap, or a worker without its own sub-SA, not asked within [`ACQUIRE_PENDING`]) |
@@ -92,8 +96,11 @@ impl Table {
         })
     }
 
-    /// An IKE SA is authenticated.
+    /// An IKE SA is authenticated (a retired one is ignored).
     pub(crate) fn ike_sa_up(&mut self, now: Instant, ike_sa: IkeSaId, conn: ConnId, up: &IkeSaUp) {
+        if self.retired.contains(&ike_sa) {
+            return;
+        }
         let rec = self.ike_record(now, ike_sa, conn, up);
         rec.established = true;
         rec.local_id.clone_from(&up.local_id);
@@ -101,13 +108,16 @@ impl Table {
     }
 
     /// A Child SA is ready: installs it (see the module docs of `sa.rs`);
-    /// `peer` is where its ESP goes.
+    /// `peer` is where its ESP goes. One of a retired IKE SA is refused.
     pub(crate) fn child_established(
         &mut self,
         now: Instant,
         c: &ChildSaEstablished,
         peer: SocketAddr,
     ) -> Result<Established> {
+        if self.retired.contains(&c.ike_sa) {
+            return Err(anyhow!("Child SA of a retired IKE SA"));
+        }
         let child = self
             .child_id(&c.connection, &c.child)
             .ok_or_else(|| anyhow!("Child SA for an unknown child"))?;
