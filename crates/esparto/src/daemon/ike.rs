@@ -146,6 +146,7 @@ impl Ike {
     pub(super) fn activate(&mut self, now: Instant, gw: &mut Gateway, conn: &Connection) -> Result<()> {
         let Some(ike_conn) = &conn.ike else { return Ok(()) };
         check_activation(conn).map_err(anyhow::Error::msg)?;
+        let conn_id = gw.table.conn_id(&conn.name).context("a configured connection is in the table")?;
         let mut starts = Vec::new();
         for child in &conn.children {
             let id = gw.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
@@ -157,7 +158,8 @@ impl Ike {
         }
         if let Some((first, rest)) = starts.split_first() {
             let first = gw.table.child(*first).map(|c| c.name.clone()).context("a configured child")?;
-            self.ep.initiate(now, &conn.name, Some(&first)).with_context(|| format!("initiating {}", conn.name))?;
+            let ike_sa = self.ep.initiate(now, &conn.name, Some(&first)).with_context(|| format!("initiating {}", conn.name))?;
+            gw.table.ike_sa_initiated(ike_sa, conn_id);
             for child in rest {
                 gw.table.defer_start(*child);
             }
@@ -285,6 +287,9 @@ impl Ike {
     /// `esparto up NAME`.
     pub fn up(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
         let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e}"));
+        if let (Ok(ike_sa), Some(conn)) = (&r, gw.table.conn_id(name)) {
+            gw.table.ike_sa_initiated(*ike_sa, conn);
+        }
         self.flush(now, gw);
         r.map(|id| format!("initiating IKE SA {id} for {name}"))
     }
@@ -375,6 +380,7 @@ impl Ike {
             }
         }
         self.send_queued(gw);
+        super::ike_events::file_watch_lines(gw);
     }
 
     /// The send queue of the NAT-T port or of the IKE port.

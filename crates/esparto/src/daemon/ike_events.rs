@@ -17,7 +17,11 @@
 //! before the ESP that follows them, see `esparto_io::worker`).
 //!
 //! An event of an IKE SA a reload retired reaches neither the table nor
-//! the workers ([`Ike::on_retired`]).
+//! the workers ([`Ike::on_retired`]). Around every other event, the log
+//! lines queued for `esparto up` are filed with its watches while the
+//! table still knows what the lines are about (`watch.rs`): before the
+//! event (an IKE SA that failed is still one being negotiated) and after
+//! it (a new one is known).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -33,6 +37,12 @@ use super::log_limit::TRAFFIC;
 use super::watch;
 use crate::control::Response;
 use super::table::{AcquireRequest, ConnId, IkeSaUp};
+
+/// Files the log lines queued for `esparto up` with its watches, the
+/// table saying whose each IKE SA is (`watch.rs`).
+pub(super) fn file_watch_lines(gw: &Gateway) {
+    watch::global().file(|id| gw.table.ike_sa_owner(id));
+}
 
 /// Sends the table's queued commands; a failure is logged with `what`.
 fn apply(gw: &mut Gateway, what: &str) {
@@ -63,6 +73,7 @@ impl Ike {
             self.on_retired(now, gw, ev);
             return;
         }
+        file_watch_lines(gw);
         match ev {
             Event::IkeSaEstablished {
                 ike_sa,
@@ -139,7 +150,10 @@ impl Ike {
                 reason,
             } => {
                 info!(%ike_sa, connection = ?connection, ?reason, "IKE SA deleted");
-                watch::global().finish_ike_sa(&ike_sa.to_string(), &Response::Error(format!("IKE SA {ike_sa} deleted: {}", reason.name())));
+                if let Some(conn) = &connection {
+                    let outcome = Response::Error(format!("IKE SA {ike_sa} deleted: {}", reason.name()));
+                    watch::global().finish(conn, &outcome, |id| gw.table.ike_sa_owner(id));
+                }
                 // Children die with their IKE SA (RFC 7296 §1.4.1). The
                 // table knows established IKE SAs only.
                 match gw.table.ike_sa_deleted(ike_sa) {
@@ -164,7 +178,8 @@ impl Ike {
                 // The peer's answer to each request: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
                 let what = child.as_deref().map_or_else(String::new, |c| format!(" {c}"));
-                watch::global().finish(&connection, &Response::Error(format!("{connection}: Child SA{what} failed: {}", reason.name())));
+                let outcome = Response::Error(format!("{connection}: Child SA{what} failed: {}", reason.name()));
+                watch::global().finish(&connection, &outcome, |id| gw.table.ike_sa_owner(id));
                 bump(&mut self.counts.child_sa_failures, reason.name());
                 if let Some(id) = child.and_then(|ch| gw.table.child_id(&connection, &ch)) {
                     gw.table.child_failed(id);
@@ -178,7 +193,10 @@ impl Ike {
             } => {
                 // Anyone can cause one per message: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
-                watch::global().finish_ike_sa(&ike_sa.to_string(), &Response::Error(format!("IKE SA {ike_sa}: authentication failed: {}", reason.name())));
+                if let Some(conn) = gw.table.ike_sa_owner(ike_sa) {
+                    let outcome = Response::Error(format!("IKE SA {ike_sa}: authentication failed: {}", reason.name()));
+                    watch::global().finish(conn, &outcome, |id| gw.table.ike_sa_owner(id));
+                }
                 bump(&mut self.counts.auth_failures, reason.name());
             }
             Event::IkeSaRekeyed { old, new, connection } => {
@@ -204,6 +222,7 @@ impl Ike {
                 gw.table.peer_address_changed(ike_sa, local, remote);
             }
         }
+        file_watch_lines(gw);
     }
 
     /// An event of an IKE SA a reload retired: its connection is gone
@@ -268,18 +287,16 @@ impl Ike {
                     slot = ?done.slot, rekey = c.rekeys.is_some(), "Child SA installed"
                 );
                 if c.rekeys.is_none() {
-                    watch::global().finish(
-                        &c.connection,
-                        &Response::Done(format!(
-                            "{}: Child SA {} installed, SPIs {:08x}_i {:08x}_o, {} === {}",
-                            c.connection,
-                            c.child,
-                            c.inbound_spi,
-                            c.outbound_spi,
-                            ts(&c.local_ts),
-                            ts(&c.remote_ts)
-                        )),
-                    );
+                    let outcome = Response::Done(format!(
+                        "{}: Child SA {} installed, SPIs {:08x}_i {:08x}_o, {} === {}",
+                        c.connection,
+                        c.child,
+                        c.inbound_spi,
+                        c.outbound_spi,
+                        ts(&c.local_ts),
+                        ts(&c.remote_ts)
+                    ));
+                    watch::global().finish(&c.connection, &outcome, |id| gw.table.ike_sa_owner(id));
                 }
                 // The SAs go in even if their routes do not (they come back
                 // with the next install).
@@ -349,6 +366,9 @@ impl Ike {
             Ok(id) => {
                 info!(connection = %conn, child = %name, ike_sa = %id, ?worker, "acquire: negotiating");
                 gw.table.acquire_started(now, req);
+                if let Some(c) = gw.table.conn_id(&conn) {
+                    gw.table.ike_sa_initiated(id, c);
+                }
             }
             Err(InitiateError::PerResourceUnavailable(reason)) => {
                 info!(connection = %conn, child = %name, ?reason, "no per-CPU Child SAs from this peer");

@@ -170,6 +170,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
             }
         }
         gw.keep_reservations();
+        super::ike_events::file_watch_lines(&gw);
         server.poll_streams(|req| handle(&mut gw, ike.as_mut(), &mut config, req), &mut WatchStreams);
         if let (Some(m), Some(i)) = (&mut metrics, metrics_fd) {
             m.serve(poller.readable(i), || scrape_figures(&gw, ike.as_ref()));
@@ -199,6 +200,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         if server.streaming() {
             // Lines logged since the poll above leave now, not at the
             // next wake-up.
+            super::ike_events::file_watch_lines(&gw);
             server.pump_streams(&mut WatchStreams);
         }
     }

@@ -8,6 +8,11 @@
 //! - **children to start once the IKE SA is up**: a connection's first
 //!   `start` child goes into IKE_AUTH, the others wait for the IKE SA
 //!   ([`Child::start_once_up`], [`Table::take_deferred_starts`]);
+//! - **IKE SAs being negotiated**: the ones the daemon initiated, from the
+//!   moment the engine names them until they are established or gone
+//!   ([`Conn::initiating`]), so that [`Table::ike_sa_owner`] can say whose
+//!   an IKE SA is before IKE_AUTH is over (`esparto up` follows its log
+//!   lines by it, see `watch.rs`);
 //! - **retired IKE SAs**: those of connections a reload removed or
 //!   changed, until the engine reports them gone. Their events must not
 //!   reach the table: a changed connection's name now names its new
@@ -56,6 +61,37 @@ impl Table {
             }
         }
         starts
+    }
+
+    /// The IKE SA `ike_sa`, which the daemon just initiated (or asked the
+    /// engine for), is `conn`'s. Nothing changes for an IKE SA already
+    /// established, or retired.
+    pub(crate) fn ike_sa_initiated(&mut self, ike_sa: IkeSaId, conn: ConnId) {
+        if self.ike_sas.contains_key(&ike_sa) || self.retired.contains(&ike_sa) || self.initiating.contains_key(&ike_sa) {
+            return;
+        }
+        let Some(c) = self.conns.get_mut(conn.0) else { return };
+        c.initiating.push(ike_sa);
+        self.initiating.insert(ike_sa, conn);
+    }
+
+    /// `ike_sa` is no longer being negotiated (it is established, or gone).
+    pub(super) fn stop_initiating(&mut self, ike_sa: IkeSaId) {
+        let Some(conn) = self.initiating.remove(&ike_sa) else { return };
+        if let Some(c) = self.conns.get_mut(conn.0) {
+            c.initiating.retain(|i| *i != ike_sa);
+        }
+    }
+
+    /// The connection an IKE SA is of: established, or being negotiated
+    /// after the daemon initiated it. `None` for one the table does not
+    /// know (a responder's before IKE_AUTH, a retired one).
+    pub(crate) fn ike_sa_owner(&self, ike_sa: IkeSaId) -> Option<&str> {
+        let conn = match self.ike_sas.get(&ike_sa) {
+            Some(r) => r.conn,
+            None => *self.initiating.get(&ike_sa)?,
+        };
+        self.conns.get(conn.0).map(|c| &*c.name)
     }
 
     /// Retires these IKE SAs (the engine retired their connections): their

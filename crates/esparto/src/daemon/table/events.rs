@@ -3,7 +3,7 @@
 //!
 //! | engine event | transition |
 //! | --- | --- |
-//! | `IkeSaEstablished` | [`Table::ike_sa_up`]: the IKE SA's record |
+//! | `IkeSaEstablished` | [`Table::ike_sa_up`]: the IKE SA's record (no longer one being negotiated) |
 //! | `ChildSaEstablished` | [`Table::child_established`]: group and policies for the negotiated selectors; the SA's inbound half now; its outbound half into its slot now, or (peer-initiated rekey) held |
 //! | `ChildSaOutboundActive` | [`Table::outbound_active`]: the held outbound half into its slot |
 //! | `ChildSaDeleted` | [`Table::child_deleted`]: outbound out of its slot; inbound now, or after [`LINGER`] for a rekey |
@@ -78,9 +78,11 @@ pub(crate) struct IkeSaUp {
 }
 
 impl Table {
-    /// The record of `ike_sa`, made if new.
+    /// The record of `ike_sa`, made if new (it is no longer being
+    /// negotiated).
     fn ike_record(&mut self, now: Instant, ike_sa: IkeSaId, conn: ConnId, up: &IkeSaUp) -> &mut IkeRecord {
         if !self.ike_sas.contains_key(&ike_sa) {
+            self.stop_initiating(ike_sa);
             self.conns[conn.0].ike_sas.push(ike_sa);
         }
         self.ike_sas.entry(ike_sa).or_insert_with(|| IkeRecord {
@@ -267,8 +269,9 @@ impl Table {
     }
 
     /// An IKE SA is gone, and its Child SAs with it (RFC 7296 §1.4.1).
-    /// Returns its connection.
+    /// Returns its connection if it was established.
     pub(crate) fn ike_sa_deleted(&mut self, ike_sa: IkeSaId) -> Option<ConnId> {
+        self.stop_initiating(ike_sa);
         let rec = self.ike_sas.remove(&ike_sa)?;
         for id in rec.sas {
             if self.sas.contains(id.0) {

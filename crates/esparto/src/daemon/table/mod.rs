@@ -12,7 +12,7 @@
 //! rekey, traps, acquires in flight, and whether the peer gives per-CPU
 //! SAs at all; and what the IKE driver keeps per connection ([`conn`]:
 //! what the end of an IKE SA calls for, children to start once it is up,
-//! IKE SAs a reload retired). `status` and
+//! IKE SAs being negotiated, IKE SAs a reload retired). `status` and
 //! `sas` are derived from it ([`report`]).
 //!
 //! **Typed ids, no string keys.** Connections, children and Child SAs are
@@ -134,6 +134,8 @@ pub(crate) struct Conn {
     pub(crate) ike_sas: Vec<IkeSaId>,
     /// What the end of one of its IKE SAs calls for (`None`: no IKE).
     pub(crate) actions: Option<Actions>,
+    /// IKE SAs the daemon initiated for it, not established yet.
+    pub(crate) initiating: Vec<IkeSaId>,
 }
 
 /// An IKE SA, for `sas` and for finding its Child SAs.
@@ -176,6 +178,8 @@ pub(crate) struct Table {
     /// Outbound SPIs are the peers' choice: two peers may pick the same.
     by_out: SpiMap<smallvec::SmallVec<[SaId; 1]>>,
     ike_sas: HashMap<IkeSaId, IkeRecord>,
+    /// IKE SAs being negotiated that the daemon initiated, by connection.
+    initiating: HashMap<IkeSaId, ConnId>,
     /// IKE SAs of connections a reload removed or changed, until the
     /// engine reports them gone (see [`conn`]).
     retired: HashSet<IkeSaId>,
@@ -209,6 +213,7 @@ impl Table {
             by_in: SpiMap::default(),
             by_out: SpiMap::default(),
             ike_sas: HashMap::new(),
+            initiating: HashMap::new(),
             retired: HashSet::new(),
             policies: Slab::new(),
             lingering: BinaryHeap::new(),
@@ -279,6 +284,7 @@ impl Table {
             children: Vec::new(),
             ike_sas: Vec::new(),
             actions: None,
+            initiating: Vec::new(),
         }));
         self.conn_names.insert(name, id);
         id
@@ -525,8 +531,9 @@ impl Table {
     /// groups; the routes no other child wants go at the next
     /// [`flush_unroutes`](Self::flush_unroutes)) and its IKE SA records,
     /// in the time of its children: what a configuration reload does to a
-    /// connection it drops or changes. Its IKE SAs are retired (the engine
-    /// deletes them): their later events no longer reach the table. What the connection's record held
+    /// connection it drops or changes. Its IKE SAs, established or being
+    /// negotiated, are retired (the engine deletes them): their later
+    /// events no longer reach the table. What the connection's record held
     /// for the IKE driver ([`conn`]) goes with it.
     pub(crate) fn remove_conn(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get(conn.0) else { return };
@@ -538,7 +545,10 @@ impl Table {
         for id in &c.ike_sas {
             self.ike_sas.remove(id);
         }
-        self.retired.extend(c.ike_sas.iter().copied());
+        for id in &c.initiating {
+            self.initiating.remove(id);
+        }
+        self.retired.extend(c.ike_sas.iter().chain(&c.initiating).copied());
         self.conn_names.remove(&c.name);
     }
 }

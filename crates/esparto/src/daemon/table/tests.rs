@@ -970,6 +970,33 @@ fn deferred_start_children_are_taken_once_in_their_order() {
 }
 
 #[test]
+fn an_ike_sa_is_its_connections_from_initiation_to_its_end() {
+    let mut h = Harness::new(1);
+    h.conn("a", false, "10.2.0.0/16");
+    let a = h.table.conn_id("a").unwrap();
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), None);
+    h.table.ike_sa_initiated(IkeSaId(5), a);
+    h.table.ike_sa_initiated(IkeSaId(5), a);
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), Some("a"));
+    assert_eq!(h.table.conn(a).unwrap().initiating, [IkeSaId(5)], "noted once");
+    assert!(h.table.ike_sa(IkeSaId(5)).is_none(), "not listed before it is established");
+    // Established: a record, no longer being negotiated.
+    h.establish(&Est::new(5, "a", 0x1000, 0x2000));
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), Some("a"));
+    assert!(h.table.conn(a).unwrap().initiating.is_empty());
+    h.table.ike_sa_initiated(IkeSaId(5), a);
+    assert!(h.table.conn(a).unwrap().initiating.is_empty(), "an established IKE SA is not noted again");
+    assert_eq!(h.table.ike_sa_deleted(IkeSaId(5)), Some(a));
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), None);
+    // One that fails before it is established leaves nothing either, and
+    // is reported as never established.
+    h.table.ike_sa_initiated(IkeSaId(6), a);
+    assert_eq!(h.table.ike_sa_deleted(IkeSaId(6)), None);
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(6)), None);
+    assert!(h.table.conn(a).unwrap().initiating.is_empty());
+}
+
+#[test]
 fn a_removed_connection_leaves_no_ike_driver_state_behind() {
     let mut h = Harness::new(1);
     let local_ip = peer().ip();
@@ -978,18 +1005,22 @@ fn a_removed_connection_leaves_no_ike_driver_state_behind() {
     let actions = h.table.conn(a).unwrap().actions;
     assert_eq!(actions, Some(Actions { dpd: esparto_ike::DpdAction::Restart, close: esparto_ike::CloseAction::Start }));
     h.table.defer_start(h.table.child_id("a", "web").unwrap());
+    h.table.ike_sa_initiated(IkeSaId(5), a);
     h.establish(&Est::new(1, "a", 0x1000, 0x2000));
     h.table.remove_conn(a);
     h.apply();
     assert!(h.table.conn(a).is_none());
-    assert!(h.table.is_retired(IkeSaId(1)));
+    for id in [1, 5] {
+        assert_eq!(h.table.ike_sa_owner(IkeSaId(id)), None, "IKE SA {id}");
+        assert!(h.table.is_retired(IkeSaId(id)), "IKE SA {id}");
+    }
     // The connection comes back changed, under the same name (and here
     // the same slot): nothing of the old one is carried over.
     let cfg = ike_config("trap");
     let again = h.table.add_configured(&cfg.connections[0], local_ip);
     assert_eq!(again, a, "the slab reuses the slot");
     assert_eq!(h.table.take_deferred_starts(again), []);
-    assert!(h.table.conn(again).unwrap().ike_sas.is_empty());
+    assert!(h.table.conn(again).unwrap().initiating.is_empty() && h.table.conn(again).unwrap().ike_sas.is_empty());
     let actions = h.table.conn(again).unwrap().actions;
     assert_eq!(actions, Some(Actions { dpd: esparto_ike::DpdAction::Clear, close: esparto_ike::CloseAction::None }));
     // A connection without IKE has no actions.
