@@ -3,16 +3,18 @@
 //! it lives and dies with them:
 //!
 //! - **what the end of an IKE SA calls for**: the connection's
-//!   `dpd_action` and `close_action` ([`Conn::actions`]), noted when the
-//!   table adds the connection;
+//!   `dpd_action` and `close_action`
+//!   ([`Conn::actions`](super::Conn::actions)), noted when the table adds
+//!   the connection;
 //! - **children to start once the IKE SA is up**: a connection's first
 //!   `start` child goes into IKE_AUTH, the others wait for the IKE SA
-//!   ([`Child::start_once_up`], [`Table::take_deferred_starts`]);
+//!   ([`Child::start_once_up`](super::Child::start_once_up),
+//!   [`Table::take_deferred_starts`]);
 //! - **IKE SAs being negotiated**: the ones the daemon initiated, from the
 //!   moment the engine names them until they are established or gone
-//!   ([`Conn::initiating`]), so that [`Table::ike_sa_owner`] can say whose
-//!   an IKE SA is before IKE_AUTH is over (`esparto up` follows its log
-//!   lines by it, see `watch.rs`);
+//!   ([`Conn::initiating`](super::Conn::initiating)), so that
+//!   [`Table::ike_sa_owner`] can say whose an IKE SA is before IKE_AUTH
+//!   is over (`esparto up` follows its log lines by it, see `watch.rs`);
 //! - **retired IKE SAs**: those of connections a reload removed or
 //!   changed, until the engine reports them gone. Their events must not
 //!   reach the table: a changed connection's name now names its new
@@ -28,8 +30,6 @@
 use esparto_ike::{CloseAction, DpdAction, IkeSaId};
 
 use super::{ChildId, ConnId, Table};
-#[cfg(doc)]
-use super::{Child, Conn};
 
 /// What the end of a connection's IKE SA calls for: its `dpd_action` on
 /// a dead peer, its `close_action` on the peer's Delete.
