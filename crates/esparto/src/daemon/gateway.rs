@@ -161,26 +161,58 @@ pub(super) fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
     Ok(SocketAddr::new(ip, cfg.daemon.port))
 }
 
+/// The CPUs the workers are pinned to, round-robin: `[daemon] cpus`
+/// (each one this process may run on), else every CPU it may use.
+fn worker_cpus(cfg: &Config) -> Result<Vec<usize>> {
+    let allowed = esparto_io::cpu::allowed_cpus().unwrap_or_default();
+    if cfg.daemon.cpus.is_empty() {
+        return Ok(allowed);
+    }
+    if let Some(c) = cfg.daemon.cpus.iter().find(|c| !allowed.is_empty() && !allowed.contains(c)) {
+        bail!(
+            "{}: [daemon] cpus: CPU {c} is not one this process may run on (allowed: {allowed:?})",
+            cfg.path.display()
+        );
+    }
+    Ok(cfg.daemon.cpus.clone())
+}
+
+/// Creates the TUN device with one queue per worker and points the
+/// tunnel's routing at it; says so when outbound flows cannot be spread
+/// by the flow table.
+fn create_tun(cfg: &Config, queues: usize, mtu: u16, routing: &mut TunnelRouting) -> Result<TunDevice> {
+    let tun = TunDevice::create(&TunConfig {
+        name: cfg.daemon.tun.clone(),
+        queues,
+        mtu,
+        ipv4: None,
+        ipv6: None,
+        offload: true,
+        tx_queue_len: Some(cfg.daemon.tun_queue_len),
+        steering: Steering::FlowTable,
+    })
+    .with_context(|| format!("creating TUN device {} with {queues} queues", cfg.daemon.tun))?;
+    routing.attach(tun.name()).context("setting up routing")?;
+    let (steering, why) = tun.steering();
+    match steering {
+        Steering::FlowTable => {}
+        Steering::FlowHash => {
+            warn!(tun = %tun.name(), reason = why.unwrap_or(""), "outbound flows spread over workers by hash alone: a few flows may share one worker");
+        }
+        Steering::Kernel => {
+            warn!(tun = %tun.name(), reason = why.unwrap_or(""), "outbound flows follow the kernel's flow learning: with one SA pair one worker may carry everything");
+        }
+    }
+    Ok(tun)
+}
+
 impl Gateway {
     /// Creates the TUN device, the sockets and the workers, then installs
     /// every statically keyed child. Must run in the gateway's network
     /// namespace, with CAP_NET_ADMIN.
     pub fn start(cfg: &Config) -> Result<Self> {
         let n = cfg.daemon.workers.max(1);
-        // Workers are pinned round-robin over `[daemon] cpus`, else over
-        // the CPUs we may use.
-        let allowed = esparto_io::cpu::allowed_cpus().unwrap_or_default();
-        let cpus = if cfg.daemon.cpus.is_empty() {
-            allowed
-        } else {
-            if let Some(c) = cfg.daemon.cpus.iter().find(|c| !allowed.is_empty() && !allowed.contains(c)) {
-                bail!(
-                    "{}: [daemon] cpus: CPU {c} is not one this process may run on (allowed: {allowed:?})",
-                    cfg.path.display()
-                );
-            }
-            cfg.daemon.cpus.clone()
-        };
+        let cpus = worker_cpus(cfg)?;
         // Before any device: a routing table or rule priority that is
         // someone else's stops the start with nothing changed.
         let (mut routing, cleaned) = TunnelRouting::claim(cfg.daemon.routing.into()).context("setting up routing")?;
@@ -197,29 +229,9 @@ impl Gateway {
             None => (None, Claims::new()),
         };
         let mtu = tun_mtu(cfg);
-        let tun = TunDevice::create(&TunConfig {
-            name: cfg.daemon.tun.clone(),
-            queues: n,
-            mtu,
-            ipv4: None,
-            ipv6: None,
-            offload: true,
-            tx_queue_len: Some(cfg.daemon.tun_queue_len),
-            steering: Steering::FlowTable,
-        })
-        .with_context(|| format!("creating TUN device {} with {n} queues", cfg.daemon.tun))?;
+        let tun = create_tun(cfg, n, mtu, &mut routing)?;
         let tun_name = tun.name().to_string();
-        routing.attach(&tun_name).context("setting up routing")?;
-        let (steering, why) = tun.steering();
-        match steering {
-            Steering::FlowTable => {}
-            Steering::FlowHash => {
-                warn!(tun = %tun_name, reason = why.unwrap_or(""), "outbound flows spread over workers by hash alone: a few flows may share one worker");
-            }
-            Steering::Kernel => {
-                warn!(tun = %tun_name, reason = why.unwrap_or(""), "outbound flows follow the kernel's flow learning: with one SA pair one worker may carry everything");
-            }
-        }
+        let steering = tun.steering().0;
         let bind = bind_addr(cfg)?;
         // Marked: the daemon's own ESP and IKE skip the tunnel's rules.
         let udp = UdpConfig { steering: Some(SPI_STEERING), mark: Some(cfg.daemon.routing.mark), ..UdpConfig::default() };

@@ -25,20 +25,20 @@
 //! chosen worker (round-robin, spreading tunnels over cores) yet stays
 //! unpredictable.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use esparto_crypto::SystemRng;
-use esparto_ike::{CloseAction, DpdAction, Endpoint, EndpointConfig, IkeSaId, StartAction, SteeringSpiAllocator};
+use esparto_ike::{Endpoint, EndpointConfig, IkeSaId, StartAction, SteeringSpiAllocator};
 use esparto_io::udp::UdpConfig;
 use tracing::{info, warn};
 
 use super::Gateway;
 use super::log_limit::TRAFFIC;
-use super::table::{ChildId, ConnId};
+use super::table::ChildId;
 use crate::config::{Config, Connection};
 use crate::status::{IkeEvents, IkeSaStatus};
 
@@ -57,15 +57,6 @@ pub struct Ike {
     sock500: esparto_io::UdpSocket,
     pub(super) natt_port: u16,
     pub(super) ike_port: u16,
-    /// Each connection's `dpd_action` and `close_action` (the engine
-    /// restarts by itself; traps are armed here).
-    pub(super) actions: HashMap<ConnId, (DpdAction, CloseAction)>,
-    /// Children to start once their connection's IKE SA is up.
-    pub(super) start_after: HashMap<ConnId, Vec<ChildId>>,
-    /// IKE SAs of connections a reload removed or changed, until they are
-    /// gone: their events belong to no connection the table holds (a
-    /// changed connection's name now names its new configuration).
-    pub(super) retired: HashSet<IkeSaId>,
     rx: esparto_io::RxBatch,
     /// Datagrams to send from the IKE port and from the NAT-T port.
     tx500: esparto_io::TxBatch,
@@ -132,9 +123,6 @@ impl Ike {
             sock500,
             natt_port: cfg.daemon.port,
             ike_port: cfg.daemon.ike_port,
-            actions: HashMap::new(),
-            start_after: HashMap::new(),
-            retired: HashSet::new(),
             rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * esparto_io::udp::MAX_GRO_SEGMENTS),
             tx500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
             tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
@@ -151,15 +139,14 @@ impl Ike {
         Ok(Some(ike))
     }
 
-    /// What a connection the engine holds needs to run: its
-    /// `dpd_action`/`close_action` noted, its traps armed, its `start`
-    /// children initiated (the first in IKE_AUTH, the others once the IKE
-    /// SA is up). Call [`check_activation`] first: what it refuses fails here.
+    /// What a connection the engine holds needs to run: its traps armed,
+    /// its `start` children initiated (the first in IKE_AUTH, the others
+    /// marked in the table to follow once the IKE SA is up). Call
+    /// [`check_activation`] first: what it refuses fails here.
     pub(super) fn activate(&mut self, now: Instant, gw: &mut Gateway, conn: &Connection) -> Result<()> {
         let Some(ike_conn) = &conn.ike else { return Ok(()) };
         check_activation(conn).map_err(anyhow::Error::msg)?;
         let conn_id = gw.table.conn_id(&conn.name).context("a configured connection is in the table")?;
-        self.actions.insert(conn_id, (ike_conn.dpd_action, ike_conn.close_action));
         let mut starts = Vec::new();
         for child in &conn.children {
             let id = gw.table.child_id(&conn.name, &child.name).context("a configured child is in the table")?;
@@ -171,17 +158,13 @@ impl Ike {
         }
         if let Some((first, rest)) = starts.split_first() {
             let first = gw.table.child(*first).map(|c| c.name.clone()).context("a configured child")?;
-            self.ep.initiate(now, &conn.name, Some(&first)).with_context(|| format!("initiating {}", conn.name))?;
-            self.start_after.insert(conn_id, rest.to_vec());
+            let ike_sa = self.ep.initiate(now, &conn.name, Some(&first)).with_context(|| format!("initiating {}", conn.name))?;
+            gw.table.ike_sa_initiated(ike_sa, conn_id);
+            for child in rest {
+                gw.table.defer_start(*child);
+            }
         }
         Ok(())
-    }
-
-    /// Forgets what [`activate`](Self::activate) noted of a connection
-    /// the table is about to drop (its id may name another one later).
-    pub(super) fn forget(&mut self, conn: ConnId) {
-        self.actions.remove(&conn);
-        self.start_after.remove(&conn);
     }
 
     /// Arms (or re-arms) the trap policy of a child.
@@ -304,6 +287,9 @@ impl Ike {
     /// `esparto up NAME`.
     pub fn up(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
         let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e}"));
+        if let (Ok(ike_sa), Some(conn)) = (&r, gw.table.conn_id(name)) {
+            gw.table.ike_sa_initiated(*ike_sa, conn);
+        }
         self.flush(now, gw);
         r.map(|id| format!("initiating IKE SA {id} for {name}"))
     }
@@ -394,6 +380,7 @@ impl Ike {
             }
         }
         self.send_queued(gw);
+        super::ike_events::file_watch_lines(gw);
     }
 
     /// The send queue of the NAT-T port or of the IKE port.

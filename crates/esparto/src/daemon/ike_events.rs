@@ -15,13 +15,21 @@
 //! inbound SA is on its way to the workers before the response that lets
 //! the peer send on it (make-before-break; a worker applies commands
 //! before the ESP that follows them, see `esparto_io::worker`).
+//!
+//! An event of an IKE SA a reload retired reaches neither the table nor
+//! the workers ([`Ike::on_retired`]). Around every other event, the log
+//! lines queued for `esparto up` are filed with its watches while the
+//! table still knows what the lines are about (`watch.rs`): before the
+//! event (an IKE SA that failed is still one being negotiated) and after
+//! it (a new one is known).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::datapath::WorkerEvent;
 use esparto_esp::{Event as DpEvent, Expiry, GroupId};
-use esparto_ike::{AfterDeath, ChildSaEstablished, Event, IkeSaId, InitiateError, Reason};
+use esparto_ike::{AfterDeath, AuthFailure, ChildSaEstablished, Event, IkeSaId, InitiateError, Reason};
 use tracing::{debug, info, warn};
 
 use super::Gateway;
@@ -31,66 +39,19 @@ use super::watch;
 use crate::control::Response;
 use super::table::{AcquireRequest, ConnId, IkeSaUp};
 
-/// Sends the table's queued commands; a failure is logged with `what`.
-fn apply(gw: &mut Gateway, what: &str) {
-    if let Err(e) = gw.apply() {
-        warn!(error = %format!("{e:#}"), "{what}");
-    }
-}
-
-/// The IKE SA an event is about (`IkeSaRekeyed`: the one it replaced).
-fn ike_sa_of(ev: &Event) -> IkeSaId {
-    match ev {
-        Event::IkeSaEstablished { ike_sa, .. }
-        | Event::IkeSaDeleted { ike_sa, .. }
-        | Event::ChildSaDeleted { ike_sa, .. }
-        | Event::ChildSaFailed { ike_sa, .. }
-        | Event::AuthFailed { ike_sa, .. }
-        | Event::ChildSaOutboundActive { ike_sa, .. }
-        | Event::PerResourceUnavailable { ike_sa, .. }
-        | Event::PeerAddressChanged { ike_sa, .. } => *ike_sa,
-        Event::ChildSaEstablished(c) => c.ike_sa,
-        Event::IkeSaRekeyed { old, .. } => *old,
-    }
-}
-
 impl Ike {
+    /// Acts on one engine event: a transition of the table and the
+    /// commands it queues, sent at once.
     pub(super) fn on_event(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
-        if self.retired.contains(&ike_sa_of(&ev)) {
-            self.on_retired(now, ev);
+        if gw.table.is_retired(ike_sa_of(&ev)) {
+            self.on_retired(now, gw, ev);
             return;
         }
+        file_watch_lines(gw);
         match ev {
-            Event::IkeSaEstablished {
-                ike_sa,
-                connection,
-                local,
-                remote,
-                local_id,
-                remote_id,
-                initiator,
-            } => {
-                info!(%ike_sa, %connection, %remote, %remote_id, "IKE SA established");
-                self.counts.ike_sa_setups += 1;
-                let Some(conn) = gw.table.conn_id(&connection) else {
-                    return;
-                };
-                let up = IkeSaUp {
-                    local,
-                    remote,
-                    local_id: local_id.to_string(),
-                    remote_id: remote_id.to_string(),
-                    initiator,
-                };
-                gw.table.ike_sa_up(now, ike_sa, conn, &up);
-                for child in self.start_after.remove(&conn).unwrap_or_default() {
-                    let Some(name) = gw.table.child(child).map(|c| c.name.clone()) else {
-                        continue;
-                    };
-                    if let Err(e) = self.ep.acquire(now, &connection, &name, None) {
-                        warn!(%connection, child = %name, error = ?e, "starting child failed");
-                    }
-                }
+            Event::IkeSaEstablished { ike_sa, connection, local, remote, local_id, remote_id, initiator } => {
+                let up = IkeSaUp { local, remote, local_id: local_id.to_string(), remote_id: remote_id.to_string(), initiator };
+                self.on_ike_sa_established(now, gw, ike_sa, &connection, &up);
             }
             Event::ChildSaEstablished(c) => {
                 if c.rekeys.is_some() {
@@ -100,83 +61,24 @@ impl Ike {
                 }
                 self.install(now, gw, &c);
             }
-            Event::ChildSaOutboundActive {
-                ike_sa,
-                connection,
-                child,
-                inbound_spi,
-                outbound_spi,
-            } => {
-                match gw.table.outbound_active(now, inbound_spi, outbound_spi) {
-                    Ok(Some(slot)) => {
-                        debug!(%ike_sa, %connection, %child, out_spi = %format!("{outbound_spi:08x}"), ?slot, "sending on the rekeyed SA");
-                    }
-                    Ok(None) => {}
-                    Err(e) => warn!(%connection, %child, error = %format!("{e:#}"), "activating outbound SA"),
-                }
-                apply(gw, "activating outbound SA");
+            Event::ChildSaOutboundActive { ike_sa, connection, child, inbound_spi, outbound_spi } => {
+                on_outbound_active(now, gw, ike_sa, (&connection, &child), (inbound_spi, outbound_spi));
             }
-            Event::ChildSaDeleted {
-                ike_sa,
-                connection,
-                child,
-                inbound_spi,
-                outbound_spi,
-                reason,
-            } => {
+            Event::ChildSaDeleted { ike_sa, connection, child, inbound_spi, outbound_spi, reason } => {
                 info!(%ike_sa, %connection, %child, in_spi = %format!("{inbound_spi:08x}"), out_spi = %format!("{outbound_spi:08x}"), ?reason, "Child SA deleted");
                 // The new SA (if this was a rekey) took the outbound slot
                 // already; the old inbound SA lingers for packets in flight.
                 gw.table.child_deleted(now, inbound_spi, reason == Reason::Rekeyed);
                 apply(gw, "removing a Child SA");
             }
-            Event::IkeSaDeleted {
-                ike_sa,
-                connection,
-                reason,
-            } => {
-                info!(%ike_sa, connection = ?connection, ?reason, "IKE SA deleted");
-                watch::global().finish_ike_sa(&ike_sa.to_string(), &Response::Error(format!("IKE SA {ike_sa} deleted: {}", reason.name())));
-                // Children die with their IKE SA (RFC 7296 §1.4.1). The
-                // table knows established IKE SAs only.
-                match gw.table.ike_sa_deleted(ike_sa) {
-                    Some(_) => bump(&mut self.counts.ike_sa_deletes, reason.name()),
-                    None => bump(&mut self.counts.ike_sa_failures, reason.name()),
-                }
-                apply(gw, "removing the Child SAs of an IKE SA");
-                if let Some(conn) = connection.and_then(|c| gw.table.conn_id(&c)) {
-                    // Children still waiting for the connection's first IKE
-                    // SA: a re-initiation brings them itself (the engine
-                    // initiates every `start` child of the connection).
-                    self.start_after.remove(&conn);
-                    self.after_death(gw, conn, reason);
-                }
+            Event::IkeSaDeleted { ike_sa, connection, reason } => self.on_ike_sa_deleted(gw, ike_sa, connection, reason),
+            Event::ChildSaFailed { ike_sa, connection, child, reason } => {
+                self.on_child_sa_failed(gw, ike_sa, &connection, child.as_deref(), reason);
             }
-            Event::ChildSaFailed {
-                ike_sa,
-                connection,
-                child,
-                reason,
-            } => {
-                // The peer's answer to each request: limited (`log_limit`).
-                warn!(target: TRAFFIC, %ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
-                let what = child.as_deref().map_or_else(String::new, |c| format!(" {c}"));
-                watch::global().finish(&connection, &Response::Error(format!("{connection}: Child SA{what} failed: {}", reason.name())));
-                bump(&mut self.counts.child_sa_failures, reason.name());
-                if let Some(id) = child.and_then(|ch| gw.table.child_id(&connection, &ch)) {
-                    gw.table.child_failed(id);
-                }
-            }
-            Event::AuthFailed {
-                ike_sa,
-                peer,
-                identity,
-                reason,
-            } => {
+            Event::AuthFailed { ike_sa, peer, identity, reason } => {
                 // Anyone can cause one per message: limited (`log_limit`).
                 warn!(target: TRAFFIC, %ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
-                watch::global().finish_ike_sa(&ike_sa.to_string(), &Response::Error(format!("IKE SA {ike_sa}: authentication failed: {}", reason.name())));
-                bump(&mut self.counts.auth_failures, reason.name());
+                self.on_auth_failed(gw, ike_sa, reason);
             }
             Event::IkeSaRekeyed { old, new, connection } => {
                 // RFC 7296 §1.3.2: the new IKE SA inherits every Child SA.
@@ -184,12 +86,7 @@ impl Ike {
                 self.counts.ike_sa_rekeys += 1;
                 gw.table.ike_sa_rekeyed(old, new);
             }
-            Event::PerResourceUnavailable {
-                ike_sa,
-                connection,
-                child,
-                reason,
-            } => {
+            Event::PerResourceUnavailable { ike_sa, connection, child, reason } => {
                 info!(%ike_sa, %connection, %child, ?reason, "no (more) per-CPU Child SAs: workers without one use the fallback SA");
                 if let Some(id) = gw.table.child_id(&connection, &child) {
                     gw.table.per_cpu_unavailable(id);
@@ -201,21 +98,88 @@ impl Ike {
                 gw.table.peer_address_changed(ike_sa, local, remote);
             }
         }
+        file_watch_lines(gw);
+    }
+
+    /// An IKE SA is authenticated: its record, then the `start` children
+    /// that waited for it.
+    fn on_ike_sa_established(&mut self, now: Instant, gw: &mut Gateway, ike_sa: IkeSaId, connection: &str, up: &IkeSaUp) {
+        info!(%ike_sa, %connection, remote = %up.remote, remote_id = %up.remote_id, "IKE SA established");
+        self.counts.ike_sa_setups += 1;
+        let Some(conn) = gw.table.conn_id(connection) else {
+            return;
+        };
+        gw.table.ike_sa_up(now, ike_sa, conn, up);
+        for child in gw.table.take_deferred_starts(conn) {
+            let Some(name) = gw.table.child(child).map(|c| c.name.clone()) else {
+                continue;
+            };
+            if let Err(e) = self.ep.acquire(now, connection, &name, None) {
+                warn!(%connection, child = %name, error = ?e, "starting child failed");
+            }
+        }
+    }
+
+    /// An IKE SA is gone, and its Child SAs with it (RFC 7296 §1.4.1):
+    /// the watches of its connection end, and what its end calls for
+    /// follows.
+    fn on_ike_sa_deleted(&mut self, gw: &mut Gateway, ike_sa: IkeSaId, connection: Option<Arc<str>>, reason: Reason) {
+        info!(%ike_sa, connection = ?connection, ?reason, "IKE SA deleted");
+        if let Some(conn) = &connection {
+            let outcome = Response::Error(format!("IKE SA {ike_sa} deleted: {}", reason.name()));
+            watch::global().finish(conn, &outcome, |id| gw.table.ike_sa_owner(id));
+        }
+        // The table knows established IKE SAs only.
+        match gw.table.ike_sa_deleted(ike_sa) {
+            Some(_) => bump(&mut self.counts.ike_sa_deletes, reason.name()),
+            None => bump(&mut self.counts.ike_sa_failures, reason.name()),
+        }
+        apply(gw, "removing the Child SAs of an IKE SA");
+        if let Some(conn) = connection.and_then(|c| gw.table.conn_id(&c)) {
+            // Children still waiting for the connection's first IKE SA: a
+            // re-initiation brings them itself (the engine initiates every
+            // `start` child of the connection).
+            gw.table.take_deferred_starts(conn);
+            self.after_death(gw, conn, reason);
+        }
+    }
+
+    /// A Child SA could not be negotiated: the watches of its connection
+    /// end with the reason, and its acquires are no longer in flight.
+    fn on_child_sa_failed(&mut self, gw: &mut Gateway, ike_sa: IkeSaId, connection: &str, child: Option<&str>, reason: Reason) {
+        // The peer's answer to each request: limited (`log_limit`).
+        warn!(target: TRAFFIC, %ike_sa, %connection, child = ?child, ?reason, "Child SA negotiation failed");
+        let what = child.map_or_else(String::new, |c| format!(" {c}"));
+        let outcome = Response::Error(format!("{connection}: Child SA{what} failed: {}", reason.name()));
+        watch::global().finish(connection, &outcome, |id| gw.table.ike_sa_owner(id));
+        bump(&mut self.counts.child_sa_failures, reason.name());
+        if let Some(id) = child.and_then(|ch| gw.table.child_id(connection, ch)) {
+            gw.table.child_failed(id);
+        }
+    }
+
+    /// An IKE SA failed to authenticate: the watches of its connection, if
+    /// the table knows whose it is, end with the reason.
+    fn on_auth_failed(&mut self, gw: &mut Gateway, ike_sa: IkeSaId, reason: AuthFailure) {
+        if let Some(conn) = gw.table.ike_sa_owner(ike_sa) {
+            let outcome = Response::Error(format!("IKE SA {ike_sa}: authentication failed: {}", reason.name()));
+            watch::global().finish(conn, &outcome, |id| gw.table.ike_sa_owner(id));
+        }
+        bump(&mut self.counts.auth_failures, reason.name());
     }
 
     /// An event of an IKE SA a reload retired: its connection is gone
     /// from the table (or its name names a new configuration), so nothing
     /// reaches the table or the workers. A rekey's successor is retired
     /// too, and deleted.
-    fn on_retired(&mut self, now: Instant, ev: Event) {
+    fn on_retired(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
         match ev {
             Event::IkeSaDeleted { ike_sa, connection, reason } => {
-                self.retired.remove(&ike_sa);
+                gw.table.retired_ike_sa_deleted(ike_sa);
                 info!(%ike_sa, connection = ?connection, ?reason, "IKE SA of a removed or changed connection deleted");
             }
             Event::IkeSaRekeyed { old, new, connection } => {
-                self.retired.remove(&old);
-                self.retired.insert(new);
+                gw.table.retired_ike_sa_rekeyed(old, new);
                 info!(%old, %new, %connection, "IKE SA of a removed or changed connection rekeyed: deleting it");
                 if let Err(e) = self.ep.terminate(now, new) {
                     debug!(ike_sa = %new, error = ?e, "deleting a retired IKE SA");
@@ -229,11 +193,11 @@ impl Ike {
     /// `close_action` on the peer's Delete): a restart the engine schedules
     /// itself (with back-off); trap policies are ours to arm.
     fn after_death(&mut self, gw: &mut Gateway, conn: ConnId, reason: Reason) {
-        let Some(&(dpd, close)) = self.actions.get(&conn) else {
+        let Some(actions) = gw.table.conn(conn).and_then(|c| c.actions) else {
             return;
         };
         let name = gw.table.conn(conn).map(|c| c.name.clone()).unwrap_or_default();
-        match esparto_ike::lifetime::after_death(dpd, close, reason) {
+        match esparto_ike::lifetime::after_death(actions.dpd, actions.close, reason) {
             AfterDeath::Nothing => {}
             AfterDeath::Initiate => info!(connection = %name, ?reason, "the connection will be initiated again"),
             AfterDeath::Trap => {
@@ -248,6 +212,8 @@ impl Ike {
         }
     }
 
+    /// A Child SA is ready: installed (inbound first), and the watches of
+    /// its connection end with it unless it is a rekey.
     fn install(&mut self, now: Instant, gw: &mut Gateway, c: &ChildSaEstablished) {
         // ESP always travels in UDP (RFC 3948) to the peer's NAT-T port.
         let peer_port = if c.remote.port() == self.ike_port {
@@ -266,18 +232,16 @@ impl Ike {
                     slot = ?done.slot, rekey = c.rekeys.is_some(), "Child SA installed"
                 );
                 if c.rekeys.is_none() {
-                    watch::global().finish(
-                        &c.connection,
-                        &Response::Done(format!(
-                            "{}: Child SA {} installed, SPIs {:08x}_i {:08x}_o, {} === {}",
-                            c.connection,
-                            c.child,
-                            c.inbound_spi,
-                            c.outbound_spi,
-                            ts(&c.local_ts),
-                            ts(&c.remote_ts)
-                        )),
-                    );
+                    let outcome = Response::Done(format!(
+                        "{}: Child SA {} installed, SPIs {:08x}_i {:08x}_o, {} === {}",
+                        c.connection,
+                        c.child,
+                        c.inbound_spi,
+                        c.outbound_spi,
+                        ts(&c.local_ts),
+                        ts(&c.remote_ts)
+                    ));
+                    watch::global().finish(&c.connection, &outcome, |id| gw.table.ike_sa_owner(id));
                 }
                 // The SAs go in even if their routes do not (they come back
                 // with the next install).
@@ -351,6 +315,9 @@ impl Ike {
             Ok(id) => {
                 info!(connection = %conn, child = %name, ike_sa = %id, ?worker, "acquire: negotiating");
                 gw.table.acquire_started(now, req);
+                if let Some(c) = gw.table.conn_id(&conn) {
+                    gw.table.ike_sa_initiated(id, c);
+                }
             }
             Err(InitiateError::PerResourceUnavailable(reason)) => {
                 info!(connection = %conn, child = %name, ?reason, "no per-CPU Child SAs from this peer");
@@ -361,5 +328,47 @@ impl Ike {
             Err(e) => warn!(target: TRAFFIC, connection = %conn, child = %name, ?worker, error = ?e, "acquire failed"),
         }
         self.flush(now, gw);
+    }
+}
+
+/// Files the log lines queued for `esparto up` with its watches, the
+/// table saying whose each IKE SA is (`watch.rs`).
+pub(super) fn file_watch_lines(gw: &Gateway) {
+    watch::global().file(|id| gw.table.ike_sa_owner(id));
+}
+
+/// The peer switched to a Child SA it rekeyed (`spis`: inbound,
+/// outbound): we send on it from now on.
+fn on_outbound_active(now: Instant, gw: &mut Gateway, ike_sa: IkeSaId, (connection, child): (&str, &str), (inbound_spi, outbound_spi): (u32, u32)) {
+    match gw.table.outbound_active(now, inbound_spi, outbound_spi) {
+        Ok(Some(slot)) => {
+            debug!(%ike_sa, %connection, %child, out_spi = %format!("{outbound_spi:08x}"), ?slot, "sending on the rekeyed SA");
+        }
+        Ok(None) => {}
+        Err(e) => warn!(%connection, %child, error = %format!("{e:#}"), "activating outbound SA"),
+    }
+    apply(gw, "activating outbound SA");
+}
+
+/// Sends the table's queued commands; a failure is logged with `what`.
+fn apply(gw: &mut Gateway, what: &str) {
+    if let Err(e) = gw.apply() {
+        warn!(error = %format!("{e:#}"), "{what}");
+    }
+}
+
+/// The IKE SA an event is about (`IkeSaRekeyed`: the one it replaced).
+fn ike_sa_of(ev: &Event) -> IkeSaId {
+    match ev {
+        Event::IkeSaEstablished { ike_sa, .. }
+        | Event::IkeSaDeleted { ike_sa, .. }
+        | Event::ChildSaDeleted { ike_sa, .. }
+        | Event::ChildSaFailed { ike_sa, .. }
+        | Event::AuthFailed { ike_sa, .. }
+        | Event::ChildSaOutboundActive { ike_sa, .. }
+        | Event::PerResourceUnavailable { ike_sa, .. }
+        | Event::PeerAddressChanged { ike_sa, .. } => *ike_sa,
+        Event::ChildSaEstablished(c) => c.ike_sa,
+        Event::IkeSaRekeyed { old, .. } => *old,
     }
 }

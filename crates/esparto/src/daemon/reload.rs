@@ -56,13 +56,13 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use esparto_ike::NewConnection;
+use esparto_ike::{NewConnection, Secrets};
 use tracing::{info, warn};
 
 use super::Gateway;
 use super::gateway::{bind_addr, tun_mtu};
 use super::ike::{Ike, check_activation};
-use super::seqstate;
+use super::seqstate::{self, PairAt, StaticOut};
 use crate::config::{self, Config, Connection, Daemon};
 use crate::status::ReloadReport;
 
@@ -190,6 +190,8 @@ pub(super) fn reload(
     outcome
 }
 
+/// Reads the file again, checks it against the running daemon, applies
+/// it and reports what it did (see the module docs).
 fn apply(
     running: &mut Config,
     gw: &mut Gateway,
@@ -201,103 +203,158 @@ fn apply(
     let file = path.display().to_string();
     info!(%file, why, "reloading the configuration");
     let refuse = |reason: String| format!("{file}: not reloaded, the running configuration stays as it was: {reason}");
-    let mut new = match config::load(&path) {
-        Ok(c) => c,
-        Err(errors) => {
-            return Err(format!(
-                "{file}: invalid configuration ({} error{}); the running configuration stays as it was:\n{errors}",
-                errors.len(),
-                if errors.len() == 1 { "" } else { "s" }
-            ));
-        }
-    };
+    let mut new = config::load(&path).map_err(|errors| {
+        format!(
+            "{file}: invalid configuration ({} error{}); the running configuration stays as it was:\n{errors}",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" }
+        )
+    })?;
     super::check_static_keys(&new).map_err(|e| refuse(format!("{e:#}")))?;
     let secrets = std::mem::take(&mut new.secrets);
     let plan = Plan::new(running, &new);
+    let changes = check(running, &new, &plan, gw, ike.is_some()).map_err(refuse)?;
+    // Apply: the engine first (it may still refuse, with nothing changed).
+    let now = Instant::now();
+    let retired = match ike.as_deref_mut() {
+        Some(ike) => replace_ike_connections(now, ike, gw, &new, &plan, secrets).map_err(refuse)?,
+        None => 0,
+    };
+    let problems = apply_to_table(now, gw, ike, &new, changes);
+    let names = |fate| plan.named(&new, fate).map(|c| c.name.clone()).collect::<Vec<_>>();
+    let report = ReloadReport {
+        file,
+        added: names(Fate::Added),
+        changed: names(Fate::Changed),
+        removed: plan.removed.clone(),
+        unchanged: plan.fates.iter().filter(|f| **f == Fate::Unchanged).count(),
+        ike_sas_deleted: retired,
+        needs_restart: plan.needs_restart.clone(),
+        warnings: new.warnings.iter().map(ToString::to_string).collect(),
+        problems,
+        took_ms: started.elapsed().as_secs_f64() * 1e3,
+    };
+    *running = new;
+    log_report(&report);
+    Ok(report)
+}
 
-    // Checks, with nothing changed yet.
-    let bind = bind_addr(&new).map_err(|e| refuse(format!("{e:#}")))?;
+/// What a reload changes, once every check has passed.
+struct Changes<'a> {
+    /// Connections of the new file to load: added and changed.
+    loading: HashSet<&'a str>,
+    /// Running connections to close: removed and changed.
+    closing: HashSet<&'a str>,
+    /// Key ids of the static outbound SAs that close.
+    released: Vec<[u8; 16]>,
+    /// The static outbound SAs that load.
+    outs: Vec<(PairAt, StaticOut)>,
+}
+
+/// Every check, with nothing changed yet: the new connections against
+/// what the running daemon can serve, their start actions, the engine's
+/// validation, their peers' routes, and the static SAs' sequence numbers.
+/// A refusal is the reason.
+fn check<'a>(
+    running: &Config,
+    new: &'a Config,
+    plan: &'a Plan,
+    gw: &mut Gateway,
+    has_ike: bool,
+) -> Result<Changes<'a>, String> {
+    let bind = bind_addr(new).map_err(|e| format!("{e:#}"))?;
     if bind.ip() != gw.local_ip() {
-        return Err(refuse(format!(
+        return Err(format!(
             "the connections' local addresses need the sockets bound to {}, and the running daemon's are bound to {}: \
              that takes a restart",
             bind.ip(),
             gw.local_ip()
-        )));
-    }
-    if ike.is_none() && new.connections.iter().any(|c| c.ike.is_some()) {
-        return Err(refuse(
-            "the daemon started without IKE connections, so it has no IKE socket: adding the first one takes a restart"
-                .into(),
         ));
     }
+    if !has_ike && new.connections.iter().any(|c| c.ike.is_some()) {
+        return Err(
+            "the daemon started without IKE connections, so it has no IKE socket: adding the first one takes a restart"
+                .into(),
+        );
+    }
     let loading: HashSet<&str> = plan
-        .named(&new, Fate::Added)
-        .chain(plan.named(&new, Fate::Changed))
+        .named(new, Fate::Added)
+        .chain(plan.named(new, Fate::Changed))
         .map(|c| c.name.as_str())
         .collect();
-    for conn in new.connections.iter().filter(|c| loading.contains(c.name.as_str())) {
-        check_activation(conn).map_err(refuse)?;
+    let load = || new.connections.iter().filter(|c| loading.contains(c.name.as_str()));
+    for conn in load() {
+        check_activation(conn)?;
         if let Some(ic) = &conn.ike {
-            ic.validate()
-                .map_err(|e| refuse(format!("connection {}: {e}", conn.name)))?;
+            ic.validate().map_err(|e| format!("connection {}: {e}", conn.name))?;
         }
     }
     // As at start: a peer the daemon's own packets would reach only
     // through the tunnel is refused.
-    gw.check_peers(new.connections.iter().filter(|c| loading.contains(c.name.as_str())))
-        .map_err(|e| refuse(format!("{e:#}")))?;
+    gw.check_peers(load()).map_err(|e| format!("{e:#}"))?;
     let closing: HashSet<&str> = plan
         .removed
         .iter()
         .map(String::as_str)
-        .chain(plan.named(&new, Fate::Changed).map(|c| c.name.as_str()))
+        .chain(plan.named(new, Fate::Changed).map(|c| c.name.as_str()))
         .collect();
     let workers = gw.workers();
     let released: Vec<[u8; 16]> = seqstate::static_outbound(running, workers)
-        .map_err(|e| refuse(format!("{e:#}")))?
+        .map_err(|e| format!("{e:#}"))?
         .into_iter()
         .filter(|((conn, _, _), _)| closing.contains(conn.as_str()))
         .map(|(_, sa)| sa.key_id)
         .collect();
-    let outs: Vec<_> = seqstate::static_outbound(&new, workers)
-        .map_err(|e| refuse(format!("{e:#}")))?
+    let outs: Vec<_> = seqstate::static_outbound(new, workers)
+        .map_err(|e| format!("{e:#}"))?
         .into_iter()
         .filter(|((conn, _, _), _)| loading.contains(conn.as_str()))
         .collect();
     let out_sas: Vec<_> = outs.iter().map(|(_, sa)| sa.clone()).collect();
-    gw.check_static(&running.daemon.state_dir, &out_sas, &released)
-        .map_err(|e| refuse(format!("{e:#}")))?;
+    gw.check_static(&running.daemon.state_dir, &out_sas, &released).map_err(|e| format!("{e:#}"))?;
+    Ok(Changes { loading, closing, released, outs })
+}
 
-    // Apply: the engine first (it may still refuse, with nothing changed).
-    let now = Instant::now();
-    let mut retired = 0;
-    if let Some(ike) = ike.as_deref_mut() {
-        let list = new
-            .connections
-            .iter()
-            .zip(&plan.fates)
-            .filter_map(|(c, fate)| {
-                let ic = c.ike.as_ref()?;
-                Some(match fate {
-                    Fate::Unchanged => NewConnection::Keep(ic.name.clone()),
-                    Fate::Added | Fate::Changed => NewConnection::Load(Box::new(ic.clone())),
-                })
+/// Gives the engine the new connection list in file order (unchanged
+/// ones kept, the others loaded; the IKE SAs of every other connection
+/// it held retired, and the table told so) and the new secrets. Returns
+/// how many IKE SAs were retired; a refusal changes nothing.
+fn replace_ike_connections(
+    now: Instant,
+    ike: &mut Ike,
+    gw: &mut Gateway,
+    new: &Config,
+    plan: &Plan,
+    secrets: Secrets,
+) -> Result<usize, String> {
+    let list = new
+        .connections
+        .iter()
+        .zip(&plan.fates)
+        .filter_map(|(c, fate)| {
+            let ic = c.ike.as_ref()?;
+            Some(match fate {
+                Fate::Unchanged => NewConnection::Keep(ic.name.clone()),
+                Fate::Added | Fate::Changed => NewConnection::Load(Box::new(ic.clone())),
             })
-            .collect();
-        let ids = ike
-            .ep
-            .replace_connections(now, list)
-            .map_err(|e| refuse(format!("{e}")))?;
-        retired = ids.len();
-        ike.retired.extend(ids);
-        *ike.ep.secrets_mut() = secrets;
-    }
+        })
+        .collect();
+    let ids = ike.ep.replace_connections(now, list).map_err(|e| format!("{e}"))?;
+    let retired = ids.len();
+    gw.table.retire_ike_sas(ids);
+    *ike.ep.secrets_mut() = secrets;
+    Ok(retired)
+}
+
+/// Applies the changes to the table and the data plane: the closing
+/// connections removed, the static reservations released and claimed,
+/// the loading connections added, installed and activated, the routes
+/// no child wants any more removed, and the workers' commands sent.
+/// Returns what went wrong (the rest is applied regardless).
+fn apply_to_table(now: Instant, gw: &mut Gateway, mut ike: Option<&mut Ike>, new: &Config, changes: Changes<'_>) -> Vec<String> {
+    let Changes { loading, closing, released, outs } = changes;
     for name in &closing {
         if let Some(id) = gw.table.conn_id(name) {
-            if let Some(ike) = ike.as_deref_mut() {
-                ike.forget(id);
-            }
             gw.table.remove_conn(id);
         }
     }
@@ -328,21 +385,11 @@ fn apply(
     if let Some(ike) = ike {
         ike.flush(now, gw);
     }
+    problems
+}
 
-    let names = |fate| plan.named(&new, fate).map(|c| c.name.clone()).collect::<Vec<_>>();
-    let report = ReloadReport {
-        file: file.clone(),
-        added: names(Fate::Added),
-        changed: names(Fate::Changed),
-        removed: plan.removed.clone(),
-        unchanged: plan.fates.iter().filter(|f| **f == Fate::Unchanged).count(),
-        ike_sas_deleted: retired,
-        needs_restart: plan.needs_restart.clone(),
-        warnings: new.warnings.iter().map(ToString::to_string).collect(),
-        problems,
-        took_ms: started.elapsed().as_secs_f64() * 1e3,
-    };
-    *running = new;
+/// Logs what a reload did, connection by connection, then a summary.
+fn log_report(report: &ReloadReport) {
     for n in &report.added {
         info!(connection = %n, "reload: connection added");
     }
@@ -362,11 +409,10 @@ fn apply(
         warn!("reload: {p}");
     }
     info!(
-        %file, added = report.added.len(), changed = report.changed.len(), removed = report.removed.len(),
+        file = %report.file, added = report.added.len(), changed = report.changed.len(), removed = report.removed.len(),
         unchanged = report.unchanged, ike_sas_deleted = report.ike_sas_deleted, took_ms = report.took_ms,
         "configuration reloaded"
     );
-    Ok(report)
 }
 
 #[cfg(test)]

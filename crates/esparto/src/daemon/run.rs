@@ -49,6 +49,7 @@ use esparto_esp::{Event, Expiry};
 use esparto_io::instance::{self, Claim, InstanceLock};
 use esparto_io::poll::Poller;
 use esparto_io::privs::{self, Capability};
+use esparto_io::worker::WorkerFailure;
 use tracing::{error, info, warn};
 
 use super::ike::Ike;
@@ -83,21 +84,14 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     }
     caps::check(&config)?;
     let _instance = claim(&config)?;
-    let mut metrics = match config.daemon.metrics {
+    let metrics = match config.daemon.metrics {
         Some(addr) => Some(start_metrics(&config, addr)?),
         None => None,
     };
-    let mut server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
-    let (mut sig_rx, sig_tx) = UnixStream::pair().context("signal pipe")?;
-    sig_rx.set_nonblocking(true)?;
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::low_level::pipe::register(sig, sig_tx.try_clone()?).context("installing signal handlers")?;
-    }
-    let (mut hup_rx, hup_tx) = UnixStream::pair().context("signal pipe")?;
-    hup_rx.set_nonblocking(true)?;
-    signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, hup_tx).context("installing signal handlers")?;
+    let server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
+    let signals = Signals::install()?;
     let mut gw = Gateway::start(&config)?;
-    let mut ike = Ike::start(&mut config, &mut gw, Instant::now())?;
+    let ike = Ike::start(&mut config, &mut gw, Instant::now())?;
     let kept = privs::restrict_thread(KEEP).context("dropping capabilities")?;
     // Route changes leave the control thread, which must never wait for
     // the kernel's routing lock (the thread inherits what was kept).
@@ -110,77 +104,173 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         pid = std::process::id(), capabilities = %kept, "esparto running"
     );
     notify::ready(&config, &gw);
+    let mut daemon = Daemon { config, gw, ike, server, metrics, signals, throttle, started: Instant::now() };
+    match daemon.serve()? {
+        Stop::Signal => {
+            daemon.shut_down();
+            Ok(())
+        }
+        Stop::Worker(f) => Err(daemon.stop_for_worker(f)),
+    }
+}
 
-    let started = Instant::now();
-    loop {
+/// Everything the control thread runs, once set up.
+struct Daemon {
+    config: Config,
+    gw: Gateway,
+    ike: Option<Ike>,
+    server: ControlServer,
+    metrics: Option<Metrics>,
+    signals: Signals,
+    throttle: Throttle,
+    started: Instant,
+}
+
+/// Why the control loop ended.
+enum Stop {
+    /// SIGTERM or SIGINT.
+    Signal,
+    /// A worker stopped on its own (a panic, its TUN queue gone).
+    Worker(WorkerFailure),
+}
+
+/// What a wait found readable (the control socket and its clients are
+/// served whether or not).
+struct Readable {
+    /// SIGTERM or SIGINT.
+    term: bool,
+    /// SIGHUP.
+    hup: bool,
+    /// An IKE socket.
+    ike: bool,
+    /// The metrics endpoint's wake-up socket.
+    metrics: bool,
+}
+
+impl Daemon {
+    /// The control loop, until a signal or a worker stops it.
+    fn serve(&mut self) -> Result<Stop> {
+        loop {
+            let readable = self.wait()?;
+            if let Some(f) = self.gw.worker_failure() {
+                return Ok(Stop::Worker(f));
+            }
+            let now = Instant::now();
+            if readable.term {
+                self.signals.drain_term();
+                info!(uptime_s = self.started.elapsed().as_secs(), "signal received, shutting down");
+                notify::stopping("stopping: deleting IKE SAs, then the data plane");
+                return Ok(Stop::Signal);
+            }
+            if readable.hup {
+                self.reload_on_sighup();
+            }
+            self.serve_ike(now, readable.ike);
+            self.gw.keep_reservations();
+            self.serve_clients();
+            if let Some(m) = &mut self.metrics {
+                let (gw, ike) = (&self.gw, self.ike.as_ref());
+                m.serve(readable.metrics, || scrape_figures(gw, ike));
+            }
+            self.on_dataplane_events(now);
+            self.on_stray_ike(now);
+            self.throttle.flush(Instant::now(), false);
+            if self.server.streaming() {
+                // Lines logged since the poll above leave now, not at the
+                // next wake-up.
+                super::ike_events::file_watch_lines(&self.gw);
+                self.server.pump_streams(&mut WatchStreams);
+            }
+        }
+    }
+
+    /// Waits for something to do: a signal, a request, IKE, a scrape, or
+    /// at most until the next IKE timer or [`IDLE`] (worker events arrive
+    /// over channels).
+    fn wait(&mut self) -> Result<Readable> {
         let mut poller = Poller::new();
-        let sig = poller.add(sig_rx.as_raw_fd());
-        let hup = poller.add(hup_rx.as_raw_fd());
-        poller.add(server_fd(&server));
-        for fd in server.client_fds() {
+        let term = poller.add(self.signals.term.as_raw_fd());
+        let hup = poller.add(self.signals.hup.as_raw_fd());
+        poller.add(self.server.as_raw_fd());
+        for fd in self.server.client_fds() {
             poller.add(fd);
         }
-        let metrics_fd = metrics.as_ref().map(|m| poller.add(m.fd()));
-        let ike_first = poller.add(gw.udp_control().as_raw_fd());
-        if let Some(ike) = &ike {
+        let metrics = self.metrics.as_ref().map(|m| poller.add(m.fd()));
+        let ike_first = poller.add(self.gw.udp_control().as_raw_fd());
+        if let Some(ike) = &self.ike {
             for fd in ike.fds() {
                 poller.add(fd);
             }
         }
         let ike_last = poller.len();
-        let wait = ike
+        let gw = &self.gw;
+        let wait = self
+            .ike
             .as_mut()
-            .and_then(|i| i.next_timeout(&gw))
+            .and_then(|i| i.next_timeout(gw))
             .map_or(IDLE, |t| t.saturating_duration_since(Instant::now()).min(IDLE));
         poller.wait(wait)?;
-        if let Some(f) = gw.worker_failure() {
-            error!(worker = f.index, reason = %f, "a worker stopped; stopping the daemon");
-            notify::stopping(&format!("stopping: worker {} stopped ({f})", f.index));
-            throttle.flush(Instant::now(), true);
-            gw.shutdown();
-            return Err(anyhow!(f)).context("the data plane lost a worker");
+        Ok(Readable {
+            term: poller.readable(term),
+            hup: poller.readable(hup),
+            ike: (ike_first..ike_last).any(|i| poller.readable(i)),
+            metrics: metrics.is_some_and(|i| poller.readable(i)),
+        })
+    }
+
+    /// A worker stopped on its own: the data plane stops at once (no IKE
+    /// SA is deleted first), and the error says why.
+    fn stop_for_worker(self, f: WorkerFailure) -> anyhow::Error {
+        error!(worker = f.index, reason = %f, "a worker stopped; stopping the daemon");
+        notify::stopping(&format!("stopping: worker {} stopped ({f})", f.index));
+        self.throttle.flush(Instant::now(), true);
+        self.gw.shutdown();
+        anyhow!(f).context("the data plane lost a worker")
+    }
+
+    /// SIGHUP: the configuration file is read again and applied. Several
+    /// SIGHUPs that arrived together make one reload.
+    fn reload_on_sighup(&mut self) {
+        self.signals.drain_hup();
+        if let Err(e) = super::reload::reload(&mut self.config, &mut self.gw, self.ike.as_mut(), "SIGHUP") {
+            warn!("{e}");
         }
-        let now = Instant::now();
-        if poller.readable(sig) {
-            let mut b = [0u8; 16];
-            let _ = sig_rx.read(&mut b);
-            info!(uptime_s = started.elapsed().as_secs(), "signal received, shutting down");
-            notify::stopping("stopping: deleting IKE SAs, then the data plane");
-            break;
+        if readable_now(&self.signals.hup) {
+            info!("SIGHUP during the reload: the file is read again once more");
         }
-        if poller.readable(hup) {
-            let mut b = [0u8; 16];
-            while matches!(hup_rx.read(&mut b), Ok(n) if n > 0) {}
-            if let Err(e) = super::reload::reload(&mut config, &mut gw, ike.as_mut(), "SIGHUP") {
-                warn!("{e}");
-            }
-            if readable_now(&hup_rx) {
-                info!("SIGHUP during the reload: the file is read again once more");
-            }
-        }
-        match &mut ike {
+    }
+
+    /// IKE datagrams and timers; without IKE, whatever reaches the NAT-T
+    /// control socket is dropped (read, so the buffer never fills).
+    fn serve_ike(&mut self, now: Instant, readable: bool) {
+        match &mut self.ike {
             Some(ike) => {
-                if (ike_first..ike_last).any(|i| poller.readable(i)) {
-                    ike.on_readable(now, &mut gw);
+                if readable {
+                    ike.on_readable(now, &mut self.gw);
                 }
-                ike.tick(now, &mut gw);
+                ike.tick(now, &mut self.gw);
             }
             None => {
-                // No IKE configured: whatever reaches the NAT-T control
-                // socket is dropped (read, so the buffer never fills).
                 let mut buf = [0u8; 2048];
-                while let Ok(Some(_)) = gw.udp_control().recv_from(&mut buf) {}
+                while let Ok(Some(_)) = self.gw.udp_control().recv_from(&mut buf) {}
             }
         }
-        gw.keep_reservations();
-        server.poll_streams(|req| handle(&mut gw, ike.as_mut(), &mut config, req), &mut WatchStreams);
-        if let (Some(m), Some(i)) = (&mut metrics, metrics_fd) {
-            m.serve(poller.readable(i), || scrape_figures(&gw, ike.as_ref()));
-        }
-        for ev in gw.poll_events() {
-            match (&mut ike, ev.event) {
+    }
+
+    /// New clients, and every complete request.
+    fn serve_clients(&mut self) {
+        let Self { server, gw, ike, config, .. } = self;
+        super::ike_events::file_watch_lines(gw);
+        server.poll_streams(|req| handle(gw, ike.as_mut(), config, req), &mut WatchStreams);
+    }
+
+    /// The workers' events: acquires and lifetimes for IKE, IPComp
+    /// switches logged; with static keys alone, lifetimes are only logged.
+    fn on_dataplane_events(&mut self, now: Instant) {
+        for ev in self.gw.poll_events() {
+            match (&mut self.ike, ev.event) {
                 (_, Event::IpcompSwitched { spi, switch }) => log_ipcomp_switch(ev.worker, spi, switch),
-                (Some(ike), _) => ike.on_dataplane(now, &mut gw, ev),
+                (Some(ike), _) => ike.on_dataplane(now, &mut self.gw, ev),
                 (None, Event::Acquire { .. }) => {}
                 (None, Event::Expire { spi, direction, kind: Expiry::Soft }) => {
                     info!(spi = %format!("{spi:08x}"), ?direction, "SA reached a soft lifetime limit (static keys: no rekey)")
@@ -192,30 +282,63 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
                 (None, Event::UnknownSpi { .. }) => {}
             }
         }
-        // IKE datagrams that reached a worker (coalesced behind ESP by GRO).
-        for d in gw.poll_control_datagrams() {
-            if let (Some(ike), Some(from)) = (&mut ike, d.peer()) {
-                ike.on_stray(now, &mut gw, from, d.bytes());
+    }
+
+    /// IKE datagrams that reached a worker (coalesced behind ESP by GRO).
+    fn on_stray_ike(&mut self, now: Instant) {
+        for d in self.gw.poll_control_datagrams() {
+            if let (Some(ike), Some(from)) = (&mut self.ike, d.peer()) {
+                ike.on_stray(now, &mut self.gw, from, d.bytes());
             }
         }
-        throttle.flush(Instant::now(), false);
-        if server.streaming() {
-            // Lines logged since the poll above leave now, not at the
-            // next wake-up.
-            server.pump_streams(&mut WatchStreams);
+    }
+
+    /// Stops cleanly: every IKE SA deleted first, while the data plane
+    /// still runs (the Deletes' answers may arrive through a worker), then
+    /// the data plane, then the control socket file.
+    fn shut_down(mut self) {
+        if let Some(ike) = &mut self.ike {
+            ike.shutdown(&mut self.gw, SHUTDOWN_GRACE);
         }
+        self.throttle.flush(Instant::now(), true);
+        let reports = self.gw.shutdown();
+        let errors: u64 = reports.iter().map(|r| r.io_errors).sum();
+        info!(workers = reports.len(), io_errors = errors, "stopped");
+        drop(self.server); // removes the socket file
     }
-    // Delete every IKE SA first, while the data plane still runs (the
-    // Deletes' answers may arrive through a worker).
-    if let Some(ike) = &mut ike {
-        ike.shutdown(&mut gw, SHUTDOWN_GRACE);
+}
+
+/// The signal pipes: SIGTERM and SIGINT on one, SIGHUP on the other.
+struct Signals {
+    term: UnixStream,
+    hup: UnixStream,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    fn install() -> Result<Self> {
+        let (term, term_tx) = UnixStream::pair().context("signal pipe")?;
+        term.set_nonblocking(true)?;
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::low_level::pipe::register(sig, term_tx.try_clone()?).context("installing signal handlers")?;
+        }
+        let (hup, hup_tx) = UnixStream::pair().context("signal pipe")?;
+        hup.set_nonblocking(true)?;
+        signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, hup_tx).context("installing signal handlers")?;
+        Ok(Self { term, hup })
     }
-    throttle.flush(Instant::now(), true);
-    let reports = gw.shutdown();
-    let errors: u64 = reports.iter().map(|r| r.io_errors).sum();
-    info!(workers = reports.len(), io_errors = errors, "stopped");
-    drop(server); // removes the socket file
-    Ok(())
+
+    /// Reads what SIGTERM or SIGINT wrote.
+    fn drain_term(&mut self) {
+        let mut b = [0u8; 16];
+        let _ = self.term.read(&mut b);
+    }
+
+    /// Reads everything SIGHUP wrote.
+    fn drain_hup(&mut self) {
+        let mut b = [0u8; 16];
+        while matches!(self.hup.read(&mut b), Ok(n) if n > 0) {}
+    }
 }
 
 /// Claims the TUN device and the UDP ports for this process (see the
@@ -298,10 +421,6 @@ fn log_panics() {
             error!(thread, location, "panic: {message}");
         }
     }));
-}
-
-fn server_fd(s: &ControlServer) -> std::os::fd::RawFd {
-    s.as_raw_fd()
 }
 
 /// Whether `s` has something to read (polled without waiting).

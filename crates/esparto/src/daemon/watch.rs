@@ -7,17 +7,28 @@
 //! else; the data plane does not log per packet, so the packet path never
 //! reaches it. With a watch open, a line belongs to it if its
 //! `connection` field names the watched connection, or its `ike_sa` (or
-//! `old`/`new`, for a rekey) field names an IKE SA that an earlier line of
-//! the connection named: "initiating IKE_SA" carries both, so every later
-//! line of that SA follows without the engine knowing of watches.
+//! `old`/`new`, for a rekey) field names an IKE SA of that connection.
+//!
+//! Whose an IKE SA is, the Child SA table says (`Table::ike_sa_owner`:
+//! an established IKE SA, or one being negotiated after the daemon
+//! initiated it, as `up` does). The layer cannot ask it: it runs inside
+//! the IKE engine's calls, while the control thread holds the table. So
+//! the layer only queues the lines that name a connection or an IKE SA
+//! (at most [`PENDING_LINES`]), and the control thread files them
+//! ([`Watches::file`], given the table's answer) once the engine's call
+//! has returned: before an event changes what the table knows, after
+//! each event, and before it ends a watch with its outcome
+//! ([`Watches::finish`]). A line no open watch claims then is dropped.
 //!
 //! Each watch keeps at most [`WATCH_LINES`] lines of at most
 //! [`MAX_LINE`] bytes: a client that does not read loses the newest lines,
 //! counted and reported to it as `{"dropped":N}`, and never slows the
-//! daemon or makes it buffer without bound. At most [`MAX_WATCHES`] watches
-//! are open at once, and one ends after [`WATCH_LIMIT`] whatever happens.
-//! The IKE driver ends a connection's watches with the outcome: its first
-//! Child SA installed, or the failure and its reason ([`Watches::finish`]).
+//! daemon or makes it buffer without bound (a line that found the queue
+//! full counts as dropped for every watch: it may have been any one's). At
+//! most [`MAX_WATCHES`] watches are open at once, and one ends after
+//! [`WATCH_LIMIT`] whatever happens. The IKE driver ends a connection's
+//! watches with the outcome: its first Child SA installed, or the failure
+//! and its reason.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -25,7 +36,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use esparto_ike::IkeSaId;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
@@ -40,8 +53,9 @@ pub const MAX_LINE: usize = 2048;
 pub const MAX_WATCHES: usize = 16;
 /// A watch ends after this long, outcome or not.
 pub const WATCH_LIMIT: Duration = Duration::from_secs(600);
-/// IKE SAs a watch follows (a connection has one, two while rekeying).
-const MAX_FOLLOWED: usize = 8;
+/// Lines queued between two filings ([`Watches::file`]); more are
+/// dropped and counted.
+pub const PENDING_LINES: usize = 1024;
 
 /// One log line as the client prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,8 +77,6 @@ impl std::fmt::Display for LogLine {
 struct Watch {
     id: u64,
     connection: String,
-    /// IKE SA ids (hex, as logged) seen on lines of the connection.
-    ike_sas: Vec<String>,
     lines: VecDeque<LogLine>,
     /// Lines lost since the client last read.
     dropped: u64,
@@ -74,10 +86,23 @@ struct Watch {
     started: bool,
 }
 
+/// A line queued by the layer, until the control thread files it.
+struct Pending {
+    line: LogLine,
+    /// Its `connection` field.
+    connection: Option<String>,
+    /// The IKE SAs it names.
+    ike_sas: SmallVec<[IkeSaId; 2]>,
+}
+
 #[derive(Default)]
 struct Inner {
     next: u64,
     watches: Vec<Watch>,
+    /// Lines not filed yet, in the order they were logged.
+    pending: VecDeque<Pending>,
+    /// Lines that found `pending` full since the last filing.
+    lost: u64,
 }
 
 /// The open watches (see the module docs).
@@ -119,7 +144,6 @@ impl Watches {
         g.watches.push(Watch {
             id,
             connection: connection.to_string(),
-            ike_sas: Vec::new(),
             lines: VecDeque::new(),
             dropped: 0,
             end: None,
@@ -137,22 +161,45 @@ impl Watches {
         self.active.store(g.watches.len(), Ordering::Relaxed);
     }
 
-    /// Ends every open watch of `connection` with `outcome`.
-    pub fn finish(&self, connection: &str, outcome: &Response) {
+    /// Files the lines queued since the last call with the watches they
+    /// belong to, in order: by their `connection` field, or by the
+    /// connection `owner` says each IKE SA they name is of. A line no open
+    /// watch claims is dropped.
+    pub fn file<'a>(&self, owner: impl Fn(IkeSaId) -> Option<&'a str>) {
         if self.active.load(Ordering::Relaxed) == 0 {
             return;
         }
-        for w in self.lock().watches.iter_mut().filter(|w| w.connection == connection && w.end.is_none()) {
-            w.end = Some(outcome.clone());
+        // `owner` is called without the lock held.
+        let (pending, lost) = {
+            let mut g = self.lock();
+            (std::mem::take(&mut g.pending), std::mem::take(&mut g.lost))
+        };
+        let owned: Vec<(Pending, SmallVec<[&str; 2]>)> = pending
+            .into_iter()
+            .map(|p| {
+                let owners = p.ike_sas.iter().filter_map(|id| owner(*id)).collect();
+                (p, owners)
+            })
+            .collect();
+        let mut g = self.lock();
+        for w in g.watches.iter_mut().filter(|w| w.end.is_none()) {
+            w.dropped += lost;
+            for (p, owners) in &owned {
+                if p.connection.as_deref() == Some(w.connection.as_str()) || owners.contains(&w.connection.as_str()) {
+                    w.push(p.line.clone());
+                }
+            }
         }
     }
 
-    /// Ends every open watch following IKE SA `ike_sa` (hex) with `outcome`.
-    pub fn finish_ike_sa(&self, ike_sa: &str, outcome: &Response) {
+    /// Files the queued lines ([`file`](Self::file)), then ends every
+    /// open watch of `connection` with `outcome`.
+    pub fn finish<'a>(&self, connection: &str, outcome: &Response, owner: impl Fn(IkeSaId) -> Option<&'a str>) {
         if self.active.load(Ordering::Relaxed) == 0 {
             return;
         }
-        for w in self.lock().watches.iter_mut().filter(|w| w.end.is_none() && w.ike_sas.iter().any(|s| s == ike_sa)) {
+        self.file(owner);
+        for w in self.lock().watches.iter_mut().filter(|w| w.connection == connection && w.end.is_none()) {
             w.end = Some(outcome.clone());
         }
     }
@@ -197,32 +244,27 @@ impl Watches {
         }
     }
 
-    /// Files a log line with every watch it belongs to.
-    fn record(&self, fields: &Fields, level: &str, target: &str) {
+    /// Queues a log line for the next [`file`](Self::file).
+    fn queue(&self, p: Pending) {
         let mut g = self.lock();
-        for w in &mut g.watches {
-            if w.end.is_some() {
-                continue;
-            }
-            let by_conn = fields.connection.as_deref() == Some(w.connection.as_str());
-            let by_sa = fields.ike_sas.iter().any(|s| w.ike_sas.contains(s));
-            if !(by_conn || by_sa) {
-                continue;
-            }
-            for s in &fields.ike_sas {
-                if !w.ike_sas.contains(s) && w.ike_sas.len() < MAX_FOLLOWED {
-                    w.ike_sas.push(s.clone());
-                }
-            }
-            if w.lines.len() >= WATCH_LINES {
-                w.dropped += 1;
-                continue;
-            }
-            w.lines.push_back(LogLine {
-                level: level.to_string(),
-                target: target.to_string(),
-                message: fields.text.clone(),
-            });
+        if g.watches.is_empty() {
+            return;
+        }
+        if g.pending.len() >= PENDING_LINES {
+            g.lost += 1;
+        } else {
+            g.pending.push_back(p);
+        }
+    }
+}
+
+impl Watch {
+    /// Keeps a line for the client, or counts it dropped.
+    fn push(&mut self, line: LogLine) {
+        if self.lines.len() >= WATCH_LINES {
+            self.dropped += 1;
+        } else {
+            self.lines.push_back(line);
         }
     }
 }
@@ -234,8 +276,8 @@ struct Fields {
     text: String,
     rest: String,
     connection: Option<String>,
-    /// `ike_sa`, `old`, `new`.
-    ike_sas: Vec<String>,
+    /// `ike_sa`, `old`, `new` (logged in hex).
+    ike_sas: SmallVec<[IkeSaId; 2]>,
 }
 
 impl Visit for Fields {
@@ -253,7 +295,11 @@ impl Visit for Fields {
                 return;
             }
             "connection" => self.connection = Some(v.trim_matches('"').to_string()),
-            "ike_sa" | "old" | "new" => self.ike_sas.push(v.clone()),
+            "ike_sa" | "old" | "new" => {
+                if let Ok(id) = u64::from_str_radix(v.trim_matches('"'), 16) {
+                    self.ike_sas.push(IkeSaId(id));
+                }
+            }
             _ => {}
         }
         if self.rest.len() < MAX_LINE {
@@ -286,7 +332,11 @@ impl<S: Subscriber> Layer<S> for WatchLayer {
             f.text.push('…');
         }
         let m = event.metadata();
-        self.0.record(&f, m.level().as_str(), m.target());
+        self.0.queue(Pending {
+            line: LogLine { level: m.level().as_str().to_string(), target: m.target().to_string(), message: f.text },
+            connection: f.connection,
+            ike_sas: f.ike_sas,
+        });
     }
 }
 
@@ -305,6 +355,15 @@ mod tests {
         tracing::subscriber::with_default(sub, f);
     }
 
+    /// Whose the IKE SAs of the tests are, as the table would say.
+    fn owner(id: IkeSaId) -> Option<&'static str> {
+        match id.0 {
+            0xaa | 0xcc => Some("site"),
+            0xbb => Some("elsewhere"),
+            _ => None,
+        }
+    }
+
     #[test]
     fn lines_of_the_connection_and_of_its_ike_sas_then_the_outcome() {
         let w: &'static Watches = Box::leak(Box::default());
@@ -315,19 +374,23 @@ mod tests {
         let other = w.begin("other", t0).unwrap();
         with_layer(w, || {
             tracing::info!(ike_sa = %"00000000000000aa", connection = "site", "initiating IKE_SA");
-            // The same SA, without its connection: followed.
+            // The same SA, without its connection: the table says whose.
             tracing::info!(ike_sa = %"00000000000000aa", peer = "192.0.2.2:500", "IKE_SA_INIT response received");
             // Another connection's SA: not ours.
             tracing::info!(ike_sa = %"00000000000000bb", "unrelated");
+            // An SA the table does not know: nobody's.
+            tracing::info!(ike_sa = %"00000000000000dd", "unknown");
             tracing::warn!(old = %"00000000000000aa", new = %"00000000000000cc", "rekeyed");
             tracing::info!(ike_sa = %"00000000000000cc", "after the rekey");
             tracing::info!("no fields: never a watch's");
         });
         let mut out = Vec::new();
         assert_eq!(w.take(id, t0, &mut out), Taken::Open);
-        let mut got = items(&out);
-        assert_eq!(got.remove(0), StreamItem::Started { started: "site".into() });
-        let msgs: Vec<String> = got
+        assert_eq!(items(&out), [StreamItem::Started { started: "site".into() }], "nothing filed yet");
+        w.file(owner);
+        let mut out = Vec::new();
+        assert_eq!(w.take(id, t0, &mut out), Taken::Open);
+        let msgs: Vec<String> = items(&out)
             .iter()
             .map(|i| match i {
                 StreamItem::Log { log } => format!("{} {}", log.level, log.message),
@@ -346,16 +409,46 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(w.take(other, t0, &mut out), Taken::Open);
         assert_eq!(items(&out), [StreamItem::Started { started: "other".into() }], "the other connection saw nothing");
-        w.finish("site", &Response::Done("site: net installed".into()));
+        // The outcome follows every line logged before it.
+        with_layer(w, || tracing::info!(ike_sa = %"00000000000000cc", "Child SA installed"));
+        w.finish("site", &Response::Done("site: net installed".into()), owner);
+        with_layer(w, || tracing::info!(connection = "site", "after the outcome"));
+        w.file(owner);
         let mut out = Vec::new();
         assert_eq!(w.take(id, t0, &mut out), Taken::Ended);
-        assert_eq!(items(&out), [StreamItem::End(Response::Done("site: net installed".into()))]);
+        let StreamItem::Log { log } = &items(&out)[0] else { panic!("{out:?}") };
+        assert_eq!(log.message, "Child SA installed ike_sa=00000000000000cc");
+        assert_eq!(items(&out)[1..], [StreamItem::End(Response::Done("site: net installed".into()))]);
         // Ended watches are gone; the other one is still open.
         assert_eq!(w.take(id, t0, &mut Vec::new()), Taken::Ended);
-        w.finish_ike_sa("00000000000000bb", &Response::Error("x".into()));
+        w.finish("elsewhere", &Response::Error("x".into()), owner);
         assert_eq!(w.take(other, t0, &mut Vec::new()), Taken::Open);
         w.cancel(other);
         assert_eq!(w.active.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn lines_queued_past_the_bound_count_as_dropped_for_every_watch() {
+        let w: &'static Watches = Box::leak(Box::default());
+        let t0 = Instant::now();
+        let a = w.begin("a", t0).unwrap();
+        let b = w.begin("b", t0).unwrap();
+        with_layer(w, || {
+            for i in 0..PENDING_LINES + 3 {
+                tracing::info!(connection = "a", i, "line");
+            }
+        });
+        w.file(owner);
+        // a: the queue's lines (as many as a watch keeps, the rest
+        // dropped), and the 3 that found it full; b: those 3 alone.
+        let a_dropped = (PENDING_LINES - WATCH_LINES + 3) as u64;
+        for (id, kept, dropped) in [(a, WATCH_LINES, a_dropped), (b, 0, 3)] {
+            let mut out = Vec::new();
+            w.take(id, t0, &mut out);
+            let got = items(&out);
+            assert_eq!(got[1], StreamItem::Dropped { dropped }, "watch {id}");
+            assert_eq!(got.len(), 2 + kept, "watch {id}");
+        }
     }
 
     #[test]
@@ -369,6 +462,7 @@ mod tests {
                 tracing::info!(connection = "site", i, "{long}");
             }
         });
+        w.file(owner);
         let mut out = Vec::new();
         w.take(id, t0, &mut out);
         let mut got = items(&out);

@@ -136,6 +136,9 @@ pub(crate) struct Child {
     pub(crate) per_cpu_off: bool,
     /// A trap policy is armed: traffic initiates the child.
     pub(crate) trap: bool,
+    /// To be started once its connection's IKE SA is up (a `start` child
+    /// other than the one IKE_AUTH creates).
+    pub(crate) start_once_up: bool,
 }
 
 impl Child {
@@ -153,6 +156,7 @@ impl Child {
             acquire_all: None,
             per_cpu_off: false,
             trap: false,
+            start_once_up: false,
         }
     }
 

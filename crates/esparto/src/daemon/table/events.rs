@@ -3,7 +3,7 @@
 //!
 //! | engine event | transition |
 //! | --- | --- |
-//! | `IkeSaEstablished` | [`Table::ike_sa_up`]: the IKE SA's record |
+//! | `IkeSaEstablished` | [`Table::ike_sa_up`]: the IKE SA's record (no longer one being negotiated) |
 //! | `ChildSaEstablished` | [`Table::child_established`]: group and policies for the negotiated selectors; the SA's inbound half now; its outbound half into its slot now, or (peer-initiated rekey) held |
 //! | `ChildSaOutboundActive` | [`Table::outbound_active`]: the held outbound half into its slot |
 //! | `ChildSaDeleted` | [`Table::child_deleted`]: outbound out of its slot; inbound now, or after [`LINGER`] for a rekey |
@@ -11,6 +11,10 @@
 //! | `IkeSaRekeyed` | [`Table::ike_sa_rekeyed`]: its Child SAs move to the new IKE SA |
 //! | `PerResourceUnavailable` | [`Table::per_cpu_unavailable`]: the workers stop asking for sub-SAs |
 //! | `ChildSaFailed` | [`Table::child_failed`]: its acquires are no longer in flight |
+//!
+//! An IKE SA a reload retired makes no record: [`Table::ike_sa_up`]
+//! ignores it and [`Table::child_established`] refuses its Child SAs
+//! (`conn.rs`).
 //!
 //! | data-plane event | transition |
 //! | --- | --- |
@@ -74,9 +78,11 @@ pub(crate) struct IkeSaUp {
 }
 
 impl Table {
-    /// The record of `ike_sa`, made if new.
+    /// The record of `ike_sa`, made if new (it is no longer being
+    /// negotiated).
     fn ike_record(&mut self, now: Instant, ike_sa: IkeSaId, conn: ConnId, up: &IkeSaUp) -> &mut IkeRecord {
         if !self.ike_sas.contains_key(&ike_sa) {
+            self.stop_initiating(ike_sa);
             self.conns[conn.0].ike_sas.push(ike_sa);
         }
         self.ike_sas.entry(ike_sa).or_insert_with(|| IkeRecord {
@@ -92,8 +98,11 @@ impl Table {
         })
     }
 
-    /// An IKE SA is authenticated.
+    /// An IKE SA is authenticated (a retired one is ignored).
     pub(crate) fn ike_sa_up(&mut self, now: Instant, ike_sa: IkeSaId, conn: ConnId, up: &IkeSaUp) {
+        if self.retired.contains(&ike_sa) {
+            return;
+        }
         let rec = self.ike_record(now, ike_sa, conn, up);
         rec.established = true;
         rec.local_id.clone_from(&up.local_id);
@@ -101,13 +110,16 @@ impl Table {
     }
 
     /// A Child SA is ready: installs it (see the module docs of `sa.rs`);
-    /// `peer` is where its ESP goes.
+    /// `peer` is where its ESP goes. One of a retired IKE SA is refused.
     pub(crate) fn child_established(
         &mut self,
         now: Instant,
         c: &ChildSaEstablished,
         peer: SocketAddr,
     ) -> Result<Established> {
+        if self.retired.contains(&c.ike_sa) {
+            return Err(anyhow!("Child SA of a retired IKE SA"));
+        }
         let child = self
             .child_id(&c.connection, &c.child)
             .ok_or_else(|| anyhow!("Child SA for an unknown child"))?;
@@ -257,8 +269,9 @@ impl Table {
     }
 
     /// An IKE SA is gone, and its Child SAs with it (RFC 7296 §1.4.1).
-    /// Returns its connection.
+    /// Returns its connection if it was established.
     pub(crate) fn ike_sa_deleted(&mut self, ike_sa: IkeSaId) -> Option<ConnId> {
+        self.stop_initiating(ike_sa);
         let rec = self.ike_sas.remove(&ike_sa)?;
         for id in rec.sas {
             if self.sas.contains(id.0) {

@@ -10,7 +10,10 @@
 //! (the fallback, a worker's sub-SA, or received on only), the outbound
 //! SA waiting for the peer to switch, the inbound SAs lingering after a
 //! rekey, traps, acquires in flight, and whether the peer gives per-CPU
-//! SAs at all. `status` and `sas` are derived from it ([`report`]).
+//! SAs at all; and what the IKE driver keeps per connection ([`conn`]:
+//! what the end of an IKE SA calls for, children to start once it is up,
+//! IKE SAs being negotiated, IKE SAs a reload retired). `status` and
+//! `sas` are derived from it ([`report`]).
 //!
 //! **Typed ids, no string keys.** Connections, children and Child SAs are
 //! held in slabs and named by [`ConnId`], [`ChildId`] and [`SaId`]; SAs are
@@ -50,6 +53,7 @@
 #[cfg(test)]
 mod bench;
 mod child;
+mod conn;
 mod events;
 pub(crate) mod report;
 mod sa;
@@ -57,7 +61,7 @@ mod sa;
 mod tests;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -70,6 +74,7 @@ use slab::Slab;
 use crate::config::{Config, Connection, PerCpuSas};
 
 pub(crate) use child::{Child, Settings, Slot, static_slot};
+pub(crate) use conn::Actions;
 pub(crate) use events::{AcquireRequest, IkeSaUp};
 pub(crate) use sa::ChildSa;
 
@@ -127,6 +132,10 @@ pub(crate) struct Conn {
     pub(crate) children: Vec<ChildId>,
     /// Its IKE SAs.
     pub(crate) ike_sas: Vec<IkeSaId>,
+    /// What the end of one of its IKE SAs calls for (`None`: no IKE).
+    pub(crate) actions: Option<Actions>,
+    /// IKE SAs the daemon initiated for it, not established yet.
+    pub(crate) initiating: Vec<IkeSaId>,
 }
 
 /// An IKE SA, for `sas` and for finding its Child SAs.
@@ -169,6 +178,11 @@ pub(crate) struct Table {
     /// Outbound SPIs are the peers' choice: two peers may pick the same.
     by_out: SpiMap<smallvec::SmallVec<[SaId; 1]>>,
     ike_sas: HashMap<IkeSaId, IkeRecord>,
+    /// IKE SAs being negotiated that the daemon initiated, by connection.
+    initiating: HashMap<IkeSaId, ConnId>,
+    /// IKE SAs of connections a reload removed or changed, until the
+    /// engine reports them gone (see [`conn`]).
+    retired: HashSet<IkeSaId>,
     /// Policy ids in use (the workers' SPDs are indexed by them).
     policies: Slab<ChildId>,
     /// Lingering inbound SAs by when they go (checked against the SA, so
@@ -199,6 +213,8 @@ impl Table {
             by_in: SpiMap::default(),
             by_out: SpiMap::default(),
             ike_sas: HashMap::new(),
+            initiating: HashMap::new(),
+            retired: HashSet::new(),
             policies: Slab::new(),
             lingering: BinaryHeap::new(),
             routed: HashMap::new(),
@@ -229,9 +245,11 @@ impl Table {
     }
 
     /// Adds a configured connection and its children (nothing installed
-    /// yet); `local_ip` as in [`Table::from_config`].
+    /// yet), with what the end of its IKE SAs calls for; `local_ip` as in
+    /// [`Table::from_config`].
     pub(crate) fn add_configured(&mut self, conn: &Connection, local_ip: IpAddr) -> ConnId {
         let id = self.add_conn(&conn.name);
+        self.conns[id.0].actions = conn.ike.as_ref().map(|c| Actions { dpd: c.dpd_action, close: c.close_action });
         let peer = SocketAddr::new(conn.remote_addrs.first().copied().unwrap_or(local_ip), conn.remote_port);
         for child in &conn.children {
             let ike = child.static_sas.is_none();
@@ -265,6 +283,8 @@ impl Table {
             name: name.clone(),
             children: Vec::new(),
             ike_sas: Vec::new(),
+            actions: None,
+            initiating: Vec::new(),
         }));
         self.conn_names.insert(name, id);
         id
@@ -509,20 +529,26 @@ impl Table {
 
     /// Removes a connection with its children (their policies, SAs and
     /// groups; the routes no other child wants go at the next
-    /// [`flush_unroutes`](Self::flush_unroutes)) and its IKE SA records
-    /// (the engine deletes the IKE SAs themselves), in the time of its
-    /// children: what a configuration reload does to a connection it drops
-    /// or changes.
+    /// [`flush_unroutes`](Self::flush_unroutes)) and its IKE SA records,
+    /// in the time of its children: what a configuration reload does to a
+    /// connection it drops or changes. Its IKE SAs, established or being
+    /// negotiated, are retired (the engine deletes them): their later
+    /// events no longer reach the table. What the connection's record held
+    /// for the IKE driver ([`conn`]) goes with it.
     pub(crate) fn remove_conn(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get(conn.0) else { return };
-        let (children, ike_sas) = (c.children.clone(), c.ike_sas.clone());
+        let children = c.children.clone();
         for child in children {
             self.remove_child(child);
         }
-        for id in ike_sas {
-            self.ike_sas.remove(&id);
-        }
         let c = self.conns.remove(conn.0);
+        for id in &c.ike_sas {
+            self.ike_sas.remove(id);
+        }
+        for id in &c.initiating {
+            self.initiating.remove(id);
+        }
+        self.retired.extend(c.ike_sas.iter().chain(&c.initiating).copied());
         self.conn_names.remove(&c.name);
     }
 }

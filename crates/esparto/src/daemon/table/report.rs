@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use esparto_esp::{Direction, GroupId, SaStats};
 
-use super::Table;
+use super::{SaId, Table};
 use super::child::Role;
 use super::sa::{ChildSa, Out};
 use crate::status::{ChildSaStatus, IkeSaStatus, NatStatus};
@@ -141,72 +141,71 @@ impl Table {
                         .map_or(0, |g| g.peer.port()),
                     ..NatStatus::default()
                 },
-                children: r
-                    .sas
-                    .iter()
-                    .map(|sid| {
-                        let sa = &self.sas[sid.0];
-                        let c = &self.children[sa.child.0];
-                        let group = c.group.as_ref().map(|g| g.id);
-                        let rx = counters.get(sa.in_spi, Direction::Inbound, None);
-                        let tx = counters.get(sa.out_spi, Direction::Outbound, group);
-                        let idle = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t).as_secs_f64());
-                        // The configured lifetime; the IKE engine's jittered
-                        // timers replace it for negotiated SAs (`Ike::annotate`).
-                        let left = |limit: Option<std::time::Duration>| {
-                            limit.map(|l| (sa.since + l).saturating_duration_since(now).as_secs_f64())
-                        };
-                        let lifetime = &c.settings.lifetime;
-                        ChildSaStatus {
-                            child: c.name.to_string(),
-                            in_spi: format!("{:08x}", sa.in_spi),
-                            out_spi: format!("{:08x}", sa.out_spi),
-                            suite: sa.suite.name().into(),
-                            role: sa.role.name().into(),
-                            in_worker: Some(sa.in_worker),
-                            out_worker: sa.out_worker(),
-                            out_state: match sa.out {
-                                Out::Sending => "sending",
-                                Out::Waiting(_) => "waiting",
-                                Out::Idle => "idle",
-                            }
-                            .into(),
-                            local_ts: c
-                                .group
-                                .iter()
-                                .flat_map(|g| &g.local_ts)
-                                .map(ToString::to_string)
-                                .collect(),
-                            remote_ts: c
-                                .group
-                                .iter()
-                                .flat_map(|g| &g.remote_ts)
-                                .map(ToString::to_string)
-                                .collect(),
-                            age_s: now.saturating_duration_since(sa.since).as_secs_f64(),
-                            rekey_in_s: if sa.rekeying { None } else { left(lifetime.soft_time) },
-                            expire_in_s: left(lifetime.hard_time),
-                            in_idle_s: idle(rx.last_used),
-                            out_idle_s: idle(tx.last_used),
-                            in_bytes: rx.bytes,
-                            in_packets: rx.packets,
-                            out_bytes: tx.bytes,
-                            out_packets: tx.packets,
-                            ipcomp: match (c.settings.ipcomp, sa.ipcomp) {
-                                (None, _) => String::new(),
-                                (Some(_), None) => crate::status::IPCOMP_REFUSED.into(),
-                                (Some(m), Some(cpis)) => format!(
-                                    "{}, cpi in {:04x} out {:04x}",
-                                    crate::status::IpcompStatus::refused(m).mode,
-                                    cpis.inbound,
-                                    cpis.outbound
-                                ),
-                            },
-                        }
-                    })
-                    .collect(),
+                children: r.sas.iter().map(|sid| self.child_sa_status(now, counters, *sid)).collect(),
             })
             .collect()
+    }
+
+    /// One Child SA of an IKE SA, with its traffic.
+    fn child_sa_status(&self, now: Instant, counters: &Counters, sid: SaId) -> ChildSaStatus {
+        let sa = &self.sas[sid.0];
+        let c = &self.children[sa.child.0];
+        let group = c.group.as_ref().map(|g| g.id);
+        let rx = counters.get(sa.in_spi, Direction::Inbound, None);
+        let tx = counters.get(sa.out_spi, Direction::Outbound, group);
+        let idle = |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t).as_secs_f64());
+        // The configured lifetime; the IKE engine's jittered
+        // timers replace it for negotiated SAs (`Ike::annotate`).
+        let left = |limit: Option<std::time::Duration>| {
+            limit.map(|l| (sa.since + l).saturating_duration_since(now).as_secs_f64())
+        };
+        let lifetime = &c.settings.lifetime;
+        ChildSaStatus {
+            child: c.name.to_string(),
+            in_spi: format!("{:08x}", sa.in_spi),
+            out_spi: format!("{:08x}", sa.out_spi),
+            suite: sa.suite.name().into(),
+            role: sa.role.name().into(),
+            in_worker: Some(sa.in_worker),
+            out_worker: sa.out_worker(),
+            out_state: match sa.out {
+                Out::Sending => "sending",
+                Out::Waiting(_) => "waiting",
+                Out::Idle => "idle",
+            }
+            .into(),
+            local_ts: c
+                .group
+                .iter()
+                .flat_map(|g| &g.local_ts)
+                .map(ToString::to_string)
+                .collect(),
+            remote_ts: c
+                .group
+                .iter()
+                .flat_map(|g| &g.remote_ts)
+                .map(ToString::to_string)
+                .collect(),
+            age_s: now.saturating_duration_since(sa.since).as_secs_f64(),
+            rekey_in_s: if sa.rekeying { None } else { left(lifetime.soft_time) },
+            expire_in_s: left(lifetime.hard_time),
+            in_idle_s: idle(rx.last_used),
+            out_idle_s: idle(tx.last_used),
+            in_bytes: rx.bytes,
+            in_packets: rx.packets,
+            out_bytes: tx.bytes,
+            out_packets: tx.packets,
+            ipcomp: match (c.settings.ipcomp, sa.ipcomp) {
+                (None, _) => String::new(),
+                (Some(_), None) => crate::status::IPCOMP_REFUSED.into(),
+                (Some(m), Some(cpis)) => format!(
+                    "{}, cpi in {:04x} out {:04x}",
+                    crate::status::IpcompStatus::refused(m).mode,
+                    cpis.inbound,
+                    cpis.outbound
+                ),
+            },
+        }
     }
 }
 

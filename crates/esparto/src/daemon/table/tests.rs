@@ -922,3 +922,151 @@ fn an_sa_for_an_unknown_child_or_with_a_bad_key_installs_nothing() {
     assert_eq!(h.inbound_total(), 0, "the inbound half went again");
     assert_eq!(h.table.counts().1, 0);
 }
+
+/// A configuration with one IKE connection `a` whose children `net`
+/// (10.2.0.0/16) and `web` (10.3.0.0/16) have this start action.
+fn ike_config(start_action: &str) -> crate::config::Config {
+    let text = format!(
+        r#"
+[daemon]
+workers = 1
+[connections.a]
+local_addrs = ["192.0.2.1"]
+remote_addrs = ["192.0.2.2"]
+version = 2
+proposals = ["aes256gcm16-prfsha256-x25519"]
+local.auth = "psk"
+local.id = "@west"
+remote.auth = "psk"
+remote.id = "@east"
+[connections.a.children.net]
+local_ts = ["10.1.0.0/16"]
+remote_ts = ["10.2.0.0/16"]
+esp_proposals = ["aes256gcm16"]
+start_action = "{start_action}"
+[connections.a.children.web]
+local_ts = ["10.1.0.0/16"]
+remote_ts = ["10.3.0.0/16"]
+esp_proposals = ["aes256gcm16"]
+start_action = "{start_action}"
+[secrets.a]
+ids = ["@west", "@east"]
+secret = "a secret that is long enough"
+"#
+    );
+    crate::config::parse_str(&text, "west.toml").unwrap()
+}
+
+#[test]
+fn deferred_start_children_are_taken_once_in_their_order() {
+    let mut h = Harness::new(1);
+    let cfg = ike_config("start");
+    let a = h.table.add_configured(&cfg.connections[0], peer().ip());
+    let (net, web) = (h.table.child_id("a", "net").unwrap(), h.table.child_id("a", "web").unwrap());
+    h.table.defer_start(web);
+    h.table.defer_start(net);
+    assert_eq!(h.table.take_deferred_starts(a), [net, web]);
+    assert_eq!(h.table.take_deferred_starts(a), []);
+}
+
+#[test]
+fn an_ike_sa_is_its_connections_from_initiation_to_its_end() {
+    let mut h = Harness::new(1);
+    h.conn("a", false, "10.2.0.0/16");
+    let a = h.table.conn_id("a").unwrap();
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), None);
+    h.table.ike_sa_initiated(IkeSaId(5), a);
+    h.table.ike_sa_initiated(IkeSaId(5), a);
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), Some("a"));
+    assert_eq!(h.table.conn(a).unwrap().initiating, [IkeSaId(5)], "noted once");
+    assert!(h.table.ike_sa(IkeSaId(5)).is_none(), "not listed before it is established");
+    // Established: a record, no longer being negotiated.
+    h.establish(&Est::new(5, "a", 0x1000, 0x2000));
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), Some("a"));
+    assert!(h.table.conn(a).unwrap().initiating.is_empty());
+    h.table.ike_sa_initiated(IkeSaId(5), a);
+    assert!(h.table.conn(a).unwrap().initiating.is_empty(), "an established IKE SA is not noted again");
+    assert_eq!(h.table.ike_sa_deleted(IkeSaId(5)), Some(a));
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(5)), None);
+    // One that fails before it is established leaves nothing either, and
+    // is reported as never established.
+    h.table.ike_sa_initiated(IkeSaId(6), a);
+    assert_eq!(h.table.ike_sa_deleted(IkeSaId(6)), None);
+    assert_eq!(h.table.ike_sa_owner(IkeSaId(6)), None);
+    assert!(h.table.conn(a).unwrap().initiating.is_empty());
+}
+
+#[test]
+fn a_removed_connection_leaves_no_ike_driver_state_behind() {
+    let mut h = Harness::new(1);
+    let local_ip = peer().ip();
+    let cfg = ike_config("start");
+    let a = h.table.add_configured(&cfg.connections[0], local_ip);
+    let actions = h.table.conn(a).unwrap().actions;
+    assert_eq!(actions, Some(Actions { dpd: esparto_ike::DpdAction::Restart, close: esparto_ike::CloseAction::Start }));
+    h.table.defer_start(h.table.child_id("a", "web").unwrap());
+    h.table.ike_sa_initiated(IkeSaId(5), a);
+    h.establish(&Est::new(1, "a", 0x1000, 0x2000));
+    h.table.remove_conn(a);
+    h.apply();
+    assert!(h.table.conn(a).is_none());
+    for id in [1, 5] {
+        assert_eq!(h.table.ike_sa_owner(IkeSaId(id)), None, "IKE SA {id}");
+        assert!(h.table.is_retired(IkeSaId(id)), "IKE SA {id}");
+    }
+    // The connection comes back changed, under the same name (and here
+    // the same slot): nothing of the old one is carried over.
+    let cfg = ike_config("trap");
+    let again = h.table.add_configured(&cfg.connections[0], local_ip);
+    assert_eq!(again, a, "the slab reuses the slot");
+    assert_eq!(h.table.take_deferred_starts(again), []);
+    assert!(h.table.conn(again).unwrap().initiating.is_empty() && h.table.conn(again).unwrap().ike_sas.is_empty());
+    let actions = h.table.conn(again).unwrap().actions;
+    assert_eq!(actions, Some(Actions { dpd: esparto_ike::DpdAction::Clear, close: esparto_ike::CloseAction::None }));
+    // A connection without IKE has no actions.
+    let static_only = h.table.add_conn("static");
+    assert_eq!(h.table.conn(static_only).unwrap().actions, None);
+}
+
+#[test]
+fn events_of_a_retired_ike_sa_do_not_reach_the_table() {
+    let mut h = Harness::new(1);
+    h.conn("a", false, "10.2.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1000, 0x2000));
+    let a = h.table.conn_id("a").unwrap();
+    // A reload changes `a`: the engine retires IKE SA 1 and a half-open
+    // one (7) the table never heard of.
+    h.table.retire_ike_sas([IkeSaId(1), IkeSaId(7)]);
+    h.table.remove_conn(a);
+    h.conn("a", false, "10.2.0.0/16");
+    h.apply();
+    let up = IkeSaUp {
+        local: peer(),
+        remote: peer(),
+        local_id: "@west".into(),
+        remote_id: "@east".into(),
+        initiator: true,
+    };
+    let a = h.table.conn_id("a").unwrap();
+    for id in [1, 7] {
+        h.table.ike_sa_up(h.now, IkeSaId(id), a, &up);
+        assert!(h.table.ike_sa(IkeSaId(id)).is_none(), "IKE SA {id}: no record");
+        let ev = Est::new(id, "a", 0x1000 + id as u32, 0x2000).event();
+        assert!(h.table.child_established(h.now, &ev, peer()).is_err(), "IKE SA {id}");
+    }
+    h.apply();
+    assert_eq!(h.inbound_total(), 0);
+    assert_eq!(h.table.counts(), (1, 0, 0));
+    assert!(h.table.conn(a).unwrap().ike_sas.is_empty());
+    // A rekey passes retirement on; the end of the IKE SA ends it.
+    h.table.retired_ike_sa_rekeyed(IkeSaId(1), IkeSaId(3));
+    assert!(!h.table.is_retired(IkeSaId(1)) && h.table.is_retired(IkeSaId(3)));
+    assert!(h.table.child_established(h.now, &Est::new(3, "a", 0x1003, 0x2000).event(), peer()).is_err());
+    h.table.retired_ike_sa_deleted(IkeSaId(3));
+    h.table.retired_ike_sa_deleted(IkeSaId(7));
+    assert!(!h.table.is_retired(IkeSaId(3)) && !h.table.is_retired(IkeSaId(7)));
+    // The new configuration's own IKE SAs are the table's as ever.
+    h.establish(&Est::new(2, "a", 0x1002, 0x2002));
+    assert!(h.receives(0x1002));
+    assert_eq!(h.table.conn(a).unwrap().ike_sas, [IkeSaId(2)]);
+}
