@@ -2,13 +2,16 @@
 //! Certificates made with rcgen: a CA, intermediates, end entities of
 //! every key type, expired ones, CRLs.
 
+use super::names::CertNames;
 use super::*;
+use crate::identity::Identity;
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType, IsCa, Issuer,
     KeyIdMethod, KeyPair, KeyUsagePurpose, RevokedCertParams, SanType, SerialNumber,
     SignatureAlgorithm,
 };
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+use x509_parser::prelude::{FromDer, X509Certificate};
 use time::OffsetDateTime;
 
 /// A test CA (root or intermediate).
