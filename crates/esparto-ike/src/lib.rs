@@ -4,11 +4,16 @@
 //! Child SAs, and hands the resulting ESP keys to whoever installs them.
 //! It does no I/O and reads no clock: [`Endpoint`] takes datagrams and
 //! timer ticks with the current time, and gives back datagrams to send and
-//! events (quinn's `handle`/`poll` shape). Randomness —
-//! SPIs, nonces, key exchange secrets — comes through the injected
-//! [`esparto_crypto::Rng`], and inbound ESP SPIs through a [`SpiAllocator`]
-//! the daemon implements so that each SPI steers to the worker that owns
-//! the SA.
+//! events (quinn's `handle`/`poll` shape). Each datagram also comes with
+//! the caller's wall-clock reading ([`UnixTime`]), the time a peer's
+//! certificates are checked against, as rustls passes a `UnixTime` into
+//! certificate verification. Randomness — SPIs, nonces, key exchange
+//! secrets — comes through the injected [`esparto_crypto::Rng`], which also
+//! supplies the generator aws-lc-rs's signing calls take (aws-lc-rs ignores
+//! it for ECDSA and RSA-PSS, whose signatures are therefore not
+//! reproducible: `cert/sign.rs`), and inbound ESP SPIs through a
+//! [`SpiAllocator`] the daemon implements so that each SPI steers to the
+//! worker that owns the SA.
 //!
 //! What is implemented (RFC 7296 unless noted): IKE_SA_INIT with proposal
 //! selection (§2.7), INVALID_KE_PAYLOAD retry (§1.2), COOKIEs both ways
@@ -113,6 +118,9 @@ pub use config::{
 pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, NewConnection, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
 pub use identity::Identity;
+/// Wall-clock time (seconds since the Unix epoch), as the caller reads it:
+/// what certificate validity is checked at ([`Endpoint::handle_datagram`]).
+pub use pki_types::UnixTime;
 pub use psk::PskIndex;
 pub use spi::{RandomSpiAllocator, SpiAllocator, SteerFn, SteeredFn, SteeringSpiAllocator};
 pub use ts::{TrafficSelector, TsConfig};

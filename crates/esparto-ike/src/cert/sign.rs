@@ -1,7 +1,9 @@
 //! Signing: our credential and the AUTH data it makes (RFC 7296 §2.15,
 //! RFC 7427 §3).
 //!
-//! [`SigningKey`] is our PKCS#8 private key, signing with aws-lc-rs;
+//! [`SigningKey`] is our PKCS#8 private key, signing with aws-lc-rs and
+//! the engine's injected randomness (which aws-lc-rs ignores for ECDSA and
+//! RSA: [`SigningKey::auth_data`]);
 //! [`LocalCredential`] is that key with the certificate chain we send in
 //! CERT payloads (§3.6), checked when loaded: the key must be the
 //! certificate's, and the certificate's keyUsage must allow signatures
@@ -10,9 +12,9 @@
 use super::names::{CertNames, parse_cert};
 use super::{CredentialError, cred_err};
 use crate::identity::Identity;
-use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self as sig, EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair};
 use core::fmt;
+use esparto_crypto::Rng;
 use pki_types::{AlgorithmIdentifier, alg_id};
 
 /// Our private key, from PKCS#8 DER.
@@ -20,7 +22,6 @@ pub struct SigningKey {
     inner: KeyInner,
     /// RSA only: sign with RSASSA-PSS instead of PKCS#1 v1.5.
     rsa_pss: bool,
-    rng: SystemRandom,
 }
 
 impl fmt::Debug for SigningKey {
@@ -46,11 +47,7 @@ impl SigningKey {
                 "not a PKCS#8 ECDSA P-256/P-384, Ed25519 or RSA private key",
             ));
         };
-        Ok(SigningKey {
-            inner,
-            rsa_pss,
-            rng: SystemRandom::new(),
-        })
+        Ok(SigningKey { inner, rsa_pss })
     }
 
     /// `ecdsa-p256`, `ed25519`, `rsa-3072-pss`, …
@@ -65,6 +62,49 @@ impl SigningKey {
                 if self.rsa_pss { "-pss" } else { "" }
             ),
         }
+    }
+
+    /// The AUTH payload data for method 14 (RFC 7427 §3) over `octets`.
+    ///
+    /// `rng` is the engine's injected randomness, and aws-lc-rs gets the
+    /// generator it hands out ([`Rng::secure_random`]). That does not make
+    /// the signature a function of `rng`: aws-lc-rs 1.19 ignores the
+    /// argument of ECDSA and RSA signing, and AWS-LC draws the ECDSA nonce
+    /// and the RSA-PSS salt from its own DRBG, so those signatures differ
+    /// from run to run whatever the seed. Ed25519 (RFC 8032 §5.1.6) and
+    /// PKCS#1 v1.5 signatures are deterministic.
+    pub fn auth_data(&self, rng: &mut dyn Rng, octets: &[u8]) -> Result<Vec<u8>, CredentialError> {
+        let random = rng.secure_random();
+        let signature = match &self.inner {
+            KeyInner::EcdsaP256(k) | KeyInner::EcdsaP384(k) => k
+                .sign(random, octets)
+                .map_err(|_| cred_err("ECDSA signing failed"))?
+                .as_ref()
+                .to_vec(),
+            KeyInner::Ed25519(k) => k
+                .try_sign(octets)
+                .map_err(|_| cred_err("Ed25519 signing failed"))?
+                .as_ref()
+                .to_vec(),
+            KeyInner::Rsa(k) => {
+                let mut out = vec![0u8; k.public_modulus_len()];
+                let pad: &'static dyn sig::RsaEncoding = if self.rsa_pss {
+                    &sig::RSA_PSS_SHA256
+                } else {
+                    &sig::RSA_PKCS1_SHA256
+                };
+                k.sign(pad, random, octets, &mut out)
+                    .map_err(|_| cred_err("RSA signing failed"))?;
+                out
+            }
+        };
+        let id = wrap_alg_id(self.alg_id());
+        let len = u8::try_from(id.len()).map_err(|_| cred_err("AlgorithmIdentifier too long"))?;
+        let mut data = Vec::with_capacity(1 + id.len() + signature.len());
+        data.push(len);
+        data.extend_from_slice(&id);
+        data.extend_from_slice(&signature);
+        Ok(data)
     }
 
     /// The raw public key, as in a certificate's subjectPublicKey BIT
@@ -87,36 +127,6 @@ impl SigningKey {
             KeyInner::Rsa(_) if self.rsa_pss => alg_id::RSA_PSS_SHA256,
             KeyInner::Rsa(_) => alg_id::RSA_PKCS1_SHA256,
         }
-    }
-
-    /// The AUTH payload data for method 14 (RFC 7427 §3) over `octets`.
-    pub fn auth_data(&self, octets: &[u8]) -> Result<Vec<u8>, CredentialError> {
-        let signature = match &self.inner {
-            KeyInner::EcdsaP256(k) | KeyInner::EcdsaP384(k) => k
-                .sign(&self.rng, octets)
-                .map_err(|_| cred_err("ECDSA signing failed"))?
-                .as_ref()
-                .to_vec(),
-            KeyInner::Ed25519(k) => k.sign(octets).as_ref().to_vec(),
-            KeyInner::Rsa(k) => {
-                let mut out = vec![0u8; k.public_modulus_len()];
-                let pad: &'static dyn sig::RsaEncoding = if self.rsa_pss {
-                    &sig::RSA_PSS_SHA256
-                } else {
-                    &sig::RSA_PKCS1_SHA256
-                };
-                k.sign(pad, &self.rng, octets, &mut out)
-                    .map_err(|_| cred_err("RSA signing failed"))?;
-                out
-            }
-        };
-        let id = wrap_alg_id(self.alg_id());
-        let len = u8::try_from(id.len()).map_err(|_| cred_err("AlgorithmIdentifier too long"))?;
-        let mut data = Vec::with_capacity(1 + id.len() + signature.len());
-        data.push(len);
-        data.extend_from_slice(&id);
-        data.extend_from_slice(&signature);
-        Ok(data)
     }
 }
 

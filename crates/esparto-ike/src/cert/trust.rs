@@ -18,7 +18,6 @@ use super::{
 };
 use crate::identity::Identity;
 use pki_types::{CertificateDer, CertificateRevocationListDer, TrustAnchor, UnixTime};
-use std::time::SystemTime;
 use webpki::{
     EndEntityCert, ExtendedKeyUsageValidator, KeyPurposeId, KeyPurposeIdIter,
     OwnedCertRevocationList, RevocationCheckDepth, RevocationOptionsBuilder, UnknownStatusPolicy,
@@ -109,14 +108,16 @@ impl TrustStore {
         out
     }
 
-    /// Validate the peer's chain at `now` and check that it names `id`.
+    /// Validate the peer's chain at `now`, the wall-clock time the caller
+    /// read (validity periods are calendar dates, RFC 5280 §4.1.2.5), and
+    /// check that it names `id`.
     /// `ee` is the end-entity certificate, `intermediates` the others it
     /// sent, in any order.
     pub fn verify(
         &self,
         ee: &[u8],
         intermediates: &[&[u8]],
-        now: SystemTime,
+        now: UnixTime,
         id: &Identity,
     ) -> Result<PeerCert, CertRefusal> {
         let names = self.verify_chain(ee, intermediates, now)?;
@@ -128,7 +129,7 @@ impl TrustStore {
 
     /// Does `cred`'s chain build to one of our CAs at `now` (a
     /// configuration check)?
-    pub fn accepts(&self, cred: &LocalCredential, now: SystemTime) -> Result<(), CertRefusal> {
+    pub fn accepts(&self, cred: &LocalCredential, now: UnixTime) -> Result<(), CertRefusal> {
         let (ee, inter) = cred.chain().split_first().ok_or(CertRefusal::NoCertificate)?;
         let inter: Vec<&[u8]> = inter.iter().map(Vec::as_slice).collect();
         self.verify_chain(ee, &inter, now).map(|_| ())
@@ -138,14 +139,12 @@ impl TrustStore {
         &self,
         ee: &[u8],
         intermediates: &[&[u8]],
-        now: SystemTime,
+        now: UnixTime,
     ) -> Result<CertNames, CertRefusal> {
         if intermediates.len() >= MAX_CERTS_PER_MESSAGE {
             return Err(CertRefusal::Oversized);
         }
-        let secs = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
         let key = chain_digest(ee, intermediates);
         if let Ok(cache) = self.verified.lock() {
             if let Some(v) = cache.get(&key) {
@@ -170,7 +169,7 @@ impl TrustStore {
         &self,
         ee: &[u8],
         intermediates: &[&[u8]],
-        now: SystemTime,
+        now: UnixTime,
     ) -> Result<CertNames, CertRefusal> {
         let names = CertNames::read(ee)?;
         for i in intermediates {
@@ -179,9 +178,6 @@ impl TrustStore {
         let ee_der = CertificateDer::from(ee);
         let cert = EndEntityCert::try_from(&ee_der).map_err(|e| CertRefusal::from_webpki(&e))?;
         let inter: Vec<CertificateDer<'_>> = intermediates.iter().map(|d| CertificateDer::from(*d)).collect();
-        let time = UnixTime::since_unix_epoch(
-            now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default(),
-        );
         let crl_refs: Vec<&webpki::CertRevocationList<'_>> = self.crls.iter().collect();
         let revocation = RevocationOptionsBuilder::new(&crl_refs).ok().map(|b| {
             b.with_depth(RevocationCheckDepth::Chain)
@@ -194,7 +190,7 @@ impl TrustStore {
             webpki::ALL_VERIFICATION_ALGS,
             &self.anchors,
             &inter,
-            time,
+            now,
             IkeEku,
             revocation,
             None,

@@ -70,6 +70,7 @@ use esparto_wire::ike::{
     AuthMethod, AuthRepr, ExchangeType, IdRepr, IdType, NotifyRepr, NotifyType, PayloadRepr,
     PayloadType, SaRepr, Spi,
 };
+use pki_types::UnixTime;
 use std::sync::Arc;
 
 /// The payloads of an IKE_AUTH message that either role reads (the
@@ -250,7 +251,7 @@ impl IkeAuth {
         let (method, auth) = match &conn.local.credential {
             Some(cred) => (
                 AuthMethod::DIGITAL_SIGNATURE,
-                initiator_signature(sa, cred, &idi)?,
+                initiator_signature(sa, ctx, cred, &idi)?,
             ),
             None => (
                 AuthMethod::SHARED_KEY_MIC,
@@ -397,12 +398,13 @@ fn initiator_auth_inputs(sa: &IkeSa) -> Result<(&crate::keys::IkeKeys, &crate::s
 /// Our signature (RFC 7427) over RealMessage1 | NonceRData | MACedIDForI.
 fn initiator_signature(
     sa: &IkeSa,
+    ctx: &mut Ctx<'_>,
     cred: &LocalCredential,
     idi: &IdRepr<'_>,
 ) -> Result<Vec<u8>, Reason> {
     let (keys, hs, sk_pi) = initiator_auth_inputs(sa)?;
     let octets = signed_octets(keys.prf, &hs.init_request, &hs.nr, sk_pi, idi);
-    cred.key().auth_data(&octets).map_err(|e| {
+    cred.key().auth_data(ctx.rng, &octets).map_err(|e| {
         tracing::warn!(ike_sa = %sa.id, "cannot sign AUTH: {e}");
         Reason::Local("signing failed")
     })
@@ -423,10 +425,19 @@ fn cert_bodies(cred: Option<&LocalCredential>) -> Vec<Vec<u8>> {
     })
 }
 
+/// What the peer's certificates are checked against: the connection's
+/// CAs, at the calendar time the message arrived (the caller's reading,
+/// [`crate::Endpoint::handle_datagram`]).
+#[derive(Clone, Copy)]
+struct TrustAt<'a> {
+    store: &'a TrustStore,
+    wall_clock: UnixTime,
+}
+
 /// Validate the peer's certificates against `trust`, check that they name
 /// `peer_id`, and check its AUTH signature over `octets`.
 fn verify_signature_auth(
-    trust: &TrustStore,
+    trust: TrustAt<'_>,
     certs: &[&[u8]],
     peer_id: &Identity,
     auth: &[u8],
@@ -434,8 +445,7 @@ fn verify_signature_auth(
 ) -> Result<(), CertRefusal> {
     let (x509, _other) = x509_from_cert_payloads(certs)?;
     let (ee, inter) = x509.split_first().ok_or(CertRefusal::NoCertificate)?;
-    // Validity is wall-clock business: certificates name calendar dates.
-    let peer = trust.verify(ee, inter, std::time::SystemTime::now(), peer_id)?;
+    let peer = trust.store.verify(ee, inter, trust.wall_clock, peer_id)?;
     peer.verify_auth(auth, octets)
 }
 
@@ -474,7 +484,8 @@ fn authenticate_responder(
         .clone()
         .unwrap_or_else(|| sa.conn.local_id(sa.local.ip()));
     if let Some(trust) = sa.conn.remote.trust.clone() {
-        return check_responder_signature(sa, ctx, &trust, m, idr, auth, peer_id)
+        let trust = TrustAt { store: &trust, wall_clock: rx.wall_clock };
+        return check_responder_signature(sa, ctx, trust, m, idr, auth, peer_id)
             .map(|peer_id| (local_id, peer_id));
     }
     if auth.method != AuthMethod::SHARED_KEY_MIC {
@@ -516,7 +527,7 @@ fn authenticate_responder(
 fn check_responder_signature(
     sa: &mut IkeSa,
     ctx: &mut Ctx<'_>,
-    trust: &TrustStore,
+    trust: TrustAt<'_>,
     m: &AuthPayloads<'_>,
     idr: IdRepr<'_>,
     auth: AuthRepr<'_>,
@@ -742,19 +753,19 @@ impl IkeSa {
         ctx: &mut Ctx<'_>,
         mid: u32,
         payloads: &[PayloadRepr<'_>],
-        from: SocketAddr,
-        to: SocketAddr,
+        (from, to): (SocketAddr, SocketAddr),
+        wall_clock: UnixTime,
     ) {
         let m = AuthPayloads::collect(payloads);
         m.count_skipped_certs(ctx, self.id);
-        let verified = match self.verify_initiator(ctx, &m, from) {
+        let verified = match self.verify_initiator(ctx, &m, from, wall_clock) {
             Ok(v) => v,
             Err(Unverified::Drop) => return,
             Err(Unverified::Refuse(identity, reason)) => {
                 return self.fail_auth(ctx, mid, from, to, identity, reason);
             }
         };
-        let Some(proof) = self.prove_responder(&verified) else {
+        let Some(proof) = self.prove_responder(ctx, &verified) else {
             return;
         };
         // Kept for the first Child SA's KEYMAT (§2.17) past the borrow.
@@ -799,6 +810,7 @@ impl IkeSa {
         ctx: &Ctx<'p>,
         m: &AuthPayloads<'_>,
         from: SocketAddr,
+        wall_clock: UnixTime,
     ) -> Result<Verified<'p>, Unverified> {
         let Some(idi) = m.idi else {
             return Err(Unverified::Drop);
@@ -824,7 +836,8 @@ impl IkeSa {
         };
         let local_id = conn.local_id(self.local.ip());
         if let Some(trust) = conn.remote.trust.clone() {
-            self.check_initiator_signature(&trust, m, idi, auth, &peer_id, from)?;
+            let trust = TrustAt { store: &trust, wall_clock };
+            self.check_initiator_signature(trust, m, idi, auth, &peer_id, from)?;
             // Each side picks its own method (§2.15): we may still use a PSK.
             let psk = if conn.local.credential.is_none() {
                 ctx.psks.find(&local_id, &peer_id)
@@ -882,7 +895,7 @@ impl IkeSa {
     /// RealMessage1 | NonceRData | MACedIDForI.
     fn check_initiator_signature(
         &self,
-        trust: &TrustStore,
+        trust: TrustAt<'_>,
         m: &AuthPayloads<'_>,
         idi: IdRepr<'_>,
         auth: AuthRepr<'_>,
@@ -940,7 +953,7 @@ impl IkeSa {
     }
 
     /// Our IDr and AUTH for a verified initiator.
-    fn prove_responder(&self, v: &Verified<'_>) -> Option<Proof> {
+    fn prove_responder(&self, ctx: &mut Ctx<'_>, v: &Verified<'_>) -> Option<Proof> {
         let keys = self.keys.as_ref()?;
         let hs = self.handshake.as_deref()?;
         let sk_pr = keys.sk_pr()?;
@@ -953,7 +966,7 @@ impl IkeSa {
         let (method, auth) = match (cred, v.psk) {
             (Some(cred), _) => {
                 let octets = signed_octets(keys.prf, &hs.init_response, &hs.ni, sk_pr, &idr);
-                match cred.key().auth_data(&octets) {
+                match cred.key().auth_data(ctx.rng, &octets) {
                     Ok(a) => (AuthMethod::DIGITAL_SIGNATURE, a),
                     Err(e) => {
                         tracing::warn!(ike_sa = %self.id, "cannot sign AUTH: {e}");

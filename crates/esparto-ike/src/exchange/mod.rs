@@ -40,6 +40,7 @@ use crate::event::{Event, Reason};
 use crate::rules;
 use crate::sa::{IkeSa, Pending, State};
 use core::net::SocketAddr;
+use pki_types::UnixTime;
 use esparto_wire::ike::{ExchangeType, HeaderRepr, Message, NotifyType, PayloadRepr};
 
 /// One exchange we initiate.
@@ -78,6 +79,8 @@ pub(crate) struct Received<'a> {
     pub(crate) payloads: Vec<PayloadRepr<'a>>,
     pub(crate) from: SocketAddr,
     pub(crate) to: SocketAddr,
+    /// The calendar time it arrived at, for the peer's certificates.
+    pub(crate) wall_clock: UnixTime,
 }
 
 impl Received<'_> {
@@ -256,8 +259,8 @@ pub(crate) fn on_response(
     ctx: &mut Ctx<'_>,
     data: &[u8],
     msg: &Message<'_>,
-    from: SocketAddr,
-    to: SocketAddr,
+    (from, to): (SocketAddr, SocketAddr),
+    wall_clock: UnixTime,
 ) -> Result<(), Ignored> {
     let h = msg.header;
     let idx = sa
@@ -317,6 +320,7 @@ pub(crate) fn on_response(
         payloads,
         from,
         to,
+        wall_clock,
     };
     match p.task.process(sa, ctx, &rx) {
         Outcome::Done => {}

@@ -18,6 +18,7 @@ use crate::event::{Event, Transmit};
 use crate::lifetime::MAX_WINDOW;
 use crate::rules;
 use core::net::SocketAddr;
+use pki_types::UnixTime;
 use esparto_crypto::ike::KeGroup;
 use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
@@ -70,17 +71,18 @@ impl From<NotifyType> for Refusal {
 }
 
 impl IkeSa {
-    /// Entry point for every datagram with this SA's SPIs.
+    /// Entry point for every datagram with this SA's SPIs; `wall_clock` is
+    /// the calendar time it arrived at (for certificates).
     pub(crate) fn handle(
         &mut self,
         ctx: &mut Ctx<'_>,
         data: &[u8],
         msg: &Message<'_>,
-        from: SocketAddr,
-        to: SocketAddr,
+        (from, to): (SocketAddr, SocketAddr),
+        wall_clock: UnixTime,
     ) -> Result<(), Dropped> {
         if msg.header.response {
-            crate::exchange::on_response(self, ctx, data, msg, from, to).map_err(|why| {
+            crate::exchange::on_response(self, ctx, data, msg, (from, to), wall_clock).map_err(|why| {
                 tracing::debug!(ike_sa = %self.id, ?why, "response ignored");
                 match why {
                     crate::exchange::Ignored::Integrity => Dropped::Integrity,
@@ -89,7 +91,7 @@ impl IkeSa {
                 }
             })
         } else {
-            let r = self.handle_request(ctx, data, msg, from, to);
+            let r = self.handle_request(ctx, data, msg, (from, to), wall_clock);
             // Anything the request queued (deletes of redundant SAs,
             // per-resource Child SAs after IKE_AUTH) goes out now.
             if self.state != State::Dead {
@@ -251,8 +253,8 @@ impl IkeSa {
         ctx: &mut Ctx<'_>,
         data: &[u8],
         msg: &Message<'_>,
-        from: SocketAddr,
-        to: SocketAddr,
+        (from, to): (SocketAddr, SocketAddr),
+        wall_clock: UnixTime,
     ) -> Result<(), RequestDrop> {
         let h = msg.header;
         if h.message_id == u32::MAX {
@@ -317,7 +319,7 @@ impl IkeSa {
         }
         match (h.exchange, self.state) {
             (ExchangeType::IKE_AUTH, State::Auth) if !self.is_initiator() => {
-                self.respond_ike_auth(ctx, h.message_id, &payloads, from, to)
+                self.respond_ike_auth(ctx, h.message_id, &payloads, (from, to), wall_clock)
             }
             (ExchangeType::CREATE_CHILD_SA, State::Established) => {
                 self.respond_create_child(ctx, h.message_id, &payloads, from, to)
