@@ -1,8 +1,8 @@
 //! A deterministic network for two (or more) IKE endpoints: fake clocks
 //! (monotonic, and a calendar one for certificates that starts at a fixed
 //! date, [`WALL_CLOCK_START`]), seeded randomness, configurable loss,
-//! duplication, reordering, a NAT in front of a peer, and hooks to drop
-//! or capture chosen packets.
+//! duplication, reordering, a NAT in front of a peer, hooks to drop or
+//! capture chosen packets, and certificates ([`pki`]) instead of PSKs.
 //!
 //! Every run with the same seed is the same run: the endpoints draw from
 //! `DeterministicRng`s seeded from the test seed, the network's own
@@ -13,8 +13,10 @@
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 pub mod dataplane;
+pub mod pki;
 
 use esparto_crypto::{DeterministicRng, Rng};
+use esparto_ike::cert::{LocalCredential, TrustStore};
 use esparto_ike::{
     ChildConfig, ChildSaEstablished, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity,
     RandomSpiAllocator, SpiAllocator, SteeringSpiAllocator, Transmit, UnixTime,
@@ -462,6 +464,16 @@ pub struct Setup {
     /// Last changes to each side's connection before it is added.
     pub tweak_i: fn(&mut ConnectionConfig),
     pub tweak_r: fn(&mut ConnectionConfig),
+    /// Certificates instead of the PSK, both ways.
+    pub certs: Option<Certs>,
+}
+
+/// Each side's credential, and the CAs both trust for the other.
+#[derive(Clone)]
+pub struct Certs {
+    pub moon: Arc<LocalCredential>,
+    pub sun: Arc<LocalCredential>,
+    pub trust: Arc<TrustStore>,
 }
 
 impl Default for Setup {
@@ -482,6 +494,7 @@ impl Default for Setup {
             cfg_r: EndpointConfig::default(),
             tweak_i: |_| {},
             tweak_r: |_| {},
+            certs: None,
         }
     }
 }
@@ -516,6 +529,10 @@ impl Setup {
                 .unwrap(),
             );
         }
+        if let Some(certs) = &self.certs {
+            c.local.credential = Some(certs.moon.clone());
+            c.remote.trust = Some(certs.trust.clone());
+        }
         (self.tweak_i)(&mut c);
         i.add_connection(c).unwrap();
         i.secrets_mut()
@@ -538,6 +555,10 @@ impl Setup {
                 )
                 .unwrap(),
             );
+        }
+        if let Some(certs) = &self.certs {
+            c.local.credential = Some(certs.sun.clone());
+            c.remote.trust = Some(certs.trust.clone());
         }
         (self.tweak_r)(&mut c);
         r.add_connection(c).unwrap();
