@@ -13,7 +13,7 @@
 //! (for a rekey: the group the old SA used, if still configured); a KE
 //! payload of another group than the responder chose gets
 //! INVALID_KE_PAYLOAD naming the one it wants, and the initiator retries
-//! with it if it offers it (§1.3).
+//! with it if it offers it (§1.3), as an IKE SA rekey does ([`super::ke`]).
 //!
 //! Initiator ([`CreateChild`]). The task carries the RFC 9611 resource
 //! (worker) the Child SA is for, which selects the inbound SPI so that it
@@ -44,6 +44,7 @@
 //! is currently rekeying the IKE SA, it SHOULD reply with
 //! TEMPORARY_FAILURE."
 
+use super::ke::{self, KeOffer};
 use super::{Outcome, Received, Task, reason_for};
 use crate::child::{
     ChildAnswer, ChildOpts, ChildQuery, ChildSa, ChildState, Install, announce, check_answer,
@@ -57,14 +58,11 @@ use crate::sa::{IkeSa, Refusal};
 use crate::ts::TrafficSelector;
 use core::net::SocketAddr;
 use esparto_crypto::SecretBytes;
-use esparto_crypto::ike::{KeGroup, KeyExchange};
+use esparto_crypto::ike::KeGroup;
 use esparto_wire::ike::{
     ExchangeType, KeRepr, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, ProtocolId, SaRepr, Spi,
 };
 use std::sync::Arc;
-
-/// How often the initiator follows INVALID_KE_PAYLOAD before giving up.
-const MAX_KE_RETRIES: u8 = 2;
 
 /// The payloads of a CREATE_CHILD_SA message that either role reads.
 struct ChildPayloads<'a> {
@@ -136,11 +134,10 @@ pub(crate) struct CreateChild {
     /// Our CPI, when the child wants IPComp.
     ipcomp_cpi: Option<u16>,
     nonce: Vec<u8>,
-    group: Option<KeGroup>,
-    ke: Option<KeyExchange>,
+    /// With PFS: the group offered, our KE, INVALID_KE_PAYLOAD retries.
+    ke: KeOffer,
     tsi: Vec<TrafficSelector>,
     tsr: Vec<TrafficSelector>,
-    retries: u8,
 }
 
 impl CreateChild {
@@ -154,11 +151,9 @@ impl CreateChild {
             inbound_spi: None,
             ipcomp_cpi: None,
             nonce: Vec::new(),
-            group: None,
-            ke: None,
+            ke: KeOffer::default(),
             tsi: Vec::new(),
             tsr: Vec::new(),
-            retries: 0,
         }
     }
 
@@ -166,7 +161,7 @@ impl CreateChild {
     pub(crate) fn rekey(old: &ChildSa) -> Self {
         let mut t = CreateChild::new(old.name.clone(), old.resource);
         t.per_resource = old.per_resource;
-        t.group = old.ke;
+        t.ke = KeOffer::new(old.ke);
         t.rekey = Some(RekeyOf {
             inbound: old.inbound_spi,
             local_ts: old.local_ts().to_vec(),
@@ -227,12 +222,7 @@ impl CreateChild {
             proposals: offer(&cfg.esp_proposals, spi, true),
         }));
         payloads.push(PayloadRepr::Nonce(NonceRepr { data: &self.nonce }));
-        if let (Some(g), Some(ke)) = (self.group, &self.ke) {
-            payloads.push(PayloadRepr::Ke(KeRepr {
-                group: g.iana_id(),
-                data: ke.public_value(),
-            }));
-        }
+        payloads.extend(self.ke.payload().map(PayloadRepr::Ke));
         payloads.push(PayloadRepr::TsI(ts_repr(&self.tsi)));
         payloads.push(PayloadRepr::TsR(ts_repr(&self.tsr)));
         sa.encode(ExchangeType::CREATE_CHILD_SA, false, mid, &payloads)
@@ -253,15 +243,8 @@ impl CreateChild {
             self.ipcomp_cpi = Some(crate::ipcomp::allocate(ctx.rng));
         }
         let configured = |g: &KeGroup| cfg.esp_proposals.iter().any(|p| p.ke.contains(g));
-        if !self.group.as_ref().is_some_and(configured) {
-            self.group = cfg.esp_proposals.iter().find_map(|p| p.ke.first().copied());
-        }
-        if let (Some(g), None) = (self.group, &self.ke) {
-            self.ke = Some(
-                g.generate(ctx.rng)
-                    .map_err(|_| Reason::Local("key exchange"))?,
-            );
-        }
+        let first = || cfg.esp_proposals.iter().find_map(|p| p.ke.first().copied());
+        self.ke.prepare(ctx.rng, configured, first)?;
         self.nonce = vec![0; ctx.config.nonce_len];
         ctx.rng.fill_public(&mut self.nonce);
         match &self.rekey {
@@ -289,7 +272,7 @@ impl CreateChild {
             }
             if let Some(cfg) = sa.conn.child(&self.name) {
                 crate::child::log_refused(
-                    sa.id, &self.name, kind, &cfg.esp_proposals, self.group.is_some(), &self.tsi, &self.tsr,
+                    sa.id, &self.name, kind, &cfg.esp_proposals, self.ke.group().is_some(), &self.tsi, &self.tsr,
                 );
             }
             return self.failed(sa, ctx, reason_for(kind), Some(kind));
@@ -309,28 +292,14 @@ impl CreateChild {
         }
     }
 
-    /// §1.3: INVALID_KE_PAYLOAD names the group the responder wants. True
-    /// (and the task set to retry with it) if we offer that group and have
-    /// retries left.
+    /// §1.3: follow INVALID_KE_PAYLOAD to a group of the child's
+    /// proposals ([`KeOffer::follow_invalid_ke`]).
     fn follow_invalid_ke(&mut self, sa: &IkeSa, kind: NotifyType, data: &[u8]) -> bool {
-        if kind != NotifyType::INVALID_KE_PAYLOAD || self.retries >= MAX_KE_RETRIES {
+        let Some(cfg) = sa.conn.child(&self.name) else {
             return false;
-        }
-        let wanted = NotifyRepr::new(kind, data)
-            .u16_data()
-            .and_then(KeGroup::from_iana);
-        let offered = sa.conn.child(&self.name).is_some_and(|c| {
-            c.esp_proposals
-                .iter()
-                .any(|p| wanted.is_some_and(|g| p.ke.contains(&g)))
-        });
-        if !offered || wanted == self.group {
-            return false;
-        }
-        self.retries += 1;
-        self.group = wanted;
-        self.ke = None;
-        true
+        };
+        let offered = |g: &KeGroup| cfg.esp_proposals.iter().any(|p| p.ke.contains(g));
+        self.ke.follow_invalid_ke(kind, data, offered)
     }
 
     /// Check the answer against our request (one of our proposals, with
@@ -372,7 +341,7 @@ impl CreateChild {
                 return Err(reason);
             }
         };
-        if selected.ke != self.group {
+        if selected.ke != self.ke.group() {
             return Err(Reason::ProtocolError(
                 "responder changed the key exchange group",
             ));
@@ -407,7 +376,7 @@ impl CreateChild {
                 rekeys: self.rekey.as_ref().map(|r| r.inbound),
                 per_resource: self.per_resource,
                 outbound_active: true,
-                ke: self.group,
+                ke: self.ke.group(),
                 config: &cfg,
                 ipcomp: agreed_ipcomp(sa.id, &self.name, self.ipcomp_cpi, m.ipcomp),
             },
@@ -417,9 +386,10 @@ impl CreateChild {
     /// g^ir with the responder's KEr, which must be of our group (§1.3);
     /// `None` without PFS.
     fn agree(&mut self, ker: Option<KeRepr<'_>>) -> Result<Option<SecretBytes>, Reason> {
+        let group = self.ke.group();
         match (self.ke.take(), ker) {
             (None, _) => Ok(None),
-            (Some(ke), Some(k)) if Some(k.group) == self.group.map(|g| g.iana_id()) => ke
+            (Some(ke), Some(k)) if Some(k.group) == group.map(|g| g.iana_id()) => ke
                 .agree(k.data)
                 .map(Some)
                 .map_err(|_| Reason::ProtocolError("invalid key exchange value")),
@@ -513,13 +483,6 @@ struct ChildResponse {
     ke: Option<(KeGroup, Vec<u8>)>,
 }
 
-/// The responder's half of a PFS key exchange.
-struct KeAnswer {
-    group: KeGroup,
-    public: Vec<u8>,
-    shared: SecretBytes,
-}
-
 impl IkeSa {
     /// A CREATE_CHILD_SA request: the IKE SA's rekey if its SA payload
     /// proposes IKE, else a new Child SA or the rekey of one.
@@ -577,7 +540,10 @@ impl IkeSa {
             .and_then(|c| c.selected.ke);
         let mut nr = vec![0u8; ctx.config.nonce_len];
         ctx.rng.fill_public(&mut nr);
-        let ke = respond_key_exchange(ctx, want_ke, m.ke)?;
+        let ke = match want_ke {
+            Some(g) => Some(ke::answer(ctx.rng, g, m.ke)?),
+            None => None,
+        };
         let opts = ChildOpts {
             rekeys: old.as_ref().map(|c| c.inbound_spi),
             resource: old.as_ref().and_then(|c| c.resource),
@@ -631,34 +597,6 @@ impl IkeSa {
         }
         Ok(Some(c.clone()))
     }
-}
-
-/// The responder's KE for the group the chosen proposal needs (none: no
-/// PFS). §1.3: a KE of another group than the one chosen is refused with
-/// INVALID_KE_PAYLOAD naming ours.
-fn respond_key_exchange(
-    ctx: &mut Ctx<'_>,
-    want: Option<KeGroup>,
-    kei: Option<KeRepr<'_>>,
-) -> Result<Option<KeAnswer>, Refusal> {
-    let Some(group) = want else {
-        return Ok(None);
-    };
-    let Some(kei) = kei.filter(|k| k.group == group.iana_id()) else {
-        return Err(Refusal::InvalidKe(group));
-    };
-    let Ok(ours) = group.generate(ctx.rng) else {
-        return Err(NotifyType::NO_PROPOSAL_CHOSEN.into());
-    };
-    let public = ours.public_value().to_vec();
-    let Ok(shared) = ours.agree(kei.data) else {
-        return Err(NotifyType::INVALID_SYNTAX.into());
-    };
-    Ok(Some(KeAnswer {
-        group,
-        public,
-        shared,
-    }))
 }
 
 /// The initiator's IPComp from our CPI and the answer's: a responder that

@@ -33,6 +33,7 @@ pub(crate) mod create_child;
 pub(crate) mod ike_auth;
 pub(crate) mod ike_init;
 mod informational;
+pub(crate) mod ke;
 pub(crate) mod rekey_ike;
 
 use crate::ctx::Ctx;
