@@ -50,7 +50,7 @@ use crate::connections::Connections;
 use crate::ctx::{Action, Ctx};
 use crate::event::{Event, IkeSaId, Transmit};
 use crate::exchange::Task;
-use crate::exchange::create_child::CreateChild;
+use crate::exchange::child_sa::offer::ChildOffer;
 use crate::exchange::ike_init::IkeInit;
 use crate::psk::Psks;
 use crate::sa::{Dropped, IkeSa, Role, State};
@@ -519,13 +519,13 @@ impl Endpoint {
             (false, _) => {
                 sa.start_task(
                     &mut ctx,
-                    Task::CreateChild(CreateChild::new(name, resource)),
+                    Task::CreateChild(ChildOffer::new(name, resource)),
                 );
                 Ok(())
             }
             (true, None) => {
                 if !sa.has_child(&name) {
-                    sa.start_task(&mut ctx, Task::CreateChild(CreateChild::new(name, None)));
+                    sa.start_task(&mut ctx, Task::CreateChild(ChildOffer::new(name, None)));
                 }
                 Ok(())
             }

@@ -46,29 +46,27 @@
 //! timeout"), SA_RESOURCE_INFO with a per-CPU child, whose first SA is its
 //! group's fallback SA (RFC 9611).
 
-use super::{Outcome, Received, Task, informational_notify, reason_for};
+use super::{Outcome, Received, informational_notify, reason_for};
 use crate::auth::{psk_auth, signed_octets, verify_psk_auth};
 use crate::cert::{
     CERT_ENCODING_X509, CertRefusal, LocalCredential, TrustStore, x509_from_cert_payloads,
 };
-use crate::child::{
-    ChildAnswer, ChildOpts, ChildQuery, ChildSa, Install, check_answer, install, offer, ts_from,
-    ts_repr,
-};
-use crate::config::{ChildConfig, ConnectionConfig, PerCpuSas};
+use super::child_sa::ChildPayloads;
+use super::child_sa::answer::{ChildAnswer, Keying};
+use super::child_sa::offer::ChildOffer;
+use crate::config::ConnectionConfig;
 use crate::ctx::{Action, Ctx};
-use crate::event::{AuthFailure, ChildSaEstablished, Event, Reason};
+use crate::event::{AuthFailure, Event, Reason};
 use crate::identity::Identity;
 use crate::lifetime::{MAX_WINDOW, rekey_deadline};
 use crate::proposal::{Proposal, Protocol};
-use crate::sa::{IkeSa, State, notify, peer_window, window_notify};
-use crate::ts::TrafficSelector;
+use crate::sa::{IkeSa, Refusal, State, notify, peer_window, window_notify};
 use core::net::SocketAddr;
 use esparto_crypto::SecretBytes;
 use esparto_crypto::ike::PrfOutput;
 use esparto_wire::ike::{
     AuthMethod, AuthRepr, ExchangeType, IdRepr, IdType, NotifyRepr, NotifyType, PayloadRepr,
-    PayloadType, SaRepr, Spi,
+    PayloadType, Spi,
 };
 use pki_types::UnixTime;
 use std::sync::Arc;
@@ -79,19 +77,14 @@ struct AuthPayloads<'a> {
     idi: Option<IdRepr<'a>>,
     idr: Option<IdRepr<'a>>,
     auth: Option<AuthRepr<'a>>,
-    sa: Option<&'a SaRepr>,
-    tsi: Option<Vec<TrafficSelector>>,
-    tsr: Option<Vec<TrafficSelector>>,
     /// SET_WINDOW_SIZE (§2.3).
     window: Option<u32>,
     /// INITIAL_CONTACT (§2.4).
     initial_contact: bool,
-    /// SA_RESOURCE_INFO (RFC 9611).
-    resource_info: bool,
     /// CERT payload bodies (encoding octet first), in order (§3.6).
     certs: Vec<&'a [u8]>,
-    /// The peer's DEFLATE CPI (IPCOMP_SUPPORTED, §2.22).
-    ipcomp: Option<u16>,
+    /// The Child SA part.
+    child: ChildPayloads<'a>,
 }
 
 /// The encodings of the CERT bodies that are not X.509 certificates (an
@@ -124,23 +117,16 @@ impl<'a> AuthPayloads<'a> {
             idi: None,
             idr: None,
             auth: None,
-            sa: None,
-            tsi: None,
-            tsr: None,
             window: None,
             initial_contact: false,
-            resource_info: false,
             certs: Vec::new(),
-            ipcomp: crate::ipcomp::peer_cpi(payloads),
+            child: ChildPayloads::collect(payloads),
         };
         for p in payloads {
             match p {
                 PayloadRepr::IdI(i) => m.idi = Some(*i),
                 PayloadRepr::IdR(i) => m.idr = Some(*i),
                 PayloadRepr::Auth(a) => m.auth = Some(*a),
-                PayloadRepr::Sa(s) => m.sa = Some(s),
-                PayloadRepr::TsI(t) => m.tsi = Some(ts_from(t)),
-                PayloadRepr::TsR(t) => m.tsr = Some(ts_from(t)),
                 PayloadRepr::Other {
                     payload_type: PayloadType::CERT,
                     body,
@@ -148,7 +134,6 @@ impl<'a> AuthPayloads<'a> {
                 PayloadRepr::Notify(n) => match n.kind {
                     NotifyType::SET_WINDOW_SIZE => m.window = n.u32_data(),
                     NotifyType::INITIAL_CONTACT => m.initial_contact = true,
-                    NotifyType::SA_RESOURCE_INFO => m.resource_info = true,
                     _ => {}
                 },
                 _ => {}
@@ -199,37 +184,27 @@ impl IkeSa {
 // ---------------------------------------------------------------------------
 // Initiator
 
-/// The first Child SA we ask for.
-struct ChildOffer {
-    name: Arc<str>,
-    resource: Option<u16>,
-    inbound_spi: u32,
-    /// Our CPI, when the child wants IPComp, and its notify data.
-    ipcomp_cpi: Option<u16>,
-    ipcomp_data: Option<[u8; 3]>,
-    tsi: Vec<TrafficSelector>,
-    tsr: Vec<TrafficSelector>,
-}
-
 /// The IKE_AUTH task.
 pub(crate) struct IkeAuth {
-    child: Option<(Arc<str>, Option<u16>)>,
-    offer: Option<ChildOffer>,
+    /// The first Child SA, if the connection asks for one.
+    child: Option<ChildOffer>,
 }
 
 impl IkeAuth {
     pub(super) fn new(child: Option<(Arc<str>, Option<u16>)>) -> Self {
-        IkeAuth { child, offer: None }
+        IkeAuth {
+            child: child.map(|(name, resource)| ChildOffer::first(name, resource)),
+        }
     }
 
     /// The child configuration this IKE_AUTH creates, if any.
     pub(crate) fn child_name(&self) -> Option<&Arc<str>> {
-        self.child.as_ref().map(|(n, _)| n)
+        self.child.as_ref().map(|c| &c.name)
     }
 
     pub(super) fn release(self, ctx: &mut Ctx<'_>) {
-        if let Some(o) = self.offer {
-            ctx.spis.release(o.inbound_spi);
+        if let Some(c) = self.child {
+            c.release(ctx);
         }
     }
 
@@ -259,7 +234,14 @@ impl IkeAuth {
             ),
         };
         let idr_wire = conn.remote.id.as_ref().and_then(Identity::to_wire);
-        self.prepare_offer(sa, ctx)?;
+        let child_cfg = match &mut self.child {
+            Some(c) => {
+                let cfg = conn.child(&c.name).ok_or(Reason::Local("unknown child"))?;
+                c.prepare(sa, ctx, cfg)?;
+                Some(cfg)
+            }
+            None => None,
+        };
         let certs = cert_bodies(conn.local.credential.as_deref());
         let certreq = conn.remote.trust.as_ref().map(|t| t.certreq());
 
@@ -295,40 +277,16 @@ impl IkeAuth {
                 w,
             )));
         }
-        if let Some(o) = &self.offer {
-            let cfg = conn.child(&o.name).ok_or(Reason::Local("unknown child"))?;
-            payloads.extend(o.payloads(cfg));
+        if let (Some(c), Some(cfg)) = (&self.child, child_cfg) {
+            payloads.extend(c.payloads(cfg)?);
         }
         let packet = sa.encode(ExchangeType::IKE_AUTH, false, mid, &payloads)?;
         sa.local_id = Some(local_id);
         Ok(packet)
     }
 
-    /// The Child SA to offer, made once (a rebuilt request offers the same
-    /// SPI): an inbound SPI for its resource, the configured selectors.
-    fn prepare_offer(&mut self, sa: &IkeSa, ctx: &mut Ctx<'_>) -> Result<(), Reason> {
-        if self.offer.is_some() {
-            return Ok(());
-        }
-        let Some((name, resource)) = self.child.clone() else {
-            return Ok(());
-        };
-        let cfg = sa.conn.child(&name).ok_or(Reason::Local("unknown child"))?;
-        let ipcomp_cpi = cfg.ipcomp.then(|| crate::ipcomp::allocate(ctx.rng));
-        self.offer = Some(ChildOffer {
-            inbound_spi: ctx.spis.allocate(ctx.rng, resource),
-            ipcomp_cpi,
-            ipcomp_data: ipcomp_cpi.map(crate::ipcomp::data),
-            tsi: cfg.local_selectors(sa.local.ip()),
-            tsr: cfg.remote_selectors(sa.remote.ip()),
-            name,
-            resource,
-        });
-        Ok(())
-    }
-
     pub(super) fn process(
-        mut self,
+        self,
         sa: &mut IkeSa,
         ctx: &mut Ctx<'_>,
         rx: &Received<'_>,
@@ -345,10 +303,10 @@ impl IkeAuth {
         let peer = sa.remote;
         sa.established(ctx, peer, local_id, peer_id, m.window, m.initial_contact);
         sa.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
-        if let Some(o) = self.offer.take() {
-            o.complete(sa, ctx, rx, m);
+        match self.child {
+            Some(c) => c.process(sa, ctx, rx.error(), &m.child),
+            None => Outcome::Done,
         }
-        Outcome::Done
     }
 }
 
@@ -573,146 +531,6 @@ fn auth_failed(
     Outcome::Fail(Reason::AuthenticationFailed)
 }
 
-impl ChildOffer {
-    /// `[N(SA_RESOURCE_INFO),] SAi2, TSi, TSr`. §1.2: the first Child SA
-    /// takes its keys from the IKE SA; its proposals carry no KE
-    /// transforms.
-    fn payloads(&self, cfg: &ChildConfig) -> Vec<PayloadRepr<'_>> {
-        let mut out = Vec::with_capacity(4);
-        if cfg.per_cpu_sas != PerCpuSas::No {
-            out.push(PayloadRepr::Notify(NotifyRepr::new(
-                NotifyType::SA_RESOURCE_INFO,
-                &[],
-            )));
-        }
-        if let Some(d) = &self.ipcomp_data {
-            out.push(PayloadRepr::Notify(NotifyRepr::new(
-                NotifyType::IPCOMP_SUPPORTED,
-                d,
-            )));
-        }
-        out.push(PayloadRepr::Sa(SaRepr {
-            proposals: offer(&cfg.esp_proposals, self.inbound_spi, false),
-        }));
-        out.push(PayloadRepr::TsI(ts_repr(&self.tsi)));
-        out.push(PayloadRepr::TsR(ts_repr(&self.tsr)));
-        out
-    }
-
-    /// The responder's answer to our offer, on an authenticated IKE SA:
-    /// install the Child SA, or report why not. Either way the RFC 9611
-    /// group learns whether its fallback SA exists.
-    fn complete(self, sa: &mut IkeSa, ctx: &mut Ctx<'_>, rx: &Received<'_>, m: AuthPayloads<'_>) {
-        let name = self.name.clone();
-        let echoed = rx.notify(NotifyType::SA_RESOURCE_INFO).is_some();
-        match self.install(sa, ctx, rx, m) {
-            Ok((mut child, event)) => {
-                crate::child::announce(ctx, &mut child, event);
-                sa.add_child(child);
-                sa.fallback_done(ctx, &name, Some(echoed));
-            }
-            Err(reason) => {
-                tracing::info!(ike_sa = %sa.id, child = %self.name, ?reason, "CHILD_SA not created");
-                ctx.spis.release(self.inbound_spi);
-                ctx.events.push_back(Event::ChildSaFailed {
-                    ike_sa: sa.id,
-                    connection: sa.conn.name.clone(),
-                    child: Some(self.name.clone()),
-                    reason,
-                });
-                sa.fallback_done(ctx, &name, None);
-            }
-        }
-    }
-
-    /// Check SAr2/TSi/TSr against our offer (one of our proposals;
-    /// selectors narrowed, never widened, §2.9) and derive the Child SA
-    /// from the IKE SA's SK_d and the IKE_SA_INIT nonces (§2.17).
-    fn install(
-        &self,
-        sa: &mut IkeSa,
-        ctx: &mut Ctx<'_>,
-        rx: &Received<'_>,
-        m: AuthPayloads<'_>,
-    ) -> Result<(ChildSa, Box<ChildSaEstablished>), Reason> {
-        let (Some(sa_p), Some(tsi), Some(tsr)) = (m.sa, m.tsi, m.tsr) else {
-            if let (Some((kind, _)), Some(cfg)) = (rx.error(), sa.conn.child(&self.name)) {
-                // The first Child SA carries no key exchange (§1.2).
-                crate::child::log_refused(sa.id, &self.name, kind, &cfg.esp_proposals, false, &self.tsi, &self.tsr);
-            }
-            return Err(rx.error().map_or(
-                Reason::ProtocolError("no Child SA in IKE_AUTH response"),
-                |(k, _)| reason_for(k),
-            ));
-        };
-        let cfg = sa
-            .conn
-            .child(&self.name)
-            .cloned()
-            .ok_or(Reason::Local("child configuration vanished"))?;
-        let answer = check_answer(
-            sa.id,
-            &cfg.esp_proposals,
-            &sa_p.proposals,
-            true,
-            &self.tsi,
-            &self.tsr,
-            &tsi,
-            &tsr,
-        );
-        let (selected, suite) = match answer {
-            Ok(x) => x,
-            Err(reason) => {
-                // The responder installed its half: delete it.
-                sa.queue
-                    .push_back(Task::DeleteChild(vec![self.inbound_spi]));
-                return Err(reason);
-            }
-        };
-        let Spi::U32(outbound_spi) = selected.spi else {
-            return Err(Reason::ProtocolError("no SPI"));
-        };
-        let (Some(keys), Some(hs)) = (sa.keys.as_ref(), sa.handshake.as_deref()) else {
-            return Err(Reason::Local("IKE_SA_INIT state gone"));
-        };
-        install(
-            ctx,
-            Install {
-                ike_sa: sa.id,
-                connection: sa.conn.name.clone(),
-                child: self.name.clone(),
-                initiator: true,
-                inbound_spi: self.inbound_spi,
-                outbound_spi,
-                suite,
-                esn: selected.esn,
-                prf: keys.prf,
-                sk_d: keys.sk_d(),
-                g_ir: None,
-                ni: &hs.ni,
-                nr: &hs.nr,
-                local_ts: tsi,
-                remote_ts: tsr,
-                local: sa.local,
-                remote: sa.remote,
-                encap: sa.encap(),
-                resource: self.resource,
-                rekeys: None,
-                per_resource: false,
-                outbound_active: true,
-                ke: None,
-                config: &cfg,
-                ipcomp: super::create_child::agreed_ipcomp(
-                    sa.id,
-                    &self.name,
-                    self.ipcomp_cpi,
-                    crate::ipcomp::peer_cpi(&rx.payloads),
-                ),
-            },
-        )
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Responder
 
@@ -787,9 +605,15 @@ impl IkeSa {
         if self.nat.local_behind_nat {
             self.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
         }
-        let child = self.first_child(ctx, &m, &ni, &nr);
+        // The first Child SA, if the request asks for one: negotiated as in
+        // CREATE_CHILD_SA, but keyed from IKE_SA_INIT (§1.2, §2.17).
+        let child = m
+            .child
+            .child_sa()
+            .map(|_| self.answer_child(ctx, &m.child, Keying::Initial { ni: &ni, nr: &nr }));
         let window = window_notify(ctx.config);
-        let out = auth_response(&proof, window.as_ref(), child.as_ref());
+        let mut group = [0; 2];
+        let out = auth_response(&proof, window.as_ref(), child.as_ref(), &mut group);
         // Window one until this answer is out (§2.3), so only it is kept
         // (the IKE_SA_INIT response is of no use any more); ours from now.
         self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
@@ -993,34 +817,6 @@ impl IkeSa {
         })
     }
 
-    /// The first Child SA, if the request asks for one: negotiated as in
-    /// CREATE_CHILD_SA, but without a KE of its own (§1.2).
-    fn first_child(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        m: &AuthPayloads<'_>,
-        ni: &[u8],
-        nr: &[u8],
-    ) -> Option<Result<ChildAnswer, NotifyType>> {
-        let (Some(sa_p), Some(tsi), Some(tsr)) = (m.sa, &m.tsi, &m.tsr) else {
-            return None;
-        };
-        let q = ChildQuery {
-            offered: &sa_p.proposals,
-            tsi,
-            tsr,
-            ignore_ke: true,
-            prefer_ke: None,
-            only: None,
-        };
-        let opts = ChildOpts {
-            resource_info: m.resource_info,
-            ipcomp: m.ipcomp,
-            ..ChildOpts::default()
-        };
-        Some(self.negotiate_child(ctx, &q, opts, None, ni, nr))
-    }
-
     /// Authentication failed: tell the driver and the peer (§2.21.2), and
     /// end the IKE SA.
     fn fail_auth(
@@ -1056,7 +852,8 @@ impl IkeSa {
 fn auth_response<'a>(
     proof: &'a Proof,
     window: Option<&'a [u8; 4]>,
-    child: Option<&'a Result<ChildAnswer, NotifyType>>,
+    child: Option<&'a Result<ChildAnswer, Refusal>>,
+    group: &'a mut [u8; 2],
 ) -> Vec<PayloadRepr<'a>> {
     let mut out = vec![PayloadRepr::IdR(IdRepr {
         id_type: proof.id_type,
@@ -1077,17 +874,8 @@ fn auth_response<'a>(
         )));
     }
     match child {
-        Some(Ok(answer)) => {
-            if answer.resource_info {
-                out.push(PayloadRepr::Notify(NotifyRepr::new(
-                    NotifyType::SA_RESOURCE_INFO,
-                    &[],
-                )));
-            }
-            out.extend(answer.ipcomp_notify());
-            out.extend(answer.payloads());
-        }
-        Some(Err(kind)) => out.push(notify(*kind, &[])),
+        Some(Ok(answer)) => out.extend(answer.payloads()),
+        Some(Err(refusal)) => out.push(refusal.payload(group)),
         None => {}
     }
     out

@@ -70,6 +70,28 @@ impl From<NotifyType> for Refusal {
     }
 }
 
+impl Refusal {
+    /// The notify that says it; `group` holds INVALID_KE_PAYLOAD's data.
+    pub(crate) fn payload<'a>(self, group: &'a mut [u8; 2]) -> PayloadRepr<'a> {
+        match self {
+            Refusal::Error(kind) => notify(kind, &[]),
+            Refusal::InvalidKe(g) => {
+                *group = g.iana_id().to_be_bytes();
+                notify(NotifyType::INVALID_KE_PAYLOAD, &group[..])
+            }
+            // §2.25: "The SA that the initiator attempted to rekey is
+            // indicated by the SPI field in the Notify payload, which is
+            // copied from the SPI field in the REKEY_SA notification."
+            Refusal::ChildSaNotFound(spi) => PayloadRepr::Notify(NotifyRepr {
+                protocol: ProtocolId::ESP,
+                spi: Spi::U32(spi),
+                kind: NotifyType::CHILD_SA_NOT_FOUND,
+                data: &[],
+            }),
+        }
+    }
+}
+
 impl IkeSa {
     /// Entry point for every datagram with this SA's SPIs; `wall_clock` is
     /// the calendar time it arrived at (for certificates).
@@ -206,28 +228,9 @@ impl IkeSa {
         from: SocketAddr,
         to: SocketAddr,
     ) {
-        match refusal {
-            Refusal::Error(kind) => {
-                self.respond(ctx, exchange, mid, &[notify(kind, &[])], from, to);
-            }
-            Refusal::InvalidKe(group) => {
-                let d = group.iana_id().to_be_bytes();
-                let n = notify(NotifyType::INVALID_KE_PAYLOAD, &d);
-                self.respond(ctx, exchange, mid, &[n], from, to);
-            }
-            Refusal::ChildSaNotFound(spi) => {
-                // §2.25: "The SA that the initiator attempted to rekey is
-                // indicated by the SPI field in the Notify payload, which is
-                // copied from the SPI field in the REKEY_SA notification."
-                let n = PayloadRepr::Notify(NotifyRepr {
-                    protocol: ProtocolId::ESP,
-                    spi: Spi::U32(spi),
-                    kind: NotifyType::CHILD_SA_NOT_FOUND,
-                    data: &[],
-                });
-                self.respond(ctx, exchange, mid, &[n], from, to);
-            }
-        }
+        let mut group = [0; 2];
+        let n = refusal.payload(&mut group);
+        self.respond(ctx, exchange, mid, &[n], from, to);
     }
 
     /// A repeated IKE_SA_INIT request on a half-open SA: answer from the cache.
