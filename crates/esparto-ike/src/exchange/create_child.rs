@@ -14,7 +14,7 @@
 //! exchange's own is what a request is for and when it may be made.
 //!
 //! Initiator: a `Task::CreateChild` carries a
-//! [`ChildOffer`](super::child_sa::offer::ChildOffer) for a new Child SA,
+//! [`ChildOffer`] for a new Child SA,
 //! an RFC 9611 sub-SA (for the resource its inbound SPI steers to) or a
 //! rekey (with REKEY_SA); [`request`] frames it. What happens on success
 //! (collisions, deleting the old SA) is in `sa/children.rs`.

@@ -1,10 +1,10 @@
-//! The IKE exchanges, one file each with both roles (strongSwan's
+//! The IKE exchanges, one module each with both roles (strongSwan's
 //! libcharon tasks: `build_i`, `process_r`, `build_r`, `process_i`).
 //!
-//! | file | exchange | initiator | responder | RFC 7296 |
+//! | module | exchange | initiator | responder | RFC 7296 |
 //! | --- | --- | --- | --- | --- |
 //! | [`ike_init`] | IKE_SA_INIT | [`ike_init::IkeInit`] | `Endpoint::respond_init` with [`ike_init::choose`], [`ike_init::response`] | §1.2, §2.6, §2.23 |
-//! | [`ike_auth`] | IKE_AUTH | [`ike_auth::IkeAuth`] | `IkeSa::respond_ike_auth` | §1.2, §2.15 |
+//! | [`ike_auth`] (the exchange; the proofs in `ike_auth/proof.rs`) | IKE_AUTH | [`ike_auth::IkeAuth`] | `IkeSa::respond_ike_auth` | §1.2, §2.15 |
 //! | [`create_child`] | CREATE_CHILD_SA | `Task::CreateChild`, [`create_child::request`] | `IkeSa::respond_create_child` | §1.3.1, §1.3.3 (rekey), RFC 9611 |
 //! | [`rekey_ike`] | CREATE_CHILD_SA | [`rekey_ike::RekeyIke`] | `IkeSa::respond_rekey_ike` | §1.3.2, §2.18, §2.8.2 |
 //! | `informational` | INFORMATIONAL | `DeleteChild`, `DeleteIke`, `Liveness` | `IkeSa::respond_informational` | §1.4 |
