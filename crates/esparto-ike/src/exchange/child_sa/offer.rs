@@ -15,10 +15,10 @@
 //! its resource and PFS group.
 //!
 //! The answer. A CREATE_CHILD_SA answer with an error notify refuses the
-//! Child SA (INVALID_KE_PAYLOAD is followed, `super::super::ke`); in
+//! Child SA (INVALID_KE_PAYLOAD is followed, `exchange/ke.rs`); in
 //! IKE_AUTH, where notifies may concern the IKE SA, only an answer without
-//! the Child SA's payloads does (§2.21.3: the IKE SA is "created as usual"
-//! when only the Child SA fails). Otherwise the answer must hold one of our
+//! the Child SA's payloads does (§2.21.2: when only the Child SA fails,
+//! the IKE SA is created as usual). Otherwise the answer must hold one of our
 //! proposals with a non-zero SPI, of our group if we sent a KE, and
 //! selectors inside ours (§2.9: narrowed, never widened); if it does not,
 //! the responder installed a half we do not want, and a Delete for it
@@ -274,10 +274,9 @@ impl ChildOffer {
         let Some((sa_p, tsi, tsr)) = m.child_sa() else {
             return Err(self.incomplete());
         };
-        let nr = match self.carrier {
-            Carrier::CreateChild => Some(m.nonce.ok_or_else(|| self.incomplete())?),
-            Carrier::IkeAuth => None,
-        };
+        if self.carrier == Carrier::CreateChild && m.nonce.is_none() {
+            return Err(self.incomplete());
+        }
         let cfg = sa
             .conn
             .child(&self.name)
@@ -304,7 +303,7 @@ impl ChildOffer {
         let (Spi::U32(outbound_spi), Some(inbound_spi)) = (selected.spi, self.inbound_spi) else {
             return Err(Reason::ProtocolError("no SPI"));
         };
-        let (keys, ni, nr) = self.keying(sa, nr)?;
+        let (keys, ni, nr) = self.keying(sa, m)?;
         install(
             ctx,
             Install {
@@ -367,14 +366,19 @@ impl ChildOffer {
 
     /// What KEYMAT is cut from (§2.17): SK_d, and the nonces of this
     /// exchange — IKE_SA_INIT's for the first Child SA, else ours and the
-    /// answer's `nr`.
-    fn keying<'s>(&'s self, sa: &'s IkeSa, nr: Option<&'s [u8]>) -> Result<(&'s IkeKeys, &'s [u8], &'s [u8]), Reason> {
-        match (self.carrier, nr) {
-            (Carrier::CreateChild, Some(nr)) => {
+    /// answer's.
+    fn keying<'s>(
+        &'s self,
+        sa: &'s IkeSa,
+        m: &ChildPayloads<'s>,
+    ) -> Result<(&'s IkeKeys, &'s [u8], &'s [u8]), Reason> {
+        match self.carrier {
+            Carrier::CreateChild => {
                 let keys = sa.keys.as_ref().ok_or(Reason::Local("no keys"))?;
+                let nr = m.nonce.ok_or_else(|| self.incomplete())?;
                 Ok((keys, &self.nonce, nr))
             }
-            _ => match (sa.keys.as_ref(), sa.handshake.as_deref()) {
+            Carrier::IkeAuth => match (sa.keys.as_ref(), sa.handshake.as_deref()) {
                 (Some(keys), Some(hs)) => Ok((keys, &hs.ni, &hs.nr)),
                 _ => Err(Reason::Local("IKE_SA_INIT state gone")),
             },
