@@ -17,7 +17,9 @@
 //!
 //! - **Signing** (`sign.rs`), our side: [`SigningKey`], our PKCS#8
 //!   private key (ECDSA P-256/P-384, Ed25519, RSA with PKCS#1 v1.5 or PSS
-//!   padding), signing with aws-lc-rs into AUTH data; [`LocalCredential`],
+//!   padding), signing with aws-lc-rs into AUTH data (handed the engine's
+//!   injected randomness, which aws-lc-rs ignores for ECDSA and RSA-PSS:
+//!   [`SigningKey::auth_data`]); [`LocalCredential`],
 //!   that key with our certificate and intermediates, checked to belong
 //!   together: what goes into our CERT payloads.
 //! - **Trust** (`trust.rs`), the peer's side: [`TrustStore`], the CAs we

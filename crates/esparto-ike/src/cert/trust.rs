@@ -8,6 +8,7 @@
 //! comes from the caller as every time does in this crate), checks the
 //! key usage and that the certificate names the peer's IKE identity; the
 //! [`PeerCert`] it returns checks the AUTH signature.
+//!
 //! A store remembers the chains it accepted, until the first of their
 //! certificates expires (see [`TrustStore`]).
 
