@@ -64,11 +64,10 @@ pub(crate) enum Carrier {
 }
 
 impl Carrier {
-    /// Do its proposals carry KE transforms? Not in IKE_AUTH (§1.2: "the
-    /// SA payloads in the IKE_AUTH exchange cannot contain Transform Type 4
-    /// (Diffie-Hellman group) with any value other than NONE.
-    /// Implementations SHOULD omit the whole transform substructure"); a
-    /// child's PFS group applies from its first rekey.
+    /// Do its proposals carry KE transforms? Not in IKE_AUTH, which has no
+    /// KE payload, so its SA payloads name no Diffie-Hellman group other
+    /// than NONE and should leave the transform out (§1.2); a child's PFS
+    /// group applies from its first rekey.
     pub(crate) fn with_ke(self) -> bool {
         self == Carrier::CreateChild
     }
