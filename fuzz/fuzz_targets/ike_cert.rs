@@ -14,12 +14,11 @@
 //! and a signature never verifies (the fuzzer does not hold the key).
 #![no_main]
 
-use esparto_ike::Identity;
 use esparto_ike::cert::{CertRefusal, TrustStore, x509_from_cert_payloads};
+use esparto_ike::{Identity, UnixTime};
 use libfuzzer_sys::fuzz_target;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use std::sync::OnceLock;
-use std::time::SystemTime;
 
 struct Fixture {
     trust: TrustStore,
@@ -69,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
         Ok((certs, other)) => {
             assert_eq!(certs.len() + other, bodies.len());
             let (ee, inter) = certs.split_first().expect("at least one");
-            match f.trust.verify(ee, inter, SystemTime::now(), &id) {
+            match f.trust.verify(ee, inter, UnixTime::now(), &id) {
                 Ok(peer) => {
                     assert_eq!(*ee, f.ee.as_slice(), "only the genuine certificate chains");
                     assert_eq!(sel & 3, 0, "only its own identity binds");

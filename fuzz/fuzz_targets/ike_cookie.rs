@@ -19,6 +19,7 @@
 use esparto_crypto::DeterministicRng;
 use esparto_ike::{
     ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Identity, RandomSpiAllocator,
+    UnixTime,
 };
 use esparto_wire::ike::{
     HeaderRepr, Message, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, emit_message,
@@ -27,6 +28,9 @@ use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// The calendar time every datagram arrives at (PSKs only: never looked at).
+const WALL_CLOCK: UnixTime = UnixTime::since_unix_epoch(Duration::from_secs(2_000_000_000));
 
 const CAP: usize = 8;
 
@@ -155,7 +159,7 @@ fuzz_target!(|data: &[u8]| {
                 (local4500, q)
             }
         };
-        r.handle_datagram(now, local, src, &dgram);
+        r.handle_datagram(now, WALL_CLOCK, local, src, &dgram);
         while let Some(t) = r.poll_transmit() {
             let d = if t.local.port() == 4500 { &t.data[4..] } else { &t.data[..] };
             let m = Message::parse(d).expect("we emit what we parse");

@@ -25,13 +25,16 @@
 use esparto_crypto::DeterministicRng;
 use esparto_ike::{
     ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity, IkeSaId, PerCpuSas,
-    RandomSpiAllocator, Transmit,
+    RandomSpiAllocator, Transmit, UnixTime,
 };
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+/// The calendar time every datagram arrives at (PSKs only: never looked at).
+const WALL_CLOCK: UnixTime = UnixTime::since_unix_epoch(Duration::from_secs(2_000_000_000));
 
 const MOON: &str = "10.0.0.1";
 const SUN: &str = "10.0.0.2";
@@ -103,7 +106,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 genuine_auth = !mutated
                     && header(&t).is_some_and(|h| h.exchange == ExchangeType::IKE_AUTH && !h.response);
-                r.handle_datagram(now, t.remote, t.local, &t.data);
+                r.handle_datagram(now, WALL_CLOCK, t.remote, t.local, &t.data);
                 delivered.push(t);
             }
             2 => {
@@ -114,7 +117,7 @@ fuzz_target!(|data: &[u8]| {
                 let port = if len & 1 == 0 { 500 } else { 4500 };
                 let to: SocketAddr = format!("{SUN}:{port}").parse().unwrap();
                 let from: SocketAddr = format!("{MOON}:{port}").parse().unwrap();
-                r.handle_datagram(now, to, from, raw);
+                r.handle_datagram(now, WALL_CLOCK, to, from, raw);
             }
             3 => {
                 let [secs, rest @ ..] = ops else { break };
@@ -128,7 +131,7 @@ fuzz_target!(|data: &[u8]| {
                 ops = rest;
                 if !delivered.is_empty() {
                     let t = delivered[usize::from(*k) % delivered.len()].clone();
-                    r.handle_datagram(now, t.remote, t.local, &t.data);
+                    r.handle_datagram(now, WALL_CLOCK, t.remote, t.local, &t.data);
                 }
             }
             5 => {
@@ -155,7 +158,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         while let Some(t) = r.poll_transmit() {
-            i.handle_datagram(now, t.remote, t.local, &t.data);
+            i.handle_datagram(now, WALL_CLOCK, t.remote, t.local, &t.data);
         }
         while let Some(e) = r.poll_event() {
             match e {

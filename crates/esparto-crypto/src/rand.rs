@@ -18,8 +18,18 @@
 //! them). [`SystemRng`] fills both from aws-lc's CSPRNG, which is seeded from
 //! the operating system. [`DeterministicRng`] is a seeded SHA-256 counter
 //! stream for tests and simulations; it is **not** a source of secrets.
+//!
+//! A third item, [`Rng::secure_random`], is what aws-lc-rs's own calls that
+//! take a generator (signing) are handed, so that protocol code passes the
+//! injected source there too and names no generator itself. It cannot make
+//! those calls deterministic: aws-lc-rs seals its `SecureRandom` trait, so
+//! the only generator it accepts is its own `SystemRandom` (AWS-LC's DRBG),
+//! and its 1.19 ECDSA and RSA signing ignore the argument altogether (see
+//! [`Rng::secure_random`]).
 
 use aws_lc_rs::digest;
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use std::sync::LazyLock;
 use zeroize::Zeroize;
 
 /// Randomness, injected: protocol code never reads the OS RNG. Public fills
@@ -30,7 +40,28 @@ pub trait Rng {
     fn fill_public(&mut self, buf: &mut [u8]);
     /// Fill `buf` with unpredictable bytes that must stay secret (keys).
     fn fill_secret(&mut self, buf: &mut [u8]);
+
+    /// The generator to hand to aws-lc-rs functions that take a
+    /// `&dyn SecureRandom` (ECDSA and RSA signing).
+    ///
+    /// Every implementation gives AWS-LC's own generator, and none can give
+    /// another: `SecureRandom` is sealed in aws-lc-rs (outside its
+    /// `dev-tests-only` feature, which refuses release builds), so its
+    /// `SystemRandom` is the only value that type-checks. Nor would another
+    /// one be used: aws-lc-rs 1.19's `EcdsaKeyPair::sign` and
+    /// `RsaKeyPair::sign` ignore the argument ("Our implementation ignores
+    /// the `SecureRandom` parameter") and AWS-LC draws the ECDSA nonce and
+    /// the PSS salt from its internal DRBG. Ed25519 and RSA PKCS#1 v1.5
+    /// signatures are deterministic and take none. So a seeded
+    /// [`DeterministicRng`] does not make ECDSA or RSA-PSS signatures
+    /// repeat; everything else it draws still does.
+    fn secure_random(&self) -> &dyn SecureRandom {
+        &*AWS_LC_RANDOM
+    }
 }
+
+/// AWS-LC's generator, for [`Rng::secure_random`].
+static AWS_LC_RANDOM: LazyLock<SystemRandom> = LazyLock::new(SystemRandom::new);
 
 impl<R: Rng + ?Sized> Rng for &mut R {
     fn fill_public(&mut self, buf: &mut [u8]) {
@@ -38,6 +69,9 @@ impl<R: Rng + ?Sized> Rng for &mut R {
     }
     fn fill_secret(&mut self, buf: &mut [u8]) {
         (**self).fill_secret(buf);
+    }
+    fn secure_random(&self) -> &dyn SecureRandom {
+        (**self).secure_random()
     }
 }
 
@@ -47,6 +81,9 @@ impl<R: Rng + ?Sized> Rng for Box<R> {
     }
     fn fill_secret(&mut self, buf: &mut [u8]) {
         (**self).fill_secret(buf);
+    }
+    fn secure_random(&self) -> &dyn SecureRandom {
+        (**self).secure_random()
     }
 }
 

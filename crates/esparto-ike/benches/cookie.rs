@@ -32,6 +32,7 @@ use esparto_crypto::ike::Prf;
 use esparto_ike::cookie::CookieJar;
 use esparto_ike::{
     ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Identity, RandomSpiAllocator,
+    UnixTime,
 };
 use esparto_wire::ike::{HeaderRepr, Message, NotifyRepr, NotifyType, PayloadRepr, emit_message};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -99,6 +100,9 @@ fn cookie_responder() -> Endpoint {
     )
 }
 
+/// The calendar time every request arrives at (no certificates here).
+const WALL_CLOCK: UnixTime = UnixTime::since_unix_epoch(Duration::from_secs(2_000_000_000));
+
 fn addrs() -> (SocketAddr, SocketAddr) {
     (
         "10.0.0.2:500".parse().unwrap(),
@@ -113,11 +117,11 @@ fn allocation_report() {
     let (local, remote) = addrs();
     let now = Instant::now();
     // Warm up (the cookie secret is drawn, the transmit queue grows once).
-    r.handle_datagram(now, local, remote, &req);
+    r.handle_datagram(now, WALL_CLOCK, local, remote, &req);
     while r.poll_transmit().is_some() {}
     let region = Region::new(GLOBAL);
     for _ in 0..N {
-        r.handle_datagram(now, local, remote, &req);
+        r.handle_datagram(now, WALL_CLOCK, local, remote, &req);
         black_box(r.poll_transmit().unwrap());
     }
     let s = region.change();
@@ -131,7 +135,7 @@ fn allocation_report() {
         s.bytes_allocated as f64 / N as f64,
         req.len(),
         {
-            r.handle_datagram(now, local, remote, &req);
+            r.handle_datagram(now, WALL_CLOCK, local, remote, &req);
             r.poll_transmit().unwrap().data.len()
         },
     );
@@ -179,7 +183,7 @@ fn bench(c: &mut Criterion) {
     let mut r = cookie_responder();
     g.bench_function("stateless path: request in, COOKIE out", |b| {
         b.iter(|| {
-            r.handle_datagram(now, local, remote, black_box(&req));
+            r.handle_datagram(now, WALL_CLOCK, local, remote, black_box(&req));
             black_box(r.poll_transmit())
         })
     });
@@ -187,7 +191,7 @@ fn bench(c: &mut Criterion) {
     let wrong = with_cookie(&req, &[0x41; 17]);
     g.bench_function("stateless path, wrong cookie", |b| {
         b.iter(|| {
-            r.handle_datagram(now, local, remote, black_box(&wrong));
+            r.handle_datagram(now, WALL_CLOCK, local, remote, black_box(&wrong));
             black_box(r.poll_transmit())
         })
     });
@@ -196,7 +200,7 @@ fn bench(c: &mut Criterion) {
         b.iter_batched(
             || endpoint(EndpointConfig::default(), 3, false),
             |mut r| {
-                r.handle_datagram(now, local, remote, &req);
+                r.handle_datagram(now, WALL_CLOCK, local, remote, &req);
                 black_box(r.poll_transmit());
                 r
             },

@@ -14,11 +14,12 @@ use criterion::{BatchSize, Criterion, criterion_group};
 use esparto_crypto::DeterministicRng;
 use esparto_ike::{
     ChildConfig, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity, RandomSpiAllocator,
+    UnixTime,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -83,15 +84,17 @@ fn pair(seed: u64) -> (Endpoint, Endpoint) {
 /// One handshake: initiate, move datagrams until quiet. Returns the
 /// number of Child SAs established (both sides).
 fn handshake(i: &mut Endpoint, r: &mut Endpoint, now: Instant) -> usize {
+    // PSK: the calendar time is never looked at.
+    let wall_clock = UnixTime::since_unix_epoch(Duration::from_secs(2_000_000_000));
     i.initiate(now, "gw", None).unwrap();
     loop {
         let mut moved = false;
         while let Some(t) = i.poll_transmit() {
-            r.handle_datagram(now, t.remote, t.local, &t.data);
+            r.handle_datagram(now, wall_clock, t.remote, t.local, &t.data);
             moved = true;
         }
         while let Some(t) = r.poll_transmit() {
-            i.handle_datagram(now, t.remote, t.local, &t.data);
+            i.handle_datagram(now, wall_clock, t.remote, t.local, &t.data);
             moved = true;
         }
         if !moved {

@@ -24,7 +24,7 @@
 use esparto_crypto::SystemRng;
 use esparto_ike::{
     ChildConfig, ChildSaEstablished, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity,
-    IkeSaId, RandomSpiAllocator,
+    IkeSaId, RandomSpiAllocator, UnixTime,
 };
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -247,6 +247,7 @@ fn main() {
             while let Ok((n, from)) = sock.recv_from(&mut buf) {
                 ep.handle_datagram(
                     Instant::now(),
+                    UnixTime::now(),
                     SocketAddr::new(local, port),
                     from,
                     &buf[..n],

@@ -4,16 +4,22 @@
 //! Child SAs, and hands the resulting ESP keys to whoever installs them.
 //! It does no I/O and reads no clock: [`Endpoint`] takes datagrams and
 //! timer ticks with the current time, and gives back datagrams to send and
-//! events (quinn's `handle`/`poll` shape). Randomness —
-//! SPIs, nonces, key exchange secrets — comes through the injected
-//! [`esparto_crypto::Rng`], and inbound ESP SPIs through a [`SpiAllocator`]
-//! the daemon implements so that each SPI steers to the worker that owns
-//! the SA.
+//! events (quinn's `handle`/`poll` shape). Each datagram also comes with
+//! the caller's wall-clock reading ([`UnixTime`]), the time a peer's
+//! certificates are checked against, as rustls passes a `UnixTime` into
+//! certificate verification. Randomness — SPIs, nonces, key exchange
+//! secrets — comes through the injected [`esparto_crypto::Rng`], which also
+//! supplies the generator aws-lc-rs's signing calls take (aws-lc-rs ignores
+//! it for ECDSA and RSA-PSS, whose signatures are therefore not
+//! reproducible: `cert/sign.rs`), and inbound ESP SPIs through a
+//! [`SpiAllocator`] the daemon implements so that each SPI steers to the
+//! worker that owns the SA.
 //!
 //! What is implemented (RFC 7296 unless noted): IKE_SA_INIT with proposal
 //! selection (§2.7), INVALID_KE_PAYLOAD retry (§1.2), COOKIEs both ways
 //! (§2.6) and NAT detection (§2.23); IKE_AUTH with PSK authentication
-//! (§2.15) and the first Child SA with traffic selector narrowing (§2.9);
+//! (§2.15) or X.509 certificates and RFC 7427 signatures ([`cert`]), and
+//! the first Child SA with traffic selector narrowing (§2.9);
 //! CREATE_CHILD_SA for additional Child SAs, with optional PFS (§1.3.1);
 //! rekeying of Child SAs (§1.3.3) and IKE SAs (§1.3.2, §2.18) both ways,
 //! make-before-break, on timers with jitter or on request, and their
@@ -27,7 +33,8 @@
 //! INVALID_SPI hints (§1.5, §2.21.4), rate-limited — and re-initiation with
 //! back-off by `dpd_action` / `close_action`; an orderly `shutdown` that
 //! deletes every IKE SA (`endpoint/recovery.rs`). Not yet: fragmentation
-//! (RFC 7383), MOBIKE, certificates/EAP.
+//! (RFC 7383), MOBIKE, EAP, transport mode (USE_TRANSPORT_MODE, §1.3.1:
+//! every Child SA is a tunnel).
 //!
 //! The events ([`event`]) are the contract with the daemon; their module
 //! documentation says how to install, switch and remove SAs during a
@@ -71,15 +78,19 @@
 //!
 //! Layout: [`config`] (typed configuration), [`proposal`], [`identity`],
 //! [`ts`] (selectors, narrowing), [`keys`] (derivation), [`auth`] (PSK),
+//! [`cert`] (signing with our credential; trust in the peer's),
 //! [`nat`], [`rules`], [`spi`], [`event`], [`lifetime`], [`Endpoint`]
 //! (with `endpoint/recovery.rs`, and `ratelimit` for what it sends in
 //! answer to unauthenticated messages);
 //! internally `sa` (one IKE SA: its message-ID windows and response cache,
 //! timers, Child SA bookkeeping and collisions, RFC 9611), `exchange` (one
-//! file per exchange, initiator and responder: IKE_SA_INIT, IKE_AUTH,
-//! CREATE_CHILD_SA, the IKE SA rekey, INFORMATIONAL), `child` (the Child
-//! SA negotiation both IKE_AUTH and CREATE_CHILD_SA use), `connections`
-//! and `psk` (the indexes over configuration).
+//! module per exchange, initiator and responder: IKE_SA_INIT, IKE_AUTH,
+//! CREATE_CHILD_SA, the IKE SA rekey, INFORMATIONAL; and the two parts
+//! several share: `exchange/child_sa`, the one Child SA negotiation of
+//! IKE_AUTH and CREATE_CHILD_SA, and `exchange/ke`, CREATE_CHILD_SA's key
+//! exchange and its INVALID_KE_PAYLOAD follow-up), `child` (the Child SAs
+//! an IKE SA holds, and how a negotiated one is installed),
+//! `connections` and `psk` (the indexes over configuration).
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -113,6 +124,9 @@ pub use config::{
 pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, NewConnection, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
 pub use identity::Identity;
+/// Wall-clock time (seconds since the Unix epoch), as the caller reads it:
+/// what certificate validity is checked at ([`Endpoint::handle_datagram`]).
+pub use pki_types::UnixTime;
 pub use psk::PskIndex;
 pub use spi::{RandomSpiAllocator, SpiAllocator, SteerFn, SteeredFn, SteeringSpiAllocator};
 pub use ts::{TrafficSelector, TsConfig};

@@ -223,7 +223,7 @@ impl Bench {
     fn send(&mut self, src: IpAddr, spi_i: u64, ni: &[u8], cookie: Option<&[u8]>) -> Answer {
         let req = request(&self.tpl, spi_i, ni, cookie);
         self.ep
-            .handle_datagram(self.now, self.local, from(src), &req);
+            .handle_datagram(self.now, sim::wall_clock_at(Duration::ZERO), self.local, from(src), &req);
         answer(&mut self.ep, spi_i)
     }
 
@@ -381,7 +381,7 @@ fn cookie_on_the_natt_port_carries_the_marker() {
     req.extend(request(&b.tpl, 5, NI, None));
     let local = SocketAddr::new(SUN.parse().unwrap(), 4500);
     let remote = SocketAddr::new(v4(198, 51, 100, 1), 4500);
-    b.ep.handle_datagram(b.now, local, remote, &req);
+    b.ep.handle_datagram(b.now, sim::wall_clock_at(Duration::ZERO), local, remote, &req);
     assert!(matches!(answer(&mut b.ep, 5), Answer::Cookie(_)));
 }
 
@@ -523,7 +523,8 @@ fn a_blind_flood_forging_the_peer_address_cannot_lock_it_out() {
     // never sees the answers (they go to moon, which knows no such SPI).
     for spi in 1..=1000u64 {
         let req = request(&tpl, spi << 8, NI, None);
-        net.peers[R].ep.handle_datagram(net.now, local, moon, &req);
+        let wall_clock = net.wall_clock();
+        net.peers[R].ep.handle_datagram(net.now, wall_clock, local, moon, &req);
         while net.peers[R].ep.poll_transmit().is_some() {}
     }
     let s = net.peers[R].ep.stats();
@@ -593,7 +594,8 @@ fn half_open_expiry_frees_everything() {
     for i in 0..50u64 {
         let src = SocketAddr::new(v4(198, 51, 100, 1 + (i % 10) as u8), 500);
         let req = request(&tpl, 1000 + i, NI, None);
-        net.peers[R].ep.handle_datagram(net.now, local, src, &req);
+        let wall_clock = net.wall_clock();
+        net.peers[R].ep.handle_datagram(net.now, wall_clock, local, src, &req);
     }
     net.run_for(Duration::from_secs(1));
     // 10 sources × 3 before cookies, plus moon's.
@@ -688,7 +690,7 @@ fn a_flood_of_100k_requests_keeps_the_sa_table_bounded() {
             let k = (x.next() % req.len() as u64) as usize;
             req[k] ^= 1 << (x.next() % 8);
         }
-        b.ep.handle_datagram(b.now, b.local, from(src), &req);
+        b.ep.handle_datagram(b.now, sim::wall_clock_at(Duration::ZERO), b.local, from(src), &req);
         let answers: Vec<_> = std::iter::from_fn(|| b.ep.poll_transmit()).collect();
         for t in answers {
             let Some(c) = cookie_of(&t.data) else {
@@ -699,7 +701,7 @@ fn a_flood_of_100k_requests_keeps_the_sa_table_bounded() {
             }
             if botnet {
                 let again = request(&b.tpl, spi, &ni, Some(&c));
-                b.ep.handle_datagram(b.now, b.local, from(src), &again);
+                b.ep.handle_datagram(b.now, sim::wall_clock_at(Duration::ZERO), b.local, from(src), &again);
                 while b.ep.poll_transmit().is_some() {}
             }
         }

@@ -261,9 +261,10 @@ fn invalid_ike_spi_answers_are_rate_limited_per_source() {
     for k in 0..20u64 {
         let mut p = req.clone();
         p.data[..8].copy_from_slice(&(0x1000 + k).to_be_bytes());
+        let wall_clock = net.wall_clock();
         net.peers[R]
             .ep
-            .handle_datagram(net.now, p.to, p.from, &p.data);
+            .handle_datagram(net.now, wall_clock, p.to, p.from, &p.data);
     }
     let st = net.peers[R].ep.stats();
     assert_eq!(
@@ -273,9 +274,10 @@ fn invalid_ike_spi_answers_are_rate_limited_per_source() {
     assert_eq!(st.rate_limited, 20 - st.invalid_ike_spi_sent);
     // A second later the source gets answers again.
     net.run_for(Duration::from_secs(1));
+    let wall_clock = net.wall_clock();
     net.peers[R]
         .ep
-        .handle_datagram(net.now, req.to, req.from, &req.data);
+        .handle_datagram(net.now, wall_clock, req.to, req.from, &req.data);
     assert_eq!(
         net.peers[R].ep.stats().invalid_ike_spi_sent,
         st.invalid_ike_spi_sent + 1

@@ -600,7 +600,7 @@ fn pump(a: &mut Endpoint, b: &mut Endpoint, now: Instant, log: &mut Vec<(String,
             let (from, to) = if a_to_b { (&mut *a, &mut *b) } else { (&mut *b, &mut *a) };
             while let Some(t) = from.poll_transmit() {
                 log.push((ike_name(log.len(), &t), ike_payload(&t).to_vec()));
-                to.handle_datagram(now, t.remote, t.local, &t.data);
+                to.handle_datagram(now, esparto_ike::UnixTime::now(), t.remote, t.local, &t.data);
                 moved = true;
             }
         }

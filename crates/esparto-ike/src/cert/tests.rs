@@ -2,13 +2,17 @@
 //! Certificates made with rcgen: a CA, intermediates, end entities of
 //! every key type, expired ones, CRLs.
 
+use super::names::CertNames;
 use super::*;
+use pki_types::UnixTime;
+use crate::identity::Identity;
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType, IsCa, Issuer,
     KeyIdMethod, KeyPair, KeyUsagePurpose, RevokedCertParams, SanType, SerialNumber,
     SignatureAlgorithm,
 };
 use std::time::Duration;
+use x509_parser::prelude::{FromDer, X509Certificate};
 use time::OffsetDateTime;
 
 /// A test CA (root or intermediate).
@@ -127,9 +131,9 @@ fn round_trip(ca: &TestCa, cert: &TestCert, inter: &[&[u8]], pss: bool, who: &st
     let key = SigningKey::from_pkcs8(&cert.key, pss).unwrap();
     let cred = LocalCredential::new(vec![cert.der.clone()], key).unwrap();
     let octets = b"RealMessage | Nonce | MACedID";
-    let data = cred.key().auth_data(octets).unwrap();
+    let data = cred.key().auth_data(&mut esparto_crypto::DeterministicRng::new(1), octets).unwrap();
     let trust = TrustStore::new(vec![ca.der.clone()], &[]).unwrap();
-    let peer = trust.verify(&cert.der, inter, SystemTime::now(), &id(who)).unwrap();
+    let peer = trust.verify(&cert.der, inter, UnixTime::now(), &id(who)).unwrap();
     peer.verify_auth(&data, octets).unwrap();
     assert_eq!(peer.verify_auth(&data, b"other octets"), Err(CertRefusal::BadSignature));
     let mut bad = data.clone();
@@ -161,7 +165,7 @@ fn rsa_ca_and_intermediate_chain() {
     // Without the intermediate the chain does not build.
     let trust = TrustStore::new(vec![root.der.clone()], &[]).unwrap();
     assert_eq!(
-        trust.verify(&c.der, &[], SystemTime::now(), &id("@sun.example")).unwrap_err(),
+        trust.verify(&c.der, &[], UnixTime::now(), &id("@sun.example")).unwrap_err(),
         CertRefusal::UnknownCa
     );
 }
@@ -176,7 +180,7 @@ fn identity_binding_rfc4945() {
         3,
     );
     let trust = TrustStore::new(vec![ca.der.clone()], &[]).unwrap();
-    let now = SystemTime::now();
+    let now = UnixTime::now();
     for ok in [
         "@MOON.example",
         "192.0.2.1",
@@ -219,7 +223,7 @@ fn refusals_name_their_reason() {
     let fine = ca.issue("ok", &["ok.example"], &rcgen::PKCS_ECDSA_P256_SHA256, 100);
     let crl = ca.crl(&[99]);
     let trust = TrustStore::new(vec![ca.der.clone()], &[crl]).unwrap();
-    let t = SystemTime::now();
+    let t = UnixTime::now();
     let v = |c: &TestCert, who: &str| trust.verify(&c.der, &[], t, &id(who)).map(|_| ());
     assert_eq!(v(&expired, "@old.example"), Err(CertRefusal::Expired));
     assert_eq!(v(&future, "@new.example"), Err(CertRefusal::NotYetValid));
@@ -247,7 +251,7 @@ fn malformed_input_is_refused_not_panicking() {
     let ca = TestCa::root("Root", &rcgen::PKCS_ECDSA_P256_SHA256);
     let trust = TrustStore::new(vec![ca.der.clone()], &[]).unwrap();
     let c = ca.issue("moon", &["moon.example"], &rcgen::PKCS_ECDSA_P256_SHA256, 1);
-    let t = SystemTime::now();
+    let t = UnixTime::now();
     let who = id("@moon.example");
     // Every truncation and single-octet corruption of a valid certificate.
     for n in 0..c.der.len() {
@@ -294,7 +298,7 @@ fn path_length_is_limited() {
     let c = cas.last().unwrap().issue("deep", &["deep.example"], &rcgen::PKCS_ECDSA_P256_SHA256, 1);
     let inter: Vec<&[u8]> = cas.iter().map(|c| c.der.as_slice()).collect();
     let trust = TrustStore::new(vec![root.der.clone()], &[]).unwrap();
-    let r = trust.verify(&c.der, &inter, SystemTime::now(), &id("@deep.example"));
+    let r = trust.verify(&c.der, &inter, UnixTime::now(), &id("@deep.example"));
     assert!(r.is_err(), "{} intermediates accepted", inter.len());
 }
 
@@ -323,7 +327,7 @@ fn remembered_chains_still_expire_and_bind() {
     let day = Duration::from_secs(86_400);
     let c = ca.issue_at("moon", &["moon.example"], &rcgen::PKCS_ECDSA_P256_SHA256, 1, now() - day, now() + day * 2);
     let trust = TrustStore::new(vec![ca.der.clone()], &[]).unwrap();
-    let t = SystemTime::now();
+    let t = UnixTime::now();
     assert!(trust.verify(&c.der, &[], t, &id("@moon.example")).is_ok());
     // Remembered now; the identity is still checked every time …
     assert!(matches!(
@@ -332,7 +336,7 @@ fn remembered_chains_still_expire_and_bind() {
     ));
     assert!(trust.verify(&c.der, &[], t, &id("@moon.example")).is_ok());
     // … and past notAfter the chain is built again, and refused.
-    let later = t + day * 3;
+    let later = UnixTime::since_unix_epoch(Duration::from_secs(t.as_secs()) + day * 3);
     assert_eq!(trust.verify(&c.der, &[], later, &id("@moon.example")).unwrap_err(), CertRefusal::Expired);
     // A changed certificate is not the remembered one.
     let mut d = c.der.clone();

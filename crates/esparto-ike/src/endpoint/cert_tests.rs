@@ -77,7 +77,7 @@ fn run(i: &Side<'_>, r: &Side<'_>) -> Outcome {
     for _ in 0..20 {
         let mut moved = false;
         while let Some(t) = ei.poll_transmit() {
-            er.handle_datagram(now, t.remote, t.local, &t.data);
+            er.handle_datagram(now, UnixTime::now(), t.remote, t.local, &t.data);
             moved = true;
         }
         while let Some(t) = er.poll_transmit() {
@@ -96,7 +96,7 @@ fn run(i: &Side<'_>, r: &Side<'_>) -> Outcome {
                         .collect(),
                 );
             }
-            ei.handle_datagram(now, t.remote, t.local, &t.data);
+            ei.handle_datagram(now, UnixTime::now(), t.remote, t.local, &t.data);
             moved = true;
         }
         if !moved {
@@ -285,10 +285,10 @@ fn psk_peer_cannot_pass_for_a_certificate_connection() {
     ei.initiate(now, "gw", None).unwrap();
     for _ in 0..10 {
         while let Some(t) = ei.poll_transmit() {
-            er.handle_datagram(now, t.remote, t.local, &t.data);
+            er.handle_datagram(now, UnixTime::now(), t.remote, t.local, &t.data);
         }
         while let Some(t) = er.poll_transmit() {
-            ei.handle_datagram(now, t.remote, t.local, &t.data);
+            ei.handle_datagram(now, UnixTime::now(), t.remote, t.local, &t.data);
         }
     }
     let mut failed = false;

@@ -3,7 +3,8 @@
 //! ```text
 //!   driver (esparto-io / the daemon)              Endpoint
 //!   ───────────────────────────────               ────────
-//!   UDP 500/4500 datagram  ──handle_datagram(now, local, remote, data)──▶
+//!   UDP 500/4500 datagram  ──handle_datagram(now, wall_clock, local, remote, data)──▶
+//!                            (wall_clock: calendar time, for certificates)
 //!   timer fired            ──handle_timeout(now)──────────────────────▶
 //!   operator / trap        ──initiate / acquire / terminate(now, …)──▶
 //!                          ◀──poll_transmit()  datagrams to send
@@ -12,8 +13,12 @@
 //! ```
 //!
 //! The endpoint never reads a clock or the OS RNG: `now` comes in with
-//! every call and randomness through the injected [`Rng`], so a seeded
-//! simulation replays bit for bit (tests/simulation.rs).
+//! every call, the wall-clock time certificates are checked against with
+//! every datagram (`handle_datagram`'s `wall_clock`, as rustls passes a
+//! `UnixTime` into certificate verification), and randomness through the
+//! injected [`Rng`], so a seeded simulation replays bit for bit
+//! (tests/simulation.rs; ECDSA and RSA-PSS signatures excepted, whose
+//! randomness aws-lc-rs draws itself: `cert/sign.rs`).
 //!
 //! IKE SAs are keyed by *our* SPI, which we choose unpredictably and
 //! unique (§2.6), so a datagram finds its SA with one hash lookup: the
@@ -45,7 +50,7 @@ use crate::connections::Connections;
 use crate::ctx::{Action, Ctx};
 use crate::event::{Event, IkeSaId, Transmit};
 use crate::exchange::Task;
-use crate::exchange::create_child::CreateChild;
+use crate::exchange::child_sa::offer::ChildOffer;
 use crate::exchange::ike_init::IkeInit;
 use crate::psk::Psks;
 use crate::sa::{Dropped, IkeSa, Role, State};
@@ -55,6 +60,7 @@ use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
 use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::ike::{Error as WireError, ExchangeType, Message, NotifyType, PayloadRepr};
+use pki_types::UnixTime;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -513,13 +519,13 @@ impl Endpoint {
             (false, _) => {
                 sa.start_task(
                     &mut ctx,
-                    Task::CreateChild(CreateChild::new(name, resource)),
+                    Task::CreateChild(ChildOffer::new(name, resource)),
                 );
                 Ok(())
             }
             (true, None) => {
                 if !sa.has_child(&name) {
-                    sa.start_task(&mut ctx, Task::CreateChild(CreateChild::new(name, None)));
+                    sa.start_task(&mut ctx, Task::CreateChild(ChildOffer::new(name, None)));
                 }
                 Ok(())
             }
@@ -587,10 +593,14 @@ impl Endpoint {
         Ok(())
     }
 
-    /// A UDP datagram arrived on `local` (port 500 or the NAT-T port) from `remote`.
+    /// A UDP datagram arrived on `local` (port 500 or the NAT-T port) from
+    /// `remote`. `now` is the monotonic time, for every timer;
+    /// `wall_clock` the calendar time, which a peer's certificates are
+    /// checked against (RFC 5280 §4.1.2.5) when the datagram carries them.
     pub fn handle_datagram(
         &mut self,
         now: Instant,
+        wall_clock: UnixTime,
         local: SocketAddr,
         remote: SocketAddr,
         data: &[u8],
@@ -657,7 +667,7 @@ impl Endpoint {
                 |p| matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI),
             );
         let mut ctx = ctx!(self, now);
-        match sa.handle(&mut ctx, data, &msg, remote, local) {
+        match sa.handle(&mut ctx, data, &msg, (remote, local), wall_clock) {
             Ok(()) if invalid_ike_spi => self.stats.invalid_ike_spi_received += 1,
             Ok(()) => {}
             Err(_) if invalid_ike_spi => {

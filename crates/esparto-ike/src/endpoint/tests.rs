@@ -18,6 +18,12 @@ use esparto_wire::ike::{
 const MOON: &str = "10.0.0.1";
 const SUN: &str = "10.0.0.2";
 
+/// The calendar time the datagrams arrive at: fixed (these tests use PSKs,
+/// so it is never looked at).
+pub(super) fn wall_clock() -> UnixTime {
+    UnixTime::since_unix_epoch(core::time::Duration::from_secs(2_000_000_000))
+}
+
 fn endpoint(seed: u64, local: &str, remote: &str, me: &str, peer: &str) -> Endpoint {
     endpoint_with(seed, local, remote, me, peer, |_| {})
 }
@@ -67,12 +73,12 @@ fn pump(p: &mut Pair) -> (Vec<Transmit>, Vec<Transmit>) {
     loop {
         let mut moved = false;
         while let Some(t) = p.i.poll_transmit() {
-            p.r.handle_datagram(p.now, t.remote, t.local, &t.data);
+            p.r.handle_datagram(p.now, wall_clock(), t.remote, t.local, &t.data);
             to_r.push(t);
             moved = true;
         }
         while let Some(t) = p.r.poll_transmit() {
-            p.i.handle_datagram(p.now, t.remote, t.local, &t.data);
+            p.i.handle_datagram(p.now, wall_clock(), t.remote, t.local, &t.data);
             to_i.push(t);
             moved = true;
         }
@@ -146,7 +152,7 @@ fn send(p: &mut Pair, data: &[u8]) -> Vec<Transmit> {
         d.extend_from_slice(&[0; 4]);
     }
     d.extend_from_slice(data);
-    p.r.handle_datagram(p.now, remote, local, &d);
+    p.r.handle_datagram(p.now, wall_clock(), remote, local, &d);
     let mut out = Vec::new();
     while let Some(t) = p.r.poll_transmit() {
         out.push(t);
@@ -291,6 +297,7 @@ fn ike_sa_init_with_critical_unknown_payload_is_refused_statelessly() {
     let now = Instant::now();
     r.handle_datagram(
         now,
+        wall_clock(),
         format!("{SUN}:500").parse().unwrap(),
         format!("{MOON}:500").parse().unwrap(),
         &m,
@@ -316,8 +323,8 @@ fn natt_port_requires_the_marker() {
         format!("{SUN}:4500").parse().unwrap(),
         format!("{MOON}:4500").parse().unwrap(),
     );
-    r.handle_datagram(now, l, rem, &[0xff]); // keepalive: ignored, not malformed
-    r.handle_datagram(now, l, rem, &[1, 2, 3, 4, 5, 6, 7, 8]); // ESP-looking: not ours
+    r.handle_datagram(now, wall_clock(), l, rem, &[0xff]); // keepalive: ignored, not malformed
+    r.handle_datagram(now, wall_clock(), l, rem, &[1, 2, 3, 4, 5, 6, 7, 8]); // ESP-looking: not ours
     assert_eq!(r.stats().malformed, 1);
     assert!(r.poll_transmit().is_none());
 }

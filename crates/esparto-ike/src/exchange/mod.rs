@@ -1,13 +1,19 @@
-//! The IKE exchanges, one file each with both roles (strongSwan's
+//! The IKE exchanges, one module each with both roles (strongSwan's
 //! libcharon tasks: `build_i`, `process_r`, `build_r`, `process_i`).
 //!
-//! | file | exchange | initiator | responder | RFC 7296 |
+//! | module | exchange | initiator | responder | RFC 7296 |
 //! | --- | --- | --- | --- | --- |
 //! | [`ike_init`] | IKE_SA_INIT | [`ike_init::IkeInit`] | `Endpoint::respond_init` with [`ike_init::choose`], [`ike_init::response`] | §1.2, §2.6, §2.23 |
-//! | [`ike_auth`] | IKE_AUTH | [`ike_auth::IkeAuth`] | `IkeSa::respond_ike_auth` | §1.2, §2.15 |
-//! | [`create_child`] | CREATE_CHILD_SA | [`create_child::CreateChild`] | `IkeSa::respond_create_child` | §1.3.1, §1.3.3 (rekey), RFC 9611 |
+//! | [`ike_auth`] (the exchange; the proofs in `ike_auth/proof.rs`) | IKE_AUTH | [`ike_auth::IkeAuth`] | `IkeSa::respond_ike_auth` | §1.2, §2.15 |
+//! | [`create_child`] | CREATE_CHILD_SA | `Task::CreateChild`, [`create_child::request`] | `IkeSa::respond_create_child` | §1.3.1, §1.3.3 (rekey), RFC 9611 |
 //! | [`rekey_ike`] | CREATE_CHILD_SA | [`rekey_ike::RekeyIke`] | `IkeSa::respond_rekey_ike` | §1.3.2, §2.18, §2.8.2 |
 //! | `informational` | INFORMATIONAL | `DeleteChild`, `DeleteIke`, `Liveness` | `IkeSa::respond_informational` | §1.4 |
+//!
+//! Two parts serve more than one exchange. [`child_sa`] negotiates a
+//! Child SA, both roles, for IKE_AUTH (the first one) and CREATE_CHILD_SA
+//! alike: [`child_sa::offer::ChildOffer`] and `IkeSa::answer_child`. [`ke`]
+//! is the key exchange of CREATE_CHILD_SA, with its INVALID_KE_PAYLOAD
+//! follow-up, for a Child SA with PFS and for the IKE SA rekey.
 //!
 //! Initiator. A [`Task`] owns everything one request/response exchange
 //! needs: it builds the request (`build`), and when the matching response
@@ -29,10 +35,12 @@
 //! endpoint admits it (`endpoint/init_responder.rs`) before the exchange
 //! code chooses and answers.
 
+pub(crate) mod child_sa;
 pub(crate) mod create_child;
 pub(crate) mod ike_auth;
 pub(crate) mod ike_init;
 mod informational;
+pub(crate) mod ke;
 pub(crate) mod rekey_ike;
 
 use crate::ctx::Ctx;
@@ -40,6 +48,7 @@ use crate::event::{Event, Reason};
 use crate::rules;
 use crate::sa::{IkeSa, Pending, State};
 use core::net::SocketAddr;
+use pki_types::UnixTime;
 use esparto_wire::ike::{ExchangeType, HeaderRepr, Message, NotifyType, PayloadRepr};
 
 /// One exchange we initiate.
@@ -48,8 +57,9 @@ pub(crate) enum Task {
     IkeInit(ike_init::IkeInit),
     /// IKE_AUTH with the first Child SA.
     IkeAuth(ike_auth::IkeAuth),
-    /// CREATE_CHILD_SA for an additional Child SA, or a Child SA rekey.
-    CreateChild(create_child::CreateChild),
+    /// CREATE_CHILD_SA for an additional Child SA, an RFC 9611 sub-SA, or
+    /// a Child SA rekey.
+    CreateChild(child_sa::offer::ChildOffer),
     /// CREATE_CHILD_SA rekeying the IKE SA.
     RekeyIke(rekey_ike::RekeyIke),
     /// INFORMATIONAL deleting Child SAs (our inbound SPIs).
@@ -78,6 +88,8 @@ pub(crate) struct Received<'a> {
     pub(crate) payloads: Vec<PayloadRepr<'a>>,
     pub(crate) from: SocketAddr,
     pub(crate) to: SocketAddr,
+    /// The calendar time it arrived at, for the peer's certificates.
+    pub(crate) wall_clock: UnixTime,
 }
 
 impl Received<'_> {
@@ -143,7 +155,7 @@ impl Task {
         match self {
             Task::IkeInit(t) => t.build(sa, ctx),
             Task::IkeAuth(t) => t.build(sa, ctx, mid),
-            Task::CreateChild(t) => t.build(sa, ctx, mid),
+            Task::CreateChild(t) => create_child::request(t, sa, ctx, mid),
             Task::RekeyIke(t) => t.build(sa, ctx, mid),
             Task::DeleteChild(spis) => informational::build_delete_child(sa, mid, spis),
             Task::DeleteIke => informational::build_delete_ike(sa, mid),
@@ -155,7 +167,10 @@ impl Task {
         match self {
             Task::IkeInit(t) => t.process(sa, ctx, rx),
             Task::IkeAuth(t) => t.process(sa, ctx, rx),
-            Task::CreateChild(t) => t.process(sa, ctx, rx),
+            Task::CreateChild(t) => {
+                let m = child_sa::ChildPayloads::collect(&rx.payloads);
+                t.process(sa, ctx, rx.error(), &m)
+            }
             Task::RekeyIke(t) => t.process(sa, ctx, rx),
             Task::DeleteChild(spis) => informational::process_delete_child(sa, ctx, rx, &spis),
             Task::DeleteIke => Outcome::Fail(Reason::Terminated),
@@ -256,8 +271,8 @@ pub(crate) fn on_response(
     ctx: &mut Ctx<'_>,
     data: &[u8],
     msg: &Message<'_>,
-    from: SocketAddr,
-    to: SocketAddr,
+    (from, to): (SocketAddr, SocketAddr),
+    wall_clock: UnixTime,
 ) -> Result<(), Ignored> {
     let h = msg.header;
     let idx = sa
@@ -317,6 +332,7 @@ pub(crate) fn on_response(
         payloads,
         from,
         to,
+        wall_clock,
     };
     match p.task.process(sa, ctx, &rx) {
         Outcome::Done => {}

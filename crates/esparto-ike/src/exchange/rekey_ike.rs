@@ -22,7 +22,7 @@
 //!
 //! Initiator ([`RekeyIke`]). We offer the connection's proposals with the
 //! group of the current IKE SA first (strongSwan does the same), and follow
-//! INVALID_KE_PAYLOAD. On success we delete the old SA: "After the new
+//! INVALID_KE_PAYLOAD as a Child SA with PFS does ([`super::ke`]). On success we delete the old SA: "After the new
 //! equivalent IKE SA is created, the initiator deletes the old IKE SA, and
 //! the Delete payload to delete itself MUST be the last request sent over
 //! the old IKE SA" (§2.8).
@@ -39,6 +39,7 @@
 //! the new SA apart, childless, until its own exchange ends; then the
 //! initiator side compares the nonces.
 
+use super::ke::{self, KeOffer};
 use super::{Outcome, Received, Task, reason_for};
 use crate::child::lowest;
 use crate::ctx::{Action, Ctx};
@@ -48,14 +49,10 @@ use crate::lifetime::{MAX_WINDOW, rekey_deadline, retry_deadline};
 use crate::proposal::{Proposal, Protocol, Selected};
 use crate::sa::{IkeSa, Refusal, Role, State, peer_window, window_notify};
 use core::net::SocketAddr;
-use esparto_crypto::SecretBytes;
-use esparto_crypto::ike::{KeGroup, KeyExchange};
+use esparto_crypto::ike::KeGroup;
 use esparto_wire::ike::{
     ExchangeType, KeRepr, NonceRepr, NotifyRepr, NotifyType, PayloadRepr, SaRepr, Spi,
 };
-
-/// How often the initiator follows INVALID_KE_PAYLOAD before giving up.
-const MAX_KE_RETRIES: u8 = 2;
 
 /// The payloads of an IKE SA rekey message that either role reads.
 struct RekeyPayloads<'a> {
@@ -193,9 +190,9 @@ pub(crate) struct RekeyIke {
     /// Our SPI for the new IKE SA, reserved until the task ends.
     spi: Option<u64>,
     nonce: Vec<u8>,
-    group: Option<KeGroup>,
-    ke: Option<KeyExchange>,
-    retries: u8,
+    /// The group offered, our KE, INVALID_KE_PAYLOAD retries (§2.18: the
+    /// rekey of an IKE SA always has a KE).
+    ke: KeOffer,
 }
 
 impl RekeyIke {
@@ -203,9 +200,7 @@ impl RekeyIke {
         RekeyIke {
             spi: None,
             nonce: Vec::new(),
-            group: None,
-            ke: None,
-            retries: 0,
+            ke: KeOffer::default(),
         }
     }
 
@@ -226,7 +221,7 @@ impl RekeyIke {
             None => *self.spi.insert(ctx.new_ike_spi()),
         };
         let group = self.prepare(sa, ctx)?;
-        let ke = self.ke.as_ref().ok_or(Reason::Local("key exchange"))?;
+        let ke = self.ke.payload().ok_or(Reason::Local("key exchange"))?;
         // Our proposals, the current group's first within each (§1.2:
         // the KE payload's group should be the first choice).
         let proposals = sa
@@ -246,10 +241,7 @@ impl RekeyIke {
         let mut payloads = vec![
             PayloadRepr::Sa(SaRepr { proposals }),
             PayloadRepr::Nonce(NonceRepr { data: &self.nonce }),
-            PayloadRepr::Ke(KeRepr {
-                group: group.iana_id(),
-                data: ke.public_value(),
-            }),
+            PayloadRepr::Ke(ke),
         ];
         if let Some(w) = &window {
             payloads.push(PayloadRepr::Notify(NotifyRepr::new(
@@ -267,21 +259,14 @@ impl RekeyIke {
     fn prepare(&mut self, sa: &IkeSa, ctx: &mut Ctx<'_>) -> Result<KeGroup, Reason> {
         let conn = &sa.conn;
         let offered = |g: &KeGroup| conn.proposals.iter().any(|p| p.ke.contains(g));
-        if !self.group.as_ref().is_some_and(offered) {
-            self.group = sa
-                .suite
+        let first = || {
+            sa.suite
                 .and_then(|s| s.ke)
                 .filter(offered)
-                .or_else(|| conn.proposals.iter().find_map(|p| p.ke.first().copied()));
-        }
-        let group = self.group.ok_or(Reason::Local("no key exchange group"))?;
-        if self.ke.as_ref().is_none_or(|k| k.group() != group) {
-            self.ke = Some(
-                group
-                    .generate(ctx.rng)
-                    .map_err(|_| Reason::Local("key exchange"))?,
-            );
-        }
+                .or_else(|| conn.proposals.iter().find_map(|p| p.ke.first().copied()))
+        };
+        self.ke.prepare(ctx.rng, offered, first)?;
+        let group = self.ke.group().ok_or(Reason::Local("no key exchange group"))?;
         self.nonce = vec![0; ctx.config.nonce_len];
         ctx.rng.fill_public(&mut self.nonce);
         Ok(group)
@@ -294,7 +279,8 @@ impl RekeyIke {
         rx: &Received<'_>,
     ) -> Outcome {
         if let Some((kind, data)) = rx.error() {
-            if self.follow_invalid_ke(sa, kind, data) {
+            let offered = |g: &KeGroup| sa.conn.proposals.iter().any(|p| p.ke.contains(g));
+            if self.ke.follow_invalid_ke(kind, data, offered) {
                 return Outcome::Then(Box::new(Task::RekeyIke(self)));
             }
             return self.failed(sa, ctx, reason_for(kind));
@@ -304,27 +290,6 @@ impl RekeyIke {
             Ok((new, nr)) => self.adopt(sa, ctx, new, nr),
             Err(reason) => self.failed(sa, ctx, reason),
         }
-    }
-
-    /// §1.3: INVALID_KE_PAYLOAD names the group the responder wants. True
-    /// (and the task set to retry with it) if we offer that group and have
-    /// retries left.
-    fn follow_invalid_ke(&mut self, sa: &IkeSa, kind: NotifyType, data: &[u8]) -> bool {
-        if kind != NotifyType::INVALID_KE_PAYLOAD || self.retries >= MAX_KE_RETRIES {
-            return false;
-        }
-        let wanted = NotifyRepr::new(kind, data)
-            .u16_data()
-            .and_then(KeGroup::from_iana);
-        let Some(g) = wanted.filter(|g| {
-            Some(*g) != self.group && sa.conn.proposals.iter().any(|p| p.ke.contains(g))
-        }) else {
-            return false;
-        };
-        self.retries += 1;
-        self.group = Some(g);
-        self.ke = None;
-        true
     }
 
     /// Check the answer (one of our proposals, a non-zero SPIr, our
@@ -346,10 +311,8 @@ impl RekeyIke {
         let Spi::U64(spi_r) = selected.spi else {
             return Err(Reason::ProtocolError("IKE rekey without an SPI"));
         };
-        if spi_r == 0
-            || selected.ke != self.group
-            || Some(ke_p.group) != self.group.map(|g| g.iana_id())
-        {
+        let group = self.ke.group();
+        if spi_r == 0 || selected.ke != group || Some(ke_p.group) != group.map(|g| g.iana_id()) {
             return Err(Reason::ProtocolError(
                 "IKE rekey answer with a bad SPI or group",
             ));
@@ -488,7 +451,7 @@ impl IkeSa {
             return Err(NotifyType::INVALID_SYNTAX.into());
         };
         let choice = self.choose_ike_rekey(sa_p, m.ke)?;
-        let (public, g_ir) = respond_key_exchange(ctx, choice.group, choice.kei)?;
+        let ke::KeAnswer { public, shared: g_ir, .. } = ke::answer(ctx.rng, choice.group, Some(choice.kei))?;
         let mut nr = vec![0u8; ctx.config.nonce_len];
         ctx.rng.fill_public(&mut nr);
         let Some(old) = self.keys.as_ref() else {
@@ -610,21 +573,4 @@ impl IkeSa {
         }
         ctx.actions.push(Action::Insert(Box::new(new)));
     }
-}
-
-/// The responder's KE of the chosen group and g^ir (§2.18: the rekey of
-/// an IKE SA always has one).
-fn respond_key_exchange(
-    ctx: &mut Ctx<'_>,
-    group: KeGroup,
-    kei: KeRepr<'_>,
-) -> Result<(Vec<u8>, SecretBytes), Refusal> {
-    let Ok(ours) = group.generate(ctx.rng) else {
-        return Err(NotifyType::NO_PROPOSAL_CHOSEN.into());
-    };
-    let public = ours.public_value().to_vec();
-    let Ok(g_ir) = ours.agree(kei.data) else {
-        return Err(NotifyType::INVALID_SYNTAX.into());
-    };
-    Ok((public, g_ir))
 }

@@ -27,7 +27,7 @@ use crate::child::{ChildSa, ChildState, announce};
 use crate::ctx::Ctx;
 use crate::event::{ChildSaEstablished, Event, Reason};
 use crate::exchange::Task;
-use crate::exchange::create_child::CreateChild;
+use crate::exchange::child_sa::offer::ChildOffer;
 use crate::lifetime::{RETIRE_AFTER, retry_deadline};
 use esparto_wire::ike::NotifyType;
 
@@ -173,7 +173,7 @@ impl IkeSa {
             // send a request to create a new Child SA from scratch".
             let name = self.children[i].name.clone();
             self.remove_child(ctx, i, Reason::PeerError(NotifyType::CHILD_SA_NOT_FOUND));
-            let mut task = CreateChild::new(name, resource);
+            let mut task = ChildOffer::new(name, resource);
             task.per_resource = per_resource;
             self.queue.push_back(Task::CreateChild(task));
             return;

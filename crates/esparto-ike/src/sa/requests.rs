@@ -18,6 +18,7 @@ use crate::event::{Event, Transmit};
 use crate::lifetime::MAX_WINDOW;
 use crate::rules;
 use core::net::SocketAddr;
+use pki_types::UnixTime;
 use esparto_crypto::ike::KeGroup;
 use esparto_wire::espinudp::NON_ESP_MARKER;
 use esparto_wire::ike::{
@@ -69,18 +70,41 @@ impl From<NotifyType> for Refusal {
     }
 }
 
+impl Refusal {
+    /// The notify that says it; `group` holds INVALID_KE_PAYLOAD's data.
+    pub(crate) fn payload<'a>(self, group: &'a mut [u8; 2]) -> PayloadRepr<'a> {
+        match self {
+            Refusal::Error(kind) => notify(kind, &[]),
+            Refusal::InvalidKe(g) => {
+                *group = g.iana_id().to_be_bytes();
+                notify(NotifyType::INVALID_KE_PAYLOAD, &group[..])
+            }
+            // §2.25: "The SA that the initiator attempted to rekey is
+            // indicated by the SPI field in the Notify payload, which is
+            // copied from the SPI field in the REKEY_SA notification."
+            Refusal::ChildSaNotFound(spi) => PayloadRepr::Notify(NotifyRepr {
+                protocol: ProtocolId::ESP,
+                spi: Spi::U32(spi),
+                kind: NotifyType::CHILD_SA_NOT_FOUND,
+                data: &[],
+            }),
+        }
+    }
+}
+
 impl IkeSa {
-    /// Entry point for every datagram with this SA's SPIs.
+    /// Entry point for every datagram with this SA's SPIs; `wall_clock` is
+    /// the calendar time it arrived at (for certificates).
     pub(crate) fn handle(
         &mut self,
         ctx: &mut Ctx<'_>,
         data: &[u8],
         msg: &Message<'_>,
-        from: SocketAddr,
-        to: SocketAddr,
+        (from, to): (SocketAddr, SocketAddr),
+        wall_clock: UnixTime,
     ) -> Result<(), Dropped> {
         if msg.header.response {
-            crate::exchange::on_response(self, ctx, data, msg, from, to).map_err(|why| {
+            crate::exchange::on_response(self, ctx, data, msg, (from, to), wall_clock).map_err(|why| {
                 tracing::debug!(ike_sa = %self.id, ?why, "response ignored");
                 match why {
                     crate::exchange::Ignored::Integrity => Dropped::Integrity,
@@ -89,7 +113,7 @@ impl IkeSa {
                 }
             })
         } else {
-            let r = self.handle_request(ctx, data, msg, from, to);
+            let r = self.handle_request(ctx, data, msg, (from, to), wall_clock);
             // Anything the request queued (deletes of redundant SAs,
             // per-resource Child SAs after IKE_AUTH) goes out now.
             if self.state != State::Dead {
@@ -204,28 +228,9 @@ impl IkeSa {
         from: SocketAddr,
         to: SocketAddr,
     ) {
-        match refusal {
-            Refusal::Error(kind) => {
-                self.respond(ctx, exchange, mid, &[notify(kind, &[])], from, to);
-            }
-            Refusal::InvalidKe(group) => {
-                let d = group.iana_id().to_be_bytes();
-                let n = notify(NotifyType::INVALID_KE_PAYLOAD, &d);
-                self.respond(ctx, exchange, mid, &[n], from, to);
-            }
-            Refusal::ChildSaNotFound(spi) => {
-                // §2.25: "The SA that the initiator attempted to rekey is
-                // indicated by the SPI field in the Notify payload, which is
-                // copied from the SPI field in the REKEY_SA notification."
-                let n = PayloadRepr::Notify(NotifyRepr {
-                    protocol: ProtocolId::ESP,
-                    spi: Spi::U32(spi),
-                    kind: NotifyType::CHILD_SA_NOT_FOUND,
-                    data: &[],
-                });
-                self.respond(ctx, exchange, mid, &[n], from, to);
-            }
-        }
+        let mut group = [0; 2];
+        let n = refusal.payload(&mut group);
+        self.respond(ctx, exchange, mid, &[n], from, to);
     }
 
     /// A repeated IKE_SA_INIT request on a half-open SA: answer from the cache.
@@ -251,8 +256,8 @@ impl IkeSa {
         ctx: &mut Ctx<'_>,
         data: &[u8],
         msg: &Message<'_>,
-        from: SocketAddr,
-        to: SocketAddr,
+        (from, to): (SocketAddr, SocketAddr),
+        wall_clock: UnixTime,
     ) -> Result<(), RequestDrop> {
         let h = msg.header;
         if h.message_id == u32::MAX {
@@ -317,7 +322,7 @@ impl IkeSa {
         }
         match (h.exchange, self.state) {
             (ExchangeType::IKE_AUTH, State::Auth) if !self.is_initiator() => {
-                self.respond_ike_auth(ctx, h.message_id, &payloads, from, to)
+                self.respond_ike_auth(ctx, h.message_id, &payloads, (from, to), wall_clock)
             }
             (ExchangeType::CREATE_CHILD_SA, State::Established) => {
                 self.respond_create_child(ctx, h.message_id, &payloads, from, to)

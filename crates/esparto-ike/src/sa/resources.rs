@@ -33,7 +33,7 @@ use crate::config::PerCpuSas;
 use crate::ctx::Ctx;
 use crate::event::{Event, Reason};
 use crate::exchange::Task;
-use crate::exchange::create_child::CreateChild;
+use crate::exchange::child_sa::offer::ChildOffer;
 use std::sync::Arc;
 
 impl IkeSa {
@@ -140,7 +140,7 @@ impl IkeSa {
                 self.close_group(ctx, child, Reason::Local("per_cpu_max reached"));
                 return;
             }
-            let mut t = CreateChild::new(child.clone(), Some(k));
+            let mut t = ChildOffer::new(child.clone(), Some(k));
             t.per_resource = true;
             self.queue.push_back(Task::CreateChild(t));
         }
@@ -170,7 +170,7 @@ impl IkeSa {
             // The fallback first; the sub-SA when the peer's support is known.
             self.start_task(
                 ctx,
-                Task::CreateChild(CreateChild::new(child.clone(), None)),
+                Task::CreateChild(ChildOffer::new(child.clone(), None)),
             );
         } else if supported {
             self.start_wanted(ctx, child);

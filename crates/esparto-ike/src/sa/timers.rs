@@ -14,7 +14,7 @@ use crate::child::ChildState;
 use crate::ctx::Ctx;
 use crate::event::{Reason, Transmit};
 use crate::exchange::Task;
-use crate::exchange::create_child::CreateChild;
+use crate::exchange::child_sa::offer::ChildOffer;
 use crate::exchange::rekey_ike::RekeyIke;
 use crate::lifetime::RETIRE_AFTER;
 use std::time::Instant;
@@ -202,7 +202,7 @@ impl IkeSa {
         tracing::info!(ike_sa = %self.id, child = %c.name,
             inbound_spi = format_args!("{:08x}", c.inbound_spi), "rekeying CHILD_SA");
         c.state = ChildState::Rekeying;
-        let task = CreateChild::rekey(c);
+        let task = ChildOffer::rekey(c);
         self.start_task(ctx, Task::CreateChild(task));
     }
 

@@ -1,25 +1,41 @@
-//! A deterministic network for two (or more) IKE endpoints: fake clock,
-//! seeded randomness, configurable loss, duplication, reordering, a NAT in
-//! front of a peer, and hooks to drop or capture chosen packets.
+//! A deterministic network for two (or more) IKE endpoints: fake clocks
+//! (monotonic, and a calendar one for certificates that starts at a fixed
+//! date, [`WALL_CLOCK_START`]), seeded randomness, configurable loss,
+//! duplication, reordering, a NAT in front of a peer, hooks to drop or
+//! capture chosen packets, and certificates ([`pki`]) instead of PSKs.
 //!
 //! Every run with the same seed is the same run: the endpoints draw from
-//! `DeterministicRng`s seeded from the test seed, and the network's own
-//! decisions come from a small xorshift generator.
+//! `DeterministicRng`s seeded from the test seed, the network's own
+//! decisions come from a small xorshift generator, and both clocks are the
+//! simulation's. The one exception is in the bytes of ECDSA and RSA-PSS
+//! signatures, whose randomness aws-lc-rs draws itself.
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 pub mod dataplane;
+pub mod pki;
 
 use esparto_crypto::{DeterministicRng, Rng};
+use esparto_ike::cert::{LocalCredential, TrustStore};
 use esparto_ike::{
     ChildConfig, ChildSaEstablished, ConnectionConfig, Endpoint, EndpointConfig, Event, Identity,
-    RandomSpiAllocator, SpiAllocator, SteeringSpiAllocator, Transmit,
+    RandomSpiAllocator, SpiAllocator, SteeringSpiAllocator, Transmit, UnixTime,
 };
 use esparto_wire::ike::{ExchangeType, Header, HeaderRepr};
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The calendar time a simulation starts at, in seconds since the Unix
+/// epoch (2033-05-18 03:33:20 UTC): fixed, so that no run depends on the
+/// machine's clock. Certificates in the tests are valid around it.
+pub const WALL_CLOCK_START: u64 = 2_000_000_000;
+
+/// The calendar time `elapsed` after [`WALL_CLOCK_START`].
+pub fn wall_clock_at(elapsed: Duration) -> UnixTime {
+    UnixTime::since_unix_epoch(Duration::from_secs(WALL_CLOCK_START) + elapsed)
+}
 
 /// Inbound SPIs an endpoint holds, seen from outside (to check nothing leaks).
 pub type LiveSpis = Arc<Mutex<HashSet<u32>>>;
@@ -234,6 +250,12 @@ impl Net {
         self.now - self.base
     }
 
+    /// The calendar time now: [`WALL_CLOCK_START`] plus the simulated
+    /// time elapsed. The endpoints get it with every datagram.
+    pub fn wall_clock(&self) -> UnixTime {
+        wall_clock_at(self.elapsed())
+    }
+
     fn collect(&mut self) {
         for i in 0..self.peers.len() {
             while let Some(ev) = self.peers[i].ep.poll_event() {
@@ -290,8 +312,9 @@ impl Net {
                 }
             }
         }
+        let wall_clock = self.wall_clock();
         if let Some(peer) = self.peers.iter_mut().find(|q| q.addr == to.ip()) {
-            peer.ep.handle_datagram(self.now, to, p.from, &p.data);
+            peer.ep.handle_datagram(self.now, wall_clock, to, p.from, &p.data);
         }
         self.delivered.push(p);
     }
@@ -441,6 +464,16 @@ pub struct Setup {
     /// Last changes to each side's connection before it is added.
     pub tweak_i: fn(&mut ConnectionConfig),
     pub tweak_r: fn(&mut ConnectionConfig),
+    /// Certificates instead of the PSK, both ways.
+    pub certs: Option<Certs>,
+}
+
+/// Each side's credential, and the CAs both trust for the other.
+#[derive(Clone)]
+pub struct Certs {
+    pub moon: Arc<LocalCredential>,
+    pub sun: Arc<LocalCredential>,
+    pub trust: Arc<TrustStore>,
 }
 
 impl Default for Setup {
@@ -461,6 +494,7 @@ impl Default for Setup {
             cfg_r: EndpointConfig::default(),
             tweak_i: |_| {},
             tweak_r: |_| {},
+            certs: None,
         }
     }
 }
@@ -495,6 +529,10 @@ impl Setup {
                 .unwrap(),
             );
         }
+        if let Some(certs) = &self.certs {
+            c.local.credential = Some(certs.moon.clone());
+            c.remote.trust = Some(certs.trust.clone());
+        }
         (self.tweak_i)(&mut c);
         i.add_connection(c).unwrap();
         i.secrets_mut()
@@ -517,6 +555,10 @@ impl Setup {
                 )
                 .unwrap(),
             );
+        }
+        if let Some(certs) = &self.certs {
+            c.local.credential = Some(certs.sun.clone());
+            c.remote.trust = Some(certs.trust.clone());
         }
         (self.tweak_r)(&mut c);
         r.add_connection(c).unwrap();

@@ -172,7 +172,7 @@ pub(crate) fn remote_trust(
 /// Check that our chain builds to one of the CAs we know (the peer needs
 /// the same CA); warn if not, since the peer may trust another.
 pub(crate) fn check_chain(cx: &mut Cx<'_>, at: &Field<'_>, cred: &LocalCredential, trust: Option<&TrustStore>, auth: &Authorities) {
-    let now = SystemTime::now();
+    let now = esparto_ike::UnixTime::now();
     let mut stores = Vec::new();
     if let Some(t) = trust {
         stores.push(t);

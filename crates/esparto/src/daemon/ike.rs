@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use esparto_crypto::SystemRng;
-use esparto_ike::{Endpoint, EndpointConfig, IkeSaId, StartAction, SteeringSpiAllocator};
+use esparto_ike::{Endpoint, EndpointConfig, IkeSaId, StartAction, SteeringSpiAllocator, UnixTime};
 use esparto_io::udp::UdpConfig;
 use tracing::{info, warn};
 
@@ -213,10 +213,13 @@ impl Ike {
     }
 
     fn handle_batch(&mut self, now: Instant, local: SocketAddr) {
+        // The engine reads no clock: the calendar time a peer's
+        // certificates are checked against comes from here, once a batch.
+        let wall_clock = UnixTime::now();
         for (data, from) in self.rx.iter() {
             // recvmmsg gives every datagram its source.
             if let Some(from) = from {
-                self.ep.handle_datagram(now, local, from, data);
+                self.ep.handle_datagram(now, wall_clock, local, from, data);
             }
         }
     }
@@ -224,7 +227,7 @@ impl Ike {
     /// IKE datagrams a worker caught on the data sockets.
     pub fn on_stray(&mut self, now: Instant, gw: &mut Gateway, from: SocketAddr, data: &[u8]) {
         let local4500 = gw.udp_control().local_addr();
-        self.ep.handle_datagram(now, local4500, from, data);
+        self.ep.handle_datagram(now, UnixTime::now(), local4500, from, data);
         self.flush(now, gw);
     }
 

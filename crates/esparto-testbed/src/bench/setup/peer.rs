@@ -200,9 +200,10 @@ impl Io {
                     break;
                 }
                 let now = Instant::now();
+                let wall_clock = esparto_ike::UnixTime::now();
                 for (data, peer) in self.rx.iter() {
                     if let Some(peer) = peer {
-                        ep.handle_datagram(now, local, peer, data);
+                        ep.handle_datagram(now, wall_clock, local, peer, data);
                     }
                 }
                 n += got;
