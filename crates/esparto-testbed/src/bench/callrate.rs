@@ -31,7 +31,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use esparto::plan::results::{self, CallRateData, Kind, ZeroLoss};
+use esparto_bench::results::{self, CallRateData, Kind, ZeroLoss};
 use serde::{Deserialize, Serialize};
 
 use super::tunnel::Machine;
@@ -277,7 +277,7 @@ pub fn render(r: &RateReport) -> String {
         let ge = if p.lower_bound { "≥ " } else { "" };
         let (n, limit) = match (p.calls, &p.error) {
             (Some(f), _) => (
-                format!("{ge}{}", esparto::plan::thousands(f64::from(f.calls))),
+                format!("{ge}{}", esparto_bench::plan::thousands(f64::from(f.calls))),
                 match f.limit {
                     Limit::Gateway => "gateways",
                     Limit::Generator => "generator-limited (lower bound)",
@@ -294,7 +294,7 @@ pub fn render(r: &RateReport) -> String {
             p.ip_size,
             p.ptime_ms,
             n,
-            format!("{ge}{}", esparto::plan::thousands(p.zero_loss_pps)),
+            format!("{ge}{}", esparto_bench::plan::thousands(p.zero_loss_pps)),
         );
     }
     for e in &r.errors {

@@ -6,7 +6,7 @@
 //! (a token bucket, `tbf`, on both gateways' WAN veths: the link between
 //! the sites is the slow part, as a leased line or DSL is) or left as
 //! veth's own speed. Through the tunnel one TCP stream from host-west to
-//! host-east carries a corpus ([`esparto::bench::corpus`], the same bytes
+//! host-east carries a corpus ([`esparto_bench::bench::corpus`], the same bytes
 //! `esparto bench ipcomp` measures in process), checked byte for byte on
 //! arrival ([`crate::tcpgen`]). Per cell it records the goodput, both
 //! gateway processes' CPU seconds per GB delivered, and what west's
@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
-use esparto::bench::corpus::{Corpus, CorpusFile};
-use esparto::plan::results;
 use esparto::status::Status;
+use esparto_bench::bench::corpus::{Corpus, CorpusFile};
+use esparto_bench::results;
 use serde::{Deserialize, Serialize};
 
 use super::median;

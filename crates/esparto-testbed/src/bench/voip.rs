@@ -4,7 +4,7 @@
 //! For each gateway pair (strongSwan ↔ strongSwan and Esparto ↔ Esparto by
 //! default, in the same run, on a fresh topology each; optionally the plain
 //! routed path) and each codec of `esparto plan voip`'s table
-//! ([`esparto::plan::codec`]), N calls run between host-west and
+//! ([`esparto_bench::plan::codec`]), N calls run between host-west and
 //! host-east ([`crate::callgen`]: a pair of RTP-like flows per call at the
 //! codec's packet size and rate), N ramped:
 //!
@@ -42,9 +42,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use esparto::plan::codec::{self, Codec};
-use esparto::plan::results::{self, Kind};
-use esparto::plan::voip as plan_voip;
+use esparto_bench::plan::codec::{self, Codec};
+use esparto_bench::plan::voip as plan_voip;
+use esparto_bench::results::{self, Kind};
 use serde::{Deserialize, Serialize};
 
 use super::tunnel::{EspartoPair, Layout, Machine};
@@ -310,7 +310,7 @@ pub struct Found {
 impl Found {
     /// "1,234", or "≥ 1,234" for a lower bound.
     pub fn text(&self) -> String {
-        let n = esparto::plan::thousands(f64::from(self.calls));
+        let n = esparto_bench::plan::thousands(f64::from(self.calls));
         match self.limit {
             Limit::Gateway => n,
             Limit::Generator | Limit::Cap => format!("≥ {n}"),
@@ -852,7 +852,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "  {:<20} {:<11} {:>12} {:>12}", "codec", "pair", "zero loss", "MOS ≥ 4.0");
     for s in &r.summary {
         let f = |v: Option<u32>, b: bool| {
-            v.map_or("-".into(), |n| format!("{}{}", if b { "≥ " } else { "" }, esparto::plan::thousands(f64::from(n))))
+            v.map_or("-".into(), |n| format!("{}{}", if b { "≥ " } else { "" }, esparto_bench::plan::thousands(f64::from(n))))
         };
         let _ = writeln!(
             o,
@@ -907,9 +907,9 @@ pub fn render(r: &Report) -> String {
                     "  {:<12} plan {}{:>9} measured {}{:>7}  plan/measured {ratio:>5}  {verdict}",
                     row.codec,
                     if row.plan_lower_bound { "≥ " } else { "" },
-                    esparto::plan::thousands(row.plan_calls),
+                    esparto_bench::plan::thousands(row.plan_calls),
                     if row.measured_lower_bound { "≥ " } else { "" },
-                    esparto::plan::thousands(f64::from(row.measured_calls)),
+                    esparto_bench::plan::thousands(f64::from(row.measured_calls)),
                 );
             }
         }

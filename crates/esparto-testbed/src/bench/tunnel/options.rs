@@ -276,7 +276,7 @@ pub struct Args {
     #[arg(long)]
     pub save: bool,
     /// Directory --save writes into.
-    #[arg(long, value_name = "DIR", default_value = esparto::plan::results::DEFAULT_DIR)]
+    #[arg(long, value_name = "DIR", default_value = esparto_bench::results::DEFAULT_DIR)]
     pub results: std::path::PathBuf,
     /// Also draw throughput and zero-loss packet rate against packet size (routed, strongSwan,
     /// Esparto) as an SVG chart into FILE; with --runs, the medians.

@@ -14,26 +14,50 @@
 //!   [`esparto_esp::Framing`]) and the calls the gateway carries;
 //! - [`capacity`]: `esparto plan capacity`, per suite the cores a link of
 //!   C Mbit/s needs for a traffic mix;
-//! - [`results`]: the measurements kept (`--save`), read back with the
-//!   machine, commit and date checked;
+//! - [`agility`]: what many active tunnels add to a packet's cost
+//!   (`plan capacity --tunnels N`);
 //! - [`curve`]: figures measured at a few sizes, read at any size;
 //! - [`calibrate`]: `--calibrate`, a short measurement when there is none.
 //!
-//! Every figure printed names the file and date it came from, and says
-//! when it was interpolated or extrapolated rather than measured.
+//! The figures are the measurements kept with `--save`, read back from
+//! [`crate::results`] with the machine, commit and date checked. Every
+//! figure printed names the file and date it came from, and says when it
+//! was interpolated or extrapolated rather than measured.
 
-pub mod calibrate;
 pub mod agility;
+pub mod calibrate;
 pub mod capacity;
 pub mod codec;
 pub mod curve;
-pub mod results;
 pub mod voip;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Result;
 use esparto_crypto::EspSuite;
+
+use crate::results;
+
+/// `esparto plan`'s commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum PlanCmd {
+    /// Full-duplex calls per codec (G.711, G.729, G.726, G.722, Opus, AMR-WB): bytes, bit rates, calls.
+    Voip(voip::Args),
+    /// Cores needed for a link of C Mbit/s per suite, for a traffic mix.
+    Capacity(capacity::Args),
+}
+
+impl PlanCmd {
+    /// Runs the command; `read_config` reads a gateway's configuration for
+    /// `plan voip --config FILE`.
+    pub fn run(&self, read_config: voip::ReadConfig) -> Result<ExitCode> {
+        match self {
+            PlanCmd::Voip(a) => voip::main(a, read_config),
+            PlanCmd::Capacity(a) => capacity::main(a),
+        }
+    }
+}
 
 /// The options every `plan` command takes.
 #[derive(Debug, Clone, clap::Args)]

@@ -37,7 +37,7 @@
 //! bound, far above what the gateway carries.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -47,9 +47,8 @@ use serde::Serialize;
 
 use super::codec::{self, Codec};
 use super::curve::{Curve, Estimate, Point, Shape};
-use super::results::{CallRateData, DataplaneData, Found, Loaded, TunnelData, ZeroLoss};
 use super::{Common, thousands};
-use crate::config;
+use crate::results::{CallRateData, DataplaneData, Found, Loaded, TunnelData, ZeroLoss};
 
 /// The suite when neither `--suite` nor a configuration says.
 pub const DEFAULT_SUITE: EspSuite = EspSuite::Aes256Gcm16;
@@ -221,7 +220,7 @@ pub struct Plan {
     /// What the reader must know about the figures.
     pub notes: Vec<String>,
     /// Results files set aside.
-    pub ignored: Vec<super::results::Ignored>,
+    pub ignored: Vec<crate::results::Ignored>,
 }
 
 /// Everything the table is computed from.
@@ -547,56 +546,32 @@ pub fn render(p: &Plan) -> String {
     o
 }
 
-/// The suite, ESN and outer family of the first child in a configuration
-/// file, and a description of where it came from.
-fn from_config(path: &std::path::Path) -> Result<(EspSuite, Family, String)> {
-    let cfg = config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for conn in &cfg.connections {
-        let family = match conn.remote_addrs.first() {
-            Some(a) if a.is_ipv6() => Family::V6,
-            _ => Family::V4,
-        };
-        for child in &conn.children {
-            let suite = if let Some(s) = &child.static_sas {
-                Some(s.suite)
-            } else {
-                conn.ike
-                    .as_ref()
-                    .and_then(|ike| ike.children.iter().find(|c| *c.name == *child.name))
-                    .and_then(|c| c.esp_proposals.first())
-                    .and_then(|p| {
-                        let sel = esparto_ike::proposal::Selected {
-                            number: 1,
-                            spi: esparto_wire::ike::Spi::U32(0),
-                            encr: *p.encr.first()?,
-                            prf: None,
-                            integ: p.integ.first().copied(),
-                            ke: None,
-                            esn: false,
-                        };
-                        esparto_ike::keys::esp_suite(&sel)
-                    })
-            };
-            if let Some(s) = suite {
-                return Ok((
-                    s,
-                    family,
-                    format!("first ESP proposal of {}.{} in {}", conn.name, child.name, path.display()),
-                ));
-            }
-        }
-    }
-    bail!("{}: no child with an ESP proposal", path.display())
+/// What `--config FILE` takes from a gateway's configuration: the suite of
+/// its first child with an ESP proposal, the address family of that
+/// connection's first peer, and where the suite came from ("first ESP
+/// proposal of site.lan in FILE"). Reading the file is the gateway's: the
+/// command line that runs the plan hands in a [`ReadConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configured {
+    /// The ESP suite.
+    pub suite: EspSuite,
+    /// The outer IP family, the peer's.
+    pub outer: Family,
+    /// Where the suite came from.
+    pub from: String,
 }
 
-/// `esparto plan voip`.
-pub fn main(a: &Args) -> Result<ExitCode> {
+/// Reads a gateway's configuration file for `--config`.
+pub type ReadConfig = fn(&Path) -> Result<Configured>;
+
+/// `esparto plan voip`; `read_config` reads `--config FILE`.
+pub fn main(a: &Args, read_config: ReadConfig) -> Result<ExitCode> {
     let codecs = codec::select(&a.codec).map_err(anyhow::Error::msg)?;
     let (suite, cfg_family, suite_from) = match (&a.suite, &a.config) {
         (Some(s), _) => (super::parse_suite(s)?, None, "--suite".to_string()),
         (None, Some(path)) => {
-            let (s, f, from) = from_config(path)?;
-            (s, Some(f), from)
+            let c = read_config(path)?;
+            (c.suite, Some(c.outer), c.from)
         }
         (None, None) => (DEFAULT_SUITE, None, "the default".to_string()),
     };
@@ -640,8 +615,8 @@ mod tests {
     use esparto_crypto::Integ;
 
     use super::*;
-    use crate::plan::results::tests::{call_rate_data, dataplane_data, tunnel_data};
-    use crate::plan::results::{Kind, envelope};
+    use crate::results::tests::{call_rate_data, dataplane_data, tunnel_data};
+    use crate::results::{Kind, envelope};
 
     fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {
         Loaded { path: PathBuf::from(format!("/results/{kind}.json")), saved: envelope(kind, data) }
@@ -828,38 +803,5 @@ mod tests {
         // Nothing at all: bytes and bit rates only.
         let p = plan(&inputs(None, None), "test");
         assert!(p.rows.iter().all(|r| r.calls.is_none() && r.in_process_bound.is_none() && r.ipsec_bytes > r.ip_bytes));
-    }
-
-    #[test]
-    fn suite_and_family_from_a_configuration() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gw.toml");
-        std::fs::write(
-            &path,
-            r#"
-[connections.site]
-local_addrs = ["2001:db8::1"]
-remote_addrs = ["2001:db8::2"]
-local.auth = "psk"
-local.id = "@west.example"
-remote.auth = "psk"
-remote.id = "@east.example"
-[connections.site.children.lan]
-local_ts = ["10.1.0.0/16"]
-remote_ts = ["10.2.0.0/16"]
-esp_proposals = ["aes128-sha256", "aes256gcm16"]
-[secrets.west-east]
-ids = ["@west.example", "@east.example"]
-secret = "a test secret of more than thirty-two characters"
-"#,
-        )
-        .unwrap();
-        let (suite, family, from) = match from_config(&path) {
-            Ok(x) => x,
-            Err(e) => panic!("{e:#}"),
-        };
-        assert_eq!(suite, EspSuite::AesCbc { key_bits: 128, integ: Integ::HmacSha256_128 });
-        assert_eq!(family, Family::V6);
-        assert!(from.contains("site.lan"), "{from}");
     }
 }

@@ -19,8 +19,8 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result};
 use esparto_crypto::EspSuite;
 
-use super::results::{self, DataplaneData, Kind};
 use crate::bench::dataplane::{self, Size};
+use crate::results::{self, DataplaneData, Kind};
 
 /// Sizes measured in process.
 pub const SIZES: [Size; 7] = [

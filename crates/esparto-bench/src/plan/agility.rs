@@ -22,7 +22,7 @@
 //! small N) counts as no extra cost.
 
 use super::capacity::{Mix, Row};
-use super::results::{AgilityData, Loaded};
+use crate::results::{AgilityData, Loaded};
 
 /// Extra cycles per round trip at `size` bytes with `tunnels` SA pairs per
 /// worker, and whether it left the measured counts or sizes.

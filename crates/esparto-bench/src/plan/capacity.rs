@@ -40,9 +40,9 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::curve::{Curve, Point, Shape};
-use super::results::{DataplaneData, Loaded, TunnelData};
 use super::{Common, thousands};
 use crate::bench::dataplane::IMIX;
+use crate::results::{DataplaneData, Loaded, TunnelData};
 
 /// The link rates of the table, Mbit/s each way (`--mbps` adds one).
 pub const LINKS_MBPS: [f64; 6] = [10.0, 100.0, 1_000.0, 10_000.0, 40_000.0, 100_000.0];
@@ -365,7 +365,7 @@ pub struct Plan {
     /// About the whole plan.
     pub notes: Vec<String>,
     /// Results files set aside.
-    pub ignored: Vec<super::results::Ignored>,
+    pub ignored: Vec<crate::results::Ignored>,
 }
 
 /// Three significant digits.
@@ -508,8 +508,8 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::plan::results::tests::{dataplane_data, row as dp_row, tunnel_data};
-    use crate::plan::results::{Kind, TcpThroughput, envelope};
+    use crate::results::tests::{dataplane_data, row as dp_row, tunnel_data};
+    use crate::results::{Kind, TcpThroughput, envelope};
 
     fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {
         Loaded { path: PathBuf::from(format!("/results/{kind}.json")), saved: envelope(kind, data) }
@@ -574,7 +574,7 @@ mod tests {
             agility_row(64, 10_000, 0.75, 1.0),
             agility_row(64, 100_000, 0.5, 1.0),
         ];
-        let agility = crate::plan::results::AgilityData { suite: "aes256gcm16".into(), workers: 1, seconds: 1.0, runs: 5, rows };
+        let agility = crate::results::AgilityData { suite: "aes256gcm16".into(), workers: 1, seconds: 1.0, runs: 5, rows };
         let mut a = loaded(Kind::Agility, agility);
         a.saved.clock_hz = 1e9;
         let mix = Mix::fixed(64);
