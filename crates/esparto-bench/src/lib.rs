@@ -1,7 +1,7 @@
 //! Esparto's self-measurement: what this machine's data plane does, what
 //! that means for an operator, and the charts that show it.
 //!
-//! - [`bench`]: `esparto bench dataplane` and `esparto bench ipcomp`, the
+//! - [`bench`](mod@bench): `esparto bench dataplane` and `esparto bench ipcomp`, the
 //!   ESP data plane and IPComp's DEFLATE measured in process, through the
 //!   same `esparto-esp` code the gateway's workers run;
 //! - [`results`]: what a benchmark keeps with `--save` (the saved JSON
