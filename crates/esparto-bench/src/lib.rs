@@ -10,7 +10,9 @@
 //! - [`plan`]: `esparto plan voip` and `esparto plan capacity`, the saved
 //!   figures turned into calls per codec and cores per link;
 //! - `plot`: SVG charts of the benchmarks (cargo feature `svg`, on by
-//!   default).
+//!   default);
+//! - [`args`]: the flags every Esparto command line shares (`--json`,
+//!   `--save`, `--results`, `--workers`).
 //!
 //! The `esparto` binary carries these commands, so that a gateway's own
 //! machine can be measured and planned for; the gateway library never calls
@@ -20,6 +22,7 @@
 //! bed's (`esparto-testbed`), which saves into the same store and draws
 //! with the same charts.
 
+pub mod args;
 pub mod bench;
 pub mod plan;
 #[cfg(feature = "svg")]

@@ -12,9 +12,11 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
+use clap::builder::RangedU64ValueParser;
 
 use super::corpus::{Corpus, CorpusFile};
 use super::{dataplane, ipcomp};
+use crate::args::{Json, Save, workers};
 use crate::results;
 
 /// `esparto bench`'s commands.
@@ -30,8 +32,8 @@ impl BenchCmd {
     /// Whether the command was asked for JSON (then its errors are JSON too).
     pub fn json(&self) -> bool {
         match self {
-            BenchCmd::Dataplane(a) => a.json,
-            BenchCmd::Ipcomp(a) => a.json,
+            BenchCmd::Dataplane(a) => a.output.json,
+            BenchCmd::Ipcomp(a) => a.output.json,
         }
     }
 
@@ -60,18 +62,16 @@ pub struct IpcompArgs {
     #[arg(long, default_value_t = 0.5)]
     seconds: f64,
     /// Measurements per figure; the median is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_RUNS))]
     runs: usize,
-    /// Print a JSON array instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Save the results (with this machine, the commit and the date).
-    #[arg(long)]
-    save: bool,
-    /// Directory --save writes into.
-    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
-    results: PathBuf,
+    #[command(flatten)]
+    output: Json,
+    #[command(flatten)]
+    save: Save,
 }
+
+/// Most `bench ipcomp --runs`.
+const MAX_RUNS: u64 = 1000;
 
 /// The command line of `esparto bench dataplane`.
 #[derive(Debug, Args)]
@@ -95,7 +95,7 @@ pub struct DataplaneArgs {
     #[arg(long, requires = "sas")]
     no_prefetch: bool,
     /// Worker threads (default: the CPUs this process may use).
-    #[arg(long)]
+    #[arg(long, value_parser = workers())]
     workers: Option<usize>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 0.5)]
@@ -107,15 +107,10 @@ pub struct DataplaneArgs {
     /// --seconds (for instruction counts: `valgrind --tool=callgrind`).
     #[arg(long)]
     count: Option<u64>,
-    /// Print a JSON array instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Save the results (with this machine, the commit and the date) for `esparto plan`.
-    #[arg(long)]
-    save: bool,
-    /// Directory --save writes into.
-    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
-    results: PathBuf,
+    #[command(flatten)]
+    output: Json,
+    #[command(flatten)]
+    save: Save,
     /// With --sas: also draw the rate (Mpps, Gbit/s) against the number of
     /// active SAs, one line per packet size, as an SVG chart into FILE.
     #[arg(long, value_name = "FILE", requires = "sas")]
@@ -127,10 +122,6 @@ const DEFAULT_SIZES: &str = "64,128,256,512,1024,1420,imix";
 /// Sizes `bench dataplane --sas` measures unless told.
 const DEFAULT_AGILITY_SIZES: &str = "64,1420";
 
-fn default_workers() -> usize {
-    esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1)
-}
-
 fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
     let suite = crate::plan::parse_suite(&a.suite)?;
     if !a.sas.is_empty() {
@@ -141,23 +132,20 @@ fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
     if !(a.seconds > 0.0 && a.seconds <= 600.0) {
         anyhow::bail!("--seconds must be in (0, 600]");
     }
-    let workers = a.workers.unwrap_or_else(default_workers);
-    if workers == 0 || workers > 1024 {
-        anyhow::bail!("--workers must be between 1 and 1024");
-    }
+    let workers = a.workers.unwrap_or_else(esparto_io::cpu::default_workers);
     let opts = dataplane::Options { suite, sizes, workers, seconds: a.seconds, runs: a.runs, count: a.count };
     let rows = dataplane::run(&opts)?;
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         dataplane::print_table(&rows);
     }
-    if a.save {
+    if let Some(dir) = a.save.dir() {
         if a.count.is_some() {
             anyhow::bail!("--save: a --count run is for instruction counts, not for planning; not saved");
         }
         let data = results::DataplaneData { suite: suite.name().into(), workers, seconds: a.seconds, runs: a.runs, rows };
-        let path = results::save(&a.results, suite.name(), &results::envelope(results::Kind::Dataplane, data))?;
+        let path = results::save(dir, suite.name(), &results::envelope(results::Kind::Dataplane, data))?;
         eprintln!("saved {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -178,10 +166,7 @@ fn bench_agility(a: DataplaneArgs, suite: esparto_crypto::EspSuite) -> Result<Ex
     if let Some(&n) = a.sas.iter().find(|&&n| n == 0 || n > dataplane::MAX_SAS) {
         anyhow::bail!("--sas {n}: must be between 1 and {}", dataplane::MAX_SAS);
     }
-    let workers = a.workers.unwrap_or_else(default_workers);
-    if workers == 0 || workers > 1024 {
-        anyhow::bail!("--workers must be between 1 and 1024");
-    }
+    let workers = a.workers.unwrap_or_else(esparto_io::cpu::default_workers);
     let opts = dataplane::AgilityOptions {
         suite,
         sizes,
@@ -197,7 +182,7 @@ fn bench_agility(a: DataplaneArgs, suite: esparto_crypto::EspSuite) -> Result<Ex
         svg_writable(path)?;
     }
     let rows = dataplane::run_agility(&opts)?;
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         dataplane::print_agility(&rows);
@@ -206,12 +191,12 @@ fn bench_agility(a: DataplaneArgs, suite: esparto_crypto::EspSuite) -> Result<Ex
         agility_chart(path, &rows)?;
         eprintln!("wrote {}", path.display());
     }
-    if a.save {
+    if let Some(dir) = a.save.dir() {
         if a.count.is_some() {
             anyhow::bail!("--save: a --count run is for instruction counts, not for planning; not saved");
         }
         let data = results::AgilityData { suite: suite.name().into(), workers, seconds: a.seconds, runs: a.runs, rows };
-        let path = results::save(&a.results, suite.name(), &results::envelope(results::Kind::Agility, data))?;
+        let path = results::save(dir, suite.name(), &results::envelope(results::Kind::Agility, data))?;
         eprintln!("saved {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -264,20 +249,17 @@ fn bench_ipcomp(a: IpcompArgs) -> Result<ExitCode> {
     if !(a.seconds > 0.0 && a.seconds <= 600.0) {
         anyhow::bail!("--seconds must be in (0, 600]");
     }
-    if a.runs == 0 || a.runs > 1000 {
-        anyhow::bail!("--runs must be between 1 and 1000");
-    }
     let file_name = file.as_ref().map(|f| f.path().display().to_string());
     let opts = ipcomp::Options { corpora, sizes: a.sizes, seconds: a.seconds, runs: a.runs, file };
     let rows = ipcomp::run(&opts)?;
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         ipcomp::print_table(&rows);
     }
-    if a.save {
+    if let Some(dir) = a.save.dir() {
         let data = results::IpcompData { seconds: a.seconds, runs: a.runs, file: file_name, rows };
-        let path = results::save(&a.results, "deflate", &results::envelope(results::Kind::Ipcomp, data))?;
+        let path = results::save(dir, "deflate", &results::envelope(results::Kind::Ipcomp, data))?;
         eprintln!("saved {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -57,7 +57,8 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["size", "histogram"])]
     pub mix: Option<String>,
     /// Every packet this many bytes (inner IP packet).
-    #[arg(long, conflicts_with = "histogram")]
+    #[arg(long, conflicts_with = "histogram",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(*SIZES.start() as u64..=*SIZES.end() as u64))]
     pub size: Option<usize>,
     /// A packet-size histogram: one "SIZE COUNT" per line (inner IP bytes; "#" starts a comment).
     #[arg(long, value_name = "FILE")]
@@ -424,12 +425,7 @@ pub fn main(a: &Args) -> Result<ExitCode> {
     let mix = match (&a.mix, a.size, &a.histogram) {
         (Some(m), _, _) if m.eq_ignore_ascii_case("imix") => Mix::imix(),
         (Some(m), _, _) => bail!("unknown mix '{m}'; known: imix (or --size N, --histogram FILE)"),
-        (None, Some(n), _) => {
-            if !SIZES.contains(&n) {
-                bail!("--size {n} is outside {}..={} bytes", SIZES.start(), SIZES.end());
-            }
-            Mix::fixed(n)
-        }
+        (None, Some(n), _) => Mix::fixed(n),
         (None, None, Some(path)) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
             Mix::parse_histogram(&path.display().to_string(), &text).map_err(anyhow::Error::msg)?
@@ -493,7 +489,7 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         notes.push(super::how_to_measure(&found));
     }
     let p = Plan { mix, links_mbps: mbps, rows, notes, ignored: found.ignored.clone() };
-    if a.common.json {
+    if a.common.output.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
     } else {
         print!("{}", render(&p));

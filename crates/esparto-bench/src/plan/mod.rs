@@ -37,6 +37,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use esparto_crypto::EspSuite;
 
+use crate::args::{Json, ResultsDir};
 use crate::results;
 
 /// `esparto plan`'s commands.
@@ -62,9 +63,9 @@ impl PlanCmd {
 /// The options every `plan` command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
-    /// Directory of saved benchmark results (`esparto bench dataplane --save`, `esparto-testbed bench tunnel --save`).
-    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
-    pub results: PathBuf,
+    /// Where the saved results are (`esparto bench dataplane --save`, `esparto-testbed bench tunnel --save`).
+    #[command(flatten)]
+    pub results: ResultsDir,
     /// Measure first, save, then plan: the data plane in process, and end to end with esparto-testbed if it is
     /// beside this binary (root; about a minute).
     #[arg(long)]
@@ -72,9 +73,9 @@ pub struct Common {
     /// The esparto-testbed binary for --calibrate (default: the one beside this binary).
     #[arg(long, value_name = "PATH")]
     pub testbed: Option<PathBuf>,
-    /// Print the plan as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// How to print the plan.
+    #[command(flatten)]
+    pub output: Json,
 }
 
 /// Parses a suite in strongSwan syntax, or says which ones exist.
@@ -89,10 +90,10 @@ pub fn parse_suite(s: &str) -> Result<EspSuite> {
 /// names every file set aside, on stderr.
 fn load(common: &Common, suite: EspSuite) -> Result<results::Found> {
     if common.calibrate {
-        let report = calibrate::run(&common.results, suite, common.testbed.as_deref())?;
+        let report = calibrate::run(&common.results.dir, suite, common.testbed.as_deref())?;
         eprint!("{report}");
     }
-    let found = results::load_dir(&common.results, &results::Machine::this())?;
+    let found = results::load_dir(&common.results.dir, &results::Machine::this())?;
     for i in &found.ignored {
         eprintln!("esparto plan: {i}");
     }

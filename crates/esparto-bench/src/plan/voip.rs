@@ -598,7 +598,7 @@ pub fn main(a: &Args, read_config: ReadConfig) -> Result<ExitCode> {
         p.notes.push(super::how_to_measure(&found));
     }
     p.ignored = found.ignored.clone();
-    if a.common.json {
+    if a.common.output.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
     } else {
         print!("{}", render(&p));

@@ -309,18 +309,18 @@ pub fn main(args: &voip::Args, bin: &Path) -> Result<ExitCode> {
     validate(&args.rates, args.rate_ptime)?;
     crate::clean_up_on_signal("esparto-testbed bench voip --rates")?;
     let report = run(bin, &o, &args.rates, args.rate_ptime)?;
-    if args.save {
+    if let Some(dir) = args.save.dir() {
         let data = saved_data(&report, args.rate_ptime)?;
         if data.zero_loss.is_empty() {
             eprintln!("esparto-testbed bench voip --rates: no Esparto figure measured: nothing saved");
         } else {
-            match results::save(&args.results, &o.esp_proposal, &results::envelope(Kind::CallRate, data)) {
+            match results::save(dir, &o.esp_proposal, &results::envelope(Kind::CallRate, data)) {
                 Ok(p) => eprintln!("esparto-testbed bench voip --rates: saved {}", p.display()),
                 Err(e) => eprintln!("esparto-testbed bench voip --rates: {e:#}"),
             }
         }
     }
-    super::finish(&report, &render(&report), args.json, report.errors.is_empty())
+    super::finish(&report, &render(&report), args.output.json, report.errors.is_empty())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use esparto_bench::args::Json;
 
 use crate::config;
 
@@ -25,9 +26,8 @@ pub(super) struct Target {
 pub(super) struct ReloadArgs {
     #[command(flatten)]
     pub(super) target: Target,
-    /// Print what the reload did as JSON.
-    #[arg(long)]
-    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) output: Json,
     /// Seconds to wait for the daemon's answer.
     #[arg(long, default_value_t = 30.0)]
     pub(super) timeout: f64,
@@ -42,12 +42,12 @@ pub(super) struct RekeyArgs {
     pub(super) ike: bool,
     #[command(flatten)]
     pub(super) target: Target,
-    /// Print the answer (or the error) as JSON.
-    #[arg(long)]
-    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) output: Json,
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("json", |a| a.help("Print the outcome (or the error) as JSON; `up` prints each log line as a JSON object first")))]
 pub(super) struct UpDownArgs {
     /// The connection name (`[connections.NAME]`).
     pub(super) name: String,
@@ -56,10 +56,8 @@ pub(super) struct UpDownArgs {
     /// Seconds to wait for the outcome.
     #[arg(long, default_value_t = 15.0)]
     pub(super) timeout: f64,
-    /// Print the outcome (or the error) as JSON; `up` prints each log line
-    /// as a JSON object first.
-    #[arg(long)]
-    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) output: Json,
     /// `up`: do not show the negotiation's log lines, only the outcome.
     #[arg(long, short = 'q')]
     pub(super) quiet: bool,
@@ -89,9 +87,8 @@ pub(super) struct RunArgs {
 pub(super) struct StatusArgs {
     #[command(flatten)]
     pub(super) target: Target,
-    /// Print the status as JSON.
-    #[arg(long)]
-    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) output: Json,
     /// Seconds to wait for the daemon's answer.
     #[arg(long, default_value_t = 5.0)]
     pub(super) timeout: f64,

@@ -99,7 +99,7 @@ fn client_error(sock: &Socket, e: ClientError) -> anyhow::Error {
 pub(super) fn status(a: StatusArgs) -> Result<ExitCode> {
     let timeout = timeout_arg(a.timeout)?;
     match ask(&a.target.socket()?, &Request::Status, timeout)? {
-        Response::Status(s) if a.json => println!("{}", serde_json::to_string_pretty(&s)?),
+        Response::Status(s) if a.output.json => println!("{}", serde_json::to_string_pretty(&s)?),
         Response::Status(s) => print!("{}", render::status_text(&s)),
         r => return Err(refused(r)),
     }
@@ -108,7 +108,7 @@ pub(super) fn status(a: StatusArgs) -> Result<ExitCode> {
 
 pub(super) fn sas(a: StatusArgs) -> Result<ExitCode> {
     let sas = fetch_sas(&a.target.socket()?, timeout_arg(a.timeout)?)?;
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&sas)?);
     } else {
         print!("{}", render::ike_sas_text(&sas));
@@ -118,7 +118,7 @@ pub(super) fn sas(a: StatusArgs) -> Result<ExitCode> {
 
 pub(super) fn list_conns(a: StatusArgs) -> Result<ExitCode> {
     match ask(&a.target.socket()?, &Request::ListConns, timeout_arg(a.timeout)?)? {
-        Response::Conns(c) if a.json => println!("{}", serde_json::to_string_pretty(&c)?),
+        Response::Conns(c) if a.output.json => println!("{}", serde_json::to_string_pretty(&c)?),
         Response::Conns(c) => print!("{}", render::conns_text(&c)),
         r => return Err(refused(r)),
     }
@@ -156,7 +156,7 @@ pub(super) fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
         Response::Done(msg) => msg,
         r => return Err(refused(r)),
     };
-    if !a.json {
+    if !a.output.json {
         println!("{first}");
     }
     let deadline = std::time::Instant::now() + timeout;
@@ -170,7 +170,7 @@ pub(super) fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
         };
         if done {
             let message = if up { format!("{}: up", a.name) } else { format!("{}: down", a.name) };
-            if a.json {
+            if a.output.json {
                 println!("{}", outcome_json(&message, up.then_some(&mine[..])));
             } else if up {
                 print!("{}", render::ike_sas_text(&mine));
@@ -199,7 +199,7 @@ pub(super) fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
 fn up_streamed(a: &UpDownArgs, sock: &Socket, timeout: Duration) -> Result<ExitCode> {
     use std::io::Write as _;
     let req = Request::Up { name: a.name.clone(), watch: true };
-    let json = a.json;
+    let json = a.output.json;
     let mut started = false;
     let mut each = |item: control::StreamItem| {
         let mut out = std::io::stdout().lock();
@@ -229,7 +229,7 @@ fn up_streamed(a: &UpDownArgs, sock: &Socket, timeout: Duration) -> Result<ExitC
         r => return Err(refused(r)),
     };
     let sas: Vec<_> = fetch_sas(sock, Duration::from_secs(5))?.into_iter().filter(|s| s.connection == a.name).collect();
-    if a.json {
+    if a.output.json {
         println!("{}", outcome_json(&message, Some(&sas)));
     } else {
         println!("{message}");
@@ -241,7 +241,7 @@ fn up_streamed(a: &UpDownArgs, sock: &Socket, timeout: Duration) -> Result<ExitC
 pub(super) fn rekey(a: RekeyArgs) -> Result<ExitCode> {
     let sock = a.target.socket()?;
     match ask(&sock, &Request::Rekey { name: a.name.clone(), ike: a.ike }, Duration::from_secs(5))? {
-        Response::Done(msg) if a.json => println!("{}", outcome_json(&msg, None)),
+        Response::Done(msg) if a.output.json => println!("{}", outcome_json(&msg, None)),
         Response::Done(msg) => println!("{msg}"),
         r => return Err(refused(r)),
     }
@@ -253,7 +253,7 @@ pub(super) fn rekey(a: RekeyArgs) -> Result<ExitCode> {
 pub(super) fn reload(a: ReloadArgs) -> Result<ExitCode> {
     match ask(&a.target.socket()?, &Request::Reload, timeout_arg(a.timeout)?)? {
         Response::Reload(r) => {
-            if a.json {
+            if a.output.json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 print!("{}", render::reload_text(&r));

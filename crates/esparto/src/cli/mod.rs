@@ -127,10 +127,10 @@ impl Cmd {
     /// Whether the command was asked for JSON (then its errors are JSON too).
     fn json(&self) -> bool {
         match self {
-            Cmd::Status(a) | Cmd::ListConns(a) | Cmd::Sas(a) => a.json,
-            Cmd::Up(a) | Cmd::Down(a) => a.json,
-            Cmd::Rekey(a) => a.json,
-            Cmd::Reload(a) => a.json,
+            Cmd::Status(a) | Cmd::ListConns(a) | Cmd::Sas(a) => a.output.json,
+            Cmd::Up(a) | Cmd::Down(a) => a.output.json,
+            Cmd::Rekey(a) => a.output.json,
+            Cmd::Reload(a) => a.output.json,
             Cmd::Bench(b) => b.json(),
             Cmd::Plan(_) | Cmd::CheckConfig(_) | Cmd::Run(_) => false,
         }
