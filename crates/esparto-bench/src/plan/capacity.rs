@@ -504,7 +504,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::results::tests::{dataplane_data, row as dp_row, tunnel_data};
+    use crate::results::fixtures::{dataplane_data, row as dp_row, tunnel_data};
     use crate::results::{Kind, TcpThroughput, envelope};
 
     fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {

@@ -615,7 +615,7 @@ mod tests {
     use esparto_crypto::Integ;
 
     use super::*;
-    use crate::results::tests::{call_rate_data, dataplane_data, tunnel_data};
+    use crate::results::fixtures::{call_rate_data, dataplane_data, tunnel_data};
     use crate::results::{Kind, envelope};
 
     fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {
