@@ -39,7 +39,7 @@ pub struct Save {
     /// Save the results, with this machine, the commit and the date, into --results.
     #[arg(long)]
     pub save: bool,
-    /// Where.
+    /// The directory it saves into.
     #[command(flatten)]
     pub results: ResultsDir,
 }
