@@ -70,9 +70,6 @@ pub struct IpcompArgs {
     save: Save,
 }
 
-/// Most `bench ipcomp --runs`.
-const MAX_RUNS: u64 = 1000;
-
 /// The command line of `esparto bench dataplane`.
 #[derive(Debug, Args)]
 pub struct DataplaneArgs {
@@ -121,6 +118,9 @@ pub struct DataplaneArgs {
 const DEFAULT_SIZES: &str = "64,128,256,512,1024,1420,imix";
 /// Sizes `bench dataplane --sas` measures unless told.
 const DEFAULT_AGILITY_SIZES: &str = "64,1420";
+
+/// Most `bench ipcomp --runs`.
+const MAX_RUNS: u64 = 1000;
 
 fn bench_dataplane(a: DataplaneArgs) -> Result<ExitCode> {
     let suite = crate::plan::parse_suite(&a.suite)?;

@@ -86,6 +86,19 @@ pub fn parse_suite(s: &str) -> Result<EspSuite> {
     })
 }
 
+/// `n` with thousands separators, rounded to a whole number.
+pub fn thousands(n: f64) -> String {
+    let s = format!("{:.0}", n.abs());
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0.0 && s != "0" { format!("-{out}") } else { out }
+}
+
 /// Reads the results directory (after measuring, with `--calibrate`) and
 /// names every file set aside, on stderr.
 fn load(common: &Common, suite: EspSuite) -> Result<results::Found> {
@@ -116,19 +129,6 @@ fn how_to_measure(found: &results::Found) -> String {
             format!(" with --results {}", found.dir.display())
         }
     )
-}
-
-/// `n` with thousands separators, rounded to a whole number.
-pub fn thousands(n: f64) -> String {
-    let s = format!("{:.0}", n.abs());
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0.0 && s != "0" { format!("-{out}") } else { out }
 }
 
 #[cfg(test)]
