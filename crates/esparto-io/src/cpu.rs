@@ -1,4 +1,9 @@
-//! CPUs: which ones we may run on, pinning, and a cycle counter.
+//! CPUs: which ones we may run on, how many workers that makes, pinning,
+//! and a cycle counter.
+//!
+//! A gateway runs one worker per CPU it may use unless told otherwise, and
+//! never more than [`MAX_WORKERS`]: the limit of `[daemon] workers` and of
+//! every command's `--workers`.
 //!
 //! `esparto bench dataplane` reports cycles per byte, the unit that survives
 //! changes of clock speed and core count. On x86_64 [`cycles`] reads the
@@ -16,6 +21,17 @@ use crate::sys;
 /// The CPUs this process may run on (its affinity mask).
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     sys::allowed_cpus()
+}
+
+/// Most worker threads a gateway runs (`[daemon] workers`, and `--workers`
+/// of the benchmarks): more is a typo, not a machine.
+pub const MAX_WORKERS: usize = 1024;
+
+/// The workers to run when nothing says how many: one per CPU this process
+/// may run on (its affinity mask, not the machine's CPU count), at least
+/// one and at most [`MAX_WORKERS`].
+pub fn default_workers() -> usize {
+    allowed_cpus().map(|c| c.len()).unwrap_or(1).clamp(1, MAX_WORKERS)
 }
 
 /// Pins the calling thread to one CPU.

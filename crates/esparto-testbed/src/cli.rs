@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use esparto_bench::args::{self, Json};
 
 use crate::bench::{ipcomp, metrics, setup, tunnel, voip};
 
@@ -34,16 +35,16 @@ enum Cmd {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("json", |a| a.help("Print a JSON summary (ping_ok, tcp_mbps, udp_1400_mbps, per-worker packets) instead")))]
 struct DemoArgs {
     /// Seconds of each traffic phase (TCP, UDP).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=3600))]
     seconds: u32,
     /// Workers per gateway (default: the CPUs esparto may use).
-    #[arg(long)]
+    #[arg(long, value_parser = args::workers())]
     workers: Option<usize>,
-    /// Print a JSON summary (ping_ok, tcp_mbps, udp_1400_mbps, per-worker packets) instead.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,13 +94,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
 }
 
 fn demo(a: DemoArgs, esparto: Option<PathBuf>) -> Result<ExitCode> {
-    if a.seconds == 0 || a.seconds > 3600 {
-        anyhow::bail!("--seconds must be between 1 and 3600");
-    }
     let bin = crate::esparto_binary(esparto.as_deref())?;
     crate::clean_up_on_signal("esparto-testbed demo")?;
-    let summary = crate::demo::run(&bin, &crate::demo::Options { seconds: a.seconds, workers: a.workers, json: a.json })?;
-    if a.json {
+    let summary =
+        crate::demo::run(&bin, &crate::demo::Options { seconds: a.seconds, workers: a.workers, json: a.output.json })?;
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     }
     Ok(if summary.ping_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })

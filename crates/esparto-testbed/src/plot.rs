@@ -2,7 +2,7 @@
 //! --svg`, and `esparto-testbed plot tunnel|dataplane|voip --from FILE --svg OUT`, which
 //! redraws a chart from results saved earlier without measuring again.
 //!
-//! The drawing itself is the gateway's ([`esparto::plot`]), so that
+//! The drawing itself is `esparto-bench`'s ([`esparto_bench::plot`]), so that
 //! `esparto bench dataplane --svg` on a gateway and `esparto-testbed plot
 //! dataplane` here draw the same chart. This module turns the test bed's
 //! reports into the charts' plain series: per system, the RFC 2544
@@ -22,16 +22,16 @@ use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use esparto::bench::dataplane::AgilityRow;
-use esparto::plan::results::{self, AgilityData, Saved, TunnelData};
-use esparto::plot::{SaSeries, SizePoint, SizeSeries};
+use esparto_bench::bench::dataplane::AgilityRow;
+use esparto_bench::plot::{SaSeries, SizePoint, SizeSeries};
+use esparto_bench::results::{self, AgilityData, Saved, TunnelData};
 use serde_json::Value;
 
 use crate::baseline::Section;
 use crate::bench::tunnel::Report;
 use crate::bench::tunnel::series::Series;
 
-pub use esparto::plot::{CodecCalls, check_destination, voip_calls, voip_calls_svg};
+pub use esparto_bench::plot::{CodecCalls, check_destination, voip_calls, voip_calls_svg};
 
 /// `esparto-testbed plot …`: a chart from saved results.
 #[derive(Debug, clap::Subcommand)]
@@ -101,11 +101,11 @@ pub fn main(cmd: &Cmd) -> Result<ExitCode> {
             let mut notes = Vec::new();
             for f in &a.from {
                 let (rows, note) = load_agility(f)?;
-                series.push((f.as_path(), esparto::plot::agility_series(&rows)));
+                series.push((f.as_path(), esparto_bench::plot::agility_series(&rows)));
                 notes.push(note);
             }
             notes.dedup();
-            esparto::plot::active_sas(
+            esparto_bench::plot::active_sas(
                 &a.svg,
                 "Key agility: ESP rate against active SAs (in process)",
                 &notes.join(" | "),
@@ -180,7 +180,7 @@ impl TunnelChart {
 
     /// Draws the chart into `path`.
     pub fn write(&self, path: &Path) -> Result<()> {
-        esparto::plot::packet_sizes(path, &self.title, &self.note, &self.series)
+        esparto_bench::plot::packet_sizes(path, &self.title, &self.note, &self.series)
     }
 }
 
@@ -455,7 +455,7 @@ mod tests {
         let row = |size, sas, mpps: f64| AgilityRow {
             size,
             sas,
-            mix: esparto::bench::dataplane::SaMix::Zipf,
+            mix: esparto_bench::bench::dataplane::SaMix::Zipf,
             workers: 2,
             suite: "aes256gcm16".into(),
             mpps,

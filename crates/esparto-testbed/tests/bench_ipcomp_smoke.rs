@@ -12,7 +12,7 @@
 
 use std::process::Command;
 
-use esparto::bench::corpus::Corpus;
+use esparto_bench::bench::corpus::Corpus;
 use esparto_testbed::bench::ipcomp::{Mode, Report};
 use esparto_testbed::skip;
 

@@ -12,7 +12,7 @@
 
 use std::process::Command;
 
-use esparto::plan::results;
+use esparto_bench::results;
 use esparto_testbed::bench::callrate::RateReport;
 use esparto_testbed::bench::voip::{Limit, Peer, Report};
 use esparto_testbed::{missing, skip};

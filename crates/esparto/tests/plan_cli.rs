@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use esparto::plan::results::{self, DataplaneData, Kind, TunnelData, ZeroLoss};
+use esparto_bench::results::{self, DataplaneData, Kind, TunnelData, ZeroLoss};
 
 /// Runs the binary; (success, stdout, stderr).
 mod common;
@@ -130,7 +130,7 @@ fn plan_capacity_names_its_sources() {
     let d: &Path = dir.path();
     // `esparto bench dataplane --json` of 2026-11-21 on the project's 2-vCPU machine
     // (docs/BENCHMARKS.md, "Data plane in process").
-    let rows: Vec<esparto::bench::dataplane::Row> =
+    let rows: Vec<esparto_bench::bench::dataplane::Row> =
         serde_json::from_str(include_str!("data/dataplane_aes256gcm16.json")).unwrap();
     let data = DataplaneData { suite: "aes256gcm16".into(), workers: 2, seconds: 0.5, runs: 5, rows };
     let dp = results::save(d, "aes256gcm16", &results::envelope(Kind::Dataplane, data)).unwrap();
@@ -152,7 +152,7 @@ fn plan_capacity_names_its_sources() {
 fn plan_capacity_tunnels_adds_the_measured_agility_cost_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let d: &Path = dir.path();
-    let rows: Vec<esparto::bench::dataplane::Row> =
+    let rows: Vec<esparto_bench::bench::dataplane::Row> =
         serde_json::from_str(include_str!("data/dataplane_aes256gcm16.json")).unwrap();
     let data = DataplaneData { suite: "aes256gcm16".into(), workers: 2, seconds: 0.5, runs: 5, rows };
     results::save(d, "aes256gcm16", &results::envelope(Kind::Dataplane, data)).unwrap();
@@ -166,10 +166,10 @@ fn plan_capacity_tunnels_adds_the_measured_agility_cost_and_names_it() {
     assert_eq!(line(&out, "aes256gcm16, ESP in process [1]"), line(&plain, "aes256gcm16, ESP in process [1]"));
     // With one: 1 Mpps with one SA on one worker, half that with 100,000
     // SAs, so a 64-byte packet costs twice the cycles.
-    let row = |sas: usize, ratio: f64| esparto::bench::dataplane::AgilityRow {
+    let row = |sas: usize, ratio: f64| esparto_bench::bench::dataplane::AgilityRow {
         size: 64,
         sas,
-        mix: esparto::bench::dataplane::SaMix::Zipf,
+        mix: esparto_bench::bench::dataplane::SaMix::Zipf,
         workers: 1,
         suite: "aes256gcm16".into(),
         mpps: ratio,

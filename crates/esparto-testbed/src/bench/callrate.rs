@@ -31,7 +31,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use esparto::plan::results::{self, CallRateData, Kind, ZeroLoss};
+use esparto_bench::results::{self, CallRateData, Kind, ZeroLoss};
 use serde::{Deserialize, Serialize};
 
 use super::tunnel::Machine;
@@ -277,7 +277,7 @@ pub fn render(r: &RateReport) -> String {
         let ge = if p.lower_bound { "≥ " } else { "" };
         let (n, limit) = match (p.calls, &p.error) {
             (Some(f), _) => (
-                format!("{ge}{}", esparto::plan::thousands(f64::from(f.calls))),
+                format!("{ge}{}", esparto_bench::plan::thousands(f64::from(f.calls))),
                 match f.limit {
                     Limit::Gateway => "gateways",
                     Limit::Generator => "generator-limited (lower bound)",
@@ -294,7 +294,7 @@ pub fn render(r: &RateReport) -> String {
             p.ip_size,
             p.ptime_ms,
             n,
-            format!("{ge}{}", esparto::plan::thousands(p.zero_loss_pps)),
+            format!("{ge}{}", esparto_bench::plan::thousands(p.zero_loss_pps)),
         );
     }
     for e in &r.errors {
@@ -309,18 +309,18 @@ pub fn main(args: &voip::Args, bin: &Path) -> Result<ExitCode> {
     validate(&args.rates, args.rate_ptime)?;
     crate::clean_up_on_signal("esparto-testbed bench voip --rates")?;
     let report = run(bin, &o, &args.rates, args.rate_ptime)?;
-    if args.save {
+    if let Some(dir) = args.save.dir() {
         let data = saved_data(&report, args.rate_ptime)?;
         if data.zero_loss.is_empty() {
             eprintln!("esparto-testbed bench voip --rates: no Esparto figure measured: nothing saved");
         } else {
-            match results::save(&args.results, &o.esp_proposal, &results::envelope(Kind::CallRate, data)) {
+            match results::save(dir, &o.esp_proposal, &results::envelope(Kind::CallRate, data)) {
                 Ok(p) => eprintln!("esparto-testbed bench voip --rates: saved {}", p.display()),
                 Err(e) => eprintln!("esparto-testbed bench voip --rates: {e:#}"),
             }
         }
     }
-    super::finish(&report, &render(&report), args.json, report.errors.is_empty())
+    super::finish(&report, &render(&report), args.output.json, report.errors.is_empty())
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! (a token bucket, `tbf`, on both gateways' WAN veths: the link between
 //! the sites is the slow part, as a leased line or DSL is) or left as
 //! veth's own speed. Through the tunnel one TCP stream from host-west to
-//! host-east carries a corpus ([`esparto::bench::corpus`], the same bytes
+//! host-east carries a corpus ([`esparto_bench::bench::corpus`], the same bytes
 //! `esparto bench ipcomp` measures in process), checked byte for byte on
 //! arrival ([`crate::tcpgen`]). Per cell it records the goodput, both
 //! gateway processes' CPU seconds per GB delivered, and what west's
@@ -27,9 +27,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
-use esparto::bench::corpus::{Corpus, CorpusFile};
-use esparto::plan::results;
 use esparto::status::Status;
+use esparto_bench::args::{self, Json, Save};
+use esparto_bench::bench::corpus::{Corpus, CorpusFile};
+use esparto_bench::results;
 use serde::{Deserialize, Serialize};
 
 use super::median;
@@ -155,7 +156,7 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
     /// Rounds; each figure is the median over them [default: 3; --quick: 1].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
     runs: Option<usize>,
     /// Seconds measured per cell [default: 4; --quick: 2].
     #[arg(long)]
@@ -164,20 +165,15 @@ pub struct Args {
     #[arg(long)]
     warmup: Option<f64>,
     /// Workers per gateway.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = args::workers())]
     workers: usize,
     /// A smoke run: one round, 2 s per cell, links 50 and unshaped, corpora text and random.
     #[arg(long)]
     quick: bool,
-    /// Print the report as JSON instead of the tables.
-    #[arg(long)]
-    json: bool,
-    /// Save the report (with this machine, the commit and the date).
-    #[arg(long)]
-    save: bool,
-    /// Directory --save writes into.
-    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
-    results: PathBuf,
+    #[command(flatten)]
+    output: Json,
+    #[command(flatten)]
+    save: Save,
 }
 
 /// What a run does, as the report records it.
@@ -243,14 +239,8 @@ impl Options {
             workers: a.workers,
             file: a.file.clone(),
         };
-        if o.runs == 0 || o.runs > 100 {
-            bail!("--runs must be between 1 and 100");
-        }
         if !((0.0..=600.0).contains(&o.seconds) && o.seconds > 0.0 && (0.0..=60.0).contains(&o.warmup)) {
             bail!("--seconds must be in (0, 600] and --warmup in [0, 60]");
-        }
-        if o.workers == 0 || o.workers > 64 {
-            bail!("--workers must be between 1 and 64");
         }
         Ok(o)
     }
@@ -713,14 +703,14 @@ pub fn main(a: &Args, bin: &std::path::Path) -> Result<ExitCode> {
         bail!("bench ipcomp needs {}", missing.join(", "));
     }
     crate::clean_up_on_signal("esparto-testbed bench ipcomp")?;
-    let r = run(bin, &o, !a.json)?;
-    if a.json {
+    let r = run(bin, &o, !a.output.json)?;
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print(&r);
     }
-    if a.save {
-        let path = results::save(&a.results, "deflate", &results::envelope(results::Kind::IpcompTunnel, &r))?;
+    if let Some(dir) = a.save.dir() {
+        let path = results::save(dir, "deflate", &results::envelope(results::Kind::IpcompTunnel, &r))?;
         eprintln!("saved {}", path.display());
     }
     Ok(if r.errors.is_empty() && !r.cells.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })

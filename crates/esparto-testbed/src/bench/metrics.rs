@@ -26,6 +26,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use esparto_bench::args::{self, Json};
 use esparto_netns::Netns;
 use serde::Serialize;
 
@@ -52,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10_000)]
     pub child_sas: usize,
     /// Workers of the gateway.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = args::workers())]
     pub workers: usize,
     /// Scrapes to time.
     #[arg(long, default_value_t = 20)]
@@ -63,9 +64,9 @@ pub struct Args {
     /// Children that get 3 datagrams each before the scrapes (0: no traffic).
     #[arg(long, default_value_t = 1000)]
     pub traffic: usize,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// How to print the report.
+    #[command(flatten)]
+    pub output: Json,
 }
 
 /// What was measured.
@@ -277,7 +278,7 @@ pub fn render(r: &Report) -> String {
 pub fn main(a: &Args, bin: &Path) -> Result<ExitCode> {
     crate::clean_up_on_signal("esparto-testbed bench metrics")?;
     let r = run(bin, a)?;
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", render(&r));

@@ -18,7 +18,7 @@ pub mod setup;
 pub mod tunnel;
 pub mod voip;
 
-pub use esparto::bench::median;
+pub use esparto_bench::bench::median;
 
 /// Prints a finished run: its tables on stdout, or with `json` the report
 /// as JSON on stdout and the tables on stderr beside the progress (one run,

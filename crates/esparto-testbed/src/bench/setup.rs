@@ -47,6 +47,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use clap::builder::RangedU64ValueParser;
+use esparto_bench::args::{self, Json};
 use serde::Serialize;
 
 use config_load::ConfigLoadRow;
@@ -182,10 +184,10 @@ fn growth(rows: &[ConfigLoadRow]) -> Option<Growth> {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Tunnels to bring up (IKE SA + first Child SA each); 0 skips the tunnel run.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = RangedU64ValueParser::<usize>::new().range(0..=1_000_000))]
     pub tunnels: usize,
     /// IKE SAs in flight at most.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub concurrency: usize,
     /// veth (two namespaces joined by a veth pair) or loopback (one namespace).
     #[arg(long, default_value = "veth")]
@@ -213,9 +215,9 @@ pub struct Args {
     /// ecdsa (P-256), ed25519 or rsa (3072 bits, PKCS#1 v1.5).
     #[arg(long, default_value = "psk")]
     pub auth: String,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// How to print the report.
+    #[command(flatten)]
+    pub output: Json,
 }
 
 /// `esparto-testbed bench setup-peer` (hidden): one side of the tunnel run.
@@ -243,7 +245,7 @@ pub struct PeerArgs {
     #[arg(long)]
     pub timeout: f64,
     /// Workers the ESP SPIs steer to.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = args::workers())]
     pub workers: usize,
     /// Demand cookies (responder).
     #[arg(long)]
@@ -279,12 +281,6 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         [i, r] => (*i, *r),
         _ => bail!("--cpus takes two CPUs: initiator,responder"),
     };
-    if a.concurrency == 0 || a.concurrency > 100_000 {
-        bail!("--concurrency must be between 1 and 100000");
-    }
-    if a.tunnels > 1_000_000 {
-        bail!("--tunnels must be at most 1000000");
-    }
     let auth = pki::Auth::parse(&a.auth)?;
     if auth != pki::Auth::Psk && a.connections != 1 {
         bail!("--auth {} runs with --connections 1 (one certificate per side)", a.auth);
@@ -325,7 +321,7 @@ pub fn main(a: &Args) -> Result<ExitCode> {
         auth: auth.name(),
     };
     let report = run(&bin, &opts)?;
-    if a.json {
+    if a.output.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report));
@@ -353,7 +349,7 @@ pub fn peer_main(a: &PeerArgs) -> Result<ExitCode> {
         cpu: a.cpu,
         timeout: seconds(a.timeout, "--timeout")?,
         cookies: a.cookies,
-        workers: a.workers.max(1),
+        workers: a.workers,
         connections: a.connections,
         pki: a.pki.clone(),
     };

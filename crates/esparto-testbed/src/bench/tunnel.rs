@@ -154,13 +154,13 @@ pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
         return main_series(bin, &opts, args);
     }
     let report = run(bin, &opts, false)?;
-    if args.save {
-        save_run(&report, args);
+    if let Some(dir) = args.save.dir() {
+        save_run(&report, dir);
     }
     if let Some(path) = &args.svg {
         draw(path, || Ok(crate::plot::TunnelChart::of_report(&report)));
     }
-    super::finish(&report, &render(&report), args.json, report.errors.is_empty())
+    super::finish(&report, &render(&report), args.output.json, report.errors.is_empty())
 }
 
 /// `--runs N`: each run's tables as it ends (on stderr with `--json`), then
@@ -177,11 +177,11 @@ fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
             if esparto_first { "Esparto" } else { "strongSwan" }
         );
         let report = run(bin, opts, esparto_first)?;
-        if args.save {
-            save_run(&report, args);
+        if let Some(dir) = args.save.dir() {
+            save_run(&report, dir);
         }
         let text = render(&report);
-        if args.json {
+        if args.output.json {
             eprint!("{text}");
         } else {
             print!("{text}");
@@ -194,7 +194,7 @@ fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
     let summary = series::summarise(&runs);
     let text = series::render(&summary, n);
     let failed = runs.iter().any(|r| !r.errors.is_empty());
-    if args.json {
+    if args.output.json {
         eprint!("{text}");
         println!("{}", serde_json::to_string_pretty(&series::Series { runs, summary })?);
     } else {
@@ -205,8 +205,8 @@ fn main_series(bin: &Path, opts: &Options, args: &Args) -> Result<ExitCode> {
 
 /// `--save`: keeps the run for `esparto plan`; a failure to save is
 /// reported, and the run's figures are still printed.
-fn save_run(report: &Report, args: &Args) {
-    match save::save(report, &args.results) {
+fn save_run(report: &Report, dir: &Path) {
+    match save::save(report, dir) {
         Ok(path) => eprintln!("esparto-testbed bench tunnel: saved {}", path.display()),
         Err(e) => eprintln!("esparto-testbed bench tunnel: {e:#}"),
     }

@@ -4,7 +4,7 @@
 //! For each gateway pair (strongSwan ↔ strongSwan and Esparto ↔ Esparto by
 //! default, in the same run, on a fresh topology each; optionally the plain
 //! routed path) and each codec of `esparto plan voip`'s table
-//! ([`esparto::plan::codec`]), N calls run between host-west and
+//! ([`esparto_bench::plan::codec`]), N calls run between host-west and
 //! host-east ([`crate::callgen`]: a pair of RTP-like flows per call at the
 //! codec's packet size and rate), N ramped:
 //!
@@ -42,9 +42,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use esparto::plan::codec::{self, Codec};
-use esparto::plan::results::{self, Kind};
-use esparto::plan::voip as plan_voip;
+use esparto_bench::args::{self, Json, Save};
+use esparto_bench::plan::codec::{self, Codec};
+use esparto_bench::plan::voip as plan_voip;
+use esparto_bench::results::{self, Kind};
 use serde::{Deserialize, Serialize};
 
 use super::tunnel::{EspartoPair, Layout, Machine};
@@ -114,10 +115,11 @@ pub struct Args {
     #[arg(long, default_value_t = callgen::SOURCES_PER_THREAD)]
     pub sources_per_thread: usize,
     /// Addresses each host receives calls on (added to its LAN interface; 5-tuples each way = threads × sources × this).
-    #[arg(long, default_value_t = HOST_ADDRS)]
+    #[arg(long, default_value_t = HOST_ADDRS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_HOST_ADDRS as u64))]
     pub host_addrs: usize,
     /// Workers per Esparto gateway (default: the CPUs this process may use).
-    #[arg(long)]
+    #[arg(long, value_parser = args::workers())]
     pub workers: Option<usize>,
     /// IKE proposal, both systems.
     #[arg(long, default_value = "aes256gcm16-prfsha256-x25519")]
@@ -128,15 +130,15 @@ pub struct Args {
     /// LAN links with veth's defaults instead of multi-queue NICs with GRO (as `bench tunnel --no-lan-gro`).
     #[arg(long)]
     pub no_lan_gro: bool,
-    /// Print the full results as JSON (the tables go to stderr).
-    #[arg(long)]
-    pub json: bool,
+    /// How to print the results.
+    #[command(flatten)]
+    pub output: Json,
     /// Print every trial to stderr as it ends.
     #[arg(long)]
     pub verbose: bool,
-    /// Save the results (with this machine, the commit and the date) in --results.
-    #[arg(long)]
-    pub save: bool,
+    /// Whether to keep them, and where (`bench tunnel --save` results there are compared with).
+    #[command(flatten)]
+    pub save: Save,
     /// Also draw calls per codec (Esparto beside strongSwan, zero loss and MOS ≥ 4.0) as an SVG chart into FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
@@ -146,9 +148,6 @@ pub struct Args {
     /// With --rates: milliseconds between a flow's packets.
     #[arg(long, default_value_t = 20)]
     pub rate_ptime: u32,
-    /// Results directory: --save writes here, and `bench tunnel --save` results here are compared with.
-    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
-    pub results: PathBuf,
 }
 
 /// What a run does, as the JSON records it.
@@ -201,22 +200,13 @@ impl Args {
         if self.peers.is_empty() {
             bail!("--peers: at least one of strongswan, esparto, routed");
         }
-        let workers = match self.workers {
-            Some(w) => w,
-            None => esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1),
-        };
-        if !(1..=64).contains(&workers) {
-            bail!("--workers must be between 1 and 64");
-        }
+        let workers = self.workers.unwrap_or_else(esparto_io::cpu::default_workers);
         let generator = callgen::Options {
             threads: self.threads,
             sources_per_thread: self.sources_per_thread,
             ..callgen::Options::default()
         };
         generator.validate()?;
-        if !(1..=MAX_HOST_ADDRS).contains(&self.host_addrs) {
-            bail!("--host-addrs must be between 1 and {MAX_HOST_ADDRS}");
-        }
         Ok(Options {
             codecs: codecs.iter().map(|c| c.key.to_string()).collect(),
             peers: self.peers.clone(),
@@ -310,7 +300,7 @@ pub struct Found {
 impl Found {
     /// "1,234", or "≥ 1,234" for a lower bound.
     pub fn text(&self) -> String {
-        let n = esparto::plan::thousands(f64::from(self.calls));
+        let n = esparto_bench::plan::thousands(f64::from(self.calls));
         match self.limit {
             Limit::Gateway => n,
             Limit::Generator | Limit::Cap => format!("≥ {n}"),
@@ -852,7 +842,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(o, "  {:<20} {:<11} {:>12} {:>12}", "codec", "pair", "zero loss", "MOS ≥ 4.0");
     for s in &r.summary {
         let f = |v: Option<u32>, b: bool| {
-            v.map_or("-".into(), |n| format!("{}{}", if b { "≥ " } else { "" }, esparto::plan::thousands(f64::from(n))))
+            v.map_or("-".into(), |n| format!("{}{}", if b { "≥ " } else { "" }, esparto_bench::plan::thousands(f64::from(n))))
         };
         let _ = writeln!(
             o,
@@ -907,9 +897,9 @@ pub fn render(r: &Report) -> String {
                     "  {:<12} plan {}{:>9} measured {}{:>7}  plan/measured {ratio:>5}  {verdict}",
                     row.codec,
                     if row.plan_lower_bound { "≥ " } else { "" },
-                    esparto::plan::thousands(row.plan_calls),
+                    esparto_bench::plan::thousands(row.plan_calls),
                     if row.measured_lower_bound { "≥ " } else { "" },
-                    esparto::plan::thousands(f64::from(row.measured_calls)),
+                    esparto_bench::plan::thousands(f64::from(row.measured_calls)),
                 );
             }
         }
@@ -987,26 +977,28 @@ pub fn main(args: &Args, bin: &Path) -> Result<ExitCode> {
         crate::plot::check_destination(path)?;
     }
     crate::clean_up_on_signal("esparto-testbed bench voip")?;
-    let report = run(bin, &o, &args.results)?;
+    let report = run(bin, &o, &args.save.results.dir)?;
     if let Some(path) = &args.svg {
         match crate::plot::voip_calls(path, &chart_note(&report), &chart(&report)) {
             Ok(()) => eprintln!("esparto-testbed bench voip: wrote {}", path.display()),
             Err(e) => eprintln!("esparto-testbed bench voip: --svg: {e:#}"),
         }
     }
-    if args.save {
+    if let Some(dir) = args.save.dir() {
         let suite = o.esp_proposal.clone();
-        match results::save(&args.results, &suite, &results::envelope(Kind::Voip, &report)) {
+        match results::save(dir, &suite, &results::envelope(Kind::Voip, &report)) {
             Ok(p) => eprintln!("esparto-testbed bench voip: saved {}", p.display()),
             Err(e) => eprintln!("esparto-testbed bench voip: {e:#}"),
         }
     }
-    super::finish(&report, &render(&report), args.json, report.errors.is_empty())
+    super::finish(&report, &render(&report), args.output.json, report.errors.is_empty())
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
+    use esparto_bench::args::ResultsDir;
+
     use super::*;
     use crate::callgen::{CallFigures, Delay};
 
@@ -1180,10 +1172,9 @@ pub(crate) mod tests {
                 rates: vec![],
                 rate_ptime: 20,
                 svg: None,
-                json: false,
+                output: Json::default(),
                 verbose: false,
-                save: false,
-                results: PathBuf::from("/nonexistent"),
+                save: Save { save: false, results: ResultsDir { dir: PathBuf::from("/nonexistent") } },
             }
             .options()
             .unwrap(),

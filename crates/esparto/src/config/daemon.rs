@@ -33,8 +33,7 @@ pub const DEFAULT_TUN_QUEUE_LEN: u32 = 4096;
 pub const MAX_TUN_QUEUE_LEN: u32 = 65_536;
 /// Default log filter.
 pub const DEFAULT_LOG: &str = "info";
-/// Most worker threads accepted; more is a typo, not a machine.
-pub const MAX_WORKERS: usize = 1024;
+pub use esparto_io::cpu::MAX_WORKERS;
 /// Highest CPU number accepted in `cpus` (the kernel's default NR_CPUS
 /// limit is 8192).
 pub const MAX_CPU: usize = 8191;
@@ -79,10 +78,7 @@ const KEYS: &[&str] = &[
 /// The number of workers when the file does not say: the CPUs this process
 /// may run on (its affinity mask, not the machine's CPU count).
 pub fn default_workers() -> usize {
-    esparto_io::cpu::allowed_cpus()
-        .map(|c| c.len())
-        .unwrap_or(1)
-        .clamp(1, MAX_WORKERS)
+    esparto_io::cpu::default_workers()
 }
 
 /// `cpus = [0, 1, ...]`: distinct CPU numbers, at least one.

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use esparto_bench::args::{self, Json, MAX_WORKERS, Save};
 use serde::{Deserialize, Serialize};
 
 use super::pair::Layout;
@@ -176,8 +177,8 @@ impl Options {
         if !(1..=600).contains(&self.tcp_seconds) {
             bail!("--tcp-seconds must be between 1 and 600");
         }
-        if !(1..=64).contains(&self.workers) {
-            bail!("--workers must be between 1 and 64");
+        if !(1..=MAX_WORKERS).contains(&self.workers) {
+            bail!("--workers must be between 1 and {MAX_WORKERS}");
         }
         Ok(())
     }
@@ -227,9 +228,9 @@ impl Options {
 /// The command line of `esparto-testbed bench tunnel`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Print the full results as JSON (progress still goes to stderr).
-    #[arg(long)]
-    pub json: bool,
+    /// How to print the results.
+    #[command(flatten)]
+    pub output: Json,
     /// A smoke run of about a minute: 1-second TCP, 64 and 1400 bytes, 0.25-second trials, a coarse search.
     #[arg(long)]
     pub quick: bool,
@@ -252,7 +253,7 @@ pub struct Args {
     #[arg(long)]
     pub tcp_seconds: Option<u32>,
     /// Workers per Esparto gateway (default: the CPUs this process may use).
-    #[arg(long)]
+    #[arg(long, value_parser = args::workers())]
     pub workers: Option<usize>,
     /// Key the per-CPU comparison with static keys instead of IKEv2 (same data path, no negotiation).
     #[arg(long)]
@@ -269,15 +270,12 @@ pub struct Args {
     /// Pin gw-east's worker k to the same CPU as gw-west's worker k, so that each flow's two ends share a CPU. The default shifts gw-east's CPUs by one: a flow's two ends on different CPUs, as on two machines.
     #[arg(long)]
     pub same_cpus: bool,
-    /// Repeat the whole run N times, then summarise each ratio: every run's value, the median, and how many runs reach the target.
+    /// Repeat the whole run N times, then summarise each ratio: every run's value, the median, and how many runs reach the target; --save keeps every run.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
-    /// Save Esparto's figures (with this machine, the commit and the date) for `esparto plan`; with --runs, every run.
-    #[arg(long)]
-    pub save: bool,
-    /// Directory --save writes into.
-    #[arg(long, value_name = "DIR", default_value = esparto::plan::results::DEFAULT_DIR)]
-    pub results: std::path::PathBuf,
+    /// Whether to keep Esparto's figures for `esparto plan`, and where.
+    #[command(flatten)]
+    pub save: Save,
     /// Also draw throughput and zero-loss packet rate against packet size (routed, strongSwan,
     /// Esparto) as an SVG chart into FILE; with --runs, the medians.
     #[arg(long, value_name = "FILE")]
@@ -287,13 +285,9 @@ pub struct Args {
 impl Args {
     /// The options these arguments ask for.
     pub fn options(&self) -> Result<Options> {
-        let workers = match self.workers {
-            Some(w) => w,
-            None => esparto_io::cpu::allowed_cpus()
-                .map(|c| c.len())
-                .unwrap_or(1)
-                .max(1),
-        };
+        let workers = self
+            .workers
+            .unwrap_or_else(esparto_io::cpu::default_workers);
         let mut o = if self.quick {
             Options::quick(workers)
         } else {

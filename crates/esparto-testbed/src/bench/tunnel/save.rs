@@ -1,5 +1,5 @@
 //! `bench tunnel --save`: a run's Esparto figures kept for `esparto plan`,
-//! in the gateway's results format ([`esparto::plan::results`]), with the
+//! in the gateway's results format ([`esparto_bench::results`]), with the
 //! machine, the commit and the date.
 //!
 //! The planner reads Esparto ↔ Esparto's section: the RFC 2544 zero-loss
@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
-use esparto::plan::results::{self, Kind, TcpThroughput, TunnelData, ZeroLoss};
+use esparto_bench::results::{self, Kind, TcpThroughput, TunnelData, ZeroLoss};
 
 use super::Report;
 

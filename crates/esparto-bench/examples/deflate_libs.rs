@@ -4,7 +4,7 @@
 //! own, level 1 (the data plane's) and 6.
 //!
 //! ```text
-//! cargo run --release -p esparto --example deflate_libs [-- SECONDS RUNS]
+//! cargo run --release -p esparto-bench --example deflate_libs [-- SECONDS RUNS]
 //! ```
 //!
 //! It first checks the property the data plane relies on: compressing into
@@ -18,9 +18,9 @@
 
 use std::time::{Duration, Instant};
 
-use esparto::bench::corpus::Corpus;
-use esparto::bench::ipcomp::packets;
-use esparto::bench::median;
+use esparto_bench::bench::corpus::Corpus;
+use esparto_bench::bench::ipcomp::packets;
+use esparto_bench::bench::median;
 use esparto_esp::{Deflate, MAX_PACKET};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 

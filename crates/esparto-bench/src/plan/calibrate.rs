@@ -19,8 +19,8 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result};
 use esparto_crypto::EspSuite;
 
-use super::results::{self, DataplaneData, Kind};
 use crate::bench::dataplane::{self, Size};
+use crate::results::{self, DataplaneData, Kind};
 
 /// Sizes measured in process.
 pub const SIZES: [Size; 7] = [
@@ -69,7 +69,7 @@ fn testbed(explicit: Option<&Path>) -> Option<PathBuf> {
 /// saves both into `dir`.
 pub fn run(dir: &Path, suite: EspSuite, explicit_testbed: Option<&Path>) -> Result<Report> {
     let mut report = Report::default();
-    let workers = esparto_io::cpu::allowed_cpus().map(|c| c.len()).unwrap_or(1).max(1);
+    let workers = esparto_io::cpu::default_workers();
     eprintln!("calibrate: {suite} in process, {} sizes, {workers} workers …", SIZES.len());
     let opts = dataplane::Options { suite, sizes: SIZES.to_vec(), workers, seconds: SECONDS, runs: 1, count: None };
     let rows = dataplane::run(&opts).context("measuring the data plane in process")?;

@@ -6,12 +6,20 @@
 //! Speed is measured here and not in tests: these machines are shared and
 //! noisy, so every benchmark reports ratios measured side by side in one
 //! run and medians of several runs.
+//!
+//! [`dataplane`] and [`ipcomp`] measure, [`command`] is their command
+//! lines; [`corpus`] is the traffic IPComp is measured on (the test bed's
+//! `bench ipcomp` sends the same bytes), [`packet`] the inner packets of
+//! the data-plane benchmark, [`tsc`] the cycle counter's rate.
 
+pub mod command;
 pub mod corpus;
 pub mod dataplane;
 pub mod ipcomp;
 pub mod packet;
 pub mod tsc;
+
+pub use command::BenchCmd;
 
 /// The median of `xs` (0 for none).
 pub fn median(xs: &[f64]) -> f64 {

@@ -22,7 +22,7 @@
 //! small N) counts as no extra cost.
 
 use super::capacity::{Mix, Row};
-use super::results::{AgilityData, Loaded};
+use crate::results::{AgilityData, Loaded};
 
 /// Extra cycles per round trip at `size` bytes with `tunnels` SA pairs per
 /// worker, and whether it left the measured counts or sizes.
@@ -156,7 +156,12 @@ pub fn apply(row: &mut Row, d: &Loaded<AgilityData>, mix: &Mix, tunnels: usize) 
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::plan::capacity::{LINKS_MBPS, in_process};
+    use crate::results::fixtures::{dataplane_data, row as dp_row};
+    use crate::results::{Kind, envelope};
 
     #[test]
     fn ratio_is_interpolated_in_log_n_and_held_beyond() {
@@ -167,5 +172,66 @@ mod tests {
         assert!((r - 0.75).abs() < 1e-9 && !b, "{r}");
         assert_eq!(ratio_at(&pts, 100_000), (0.4, false));
         assert_eq!(ratio_at(&pts, 1_000_000), (0.4, true));
+    }
+
+    fn loaded<T>(kind: Kind, data: T) -> Loaded<T> {
+        Loaded { path: PathBuf::from(format!("/results/{kind}.json")), saved: envelope(kind, data) }
+    }
+
+    fn agility_row(size: usize, sas: usize, ratio: f64, mpps_1: f64) -> crate::bench::dataplane::AgilityRow {
+        crate::bench::dataplane::AgilityRow {
+            size,
+            sas,
+            mix: crate::bench::dataplane::SaMix::Zipf,
+            workers: 1,
+            suite: "aes256gcm16".into(),
+            mpps: mpps_1 * ratio,
+            gbps: 0.0,
+            mpps_1,
+            ratio,
+            packets: 1,
+            sas_used: sas,
+            out_bytes_per_sa: None,
+            in_bytes_per_sa: None,
+            out_heap_per_sa: None,
+            in_heap_per_sa: None,
+            prefetch: true,
+        }
+    }
+
+    /// `--tunnels`: with one SA a round trip takes 1,000 cycles (1 Mpps at
+    /// 1 GHz); at 100,000 SAs the rate is half, so a packet costs 1,000
+    /// cycles more; at 10,000 a quarter less, so a third more.
+    #[test]
+    fn tunnels_add_the_measured_cost_of_cold_sa_state() {
+        let mut data = dataplane_data("aes256gcm16");
+        data.rows = vec![dp_row(64, 20.0), dp_row(1420, 20.0)];
+        data.workers = 1;
+        let mut d = loaded(Kind::Dataplane, data);
+        d.saved.clock_hz = 1e9;
+        let rows = vec![
+            agility_row(64, 100, 1.02, 1.0),
+            agility_row(64, 10_000, 0.75, 1.0),
+            agility_row(64, 100_000, 0.5, 1.0),
+        ];
+        let agility = crate::results::AgilityData { suite: "aes256gcm16".into(), workers: 1, seconds: 1.0, runs: 5, rows };
+        let mut a = loaded(Kind::Agility, agility);
+        a.saved.clock_hz = 1e9;
+        let mix = Mix::fixed(64);
+        let base = in_process(&d, &mix, &LINKS_MBPS).unwrap();
+        for (tunnels, extra, beyond) in [(1, 0.0, false), (100, 0.0, false), (10_000, 1000.0 / 3.0, false), (100_000, 1000.0, false), (1_000_000, 1000.0, true)] {
+            let mut r = base.clone();
+            crate::plan::agility::apply(&mut r, &a, &mix, tunnels);
+            assert!((r.cycles_per_packet - (base.cycles_per_packet + extra)).abs() < 1e-6, "{tunnels}: {}", r.cycles_per_packet);
+            let scale = r.cycles_per_packet / base.cycles_per_packet;
+            assert!((r.links[2].cores - base.links[2].cores * scale).abs() < 1e-9);
+            assert!(r.notes.iter().any(|n| n.contains("key-agility measurement /results/agility.json")), "{:?}", r.notes);
+            assert_eq!(r.notes.iter().any(|n| n.contains("more than the most SAs measured")), beyond, "{tunnels}");
+            assert_eq!(r.links[0].extrapolated, beyond);
+        }
+        // A size outside the measured ones is said.
+        let mut r = in_process(&d, &Mix::fixed(1420), &LINKS_MBPS).unwrap();
+        crate::plan::agility::apply(&mut r, &a, &Mix::fixed(1420), 100_000);
+        assert!(r.notes.iter().any(|n| n.contains("outside the key-agility measurement")), "{:?}", r.notes);
     }
 }

@@ -14,33 +14,58 @@
 //!   [`esparto_esp::Framing`]) and the calls the gateway carries;
 //! - [`capacity`]: `esparto plan capacity`, per suite the cores a link of
 //!   C Mbit/s needs for a traffic mix;
-//! - [`results`]: the measurements kept (`--save`), read back with the
-//!   machine, commit and date checked;
+//! - [`agility`]: what many active tunnels add to a packet's cost
+//!   (`plan capacity --tunnels N`);
 //! - [`curve`]: figures measured at a few sizes, read at any size;
 //! - [`calibrate`]: `--calibrate`, a short measurement when there is none.
 //!
-//! Every figure printed names the file and date it came from, and says
-//! when it was interpolated or extrapolated rather than measured.
+//! The figures are the measurements kept with `--save`, read back from
+//! [`crate::results`] with the machine, commit and date checked. Every
+//! figure printed names the file and date it came from, and says when it
+//! was interpolated or extrapolated rather than measured.
 
-pub mod calibrate;
 pub mod agility;
+pub mod calibrate;
 pub mod capacity;
 pub mod codec;
 pub mod curve;
-pub mod results;
 pub mod voip;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Result;
 use esparto_crypto::EspSuite;
 
+use crate::args::{Json, ResultsDir};
+use crate::results;
+
+/// `esparto plan`'s commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum PlanCmd {
+    /// Full-duplex calls per codec (G.711, G.729, G.726, G.722, Opus, AMR-WB): bytes, bit rates, calls.
+    Voip(voip::Args),
+    /// Cores needed for a link of C Mbit/s per suite, for a traffic mix.
+    Capacity(capacity::Args),
+}
+
+impl PlanCmd {
+    /// Runs the command; `read_config` reads a gateway's configuration for
+    /// `plan voip --config FILE`.
+    pub fn run(&self, read_config: voip::ReadConfig) -> Result<ExitCode> {
+        match self {
+            PlanCmd::Voip(a) => voip::main(a, read_config),
+            PlanCmd::Capacity(a) => capacity::main(a),
+        }
+    }
+}
+
 /// The options every `plan` command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Common {
-    /// Directory of saved benchmark results (`esparto bench dataplane --save`, `esparto-testbed bench tunnel --save`).
-    #[arg(long, value_name = "DIR", default_value = results::DEFAULT_DIR)]
-    pub results: PathBuf,
+    /// Where the saved results are (`esparto bench dataplane --save`, `esparto-testbed bench tunnel --save`).
+    #[command(flatten)]
+    pub results: ResultsDir,
     /// Measure first, save, then plan: the data plane in process, and end to end with esparto-testbed if it is
     /// beside this binary (root; about a minute).
     #[arg(long)]
@@ -48,9 +73,9 @@ pub struct Common {
     /// The esparto-testbed binary for --calibrate (default: the one beside this binary).
     #[arg(long, value_name = "PATH")]
     pub testbed: Option<PathBuf>,
-    /// Print the plan as JSON.
-    #[arg(long)]
-    pub json: bool,
+    /// How to print the plan.
+    #[command(flatten)]
+    pub output: Json,
 }
 
 /// Parses a suite in strongSwan syntax, or says which ones exist.
@@ -61,14 +86,27 @@ pub fn parse_suite(s: &str) -> Result<EspSuite> {
     })
 }
 
+/// `n` with thousands separators, rounded to a whole number.
+pub fn thousands(n: f64) -> String {
+    let s = format!("{:.0}", n.abs());
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0.0 && s != "0" { format!("-{out}") } else { out }
+}
+
 /// Reads the results directory (after measuring, with `--calibrate`) and
 /// names every file set aside, on stderr.
 fn load(common: &Common, suite: EspSuite) -> Result<results::Found> {
     if common.calibrate {
-        let report = calibrate::run(&common.results, suite, common.testbed.as_deref())?;
+        let report = calibrate::run(&common.results.dir, suite, common.testbed.as_deref())?;
         eprint!("{report}");
     }
-    let found = results::load_dir(&common.results, &results::Machine::this())?;
+    let found = results::load_dir(&common.results.dir, &results::Machine::this())?;
     for i in &found.ignored {
         eprintln!("esparto plan: {i}");
     }
@@ -91,19 +129,6 @@ fn how_to_measure(found: &results::Found) -> String {
             format!(" with --results {}", found.dir.display())
         }
     )
-}
-
-/// `n` with thousands separators, rounded to a whole number.
-pub fn thousands(n: f64) -> String {
-    let s = format!("{:.0}", n.abs());
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0.0 && s != "0" { format!("-{out}") } else { out }
 }
 
 #[cfg(test)]

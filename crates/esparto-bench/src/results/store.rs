@@ -1,20 +1,4 @@
-//! Measurements kept: benchmark results saved as JSON files in a results
-//! directory (default [`DEFAULT_DIR`]), each with the machine, the commit
-//! and the date, for `esparto plan` to read back.
-//!
-//! Two kinds are written: `esparto bench dataplane --save` (the data plane
-//! in process: cycles per byte by packet size, [`DataplaneData`]) and the
-//! test bed's `esparto-testbed bench tunnel --save` (end to end: the RFC 2544
-//! zero-loss packet rate by inner packet size and the gateways' CPU per GB,
-//! [`TunnelData`], with the test bed's whole report kept beside it).
-//! The test bed's `bench voip --save` ([`Kind::Voip`], calls measured end
-//! to end) is kept for the operator and for charts; no plan reads it, nor
-//! the IPComp benchmarks' (`esparto bench ipcomp --save`, [`Kind::Ipcomp`];
-//! the test bed's `bench ipcomp --save`, [`Kind::IpcompTunnel`]).
-//! Its rate search, `bench voip --rates SIZES --save` ([`Kind::CallRate`],
-//! [`CallRateData`]), is what `plan voip` prefers: the zero-loss packet
-//! rate by IP size of call-like traffic (hundreds of 5-tuples, both
-//! directions, paced), a packet rate the plan turns into calls itself.
+//! The store: results files written into a directory and read back.
 //!
 //! A plan is only as good as the figures it stands on, so nothing is
 //! trusted silently. [`load_dir`] reads every `*.json` in the directory and
@@ -25,8 +9,9 @@
 //! rest the planner takes the newest of each kind (of each suite, for the
 //! data plane), and names the file and date beside every figure.
 //!
-//! Files are written whole under a temporary name, then renamed, so a
-//! reader never sees half a file.
+//! [`save`] writes a file whole under a temporary name, then renames it, so
+//! a reader never sees half a file; [`envelope`] dates a measurement and
+//! names this machine, this binary's commit and this command line.
 
 use std::fmt;
 use std::io::Read as _;
@@ -37,14 +22,11 @@ use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::schema::{AgilityData, CallRateData, DataplaneData, FORMAT, Kind, Machine, Saved, TunnelData};
 use crate::bench::dataplane;
 
 /// Where results go unless `--results DIR` says otherwise.
 pub const DEFAULT_DIR: &str = "/var/lib/esparto/bench";
-
-/// The file format this build writes and reads. Raised when a field's
-/// meaning changes; files of any other version are set aside, named.
-pub const FORMAT: u32 = 1;
 
 /// A results file larger than this is not one of ours: set aside unread.
 pub const MAX_FILE_BYTES: u64 = 32 << 20;
@@ -52,318 +34,6 @@ pub const MAX_FILE_BYTES: u64 = 32 << 20;
 /// The commit this binary was built from (`git rev-parse HEAD` at build
 /// time, or `ESPARTO_COMMIT`; "unknown" without git).
 pub const COMMIT: &str = env!("ESPARTO_COMMIT");
-
-/// Which benchmark wrote a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// `esparto bench dataplane`: in process.
-    Dataplane,
-    /// `esparto-testbed bench tunnel`: end to end through two gateways.
-    Tunnel,
-    /// `esparto bench dataplane --sas`: in process, many active SAs.
-    Agility,
-    /// `esparto-testbed bench voip`: concurrent calls end to end.
-    Voip,
-    /// `esparto bench ipcomp`: DEFLATE per corpus in process.
-    Ipcomp,
-    /// `esparto-testbed bench ipcomp`: goodput per link and IPComp mode.
-    #[serde(rename = "ipcomp-tunnel")]
-    IpcompTunnel,
-    /// `esparto-testbed bench voip --rates`: the zero-loss packet rate of
-    /// call-like traffic by packet size.
-    #[serde(rename = "callrate")]
-    CallRate,
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Kind::Dataplane => "dataplane",
-            Kind::Tunnel => "tunnel",
-            Kind::Agility => "agility",
-            Kind::Voip => "voip",
-            Kind::Ipcomp => "ipcomp",
-            Kind::IpcompTunnel => "ipcomp-tunnel",
-            Kind::CallRate => "callrate",
-        })
-    }
-}
-
-/// The machine a measurement was taken on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Machine {
-    /// `/etc/machine-id` (or "hostname:NAME" where there is none).
-    pub id: String,
-    /// The host name.
-    pub hostname: String,
-    /// `model name` from `/proc/cpuinfo`.
-    pub cpu_model: String,
-    /// Processors listed in `/proc/cpuinfo`.
-    pub cpus: usize,
-}
-
-impl Machine {
-    /// This machine.
-    pub fn this() -> Self {
-        let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).ok().filter(|s| !s.is_empty());
-        let hostname = read("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown".into());
-        let id = read("/etc/machine-id")
-            .or_else(|| read("/var/lib/dbus/machine-id"))
-            .unwrap_or_else(|| format!("hostname:{hostname}"));
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map_or_else(|| "unknown".to_string(), |(_, v)| v.trim().to_string());
-        let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
-        Self { id, hostname, cpu_model, cpus }
-    }
-
-    /// `None` if `other` is this machine as it is now; else how it differs.
-    pub fn differs(&self, other: &Machine) -> Option<String> {
-        if self.id != other.id {
-            return Some(format!("from another machine ({}, machine id {})", other.hostname, other.id));
-        }
-        if self.cpu_model != other.cpu_model {
-            return Some(format!("measured on other CPUs ({}; now {})", other.cpu_model, self.cpu_model));
-        }
-        if self.cpus != other.cpus {
-            return Some(format!("measured with {} CPUs (now {})", other.cpus, self.cpus));
-        }
-        None
-    }
-}
-
-/// One saved measurement: who, where, when, and the figures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Saved<T> {
-    /// [`FORMAT`].
-    pub format: u32,
-    /// Which benchmark.
-    pub kind: Kind,
-    /// Where it ran.
-    pub machine: Machine,
-    /// The commit of the binary that measured.
-    pub commit: String,
-    /// When, RFC 3339 UTC.
-    pub date: String,
-    /// The same as Unix seconds (which file is newest).
-    pub unix: u64,
-    /// The command line.
-    pub command: String,
-    /// `/proc/loadavg`'s 1, 5 and 15-minute load averages when saved: how
-    /// busy the machine was (figures taken beside other work are lower).
-    pub load_average: String,
-    /// The cycle counter's rate, Hz: the clock the cycle counts are in.
-    pub clock_hz: f64,
-    /// The figures.
-    pub data: T,
-}
-
-/// What `esparto bench dataplane` measured (one suite).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DataplaneData {
-    /// The suite, strongSwan's name.
-    pub suite: String,
-    /// Worker threads of the multi-worker figures.
-    pub workers: usize,
-    /// Seconds per measurement.
-    pub seconds: f64,
-    /// Measurements per figure (medians).
-    pub runs: usize,
-    /// One row per packet size.
-    pub rows: Vec<dataplane::Row>,
-}
-
-/// What `esparto bench dataplane --sas` measured (one suite).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AgilityData {
-    /// The suite, strongSwan's name.
-    pub suite: String,
-    /// Worker threads.
-    pub workers: usize,
-    /// Seconds per measurement.
-    pub seconds: f64,
-    /// Measurements per figure (medians).
-    pub runs: usize,
-    /// One row per packet size and number of SAs.
-    pub rows: Vec<dataplane::AgilityRow>,
-}
-
-/// What `esparto bench ipcomp` measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IpcompData {
-    /// Seconds per measurement.
-    pub seconds: f64,
-    /// Measurements per figure (medians).
-    pub runs: usize,
-    /// The file measured as corpus "file", if any.
-    #[serde(default)]
-    pub file: Option<String>,
-    /// One row per corpus and packet size.
-    pub rows: Vec<crate::bench::ipcomp::Row>,
-}
-
-/// One packet size's RFC 2544 zero-loss rate, end to end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ZeroLoss {
-    /// Inner IP packet size, bytes.
-    pub ip_size: usize,
-    /// Highest rate with no loss, packets/s (0: none found).
-    pub pps: f64,
-    /// The search's first probe, at the most the generator offered, passed:
-    /// the gateways carry at least this much.
-    pub lower_bound: bool,
-    /// A confirming trial passed at this rate.
-    pub confirmed: bool,
-    /// The two gateway processes' CPU seconds per 10⁹ inner bytes at this rate.
-    pub gateway_s_per_gb: Option<f64>,
-}
-
-/// One TCP figure, end to end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpThroughput {
-    /// Parallel streams.
-    pub streams: u32,
-    /// Payload Mbit/s at the receiver.
-    pub mbps: f64,
-    /// The two gateway processes' CPU seconds per 10⁹ payload bytes.
-    pub gateway_s_per_gb: Option<f64>,
-}
-
-/// What `esparto-testbed bench tunnel` measured of Esparto ↔ Esparto.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TunnelData {
-    /// The ESP suite the gateways used.
-    pub suite: String,
-    /// Workers per gateway.
-    pub workers: usize,
-    /// UDP generator flows offered at once.
-    pub flows: usize,
-    /// Seconds per zero-loss trial.
-    pub trial_seconds: f64,
-    /// The search's resolution (a fraction of the rate).
-    pub resolution: f64,
-    /// The loss fraction counted as zero (0: RFC 2544's definition).
-    pub loss_tolerance: f64,
-    /// The zero-loss rate by inner packet size.
-    pub zero_loss: Vec<ZeroLoss>,
-    /// TCP throughput.
-    pub tcp: Vec<TcpThroughput>,
-    /// The test bed's whole report (every trial of every search), as it
-    /// printed it with `--json`; the planner does not read it.
-    pub report: serde_json::Value,
-}
-
-/// What `esparto-testbed bench voip --rates` measured of Esparto ↔ Esparto:
-/// the zero-loss packet rate (both directions together) of call-like
-/// traffic at a few IP packet sizes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CallRateData {
-    /// The ESP suite the gateways used.
-    pub suite: String,
-    /// Workers per gateway.
-    pub workers: usize,
-    /// UDP 5-tuples each way.
-    pub tuples: usize,
-    /// Milliseconds between a flow's packets (the rate is paced calls of
-    /// this packet time; a rate of R packets/s is R ÷ (2 × 1000/ptime) calls).
-    pub ptime_ms: u32,
-    /// Seconds per trial.
-    pub trial_seconds: f64,
-    /// The search's resolution (a fraction of the calls).
-    pub resolution: f64,
-    /// The zero-loss rate by inner IP packet size; `lower_bound` when the
-    /// generator (or the cap), not the gateways, stopped the search.
-    pub zero_loss: Vec<ZeroLoss>,
-    /// The test bed's whole report; the planner does not read it.
-    pub report: serde_json::Value,
-}
-
-/// Figures that make no sense are refused like a corrupt file.
-trait Plausible {
-    fn check(&self) -> Result<(), String>;
-}
-
-fn positive(what: &str, x: f64) -> Result<(), String> {
-    if x.is_finite() && x > 0.0 { Ok(()) } else { Err(format!("{what} is {x}")) }
-}
-
-impl Plausible for DataplaneData {
-    fn check(&self) -> Result<(), String> {
-        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
-            return Err(format!("unknown suite '{}'", self.suite));
-        }
-        if self.rows.is_empty() {
-            return Err("no rows".into());
-        }
-        for r in &self.rows {
-            positive(&format!("size {}: bytes", r.size), r.bytes)?;
-            positive(&format!("size {}: cycles per byte", r.size), r.cycles_per_byte)?;
-            positive(&format!("size {}: ESP Mpps", r.size), r.esp_mpps)?;
-            positive(&format!("size {}: one-worker ESP Mpps", r.size), r.esp_mpps_1)?;
-        }
-        Ok(())
-    }
-}
-
-impl Plausible for AgilityData {
-    fn check(&self) -> Result<(), String> {
-        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
-            return Err(format!("unknown suite '{}'", self.suite));
-        }
-        if self.rows.is_empty() {
-            return Err("no rows".into());
-        }
-        if self.workers == 0 {
-            return Err("0 workers".into());
-        }
-        for r in &self.rows {
-            if r.size == 0 || r.sas == 0 {
-                return Err(format!("a row of {} B with {} SAs", r.size, r.sas));
-            }
-            positive(&format!("{} B, {} SAs: ratio", r.size, r.sas), r.ratio)?;
-            positive(&format!("{} B, {} SAs: one-SA Mpps", r.size, r.sas), r.mpps_1)?;
-        }
-        Ok(())
-    }
-}
-
-impl Plausible for TunnelData {
-    fn check(&self) -> Result<(), String> {
-        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
-            return Err(format!("unknown suite '{}'", self.suite));
-        }
-        for z in &self.zero_loss {
-            if !(z.pps.is_finite() && z.pps >= 0.0) || z.ip_size == 0 {
-                return Err(format!("zero-loss rate {} pps at {} B", z.pps, z.ip_size));
-            }
-            if let Some(s) = z.gateway_s_per_gb {
-                positive(&format!("{} B: CPU s/GB", z.ip_size), s)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Plausible for CallRateData {
-    fn check(&self) -> Result<(), String> {
-        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
-            return Err(format!("unknown suite '{}'", self.suite));
-        }
-        if self.ptime_ms == 0 {
-            return Err("packet time 0 ms".into());
-        }
-        for z in &self.zero_loss {
-            if !(z.pps.is_finite() && z.pps >= 0.0) || z.ip_size == 0 {
-                return Err(format!("zero-loss rate {} pps at {} B", z.pps, z.ip_size));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// A file read and accepted.
 #[derive(Debug, Clone)]
@@ -452,11 +122,6 @@ impl Found {
     }
 }
 
-fn newest<'a, T: 'a>(it: impl Iterator<Item = &'a Loaded<T>>) -> Option<&'a Loaded<T>> {
-    // Ties on the second: the later file name (they carry the time).
-    it.max_by(|a, b| a.saved.unix.cmp(&b.saved.unix).then_with(|| a.path.cmp(&b.path)))
-}
-
 /// The current time as (Unix seconds, RFC 3339 UTC).
 pub fn now() -> (u64, String) {
     let t = SystemTime::now();
@@ -508,37 +173,6 @@ pub fn save<T: Serialize>(dir: &Path, suite: &str, saved: &Saved<T>) -> Result<P
     std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(path)
-}
-
-/// Makes `dir` (mode 0755: results are not secret) and any missing parent
-/// (mode 0700, as the daemon makes its state directory, the default
-/// results directory's parent).
-fn make_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
-    }
-    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)
-}
-
-/// The part of a file every format version has: enough to say why a file
-/// is set aside before its figures are read.
-#[derive(Deserialize)]
-struct Head {
-    format: serde_json::Value,
-}
-
-/// Reads one file as `Saved<T>`, or says why not.
-fn parse<T: DeserializeOwned + Plausible>(value: serde_json::Value, this: &Machine) -> Result<Saved<T>, String> {
-    let saved: Saved<T> = serde_json::from_value(value).map_err(|e| format!("corrupt: {e}"))?;
-    if let Some(d) = this.differs(&saved.machine) {
-        return Err(d);
-    }
-    saved.data.check().map_err(|e| format!("implausible figures: {e}"))?;
-    Ok(saved)
 }
 
 /// Reads every `*.json` in `dir`: this machine's results of the current
@@ -615,6 +249,42 @@ pub fn load_dir(dir: &Path, this: &Machine) -> Result<Found> {
     Ok(found)
 }
 
+fn newest<'a, T: 'a>(it: impl Iterator<Item = &'a Loaded<T>>) -> Option<&'a Loaded<T>> {
+    // Ties on the second: the later file name (they carry the time).
+    it.max_by(|a, b| a.saved.unix.cmp(&b.saved.unix).then_with(|| a.path.cmp(&b.path)))
+}
+
+/// Makes `dir` (mode 0755: results are not secret) and any missing parent
+/// (mode 0700, as the daemon makes its state directory, the default
+/// results directory's parent).
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)
+}
+
+/// The part of a file every format version has: enough to say why a file
+/// is set aside before its figures are read.
+#[derive(Deserialize)]
+struct Head {
+    format: serde_json::Value,
+}
+
+/// Reads one file as `Saved<T>`, or says why not.
+fn parse<T: DeserializeOwned + Plausible>(value: serde_json::Value, this: &Machine) -> Result<Saved<T>, String> {
+    let saved: Saved<T> = serde_json::from_value(value).map_err(|e| format!("corrupt: {e}"))?;
+    if let Some(d) = this.differs(&saved.machine) {
+        return Err(d);
+    }
+    saved.data.check().map_err(|e| format!("implausible figures: {e}"))?;
+    Ok(saved)
+}
+
 fn read_json(path: &Path) -> Result<serde_json::Value, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("unreadable: {e}"))?;
     let mut text = String::new();
@@ -625,90 +295,96 @@ fn read_json(path: &Path) -> Result<serde_json::Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("corrupt: not JSON ({e})"))
 }
 
+/// Figures that make no sense are refused like a corrupt file.
+trait Plausible {
+    fn check(&self) -> Result<(), String>;
+}
+
+fn positive(what: &str, x: f64) -> Result<(), String> {
+    if x.is_finite() && x > 0.0 { Ok(()) } else { Err(format!("{what} is {x}")) }
+}
+
+impl Plausible for DataplaneData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        if self.rows.is_empty() {
+            return Err("no rows".into());
+        }
+        for r in &self.rows {
+            positive(&format!("size {}: bytes", r.size), r.bytes)?;
+            positive(&format!("size {}: cycles per byte", r.size), r.cycles_per_byte)?;
+            positive(&format!("size {}: ESP Mpps", r.size), r.esp_mpps)?;
+            positive(&format!("size {}: one-worker ESP Mpps", r.size), r.esp_mpps_1)?;
+        }
+        Ok(())
+    }
+}
+
+impl Plausible for AgilityData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        if self.rows.is_empty() {
+            return Err("no rows".into());
+        }
+        if self.workers == 0 {
+            return Err("0 workers".into());
+        }
+        for r in &self.rows {
+            if r.size == 0 || r.sas == 0 {
+                return Err(format!("a row of {} B with {} SAs", r.size, r.sas));
+            }
+            positive(&format!("{} B, {} SAs: ratio", r.size, r.sas), r.ratio)?;
+            positive(&format!("{} B, {} SAs: one-SA Mpps", r.size, r.sas), r.mpps_1)?;
+        }
+        Ok(())
+    }
+}
+
+impl Plausible for TunnelData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        for z in &self.zero_loss {
+            if !(z.pps.is_finite() && z.pps >= 0.0) || z.ip_size == 0 {
+                return Err(format!("zero-loss rate {} pps at {} B", z.pps, z.ip_size));
+            }
+            if let Some(s) = z.gateway_s_per_gb {
+                positive(&format!("{} B: CPU s/GB", z.ip_size), s)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Plausible for CallRateData {
+    fn check(&self) -> Result<(), String> {
+        if esparto_crypto::EspSuite::from_proposal(&self.suite).is_none() {
+            return Err(format!("unknown suite '{}'", self.suite));
+        }
+        if self.ptime_ms == 0 {
+            return Err("packet time 0 ms".into());
+        }
+        for z in &self.zero_loss {
+            if !(z.pps.is_finite() && z.pps >= 0.0) || z.ip_size == 0 {
+                return Err(format!("zero-loss rate {} pps at {} B", z.pps, z.ip_size));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    /// A `bench dataplane` row with `cycles_per_byte` at `size` bytes.
-    pub(crate) fn row(size: usize, cycles_per_byte: f64) -> dataplane::Row {
-        let bytes = size as f64;
-        let rt_pps = 2.6e9 / (cycles_per_byte * bytes);
-        dataplane::Row {
-            size: size.to_string(),
-            bytes,
-            workers: 2,
-            suite: "aes256gcm16".into(),
-            raw_gbps: 1.0,
-            raw_mpps: 1.0,
-            esp_gbps: 2.0 * rt_pps * bytes * 8.0 / 1e9,
-            esp_mpps: 2.0 * rt_pps / 1e6,
-            esp_mpps_1: rt_pps / 1e6,
-            encap_mpps_1: 1.0,
-            cycles_per_byte,
-            raw_cycles_per_byte: cycles_per_byte * 0.8,
-            ratio: 0.8,
-            ratio_separate: 0.8,
-            scaling: 2.0,
-        }
-    }
-
-    pub(crate) fn dataplane_data(suite: &str) -> DataplaneData {
-        DataplaneData {
-            suite: suite.into(),
-            workers: 2,
-            seconds: 0.5,
-            runs: 3,
-            rows: vec![row(64, 12.88), row(128, 6.56), row(1420, 1.16)],
-        }
-    }
-
-    pub(crate) fn tunnel_data(points: &[(usize, f64)]) -> TunnelData {
-        TunnelData {
-            suite: "aes256gcm16".into(),
-            workers: 2,
-            flows: 4,
-            trial_seconds: 2.0,
-            resolution: 0.03,
-            loss_tolerance: 0.0,
-            zero_loss: points
-                .iter()
-                .map(|&(ip_size, pps)| ZeroLoss {
-                    ip_size,
-                    pps,
-                    lower_bound: false,
-                    confirmed: true,
-                    gateway_s_per_gb: Some(10.0),
-                })
-                .collect(),
-            tcp: vec![],
-            report: serde_json::Value::Null,
-        }
-    }
-
-    /// A `bench voip --rates` result: `(IP size, packets/s, lower bound)`.
-    pub(crate) fn call_rate_data(points: &[(usize, f64, bool)]) -> CallRateData {
-        CallRateData {
-            suite: "aes256gcm16".into(),
-            workers: 2,
-            tuples: 512,
-            ptime_ms: 20,
-            trial_seconds: 3.0,
-            resolution: 0.05,
-            zero_loss: points
-                .iter()
-                .map(|&(ip_size, pps, lower_bound)| ZeroLoss {
-                    ip_size,
-                    pps,
-                    lower_bound,
-                    confirmed: false,
-                    gateway_s_per_gb: None,
-                })
-                .collect(),
-            report: serde_json::Value::Null,
-        }
-    }
+    use crate::results::fixtures::{call_rate_data, dataplane_data, tunnel_data};
+    use crate::results::schema::IpcompData;
 
     #[test]
     fn call_rates_are_read_back_and_foreign_or_implausible_ones_set_aside() {
@@ -861,16 +537,5 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = load_dir(&dir.path().join("never-made"), &Machine::this()).unwrap();
         assert!(f.missing_dir && f.tunnel.is_empty() && f.dataplane.is_empty() && f.ignored.is_empty());
-    }
-
-    #[test]
-    fn machines_differ_by_id_cpu_model_or_count() {
-        let a = Machine { id: "x".into(), hostname: "h".into(), cpu_model: "m".into(), cpus: 2 };
-        assert_eq!(a.differs(&a.clone()), None);
-        assert!(a.differs(&Machine { id: "y".into(), ..a.clone() }).unwrap().contains("another machine"));
-        assert!(a.differs(&Machine { cpu_model: "n".into(), ..a.clone() }).unwrap().contains("other CPUs"));
-        assert!(a.differs(&Machine { cpus: 4, ..a.clone() }).unwrap().contains("4 CPUs"));
-        let t = Machine::this();
-        assert!(!t.id.is_empty() && t.cpus > 0);
     }
 }

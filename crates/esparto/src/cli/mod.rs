@@ -1,0 +1,154 @@
+//! The command line: `esparto <command>`.
+//!
+//! The command tree is defined here ([`Cli`]) and each command's work
+//! lives with its kind:
+//!
+//! - `args`: the arguments of the gateway's own commands;
+//! - `client`: the commands that talk to a running daemon over its
+//!   control socket (`status`, `sas`, `list-conns`, `up`, `down`, `rekey`,
+//!   `reload`), and their errors ([`Failure`]);
+//! - `local`: the commands that work from the configuration file itself
+//!   (`check-config`, `run`);
+//! - `plan`: what `plan voip --config` reads of a configuration.
+//!
+//! `bench` and `plan` are `esparto-bench`'s commands, their arguments and
+//! their drivers included; this module only places them in the tree.
+//! A command asked for `--json` prints its errors as JSON too, on stdout.
+
+mod args;
+mod client;
+mod local;
+mod plan;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use esparto_bench::bench::BenchCmd;
+use esparto_bench::plan::PlanCmd;
+
+use args::{CheckConfigArgs, RekeyArgs, ReloadArgs, RunArgs, StatusArgs, UpDownArgs};
+pub use client::Failure;
+
+/// Esparto: a site-to-site IPsec gateway in userspace.
+#[derive(Debug, Parser)]
+#[command(
+    name = "esparto",
+    version,
+    about = "A site-to-site IPsec gateway in userspace (ESP data plane, IKEv2)",
+    long_about = None,
+    after_help = "The demo and the end-to-end benchmarks (two gateways in network namespaces) are \
+                  `esparto-testbed demo` and `esparto-testbed bench tunnel|setup` (`make demo`).",
+    after_long_help = "Files:\n\n\
+        /etc/esparto/esparto.toml: the configuration `run` reads, and where the other commands find the \
+        control socket ([daemon] control) unless given -c FILE.\n\n\
+        /run/esparto/: the control socket (esparto.sock) and the lock files of running daemons.\n\n\
+        /var/lib/esparto/: the sequence numbers of statically keyed SAs ([daemon] state_dir).\n\n\
+        The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` sends SIGHUP, \
+        which reloads the configuration as `esparto reload` does. \
+        Every configuration key: /usr/share/doc/esparto/CONFIG.md (docs/CONFIG.md in the source)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.command.json();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) if json => {
+            // The error is the command's output: stdout, like a result.
+            let kind = e.downcast_ref::<Failure>().map_or("error", |f| f.kind);
+            println!("{}", serde_json::json!({ "ok": false, "error": format!("{e:#}"), "kind": kind }));
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("esparto: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Measure the data plane on this machine.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Plan from this machine's saved measurements: VoIP calls per codec, cores per link.
+    #[command(subcommand)]
+    Plan(PlanCmd),
+    /// Validate a configuration file: every error with file, line, column and key.
+    CheckConfig(CheckConfigArgs),
+    /// Run the gateway (in the foreground).
+    ///
+    /// Reads the configuration (refusing to start on any error), checks its
+    /// capabilities (CAP_NET_ADMIN for the TUN device, routes and policy
+    /// rules; CAP_NET_BIND_SERVICE for UDP ports below
+    /// net.ipv4.ip_unprivileged_port_start, i.e. 500; CAP_BPF, if
+    /// unprivileged eBPF is disabled, for the TUN steering program), then
+    /// claims its TUN device and ports, creates them, starts its workers and
+    /// IKE, and keeps only CAP_NET_ADMIN. Under systemd (NOTIFY_SOCKET set)
+    /// it reports READY=1 once all that is done, RELOADING=1 and READY=1
+    /// around each reload, and STOPPING=1 when it stops. SIGTERM and SIGINT
+    /// stop it cleanly (IKE SAs deleted with the peers first); SIGHUP
+    /// reloads the configuration file, as `esparto reload` does.
+    ///
+    /// Exit status: 0 after SIGTERM or SIGINT; 78 if it refused to start
+    /// before setting anything up (the configuration is missing or
+    /// invalid, or a capability is missing), which the systemd unit does
+    /// not restart on; 1 on any other failure.
+    Run(RunArgs),
+    /// Show the running daemon's workers and SAs (packets, bytes, drops by reason).
+    Status(StatusArgs),
+    /// List the loaded connections and children (addresses, proposals, selectors, start actions).
+    ListConns(StatusArgs),
+    /// List IKE SAs and their Child SAs (SPIs, algorithms, ages, bytes, workers).
+    Sas(StatusArgs),
+    /// Bring a connection up (IKE) and wait until its Child SA is installed,
+    /// showing the negotiation's log lines as they happen (as `swanctl
+    /// --initiate` does; --quiet hides them).
+    ///
+    /// Exit status: 0 once a Child SA is installed; 1 if the negotiation
+    /// failed (the reason is the last line), the daemon refused, or the
+    /// timeout passed.
+    Up(UpDownArgs),
+    /// Take a connection down (delete its IKE SA and Child SAs) and wait.
+    Down(UpDownArgs),
+    /// Rekey a connection's Child SAs (or, with --ike, its IKE SA), make-before-break.
+    Rekey(RekeyArgs),
+    /// Re-read the daemon's configuration file and apply what changed (as SIGHUP does).
+    Reload(ReloadArgs),
+}
+
+impl Cmd {
+    /// Whether the command was asked for JSON (then its errors are JSON too).
+    fn json(&self) -> bool {
+        match self {
+            Cmd::Status(a) | Cmd::ListConns(a) | Cmd::Sas(a) => a.output.json,
+            Cmd::Up(a) | Cmd::Down(a) => a.output.json,
+            Cmd::Rekey(a) => a.output.json,
+            Cmd::Reload(a) => a.output.json,
+            Cmd::Bench(b) => b.json(),
+            Cmd::Plan(_) | Cmd::CheckConfig(_) | Cmd::Run(_) => false,
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Cmd::Bench(b) => b.run(),
+        Cmd::Plan(p) => p.run(plan::voip_config),
+        Cmd::CheckConfig(a) => local::check_config(a),
+        Cmd::Run(a) => local::run(a),
+        Cmd::Status(a) => client::status(a),
+        Cmd::Sas(a) => client::sas(a),
+        Cmd::ListConns(a) => client::list_conns(a),
+        Cmd::Up(a) => client::up_down(a, true),
+        Cmd::Down(a) => client::up_down(a, false),
+        Cmd::Rekey(a) => client::rekey(a),
+        Cmd::Reload(a) => client::reload(a),
+    }
+}
