@@ -35,7 +35,7 @@ if ((${#TESTS[@]} == 0)); then
   TESTS=(
     daemon_process_netns gateway_netns ike_netns interop_strongswan interop_strongswan_certs
     metrics_netns netns_adversarial netns_gro_flood netns_ike_flood percpu_netns reload_netns
-    restart_netns routing_netns service_netns static_restart_netns starved_netns worker_panic_netns
+    restart_netns routing_netns service_netns static_restart_netns starved_netns install_race_netns worker_panic_netns
     steer_netns tun_netns udp_gro_netns worker_failure_netns worker_netns
     bench_ipcomp_smoke bench_setup_smoke bench_tunnel_smoke bench_voip_smoke demo_netns
     testbed_baseline testbed_esparto testbed_strongswan testbed_topology

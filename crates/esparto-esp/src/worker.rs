@@ -74,6 +74,14 @@ pub enum Command {
     /// (`None`). Sent before the SA is installed, so that its first packet
     /// is already handled; removing the SA removes it too.
     SetIpcomp(Spi, Direction, Option<IpcompParams>),
+    /// Raise [`Event::FirstPacket`] when the inbound SA `Spi` delivers its
+    /// first packet (once; removing the SA cancels it): the peer has
+    /// installed the SA and sends on it.
+    AnnounceFirst(Spi),
+    /// Answer with [`Event::Barrier`] of the same number: every command
+    /// queued before it has been applied. Commands are applied in order, so
+    /// the answer confirms them all.
+    Barrier(u64),
 }
 
 /// SA direction.
@@ -122,6 +130,14 @@ pub enum Event {
         /// The ESP-in-UDP source.
         peer: SocketAddr,
     },
+    /// The inbound SA `spi` delivered its first packet ([`Command::AnnounceFirst`]).
+    FirstPacket {
+        /// The SA.
+        spi: Spi,
+    },
+    /// Every command before [`Command::Barrier`] of this number has been
+    /// applied.
+    Barrier(u64),
 }
 
 /// An encapsulated packet ready to send.
@@ -249,6 +265,10 @@ pub struct Worker {
     events: VecDeque<Event>,
     events_dropped: u64,
     ipcomp: IpcompTable,
+    /// Inbound SAs whose first delivered packet is announced
+    /// ([`Command::AnnounceFirst`]); nearly always empty, so a packet pays
+    /// one emptiness check.
+    announce: Vec<Spi>,
 }
 
 /// IPComp beside the ESP SAs: per-SA state by SPI and direction, and the
@@ -293,6 +313,7 @@ impl Worker {
             events: VecDeque::with_capacity(64),
             events_dropped: 0,
             ipcomp: IpcompTable::default(),
+            announce: Vec::new(),
         }
     }
 
@@ -370,6 +391,15 @@ impl Worker {
             Command::RemoveInbound(spi) => {
                 self.sad.remove(spi);
                 self.ipcomp.inbound.remove(&spi);
+                self.announce.retain(|s| *s != spi);
+            }
+            Command::AnnounceFirst(spi) => {
+                if !self.announce.contains(&spi) {
+                    self.announce.push(spi);
+                }
+            }
+            Command::Barrier(n) => {
+                push_event(&mut self.events, &mut self.events_dropped, Event::Barrier(n));
             }
             Command::SetIpcomp(spi, direction, params) => {
                 let table = match direction {
@@ -563,6 +593,12 @@ impl Worker {
         };
         if let Some(kind) = expiry {
             push_event(&mut self.events, &mut self.events_dropped, Event::Expire { spi, direction: Direction::Inbound, kind });
+        }
+        if !self.announce.is_empty() && r.is_ok() {
+            if let Some(i) = self.announce.iter().position(|s| *s == spi) {
+                self.announce.swap_remove(i);
+                push_event(&mut self.events, &mut self.events_dropped, Event::FirstPacket { spi });
+            }
         }
         r
     }

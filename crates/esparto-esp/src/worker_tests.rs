@@ -132,6 +132,34 @@ fn sas_remember_when_they_last_carried_a_packet() {
 }
 
 #[test]
+fn the_first_delivered_packet_is_announced_once_and_a_barrier_answers_in_order() {
+    let now = Instant::now();
+    let (mut tx, mut rx, cfgs) = setup(false, &[0x100], now);
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs[0], now).unwrap())));
+    rx.apply(Command::AnnounceFirst(0x100));
+    rx.apply(Command::Barrier(7));
+    assert_eq!(rx.poll_event(), Some(Event::Barrier(7)), "applied in order, answered at once");
+    let (esp, _) = send(&mut tx, now, &udp4(10)).unwrap();
+    // A forgery proves nothing: not announced.
+    let mut bad = esp.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    assert!(recv(&mut rx, now, &bad).is_err());
+    assert_eq!(rx.poll_event(), None);
+    recv(&mut rx, now, &esp).unwrap();
+    assert_eq!(rx.poll_event(), Some(Event::FirstPacket { spi: 0x100 }));
+    let (esp2, _) = send(&mut tx, now, &udp4(10)).unwrap();
+    recv(&mut rx, now, &esp2).unwrap();
+    assert_eq!(rx.poll_event(), None, "once");
+    // Removing the SA cancels an announcement not yet made.
+    rx.apply(Command::AnnounceFirst(0x100));
+    rx.apply(Command::RemoveInbound(0x100));
+    rx.apply(Command::AddInbound(Box::new(InboundSa::new(&cfgs[0], now).unwrap())));
+    let (esp3, _) = send(&mut tx, now, &udp4(10)).unwrap();
+    recv(&mut rx, now, &esp3).unwrap();
+    assert_eq!(rx.poll_event(), None);
+}
+
+#[test]
 fn without_per_cpu_the_fallback_is_enough() {
     let now = Instant::now();
     let (mut tx, _, cfgs) = setup(false, &[0x100], now);

@@ -47,6 +47,7 @@ mod sys;
 pub mod tun;
 pub mod tun_steer;
 pub mod udp;
+pub mod wake;
 pub mod worker;
 
 pub use batch::{BatchFull, PacketBuf, RxBatch, RxEntry, TxBatch};

@@ -122,6 +122,10 @@ mod imp {
 
     pub(super) fn wrap(datapaths: Vec<EspDatapath>, specs: &Specs) -> Vec<Faulty> {
         let now = Instant::now();
+        if let Some((k, d)) = specs.delay {
+            let who = k.map_or_else(|| "every worker".to_string(), |k| format!("worker {k}"));
+            warn!(ms = d.as_millis() as u64, "fault injected: {who} applies commands late");
+        }
         datapaths
             .into_iter()
             .enumerate()

@@ -37,10 +37,12 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use esparto_esp::{Direction, TAILROOM, max_inner_len};
+use esparto_esp::{Command, Direction, TAILROOM, max_inner_len};
 use esparto_io::udp::UdpConfig;
-use esparto_io::routing::{PeerPath, Prefix, TunnelRouting};
+use esparto_io::routing::{PeerPath, Prefix, RoutingError, TunnelRouting};
+use esparto_io::wake::Waker;
 
+use super::barrier::{Admit, Barriers};
 use super::router::Router;
 use esparto_io::netdev::DeviceStats;
 use esparto_io::worker::{ControlDatagram, IoStats, WorkerFailure};
@@ -86,6 +88,11 @@ pub struct Gateway {
     reservation_warned: Option<Instant>,
     /// The kernel's counters of the TUN device.
     device: DeviceCounters,
+    /// The table's effects held until the workers confirm an install
+    /// ([`super::barrier`]).
+    barriers: Barriers,
+    /// Raised by the workers when they send an event.
+    waker: Arc<Waker>,
 }
 
 /// The kernel's own counters of the TUN device (`esparto_io::netdev`),
@@ -242,7 +249,10 @@ impl Gateway {
         // ICMP errors about packets too big for the tunnel come from the
         // packet's destination (see `IcmpSources`).
         let icmp = IcmpSources::default();
-        let datapaths: Vec<EspDatapath> = (0..n).map(|k| EspDatapath::new(k as u16, ev_tx.clone(), icmp)).collect();
+        // Events wake the control thread: it waits for barriers' answers.
+        let waker = Arc::new(Waker::new().context("creating the control thread's wake-up")?);
+        let datapaths: Vec<EspDatapath> =
+            (0..n).map(|k| EspDatapath::new(k as u16, ev_tx.clone(), icmp).with_waker(waker.clone())).collect();
         let path_mtu = usize::from(cfg.daemon.path_mtu);
         let wcfg = WorkerConfig {
             tun_rx_slot_len: usize::from(mtu) + TAILROOM + 16,
@@ -276,6 +286,8 @@ impl Gateway {
             reservations,
             reservation_warned: None,
             device,
+            barriers: Barriers::new(n),
+            waker,
         };
         let now = Instant::now();
         for conn in &cfg.connections {
@@ -381,35 +393,113 @@ impl Gateway {
     /// in order, and sets the routes they ask for. A route that cannot be
     /// set does not stop the rest (the next install sets it again); the
     /// first failure is returned.
+    ///
+    /// Effects after a barrier wait until every worker has confirmed it
+    /// ([`super::barrier`]); [`Gateway::barrier_reached`] sends them.
     pub(super) fn apply(&mut self) -> Result<()> {
+        let now = Instant::now();
         let mut failed = None;
         for e in self.table.take_effects() {
-            match e {
-                Effect::Worker(k, cmd) => self
-                    .workers
-                    .send(usize::from(k), EspCommand::Esp(cmd))
-                    .map_err(|_| anyhow!("worker {k} has stopped"))?,
-                Effect::Routes { local, remote } => {
-                    let prefixes = |ts: &[esparto_esp::Selector]| -> Vec<Prefix> {
-                        ts.iter()
-                            .flat_map(|t| esparto_io::route::range_to_prefixes(t.addrs.start(), t.addrs.end()))
-                            .collect()
-                    };
-                    if let Err(e) = self.routing.add(prefixes(&local), prefixes(&remote)) {
-                        failed.get_or_insert(e);
-                    }
-                }
-                Effect::Unroute(prefixes) => {
-                    if let Err(e) = self.routing.remove(prefixes) {
-                        failed.get_or_insert(e);
-                    }
-                }
-            }
+            let a = self.barriers.admit(now, e);
+            self.carry_out(a, &mut failed)?;
         }
         match failed {
             Some(e) => Err(anyhow::Error::new(e).context("routes not updated")),
             None => Ok(()),
         }
+    }
+
+    /// Does what [`Barriers`] says: applies an effect, or asks every
+    /// worker to confirm a barrier.
+    fn carry_out(&mut self, a: Admit, failed: &mut Option<RoutingError>) -> Result<()> {
+        let e = match a {
+            Admit::Now(e) => e,
+            Admit::Issue(id) => {
+                for k in 0..self.nworkers {
+                    self.workers
+                        .send(k, EspCommand::Esp(Command::Barrier(id)))
+                        .map_err(|_| anyhow!("worker {k} has stopped"))?;
+                }
+                return Ok(());
+            }
+            Admit::Held => return Ok(()),
+        };
+        match e {
+            Effect::Worker(k, cmd) => self
+                .workers
+                .send(usize::from(k), EspCommand::Esp(cmd))
+                .map_err(|_| anyhow!("worker {k} has stopped"))?,
+            Effect::Routes { local, remote } => {
+                let prefixes = |ts: &[esparto_esp::Selector]| -> Vec<Prefix> {
+                    ts.iter()
+                        .flat_map(|t| esparto_io::route::range_to_prefixes(t.addrs.start(), t.addrs.end()))
+                        .collect()
+                };
+                if let Err(e) = self.routing.add(prefixes(&local), prefixes(&remote)) {
+                    failed.get_or_insert(e);
+                }
+            }
+            Effect::Unroute(prefixes) => {
+                if let Err(e) = self.routing.remove(prefixes) {
+                    failed.get_or_insert(e);
+                }
+            }
+            // `Barriers::admit` turns every barrier into an `Issue`.
+            Effect::Barrier => {}
+        }
+        Ok(())
+    }
+
+    /// A worker answered barrier `id`. When it was the last to, the effects
+    /// held behind the barrier go out, and the barrier's number is
+    /// returned: IKE messages that waited for it may leave.
+    pub(super) fn barrier_reached(&mut self, id: u64) -> Result<Option<u64>> {
+        let Some(done) = self.barriers.confirmed(id) else {
+            return Ok(None);
+        };
+        self.release_held()?;
+        Ok(Some(done))
+    }
+
+    /// Gives up a barrier not answered in time ([`super::barrier::BARRIER_TIMEOUT`]):
+    /// the held effects go out, and the barrier's number is returned (the
+    /// IKE messages that waited for it are dropped by the caller).
+    pub(super) fn expire_barrier(&mut self, now: Instant) -> Result<Option<u64>> {
+        let Some((id, waited)) = self.barriers.expire(now) else {
+            return Ok(None);
+        };
+        warn!(waited_ms = waited.as_millis() as u64, "the workers did not confirm Child SA installs in time; the IKE messages that waited for them are dropped (peers retransmit)");
+        self.release_held()?;
+        Ok(Some(id))
+    }
+
+    fn release_held(&mut self) -> Result<()> {
+        let mut failed = None;
+        for a in self.barriers.release(Instant::now()) {
+            self.carry_out(a, &mut failed)?;
+        }
+        if let Some(e) = failed {
+            warn!(error = %e, "routes not updated");
+        }
+        Ok(())
+    }
+
+    /// The barrier an IKE message sent now must wait for, if one is
+    /// pending.
+    pub(super) fn holding(&self) -> Option<u64> {
+        self.barriers.holding()
+    }
+
+    /// When the pending barrier times out.
+    pub(super) fn barrier_deadline(&self) -> Option<Instant> {
+        self.barriers.deadline()
+    }
+
+    /// The wake-up the workers raise when they send events, for the
+    /// control thread's `poll`; [`Gateway::poll_events`] lowers it.
+    pub fn wake_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.waker.as_raw_fd()
     }
 
     /// From now on, route changes are made on a thread of their own
@@ -470,6 +560,7 @@ impl Gateway {
 
     /// Drains worker events; returns them for the IKE layer.
     pub fn poll_events(&mut self) -> Vec<WorkerEvent> {
+        self.waker.drain();
         let mut out = Vec::new();
         while let Ok(ev) = self.events.try_recv() {
             out.push(ev);

@@ -25,7 +25,7 @@
 //! chosen worker (round-robin, spreading tunnels over cores) yet stays
 //! unpredictable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ use anyhow::{Context, Result};
 use esparto_crypto::SystemRng;
 use esparto_ike::{Endpoint, EndpointConfig, IkeSaId, StartAction, SteeringSpiAllocator, UnixTime};
 use esparto_io::udp::UdpConfig;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Gateway;
 use super::log_limit::TRAFFIC;
@@ -61,8 +61,20 @@ pub struct Ike {
     /// Datagrams to send from the IKE port and from the NAT-T port.
     tx500: esparto_io::TxBatch,
     tx4500: esparto_io::TxBatch,
+    /// Datagrams held until the workers confirm the barrier they wait for
+    /// (`super::barrier`), oldest first.
+    held: VecDeque<HeldDatagram>,
     /// Set-ups, rekeys and failures so far.
     pub(super) counts: EventCounts,
+}
+
+/// An IKE datagram waiting for a barrier.
+#[derive(Debug)]
+struct HeldDatagram {
+    barrier: u64,
+    natt: bool,
+    remote: SocketAddr,
+    data: Vec<u8>,
 }
 
 /// Set-ups, rekeys and failures of IKE and Child SAs, counted as the
@@ -126,6 +138,7 @@ impl Ike {
             rx: esparto_io::RxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM, IKE_BATCH * esparto_io::udp::MAX_GRO_SEGMENTS),
             tx500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
             tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
+            held: VecDeque::new(),
             counts: EventCounts::default(),
         };
         for conn in &cfg.connections {
@@ -184,10 +197,10 @@ impl Ike {
 
     /// When [`tick`](Self::tick) must run next.
     pub fn next_timeout(&mut self, gw: &Gateway) -> Option<Instant> {
-        match (self.ep.poll_timeout(), gw.table.next_linger()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.ep.poll_timeout(), gw.table.next_linger(), gw.table.next_confirm(), gw.barrier_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Reads every pending datagram from both IKE sockets.
@@ -238,6 +251,21 @@ impl Ike {
             if let Err(e) = gw.apply() {
                 warn!(error = %format!("{e:#}"), "removing lingering inbound SAs");
             }
+        }
+        match gw.table.expire_confirming(now) {
+            Ok(0) => {}
+            Ok(n) => {
+                debug!(sas = n, "no first packet from the peer in time: sending on the new sub-SAs anyway");
+                if let Err(e) = gw.apply() {
+                    warn!(error = %format!("{e:#}"), "installing outbound SAs");
+                }
+            }
+            Err(e) => warn!(error = %format!("{e:#}"), "installing outbound SAs"),
+        }
+        match gw.expire_barrier(now) {
+            Ok(Some(id)) => self.release_held(gw, id, false),
+            Ok(None) => {}
+            Err(e) => warn!(error = %format!("{e:#}"), "releasing held effects"),
         }
         self.flush(now, gw);
     }
@@ -370,13 +398,13 @@ impl Ike {
             while let Some(t) = self.ep.poll_transmit() {
                 progress = true;
                 let natt = t.local.port() == self.natt_port;
-                if self.tx(natt).is_full() {
-                    self.send_queued(gw);
+                // Behind a Child SA install the workers have not confirmed:
+                // it leaves when they have (`super::barrier`).
+                if let Some(barrier) = gw.holding() {
+                    self.held.push_back(HeldDatagram { barrier, natt, remote: t.remote, data: t.data });
+                    continue;
                 }
-                if self.tx(natt).push(Some(t.remote), &t.data).is_err() {
-                    // Longer than any UDP payload: the engine never builds one.
-                    warn!(remote = %t.remote, len = t.data.len(), "IKE datagram too long to send");
-                }
+                self.queue_datagram(gw, natt, t.remote, &t.data);
             }
             if !progress {
                 break;
@@ -384,6 +412,37 @@ impl Ike {
         }
         self.send_queued(gw);
         super::ike_events::file_watch_lines(gw);
+    }
+
+    /// Queues a datagram on its port's send batch (sending the batch first
+    /// if it is full).
+    fn queue_datagram(&mut self, gw: &mut Gateway, natt: bool, remote: SocketAddr, data: &[u8]) {
+        if self.tx(natt).is_full() {
+            self.send_queued(gw);
+        }
+        if self.tx(natt).push(Some(remote), data).is_err() {
+            // Longer than any UDP payload: the engine never builds one.
+            warn!(%remote, len = data.len(), "IKE datagram too long to send");
+        }
+    }
+
+    /// The datagrams that waited for barriers up to `done`: sent, or
+    /// (`send` false: the barrier timed out) dropped, for the peer to
+    /// retransmit.
+    pub(super) fn release_held(&mut self, gw: &mut Gateway, done: u64, send: bool) {
+        let mut dropped = 0;
+        while self.held.front().is_some_and(|d| d.barrier <= done) {
+            let Some(d) = self.held.pop_front() else { break };
+            if send {
+                self.queue_datagram(gw, d.natt, d.remote, &d.data);
+            } else {
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            warn!(dropped, "IKE messages dropped: they waited for SA installs the workers did not confirm");
+        }
+        self.send_queued(gw);
     }
 
     /// The send queue of the NAT-T port or of the IKE port.

@@ -288,6 +288,19 @@ impl Ike {
                 }
                 self.flush(now, gw);
             }
+            DpEvent::Barrier(id) => match gw.barrier_reached(id) {
+                Ok(Some(done)) => self.release_held(gw, done, true),
+                Ok(None) => {}
+                Err(e) => warn!(error = %format!("{e:#}"), "releasing held effects"),
+            },
+            DpEvent::FirstPacket { spi } => match gw.table.inbound_confirmed(now, spi) {
+                Ok(Some(slot)) => {
+                    debug!(in_spi = %format!("{spi:08x}"), ?slot, "the peer sends on the new sub-SA: sending on it too");
+                    apply(gw, "installing an outbound SA");
+                }
+                Ok(None) => {}
+                Err(e) => warn!(error = %format!("{e:#}"), "installing an outbound SA"),
+            },
             DpEvent::UnknownSpi { spi, peer } => {
                 // Which SPI, for whoever reads the `unknown_spi` count (the
                 // workers report at most one a second each; the log line is

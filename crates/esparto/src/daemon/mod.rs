@@ -10,6 +10,7 @@
 //! service manager hears of readiness, reloads and stops through
 //! [`notify`].
 
+mod barrier;
 mod caps;
 pub mod fault;
 mod gateway;

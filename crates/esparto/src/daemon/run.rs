@@ -196,6 +196,8 @@ impl Daemon {
             poller.add(fd);
         }
         let metrics = self.metrics.as_ref().map(|m| poller.add(m.fd()));
+        // Workers' events (a barrier's answer is waited for).
+        poller.add(self.gw.wake_fd());
         let ike_first = poller.add(self.gw.udp_control().as_raw_fd());
         if let Some(ike) = &self.ike {
             for fd in ike.fds() {
@@ -280,6 +282,11 @@ impl Daemon {
                 }
                 // Static keys only: nothing to tell the peer with.
                 (None, Event::UnknownSpi { .. }) => {}
+                // Barriers and first packets come with negotiated SAs.
+                (None, Event::Barrier(id)) => {
+                    let _ = self.gw.barrier_reached(id);
+                }
+                (None, Event::FirstPacket { .. }) => {}
             }
         }
     }

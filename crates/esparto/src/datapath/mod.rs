@@ -61,12 +61,14 @@
 //! out (the packet itself is counted all the same).
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use esparto_esp::{Command, DropReason, Event, PREFETCH_AHEAD, Worker, WorkerStats};
 use esparto_io::batch::{RxBatch, TxBatch};
 use esparto_io::link::LinkVerdict;
+use esparto_io::wake::Waker;
 use esparto_io::worker::{Datapath, IoStats};
 use esparto_wire::espinudp::{Datagram, Kind};
 use esparto_wire::icmp as too_big;
@@ -159,6 +161,8 @@ pub struct EspDatapath {
     /// Unknown-SPI reports left in this second, and when it began.
     unknown_spi_tokens: u32,
     unknown_spi_refill: Instant,
+    /// Wakes the control thread when events were sent.
+    wake: Option<Arc<Waker>>,
 }
 
 impl EspDatapath {
@@ -176,6 +180,7 @@ impl EspDatapath {
             icmp_sent: 0,
             unknown_spi_tokens: UNKNOWN_SPI_REPORTS_PER_SEC,
             unknown_spi_refill: Instant::now(),
+            wake: None,
         }
     }
 
@@ -184,26 +189,40 @@ impl EspDatapath {
         &self.esp
     }
 
-    /// Sends queued events until the channel is full (never waits).
+    /// Sends queued events until the channel is full (never waits), and
+    /// wakes the control thread if it sent any.
     fn flush_events(&mut self) {
+        let mut sent = false;
         loop {
             let ev = match self.held.take() {
                 Some(ev) => ev,
                 None => match self.esp.poll_event() {
                     Some(event) => WorkerEvent { worker: self.esp.id(), event },
-                    None => return,
+                    None => break,
                 },
             };
             match self.events.try_send(ev) {
-                Ok(()) => {}
+                Ok(()) => sent = true,
                 Err(TrySendError::Full(ev)) => {
                     self.held = Some(ev);
-                    return;
+                    break;
                 }
                 // The control thread gone means we are shutting down.
                 Err(TrySendError::Disconnected(_)) => {}
             }
         }
+        if sent {
+            if let Some(w) = &self.wake {
+                w.wake();
+            }
+        }
+    }
+
+    /// Wakes the control thread with `wake` whenever events were sent: it
+    /// acts on them at once instead of at its next timer.
+    pub fn with_waker(mut self, wake: Arc<Waker>) -> Self {
+        self.wake = Some(wake);
+        self
     }
 
     /// Tells the control thread about ESP from `peer` with an unknown SPI,
@@ -266,7 +285,15 @@ impl Datapath for EspDatapath {
 
     fn on_command(&mut self, _now: Instant, cmd: EspCommand, io: &IoStats) {
         match cmd {
-            EspCommand::Esp(c) => self.esp.apply(c),
+            EspCommand::Esp(c) => {
+                // A barrier's answer (the control thread waits for it) goes
+                // out at once, not with the next batch.
+                let barrier = matches!(c, Command::Barrier(_));
+                self.esp.apply(c);
+                if barrier {
+                    self.flush_events();
+                }
+            }
             EspCommand::Snapshot(reply) => {
                 // Room for one answer; nobody left to read it is fine.
                 let _ = reply.try_send(Snapshot {

@@ -28,14 +28,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
 use esparto_crypto::SecretBytes;
-use esparto_esp::Direction;
+use esparto_esp::{Command, Direction};
 use esparto_ike::ipcomp::IpcompCpis;
 use esparto_ike::{ChildSaEstablished, IkeSaId};
 use smallvec::SmallVec;
 
 use super::child::{Role, Slot, static_slot};
 use super::sa::{ChildSa, Out};
-use super::{ACQUIRE_PENDING, ChildId, ConnId, IkeRecord, LINGER, SaId, Table};
+use super::{ACQUIRE_PENDING, CONFIRM_WAIT, ChildId, ConnId, Effect, IkeRecord, LINGER, SaId, Table};
 use crate::config::StaticSas;
 use crate::daemon::seqstate::Claimed;
 
@@ -181,7 +181,20 @@ impl Table {
             ipcomp: c.ipcomp,
         };
         let id = self.add_sa(now, sa, &c.inbound_key)?;
-        if c.outbound_active {
+        let confirm = c.outbound_active && self.waits_for_first_packet(child, slot, c);
+        if confirm {
+            let w = self.sas[id.0].in_worker;
+            self.emit(Effect::Worker(w, Command::AnnounceFirst(c.inbound_spi)));
+        }
+        // The inbound half is in every worker it must be before anything
+        // else happens: before the response that lets the peer send on it
+        // leaves, and before we send on the outbound half (the gateway
+        // holds both back until the workers confirm).
+        self.emit(Effect::Barrier);
+        if confirm {
+            self.sas[id.0].out = Out::Confirming(SecretBytes::from_slice(c.outbound_key.as_slice()));
+            self.confirming.push(Reverse((now + CONFIRM_WAIT, c.inbound_spi)));
+        } else if c.outbound_active {
             if let Err(e) = self.send_on(now, id, &c.outbound_key, None) {
                 self.remove_sa(id);
                 return Err(e);
@@ -193,6 +206,62 @@ impl Table {
             self.sas[id.0].out = Out::Waiting(SecretBytes::from_slice(c.outbound_key.as_slice()));
         }
         Ok(Established { child, sa: id, slot })
+    }
+
+    /// Whether the outbound half of a new Child SA waits for the peer's
+    /// first packet on it: a per-worker sub-SA (RFC 9611) we answered for,
+    /// of a child whose fallback SA sends meanwhile. The initiator installs
+    /// the SA only when our response arrives, so ESP we sent on it at once
+    /// could reach it first and be dropped there as an unknown SPI; its own
+    /// first packet on the SA says it is in. Its worker has traffic (that
+    /// is why it asked), so the wait is a round trip; an SA asked for
+    /// without traffic goes in after [`CONFIRM_WAIT`]. The first SA of a
+    /// child (nothing else to send on) and rekeys (the peer's Delete of the
+    /// old SA says it moved, `Out::Waiting`) do not wait.
+    fn waits_for_first_packet(&self, child: ChildId, slot: Slot, c: &ChildSaEstablished) -> bool {
+        if c.initiator || c.rekeys.is_some() || !matches!(slot, Slot::Worker(_)) {
+            return false;
+        }
+        let fallback = self.children[child.0].fallback;
+        fallback.is_some_and(|f| matches!(self.sas.get(f.0).map(|s| &s.out), Some(Out::Sending)))
+    }
+
+    /// The inbound SA `in_spi` delivered its first packet, or its wait is
+    /// over: its outbound half goes into its slot. Returns its slot, or
+    /// `None` if it was not waiting.
+    pub(crate) fn inbound_confirmed(&mut self, now: Instant, in_spi: u32) -> Result<Option<Slot>> {
+        let Some(&id) = self.by_in.get(&in_spi) else {
+            return Ok(None);
+        };
+        if !matches!(self.sas[id.0].out, Out::Confirming(_)) {
+            return Ok(None);
+        }
+        let Out::Confirming(key) = std::mem::replace(&mut self.sas[id.0].out, Out::Idle) else {
+            return Ok(None);
+        };
+        self.send_on(now, id, &key, None)?;
+        Ok(Some(self.sas[id.0].slot))
+    }
+
+    /// When the next outbound half stops waiting for its first packet.
+    pub(crate) fn next_confirm(&self) -> Option<Instant> {
+        self.confirming.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Sends on every SA whose wait for a first packet is over; returns how
+    /// many.
+    pub(crate) fn expire_confirming(&mut self, now: Instant) -> Result<usize> {
+        let mut n = 0;
+        while let Some(&Reverse((t, spi))) = self.confirming.peek() {
+            if t > now {
+                break;
+            }
+            self.confirming.pop();
+            if self.inbound_confirmed(now, spi)?.is_some() {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// The peer switched to the Child SA we receive on with `in_spi`:

@@ -84,6 +84,10 @@ use child::Group;
 /// rekey: ESP the peer sent on it just before switching may still be in
 /// flight (queued in a worker, a socket, a GSO batch).
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
+/// How long the outbound half of a new per-worker sub-SA we answered for
+/// waits for the peer's first packet on it before it goes in anyway (see
+/// `Table::child_established`).
+pub(crate) const CONFIRM_WAIT: Duration = Duration::from_secs(2);
 /// How long an acquire for one child (or one worker's sub-SA) is
 /// considered in flight.
 pub(crate) const ACQUIRE_PENDING: Duration = Duration::from_secs(30);
@@ -118,6 +122,13 @@ pub(crate) enum Effect {
     },
     /// Remove the routes of these prefixes: no group routes them any more.
     Unroute(Vec<Prefix>),
+    /// Nothing after this may happen before every worker has applied the
+    /// commands before it: the gateway asks each worker to confirm
+    /// (`Command::Barrier`) and holds back every later effect — and every
+    /// IKE message — until all have. So a new inbound SA is in its worker
+    /// before the message that lets the peer send on it leaves, and before
+    /// we send on its outbound half (RFC 7296 §2.8, make-before-break).
+    Barrier,
 }
 
 /// A routed prefix: address and length.
@@ -188,6 +199,9 @@ pub(crate) struct Table {
     /// Lingering inbound SAs by when they go (checked against the SA, so
     /// an entry whose SA went earlier is skipped).
     lingering: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Outbound halves waiting for the peer's first packet (by inbound
+    /// SPI), with when they go in regardless.
+    confirming: BinaryHeap<Reverse<(Instant, u32)>>,
     /// How many children want each prefix of the peer's selectors routed:
     /// one count per child for its configured selectors, one for its
     /// group's (the negotiated ones). A route goes when no child wants it
@@ -217,6 +231,7 @@ impl Table {
             retired: HashSet::new(),
             policies: Slab::new(),
             lingering: BinaryHeap::new(),
+            confirming: BinaryHeap::new(),
             routed: HashMap::new(),
             unrouting: Vec::new(),
             effects: Vec::new(),

@@ -171,6 +171,7 @@ impl Table {
             out_state: match sa.out {
                 Out::Sending => "sending",
                 Out::Waiting(_) => "waiting",
+                Out::Confirming(_) => "confirming",
                 Out::Idle => "idle",
             }
             .into(),

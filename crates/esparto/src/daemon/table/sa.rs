@@ -42,6 +42,10 @@ pub(crate) enum Out {
     Sending,
     /// Waiting for the peer to switch to it; the key to install it with.
     Waiting(SecretBytes),
+    /// A new SA we answered for, waiting for the peer's first packet on
+    /// its inbound half (the proof that the peer has installed it) before
+    /// we send on it; the key to install it with.
+    Confirming(SecretBytes),
     /// Not sent on.
     Idle,
 }

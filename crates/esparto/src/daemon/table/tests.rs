@@ -76,6 +76,8 @@ impl Harness {
                     self.last_routes = Some((local, remote));
                 }
                 Effect::Unroute(p) => self.unrouted.extend(p),
+                // These workers apply commands as they are given.
+                Effect::Barrier => {}
             }
         }
     }
@@ -140,6 +142,8 @@ pub(super) struct Est {
     pub(super) per_resource: bool,
     pub(super) rekeys: Option<u32>,
     pub(super) outbound_active: bool,
+    /// We initiated the exchange.
+    pub(super) initiator: bool,
 }
 
 impl Est {
@@ -154,6 +158,7 @@ impl Est {
             per_resource: false,
             rekeys: None,
             outbound_active: true,
+            initiator: true,
         }
     }
 
@@ -174,7 +179,7 @@ impl Est {
             remote: SocketAddr::new(std::net::Ipv4Addr::new(192, 0, 2, 2).into(), 500),
             encap: true,
             resource: self.resource,
-            initiator: true,
+            initiator: self.initiator,
             rekeys: self.rekeys,
             per_resource: self.per_resource,
             outbound_active: self.outbound_active,
@@ -244,6 +249,80 @@ fn install_puts_policies_group_inbound_then_outbound_on_the_workers() {
     let (name_conn, name_child) = h.table.names(child).unwrap();
     assert_eq!((&**name_conn, &**name_child), ("a", "net"));
     assert_eq!(h.table.counts(), (1, 1, 1));
+}
+
+/// Every new Child SA: its inbound half, then a barrier (the gateway
+/// holds what follows, the IKE messages included, until every worker has
+/// confirmed), then its outbound half.
+#[test]
+fn a_barrier_stands_between_a_child_sas_inbound_and_outbound_halves() {
+    for (rekey, active) in [(false, true), (true, true), (true, false)] {
+        let mut h = Harness::new(2);
+        h.conn("a", false, "10.2.0.0/16");
+        h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+        let e = Est { rekeys: rekey.then_some(0x1001), outbound_active: active, ..Est::new(1, "a", 0x1011, 0x2010) };
+        h.table.child_established(h.now, &e.event(), peer()).unwrap();
+        let kinds: Vec<&'static str> = h
+            .table
+            .take_effects()
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Worker(_, esparto_esp::Command::AddInbound(_)) => Some("inbound"),
+                Effect::Worker(_, esparto_esp::Command::SetFallback(..)) => Some("outbound"),
+                Effect::Barrier => Some("barrier"),
+                _ => None,
+            })
+            .collect();
+        let want: &[&str] = if active { &["inbound", "barrier", "outbound", "outbound"] } else { &["inbound", "barrier"] };
+        assert_eq!(kinds, want, "rekey {rekey}, outbound active {active}");
+    }
+}
+
+/// A sub-SA the peer negotiated (we answered): its worker goes on sending
+/// on the fallback until the peer's first packet on the new SA shows the
+/// peer installed it — or, without traffic from the peer, after
+/// CONFIRM_WAIT.
+#[test]
+fn a_sub_sa_we_answered_for_sends_once_the_peer_does() {
+    for by_packet in [true, false] {
+        let mut h = Harness::new(2);
+        let child = h.conn("a", true, "10.2.0.0/16");
+        h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+        let in_spi = on_worker(1, 2, 0x10_0000);
+        let peers = Est { per_resource: true, initiator: false, ..Est::new(1, "a", in_spi, 0x2003) };
+        let r = h.table.child_established(h.now, &peers.event(), peer()).unwrap();
+        assert_eq!(r.slot, Slot::Worker(1));
+        let effects = h.table.take_effects();
+        assert!(
+            effects.iter().any(|e| matches!(e, Effect::Worker(1, esparto_esp::Command::AnnounceFirst(s)) if *s == in_spi)),
+            "{effects:?}"
+        );
+        for e in effects {
+            if let Effect::Worker(k, c) = e {
+                h.workers[usize::from(k)].apply(c);
+            }
+        }
+        assert!(h.receives(in_spi));
+        assert_eq!(h.sends(child, 1), Some((0x2000, false)), "still the fallback");
+        assert_eq!(h.table.next_confirm(), Some(h.now + CONFIRM_WAIT));
+        if by_packet {
+            assert_eq!(h.table.inbound_confirmed(h.now, in_spi).unwrap(), Some(Slot::Worker(1)));
+            // The wait's timer finds nothing left to do.
+            assert_eq!(h.table.expire_confirming(h.now + CONFIRM_WAIT).unwrap(), 0);
+        } else {
+            assert_eq!(h.table.expire_confirming(h.now + CONFIRM_WAIT / 2).unwrap(), 0);
+            assert_eq!(h.table.expire_confirming(h.now + CONFIRM_WAIT).unwrap(), 1);
+        }
+        h.apply();
+        assert_eq!(h.sends(child, 1), Some((0x2003, true)), "its own SA now");
+        assert_eq!(h.table.inbound_confirmed(h.now, in_spi).unwrap(), None, "once");
+    }
+    // The first SA of a child has nothing else to send on: at once.
+    let mut h = Harness::new(2);
+    let child = h.conn("a", true, "10.2.0.0/16");
+    h.establish(&Est { initiator: false, ..Est::new(1, "a", 0x1001, 0x2000) });
+    assert_eq!(h.sends(child, 0), Some((0x2000, false)));
+    assert_eq!(h.table.next_confirm(), None);
 }
 
 #[test]
