@@ -55,7 +55,7 @@ pub use lifetime::{Expiry, Lifetime};
 pub use overhead::{Framing, Mode, WireSize, ip_header_len};
 pub use replay::{DEFAULT_WINDOW, MAX_WINDOW, ReplayError, ReplayWindow};
 pub use sa::{
-    Dropped, HEADROOM, HOT_LINES, InboundSa, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,
+    Dropped, HEADROOM, HOT_LINES, InboundSa, LastPacket, MAX_ICV_LEN, MAX_IV_LEN, OutboundSa, SaConfig, SharedSeq, Spi,
     TAILROOM, max_inner_len, next_header_for, outer_overhead,
 };
 pub use sad::{Prefetch, Sad, SpiHasher};

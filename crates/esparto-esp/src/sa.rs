@@ -497,6 +497,25 @@ pub struct InboundSa {
     remote_ts: Vec<Selector>,
     peer: SocketAddr,
     installed: Instant,
+    /// `last_used`, also where another thread can read it
+    /// ([`InboundSa::share_last_used`]); stored once a batch, not per
+    /// packet.
+    shared_last_used: Option<Arc<AtomicU64>>,
+}
+
+/// An inbound SA's last-packet time, readable from another thread while
+/// the SA's worker goes on (the control thread's liveness checks: ESP
+/// from the peer shows it is alive). Written by the worker once per batch
+/// that carried a packet of the SA.
+#[derive(Debug, Clone)]
+pub struct LastPacket(Arc<AtomicU64>);
+
+impl LastPacket {
+    /// The time of the last batch that delivered a packet of the SA
+    /// (`None`: none yet).
+    pub fn get(&self) -> Option<Instant> {
+        Stamp(self.0.load(Ordering::Relaxed)).get()
+    }
 }
 
 impl InboundSa {
@@ -518,6 +537,7 @@ impl InboundSa {
             installed: now,
             last_used: Stamp::NEVER,
             counters: SaCounters::default(),
+            shared_last_used: None,
         })
     }
 
@@ -552,6 +572,13 @@ impl InboundSa {
     /// `None`: never).
     pub fn last_used(&self) -> Option<Instant> {
         self.last_used.get()
+    }
+
+    /// A handle another thread reads [`InboundSa::last_used`] through,
+    /// whichever worker the SA is installed in.
+    pub fn share_last_used(&mut self) -> LastPacket {
+        let shared = self.shared_last_used.get_or_insert_with(|| Arc::new(AtomicU64::new(self.last_used.0)));
+        LastPacket(shared.clone())
     }
 
     /// When it was installed.
@@ -700,7 +727,14 @@ impl InboundSa {
         }
         self.counters.packets += 1;
         self.counters.bytes += inner_len as u64;
-        self.last_used = Stamp::at(now);
+        let stamp = Stamp::at(now);
+        if stamp != self.last_used {
+            // Once a batch: what the control thread reads (`LastPacket`).
+            if let Some(shared) = &self.shared_last_used {
+                shared.store(stamp.0, Ordering::Relaxed);
+            }
+            self.last_used = stamp;
+        }
         Ok(inner_len)
     }
 

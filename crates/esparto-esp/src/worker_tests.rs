@@ -65,6 +65,10 @@ fn recv(w: &mut Worker, now: Instant, esp: &[u8]) -> Result<Vec<u8>, DropReason>
     Ok(buf[r].to_vec())
 }
 
+fn cfgs_for(spi: u32) -> SaConfig {
+    config(EspSuite::Aes256Gcm16, spi, true, false)
+}
+
 fn spi_of(esp: &[u8]) -> u32 {
     u32::from_be_bytes([esp[0], esp[1], esp[2], esp[3]])
 }
@@ -157,6 +161,23 @@ fn the_first_delivered_packet_is_announced_once_and_a_barrier_answers_in_order()
     let (esp3, _) = send(&mut tx, now, &udp4(10)).unwrap();
     recv(&mut rx, now, &esp3).unwrap();
     assert_eq!(rx.poll_event(), None);
+}
+
+#[test]
+fn another_thread_reads_the_last_packet_time_through_a_shared_handle() {
+    let now = Instant::now();
+    let (mut tx, mut rx, cfgs) = setup(false, &[], now);
+    let mut sa = InboundSa::new(&cfgs_for(0x100), now).unwrap();
+    let seen = sa.share_last_used();
+    assert_eq!(seen.get(), None);
+    rx.apply(Command::AddInbound(Box::new(sa)));
+    let _ = cfgs;
+    tx.apply(Command::SetFallback(GROUP, Box::new(OutboundSa::owned(&cfgs_for(0x100), now).unwrap())));
+    let t1 = now + Duration::from_millis(5);
+    let (esp, _) = send(&mut tx, t1, &udp4(10)).unwrap();
+    recv(&mut rx, t1, &esp).unwrap();
+    let t = std::thread::spawn(move || seen.get()).join().unwrap();
+    assert_eq!(t, Some(t1));
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! SA asks for as an [`Action`], which the endpoint carries out after the
 //! step.
 
+use crate::activity::InboundActivity;
 use crate::config::EndpointConfig;
 use crate::connections::Connections;
 use crate::event::{Event, Transmit};
@@ -34,6 +35,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) rng: &'a mut dyn Rng,
     /// Inbound ESP SPI allocation.
     pub(crate) spis: &'a mut dyn SpiAllocator,
+    /// When the data plane last accepted ESP on each inbound SA.
+    pub(crate) activity: &'a dyn InboundActivity,
     /// Datagrams to send.
     pub(crate) transmits: &'a mut VecDeque<Transmit>,
     /// Events for the driver.

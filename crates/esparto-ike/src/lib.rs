@@ -93,6 +93,7 @@
 //! `connections` and `psk` (the indexes over configuration).
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod auth;
 pub mod cert;
 mod child;
@@ -117,6 +118,7 @@ mod sa;
 pub mod spi;
 pub mod ts;
 
+pub use activity::{InboundActivity, NoActivity};
 pub use config::{
     AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction,
     EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction,

@@ -622,6 +622,56 @@ fn dpd_delay_sends_liveness_checks_when_idle() {
     assert_eq!(checks, 3, "at 30, 60 and 90 s");
 }
 
+/// What the simulated data plane last saw: ESP from the peer at that time
+/// on every Child SA (`None`: nothing).
+#[derive(Clone, Default)]
+struct Esp(std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl esparto_ike::InboundActivity for Esp {
+    fn last_inbound(&self, _spi: u32) -> Option<std::time::Instant> {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// Authenticated ESP from the peer is liveness (RFC 7296 §2.4): while it
+/// flows, `dpd_delay` starts no liveness check; once it stops, a check
+/// follows `dpd_delay` after the last packet, and a peer that answers
+/// nothing is declared dead `dpd_timeout` after that.
+#[test]
+fn esp_from_the_peer_is_liveness_and_silence_still_finds_a_dead_peer() {
+    let s = Setup {
+        dpd: Some(Duration::from_secs(5)),
+        tweak_i: |c| c.dpd_timeout = Some(Duration::from_secs(10)),
+        ..Setup::default()
+    };
+    let mut net = s.build(31);
+    let esp = Esp::default();
+    net.peers[I].ep.set_inbound_activity(Box::new(esp.clone()));
+    net.peers[I].ep.initiate(net.now, "gw", None).unwrap();
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.peers[I].ep.ike_sa_states().established, 1);
+    let checks = |net: &sim::Net| net.peers[I].sent.iter().filter(|p| p.is(ExchangeType::INFORMATIONAL, false)).count();
+    // A minute of traffic from the peer, a packet every 100 ms.
+    for _ in 0..600 {
+        *esp.0.lock().unwrap() = Some(net.now);
+        net.run_for(Duration::from_millis(100));
+    }
+    assert_eq!(checks(&net), 0, "no liveness check while ESP arrives");
+    // The peer goes silent and stops answering.
+    let silent_since = net.now;
+    net.loss = 1.0;
+    net.run_for(Duration::from_secs(4));
+    assert_eq!(checks(&net), 0, "not before dpd_delay of silence");
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(checks(&net), 1, "a check after dpd_delay of silence");
+    let dead = |net: &sim::Net| net.peers[I].events.iter().any(|e| matches!(e, Event::IkeSaDeleted { reason: Reason::Timeout, .. }));
+    // The check went out 5 s into the silence; dpd_timeout is 10 s.
+    net.run_for(Duration::from_secs(8));
+    assert!(!dead(&net), "still alive {:?} into the silence", net.now - silent_since);
+    net.run_for(Duration::from_secs(2));
+    assert!(dead(&net), "dead {:?} into the silence (dpd_delay + dpd_timeout = 15 s)", net.now - silent_since);
+}
+
 #[test]
 fn half_open_sa_expires_at_the_responder() {
     let mut net = Setup::default().build(19);

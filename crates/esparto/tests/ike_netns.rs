@@ -317,3 +317,56 @@ fn esparto_to_esparto_negotiates_ipcomp() {
     west.stop().unwrap();
     east.stop().unwrap();
 }
+
+/// Authenticated ESP from the peer is liveness: with `dpd_delay = 2s` and
+/// traffic both ways neither side sends a liveness check; once the peer
+/// dies (kill -9: no Delete, nothing more from it), it is declared dead
+/// `dpd_delay` + `dpd_timeout` after its last packet.
+#[test]
+fn esp_from_the_peer_keeps_dpd_quiet_and_a_dead_peer_is_found() {
+    if skip("ike_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let dpd = [("dpd_delay".to_string(), "\"2s\"".to_string()), ("dpd_timeout".to_string(), "\"6s\"".to_string())];
+    let mut wcfg = EspartoConfig::site(Node::GwWest, keying(true, true, "dpd test key")).unwrap();
+    let mut ecfg = EspartoConfig::site(Node::GwEast, keying(false, false, "dpd test key")).unwrap();
+    wcfg.conn_extra.extend(dpd.clone());
+    ecfg.conn_extra.extend(dpd);
+    let mut east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).unwrap();
+    let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &wcfg).unwrap();
+    wait_established(&west);
+    wait_established(&east);
+    let (hw, he) = (Topology::addr(Node::HostWest, Net::Lan, Family::V4), Topology::addr(Node::HostEast, Net::Lan, Family::V4));
+    let mut to_east = esparto_testbed::udpgen::UdpGen::new(topo.ns(Node::HostWest), hw, topo.ns(Node::HostEast), he).unwrap();
+    let mut to_west =
+        esparto_testbed::udpgen::UdpGen::to_port(topo.ns(Node::HostEast), he, topo.ns(Node::HostWest), (hw, 9001).into(), 1).unwrap();
+    // Six dpd_delays of traffic both ways.
+    std::thread::scope(|s| {
+        let a = s.spawn(|| to_east.trial(200, 200.0, Duration::from_secs(12)).unwrap());
+        to_west.trial(200, 200.0, Duration::from_secs(12)).unwrap();
+        a.join().unwrap();
+    });
+    let checks = |gw: &EspartoGateway| gw.status().unwrap().ike.get("liveness_checks").copied().unwrap_or(0);
+    assert_eq!((checks(&west), checks(&east)), (0, 0), "liveness checks while ESP flowed both ways");
+
+    // The peer dies: nothing more from it. Found dead dpd_delay +
+    // dpd_timeout (8 s) after its last packet; our own traffic (pings into
+    // the tunnel) does not count.
+    east.kill().unwrap();
+    let died = Instant::now();
+    let dead = loop {
+        let _ = traffic::ping(topo.ns(Node::HostWest), he, 1, Duration::from_millis(100));
+        let log = std::fs::read_to_string(west.dir().path().join("esparto.log")).unwrap_or_default();
+        if log.contains("IKE SA deleted") && log.contains("reason=Timeout") {
+            break died.elapsed();
+        }
+        assert!(died.elapsed() < Duration::from_secs(30), "the dead peer was not found: {log}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(checks(&west) >= 1, "the end came from a liveness check");
+    assert!(dead >= Duration::from_secs(7), "declared dead after {dead:?}, before dpd_delay + dpd_timeout");
+    eprintln!("dead peer found {dead:?} after its last packet (dpd_delay 2 s + dpd_timeout 6 s)");
+    west.stop().unwrap();
+}

@@ -54,6 +54,7 @@ use crate::exchange::child_sa::offer::ChildOffer;
 use crate::exchange::ike_init::IkeInit;
 use crate::psk::Psks;
 use crate::sa::{Dropped, IkeSa, Role, State};
+use crate::activity::{InboundActivity, NoActivity};
 use crate::spi::{SpiAllocator, ike_spi};
 use core::net::SocketAddr;
 use esparto_crypto::Rng;
@@ -125,6 +126,9 @@ pub struct Stats {
     /// certificate (RFC 7296 §3.6 lists thirteen): skipped, the rest of
     /// the message used.
     pub cert_payloads_skipped: u64,
+    /// Liveness checks sent because `dpd_delay` passed without an IKE
+    /// message or authenticated ESP from the peer (RFC 7296 §2.4).
+    pub liveness_checks: u64,
 }
 
 /// IKE SAs held, by where they are in their life (RFC 7296 §1.2).
@@ -195,6 +199,8 @@ pub struct Endpoint {
     psks: Psks,
     rng: Box<dyn Rng + Send>,
     spis: Box<dyn SpiAllocator + Send>,
+    /// The data plane's last-packet times (liveness without a check).
+    activity: Box<dyn InboundActivity + Send>,
     /// Boxed: a table of SAs inline would hold up to twice their size in
     /// empty slots as it grows, and move them on every growth.
     sas: HashMap<u64, Box<IkeSa>>,
@@ -224,6 +230,7 @@ macro_rules! ctx {
             psks: &$self.psks,
             rng: &mut *$self.rng,
             spis: &mut *$self.spis,
+            activity: &*$self.activity,
             transmits: &mut $self.transmits,
             events: &mut $self.events,
             ike_spis: &mut $self.ike_spis,
@@ -256,6 +263,7 @@ impl Endpoint {
             psks: Psks::default(),
             rng,
             spis,
+            activity: Box::new(NoActivity),
             sas: HashMap::new(),
             sa_index: sa_index::SaIndex::default(),
             half_open: init_responder::HalfOpen::default(),
@@ -268,6 +276,14 @@ impl Endpoint {
             actions: Vec::new(),
             recovery: recovery::Recovery::default(),
         }
+    }
+
+    /// Where to learn when ESP last arrived on each Child SA: authenticated
+    /// ESP from the peer counts as liveness, and `dpd_delay` asks for a
+    /// liveness check only after that long without it either (see
+    /// [`crate::activity`]). Without one, only IKE messages count.
+    pub fn set_inbound_activity(&mut self, activity: Box<dyn InboundActivity + Send>) {
+        self.activity = activity;
     }
 
     /// Add a connection (validated; its name must be new). O(1): the

@@ -53,6 +53,12 @@ impl IkeSa {
         t
     }
 
+    /// The last time the data plane accepted ESP on any of the SA's Child
+    /// SAs (the engine's [`crate::activity::InboundActivity`]).
+    fn last_esp(&self, ctx: &Ctx<'_>) -> Option<Instant> {
+        self.children.iter().filter_map(|c| ctx.activity.last_inbound(c.inbound_spi)).max()
+    }
+
     fn dpd_deadline(&self) -> Option<Instant> {
         // A replaced IKE SA waits for its Delete; its successor checks.
         if self.state != State::Established
@@ -96,9 +102,19 @@ impl IkeSa {
             }
         }
         if self.dpd_deadline().is_some_and(|d| d <= now) {
+            // ESP the data plane accepted since counts as hearing from the
+            // peer (RFC 7296 §2.4: a check is for when "there has only been
+            // outgoing traffic"); the check waits for `dpd_delay` after it.
+            if let Some(t) = self.last_esp(ctx).filter(|t| *t > self.last_heard) {
+                self.last_heard = t.min(now);
+            }
+        }
+        if self.dpd_deadline().is_some_and(|d| d <= now) {
             // Restart the idle clock so a liveness check that cannot even
             // be built does not fire again at once.
             self.last_heard = now;
+            ctx.stats.liveness_checks += 1;
+            tracing::debug!(ike_sa = %self.id, peer = %self.remote, "nothing from the peer for dpd_delay: checking liveness");
             self.start_task(ctx, Task::Liveness);
         }
         if self.retire_at.is_some_and(|d| d <= now) {

@@ -124,6 +124,9 @@ impl Ike {
             ..EndpointConfig::default()
         };
         let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), crate::datapath::spi_for_worker, crate::datapath::spi_to_worker)));
+        // ESP from the peer counts as liveness (dpd_delay asks for a check
+        // only after that long without it, too).
+        ep.set_inbound_activity(Box::new(gw.table.last_packets()));
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
         // Marked like the NAT-T sockets: IKE to a peer skips the tunnel.
@@ -492,6 +495,7 @@ impl Ike {
             ("reinitiations", s.reinitiations),
             ("closing_dropped", s.closing_dropped),
             ("cert_payloads_skipped", s.cert_payloads_skipped),
+            ("liveness_checks", s.liveness_checks),
             ("ike_sas", self.ep.ike_sa_count() as u64),
         ]
         .into_iter()

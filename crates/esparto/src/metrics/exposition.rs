@@ -112,6 +112,11 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "Connections initiated again after their IKE SA died.",
     ),
     (
+        "liveness_checks",
+        "esparto_ike_liveness_checks",
+        "Liveness checks sent: dpd_delay passed without an IKE message or authenticated ESP from the peer.",
+    ),
+    (
         "cert_payloads_skipped",
         "esparto_ike_cert_payloads_skipped",
         "CERT payloads of encodings other than X.509 certificate, skipped.",

@@ -50,6 +50,7 @@
 //! cost does not grow with the number of tunnels. Removing a connection
 //! costs its children.
 
+mod activity;
 #[cfg(test)]
 mod bench;
 mod child;
@@ -79,6 +80,8 @@ pub(crate) use events::{AcquireRequest, IkeSaUp};
 pub(crate) use sa::ChildSa;
 
 use child::Group;
+
+pub(crate) use activity::LastPackets;
 
 /// How long an inbound SA stays installed after its delete following a
 /// rekey: ESP the peer sent on it just before switching may still be in
@@ -202,6 +205,9 @@ pub(crate) struct Table {
     /// Outbound halves waiting for the peer's first packet (by inbound
     /// SPI), with when they go in regardless.
     confirming: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Every inbound SA's last-packet time, for the engine's liveness
+    /// checks.
+    last_packets: LastPackets,
     /// How many children want each prefix of the peer's selectors routed:
     /// one count per child for its configured selectors, one for its
     /// group's (the negotiated ones). A route goes when no child wants it
@@ -232,6 +238,7 @@ impl Table {
             policies: Slab::new(),
             lingering: BinaryHeap::new(),
             confirming: BinaryHeap::new(),
+            last_packets: LastPackets::default(),
             routed: HashMap::new(),
             unrouting: Vec::new(),
             effects: Vec::new(),
@@ -240,6 +247,12 @@ impl Table {
 
     pub(super) fn emit(&mut self, e: Effect) {
         self.effects.push(e);
+    }
+
+    /// The last-packet times of every inbound SA, for the IKE engine
+    /// (`Endpoint::set_inbound_activity`).
+    pub(crate) fn last_packets(&self) -> LastPackets {
+        self.last_packets.clone()
     }
 
     /// Takes the effects queued since the last call, in order.

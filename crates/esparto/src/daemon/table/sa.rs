@@ -129,8 +129,9 @@ impl Table {
     /// before anything changes, so a bad key leaves nothing behind).
     pub(super) fn add_sa(&mut self, now: Instant, sa: ChildSa, in_key: &SecretBytes) -> Result<SaId> {
         let cfg = self.sa_config(sa.child, sa.in_spi, sa.suite, sa.esn, in_key)?;
-        let inbound = InboundSa::new(&cfg, now).map_err(key_err)?;
+        let mut inbound = InboundSa::new(&cfg, now).map_err(key_err)?;
         let (child, ike_sa, in_spi, out_spi, worker) = (sa.child, sa.ike_sa, sa.in_spi, sa.out_spi, sa.in_worker);
+        self.last_packets.insert(in_spi, inbound.share_last_used());
         let id = SaId(self.sas.insert(sa));
         self.by_in.insert(in_spi, id);
         self.by_out.entry(out_spi).or_default().push(id);
@@ -270,6 +271,7 @@ impl Table {
         let sa = self.sas.remove(id.0);
         if self.by_in.get(&sa.in_spi) == Some(&id) {
             self.by_in.remove(&sa.in_spi);
+            self.last_packets.remove(sa.in_spi);
         }
         self.unindex_out(id, sa.out_spi);
         if let Some(c) = self.children.get_mut(sa.child.0) {

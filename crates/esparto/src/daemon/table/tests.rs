@@ -426,8 +426,10 @@ fn delete_removes_both_halves_but_keeps_group_and_policies() {
     let mut h = Harness::new(2);
     let child = h.conn("a", false, "10.2.0.0/16");
     h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    assert_eq!(h.table.last_packets.len(), 1, "its last-packet time is filed for the engine");
     h.delete(0x1001, false);
     assert_eq!(h.inbound_total(), 0);
+    assert_eq!(h.table.last_packets.len(), 0, "and goes with it");
     for k in 0..2 {
         assert_eq!(h.sends(child, k), None);
         assert_eq!(
