@@ -20,7 +20,7 @@
 
 use crate::cert::{LocalCredential, TrustStore};
 use crate::identity::Identity;
-pub use crate::lifetime::{AfterDeath, CloseAction, DpdAction, PerCpuSas};
+pub use crate::lifetime::{AfterDeath, CloseAction, DpdAction, PerCpuSas, Recover};
 use crate::proposal::{Proposal, ProposalError, Protocol};
 use crate::ts::{TrafficSelector, TsConfig, TsError};
 use core::net::IpAddr;
@@ -176,6 +176,9 @@ pub struct ConnectionConfig {
     /// `DeletedByPeer`): `Start` makes the endpoint initiate again with
     /// back-off, `Trap` is the daemon's.
     pub close_action: CloseAction,
+    /// What ESP for an unknown SPI from the peer makes us do while we hold
+    /// no IKE SA with it (we restarted).
+    pub recover: Recover,
     /// Rekey the IKE SA this long after it was created (swanctl
     /// `rekey_time`, default 4 h), minus a random part of up to
     /// `rand_time` (RFC 7296 §2.8). `None`: never.
@@ -203,6 +206,7 @@ impl Default for ConnectionConfig {
             dpd_timeout: None,
             dpd_action: DpdAction::Clear,
             close_action: CloseAction::None,
+            recover: Recover::Notify,
             rekey_time: Some(crate::lifetime::IKE_REKEY_TIME),
             rand_time: None,
         }

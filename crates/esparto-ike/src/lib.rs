@@ -120,7 +120,7 @@ pub mod ts;
 
 pub use activity::{InboundActivity, NoActivity};
 pub use config::{
-    AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction,
+    AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction, Recover,
     EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction,
 };
 pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, NewConnection, Stats};

@@ -94,6 +94,22 @@ pub enum CloseAction {
     Start,
 }
 
+/// What to do with ESP from a connection's peer for an SPI we do not
+/// know while we hold no IKE SA with it: we restarted and lost the SAs
+/// the peer still sends on (connection key `recover`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recover {
+    /// Tell the peer with an unprotected INVALID_SPI (RFC 7296 §1.5), and
+    /// leave finding out to it: a peer that ignores the hint (strongSwan
+    /// does) recovers only when its DPD gives up.
+    #[default]
+    Notify,
+    /// Also initiate the connection (with INITIAL_CONTACT, so the peer
+    /// drops the IKE SA we lost), with the re-initiation back-off
+    /// ([`REINITIATE_DELAY`] for the first).
+    Initiate,
+}
+
 /// What follows the end of an IKE SA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterDeath {

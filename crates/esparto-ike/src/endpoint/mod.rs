@@ -129,6 +129,9 @@ pub struct Stats {
     /// Liveness checks sent because `dpd_delay` passed without an IKE
     /// message or authenticated ESP from the peer (RFC 7296 §2.4).
     pub liveness_checks: u64,
+    /// Connections brought back because their peer sent ESP for SAs we
+    /// no longer held (`recover = initiate`).
+    pub recoveries: u64,
 }
 
 /// IKE SAs held, by where they are in their life (RFC 7296 §1.2).

@@ -61,7 +61,7 @@ use super::Endpoint;
 use crate::ctx::Ctx;
 use crate::event::Transmit;
 use crate::lifetime::{
-    HINT_CHECKS_PER_PEER, HINT_CHECKS_PER_SEC, INVALID_IKE_SPI_PER_SEC, INVALID_IKE_SPI_PER_SOURCE,
+    Recover, HINT_CHECKS_PER_PEER, HINT_CHECKS_PER_SEC, INVALID_IKE_SPI_PER_SEC, INVALID_IKE_SPI_PER_SOURCE,
     INVALID_SPI_HINTS_PER_PEER, INVALID_SPI_HINTS_PER_SEC, REINITIATE_STABLE, random_up_to,
     reinitiate_delay,
 };
@@ -295,6 +295,7 @@ impl Endpoint {
         }
         let ip = remote.ip();
         let mut configured = false;
+        let mut recover = Vec::new();
         for c in self.connections.with_remote_addr(ip) {
             configured = true;
             let up = self.sa_index.of_conn(c).any(|id| {
@@ -305,9 +306,26 @@ impl Endpoint {
             if up {
                 return;
             }
+            if c.recover == Recover::Initiate {
+                recover.push((c.name.clone(), c.children.iter().map(|ch| ch.name.clone()).collect::<Vec<_>>()));
+            }
         }
         if !configured {
             return;
+        }
+        // `recover = initiate`: the peer holds SAs we lost and may never
+        // act on the hint below; we bring the connection back ourselves,
+        // with INITIAL_CONTACT so that it drops the old IKE SA. The
+        // re-initiation's back-off rate-limits it (one at a time per
+        // connection, doubling while attempts fail).
+        for (name, children) in recover {
+            if self.recovery.revivals.get(&name).is_some_and(|r| r.due.is_some()) {
+                continue;
+            }
+            tracing::info!(connection = %name, peer = %remote, spi = format_args!("{spi:08x}"),
+                "ESP for an unknown SPI from the peer of a connection without an IKE SA: initiating it (recover = initiate)");
+            self.stats.recoveries += 1;
+            self.schedule_reinitiate(now, name, children);
         }
         if !self.recovery.hints_sent.allow(now, ip) {
             self.stats.rate_limited += 1;
@@ -385,7 +403,7 @@ impl Endpoint {
             .timers
             .push(Reverse((due, connection.clone())));
         tracing::info!(%connection, attempt, in_s = (due - now).as_secs_f64(),
-            "initiating the connection again (dpd_action/close_action)");
+            "initiating the connection again");
     }
 
     /// An IKE SA of `connection` is established: the back-off clock starts

@@ -47,6 +47,7 @@ const KEYS: &[&str] = &[
     "dpd_timeout",
     "rekey_time",
     "rand_time",
+    "recover",
     "local",
     "remote",
     "children",
@@ -60,6 +61,7 @@ const IKE_KEYS: &[&str] = &[
     "dpd_timeout",
     "rekey_time",
     "rand_time",
+    "recover",
     "local",
     "remote",
 ];
@@ -404,6 +406,7 @@ fn ike_settings(
         }
     }
     let (dpd_action, close_action) = after_death(cx, node, path, &children);
+    let recover = recover(cx, node, path, remote_addrs);
     let local = auth(cx, node, path, "local", authorities);
     let remote = auth(cx, node, path, "remote", authorities);
     if let (Some(cred), Some(f)) = (&local.credential, node.field(path, "local")) {
@@ -428,6 +431,7 @@ fn ike_settings(
         dpd_timeout,
         dpd_action,
         close_action,
+        recover,
         rekey_time,
         rand_time,
     };
@@ -548,6 +552,27 @@ fn after_death(
         CloseAction::None
     });
     (dpd_action, close_action)
+}
+
+/// `recover`: what ESP for an unknown SPI from the peer makes us do while
+/// we hold no IKE SA with it. `initiate` needs an address to initiate to.
+fn recover(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, remote_addrs: &[IpAddr]) -> esparto_ike::Recover {
+    let Some(f) = node.field(path, "recover") else {
+        return esparto_ike::Recover::Notify;
+    };
+    match cx.str(&f) {
+        Some("notify") => esparto_ike::Recover::Notify,
+        Some("initiate") if remote_addrs.is_empty() => {
+            cx.err_at(&f, "recover = \"initiate\" needs remote_addrs: the peer's address to initiate to");
+            esparto_ike::Recover::Notify
+        }
+        Some("initiate") => esparto_ike::Recover::Initiate,
+        Some(v) => {
+            cx.err_at(&f, format!("'{v}': expected notify or initiate"));
+            esparto_ike::Recover::Notify
+        }
+        None => esparto_ike::Recover::Notify,
+    }
 }
 
 /// A per-child action key (`dpd_action`, `close_action`) that the children

@@ -496,6 +496,7 @@ impl Ike {
             ("closing_dropped", s.closing_dropped),
             ("cert_payloads_skipped", s.cert_payloads_skipped),
             ("liveness_checks", s.liveness_checks),
+            ("recoveries", s.recoveries),
             ("ike_sas", self.ep.ike_sa_count() as u64),
         ]
         .into_iter()

@@ -112,6 +112,11 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "Connections initiated again after their IKE SA died.",
     ),
     (
+        "recoveries",
+        "esparto_ike_recoveries",
+        "Connections initiated because their peer sent ESP for SAs this daemon no longer held (recover = initiate).",
+    ),
+    (
         "liveness_checks",
         "esparto_ike_liveness_checks",
         "Liveness checks sent: dpd_delay passed without an IKE message or authenticated ESP from the peer.",

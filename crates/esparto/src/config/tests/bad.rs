@@ -697,6 +697,32 @@ secret = "x"
 }
 
 #[test]
+fn recover_takes_notify_or_initiate_and_initiate_needs_a_peer_address() {
+    let text = r#"[connections.gw]
+remote_addrs = "198.51.100.7"
+recover = "maybe"
+[connections.gw.children.a]
+local_ts = "10.1.0.0/24"
+[connections.any]
+recover = "initiate"
+[connections.any.children.a]
+local_ts = "10.2.0.0/24"
+[connections.ok]
+remote_addrs = "198.51.100.8"
+recover = "initiate"
+[connections.ok.children.a]
+local_ts = "10.3.0.0/24"
+[secrets.s]
+secret = "x"
+"#;
+    let errs = errors_of(text);
+    let got: Vec<(usize, &str)> = errs.iter().map(|e| (e.line, e.key.as_str())).collect();
+    assert_eq!(got, [(3, "connections.gw.recover"), (7, "connections.any.recover")], "{}", ConfigErrors(errs.clone()));
+    assert!(errs[0].message.contains("expected notify or initiate"), "{}", errs[0].message);
+    assert!(errs[1].message.contains("needs remote_addrs"), "{}", errs[1].message);
+}
+
+#[test]
 fn a_missing_psk_is_an_error() {
     let text = "[connections.gw]\nremote_addrs = \"198.51.100.7\"\nlocal.id = \"@moon\"\nremote.id = \"@sun\"\n[connections.gw.children.host]\n";
     let errs = errors_of(text);
