@@ -571,3 +571,63 @@ fn bench_reload_1000_connections_one_changed() {
     west.stop().unwrap();
     east.stop().unwrap();
 }
+
+/// Resident memory of a daemon (`VmRSS`), MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0.0);
+    kib / 1024.0
+}
+
+/// The figure in docs/BENCHMARKS.md ("Memory after a churn"): both
+/// gateways start with one connection, a reload brings up 2,000 IKE
+/// connections (`CHURN_CONNECTIONS`), a second reload removes all but the
+/// first; west's resident memory with one, with all up, and after they
+/// went (the daemon gives freed heap back after a large removal).
+#[test]
+#[ignore = "benchmark: cargo test --release -p esparto --test reload_netns bench_memory -- --ignored --nocapture"]
+fn bench_memory_after_a_churn_of_2000_connections() {
+    if skip("reload_netns bench", false) {
+        return;
+    }
+    let n: usize = std::env::var("CHURN_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000);
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, "esparto0", |c| bench_file(Node::GwEast, c, 1, "")).unwrap();
+    let west =
+        EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |c| bench_file(Node::GwWest, c, 1, "aes256gcm16")).unwrap();
+    wait_for("the first connection", || west.sas().is_ok_and(|s| !s.is_empty()));
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = rss_mib(west.pid());
+    let count_up = |gw: &EspartoGateway| {
+        gw.sas().map_or(0, |s| s.iter().filter(|x| x.state == "established" && !x.children.is_empty()).count())
+    };
+    for (gw, node) in [(&east, Node::GwEast), (&west, Node::GwWest)] {
+        write(&gw.config_path(), &bench_file(node, gw.control_path(), n, "aes256gcm16"));
+        let (ok, out) = gw.cli(&["reload"]).unwrap();
+        assert!(ok, "{out}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while count_up(&west) < n {
+        assert!(Instant::now() < deadline, "{} of {n} connections up", count_up(&west));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let up = rss_mib(west.pid());
+    for (gw, node) in [(&west, Node::GwWest), (&east, Node::GwEast)] {
+        write(&gw.config_path(), &bench_file(node, gw.control_path(), 1, "aes256gcm16"));
+        let (ok, out) = gw.cli(&["reload"]).unwrap();
+        assert!(ok, "{out}");
+    }
+    wait_for("every other SA gone", || west.sas().is_ok_and(|s| s.len() == 1));
+    // The trim follows within a turn of the control loop (at most 10 s
+    // after the last one).
+    std::thread::sleep(Duration::from_secs(12));
+    let after = rss_mib(west.pid());
+    let log = std::fs::read_to_string(west.dir().path().join("esparto.log")).unwrap_or_default();
+    println!(
+        "west's VmRSS: one connection {idle:.1} MiB, {n} connections up {up:.1} MiB, after they went {after:.1} MiB (trimmed: {})",
+        log.contains("returned the freed heap to the system")
+    );
+    west.stop().unwrap();
+    east.stop().unwrap();
+}

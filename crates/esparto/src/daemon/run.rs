@@ -104,7 +104,7 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         pid = std::process::id(), capabilities = %kept, "esparto running"
     );
     notify::ready(&config, &gw);
-    let mut daemon = Daemon { config, gw, ike, server, metrics, signals, throttle, started: Instant::now() };
+    let mut daemon = Daemon { config, gw, ike, server, metrics, signals, throttle, started: Instant::now(), heap: HeapTrim::new() };
     match daemon.serve()? {
         Stop::Signal => {
             daemon.shut_down();
@@ -124,6 +124,45 @@ struct Daemon {
     signals: Signals,
     throttle: Throttle,
     started: Instant,
+    heap: HeapTrim,
+}
+
+/// Gives freed heap back to the system after a large removal (thousands of
+/// tunnels torn down): the allocator keeps what it freed for reuse, and
+/// the daemon's resident memory would stay at its peak for good.
+#[derive(Debug)]
+struct HeapTrim {
+    /// The most SAs (IKE and Child) held since the last trim.
+    peak: usize,
+    last: Instant,
+}
+
+/// A trim follows when this many SAs are gone since the peak…
+const TRIM_AFTER_REMOVED: usize = 1_000;
+/// …and the last trim is this long ago (a trim walks the whole heap).
+const TRIM_EVERY: Duration = Duration::from_secs(10);
+
+impl HeapTrim {
+    fn new() -> Self {
+        Self { peak: 0, last: Instant::now() }
+    }
+
+    /// `live` SAs are held now: trims if enough went since the peak.
+    fn observe(&mut self, now: Instant, live: usize) {
+        self.peak = self.peak.max(live);
+        if self.peak - live >= TRIM_AFTER_REMOVED && now.duration_since(self.last) >= TRIM_EVERY {
+            let before = esparto_io::mem::heap_in_use();
+            let released = esparto_io::mem::trim();
+            info!(
+                removed = self.peak - live,
+                heap_mib = before.map(|b| b as f64 / (1 << 20) as f64),
+                released,
+                "many SAs removed: returned the freed heap to the system"
+            );
+            self.peak = live;
+            self.last = now;
+        }
+    }
 }
 
 /// Why the control loop ended.
@@ -174,6 +213,9 @@ impl Daemon {
             }
             self.on_dataplane_events(now);
             self.on_stray_ike(now);
+            let (_, child_sas, _) = self.gw.table.counts();
+            let ike_sas = self.ike.as_ref().map_or(0, |i| i.ep.ike_sa_count());
+            self.heap.observe(now, child_sas + ike_sas);
             self.throttle.flush(Instant::now(), false);
             if self.server.streaming() {
                 // Lines logged since the poll above leave now, not at the

@@ -376,7 +376,6 @@ impl Table {
     }
 
     /// Numbers of children, Child SAs and IKE SAs.
-    #[cfg(test)]
     pub(crate) fn counts(&self) -> (usize, usize, usize) {
         (self.children.len(), self.sas.len(), self.ike_sas.len())
     }
