@@ -66,6 +66,9 @@ struct Counters {
     received: AtomicU64,
     bytes: AtomicU64,
     stray: AtomicU64,
+    /// Datagrams of the current trial that arrived after a later one of
+    /// the same flow (source address and port: each flow numbers its own).
+    reordered: AtomicU64,
     /// Nanoseconds since `epoch` of the last datagram seen (any trial).
     last_ns: AtomicU64,
 }
@@ -97,6 +100,9 @@ impl Sink {
             .name("udpgen-sink".into())
             .spawn(move || {
                 let mut batch = RxBatch::new(32, 0, esparto_io::udp::GRO_SLOT_LEN, 32 * 64);
+                // Each flow's highest sequence number so far, in this trial.
+                let mut highest: std::collections::HashMap<Option<SocketAddr>, u64> = std::collections::HashMap::new();
+                let mut trial_seen = u32::MAX;
                 while !c.stop.load(Ordering::Relaxed) {
                     let n = sock.recv_batch(&mut batch)?;
                     if n == 0 {
@@ -106,16 +112,27 @@ impl Sink {
                         continue;
                     }
                     let current = c.trial.load(Ordering::Relaxed);
-                    let (mut ours, mut bytes, mut stray) = (0u64, 0u64, 0u64);
-                    for (pkt, _) in batch.iter() {
+                    if current != trial_seen {
+                        highest.clear();
+                        trial_seen = current;
+                    }
+                    let (mut ours, mut bytes, mut stray, mut reordered) = (0u64, 0u64, 0u64, 0u64);
+                    for (pkt, from) in batch.iter() {
                         match parse_header(pkt) {
-                            Some((t, _seq)) if t == current => {
+                            Some((t, seq)) if t == current => {
                                 ours += 1;
                                 bytes += pkt.len() as u64;
+                                let h = highest.entry(from).or_insert(seq);
+                                if seq < *h {
+                                    reordered += 1;
+                                } else {
+                                    *h = seq;
+                                }
                             }
                             _ => stray += 1,
                         }
                     }
+                    c.reordered.fetch_add(reordered, Ordering::Relaxed);
                     c.received.fetch_add(ours, Ordering::Relaxed);
                     c.bytes.fetch_add(bytes, Ordering::Relaxed);
                     c.stray.fetch_add(stray, Ordering::Relaxed);
@@ -142,6 +159,13 @@ impl Sink {
         self.counters.trial.store(t, Ordering::Relaxed);
         self.counters.received.store(0, Ordering::Relaxed);
         self.counters.bytes.store(0, Ordering::Relaxed);
+        self.counters.reordered.store(0, Ordering::Relaxed);
+    }
+
+    /// Datagrams of the current trial that arrived after a later one of
+    /// their flow.
+    pub fn reordered(&self) -> u64 {
+        self.counters.reordered.load(Ordering::Relaxed)
     }
 
     /// Datagrams of the current trial received so far.
