@@ -540,9 +540,27 @@ pub struct EndpointConfig {
     /// beyond are dropped (and counted), valid cookie or not
     /// (strongSwan's `block_threshold`, default 5).
     pub half_open_per_source: usize,
+    /// `cookie_threshold_per_source` for an address some connection
+    /// names in its `remote_addrs`: a configured peer may bring up many
+    /// connections at once without a cookie round trip. Spoofing that
+    /// address still stalls at this many half-open SAs (the spoofer
+    /// cannot return cookies), and `cookie_threshold` still counts them.
+    pub cookie_threshold_per_peer: usize,
+    /// `half_open_per_source` for a configured peer's address; above
+    /// `cookie_threshold_per_peer`, so a spoofer of that address cannot
+    /// lock the peer out.
+    pub half_open_per_peer: usize,
     /// At most this many half-open IKE SAs in all; requests beyond are
     /// dropped and counted (strongSwan's `init_limit_half_open`).
     pub max_half_open: usize,
+    /// Initiator pacing: at most this many of our IKE SAs to one peer
+    /// address between their IKE_SA_INIT request and the end of
+    /// IKE_AUTH; further initiations to it wait, in order, until one of
+    /// those is established or gone. The default keeps a responder with
+    /// strongSwan's defaults (`cookie_threshold_ip = 3`, `block_threshold
+    /// = 5`) from demanding cookies or dropping requests when many
+    /// connections to it start at once. 0 turns pacing off.
+    pub initiating_per_peer: usize,
     /// How long a cookie secret is used before a new one is drawn (§2.6:
     /// "periodically changed").
     pub cookie_secret_lifetime: Duration,
@@ -574,7 +592,10 @@ impl Default for EndpointConfig {
             cookie_threshold: 100,
             cookie_threshold_per_source: 3,
             half_open_per_source: 5,
+            cookie_threshold_per_peer: 50,
+            half_open_per_peer: 100,
             max_half_open: 10_000,
+            initiating_per_peer: 3,
             cookie_secret_lifetime: Duration::from_secs(60),
             cookie_grace: Duration::from_secs(10),
             window_size: 8,

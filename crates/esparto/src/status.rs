@@ -50,7 +50,9 @@ pub struct Status {
 /// `no_proposal_chosen`, `authentication_failed`, …).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct IkeEvents {
-    /// IKE SAs the engine holds, by state: `connecting` (IKE_SA_INIT sent),
+    /// IKE SAs the engine holds, by state: `waiting` (an initiation
+    /// waiting for its turn to the peer, `initiating_per_peer`: nothing
+    /// sent yet), `connecting` (IKE_SA_INIT sent),
     /// `authenticating` (IKE_AUTH in progress, a responder's half-open SA
     /// included), `established`, `failed` (a responder's failed
     /// authentication, kept to answer retransmissions). Every state is

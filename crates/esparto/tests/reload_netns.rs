@@ -410,6 +410,16 @@ const BENCH_STREAMS: [usize; 4] = [0, 250, 500, 750];
 /// connection `i` protecting UDP to port 10000 + i of the east LAN; west
 /// proposes `esp_last` for the last one, east accepts it.
 fn bench_file(side: Node, control: &Path, n: usize, esp_last: &str) -> String {
+    let mut t = hub_file(side, control, n, esp_last);
+    // Every initiation arrives at once from one address.
+    let limits = "half_open_per_source = 100000\nmax_half_open = 100000\ncookie_threshold = 100000\ncookie_threshold_per_source = 100000\n";
+    let at = t.find("\n[connections.").unwrap_or(t.len());
+    t.insert_str(at, &format!("\n{limits}"));
+    t
+}
+
+/// [`bench_file`] with every limit at its default.
+fn hub_file(side: Node, control: &Path, n: usize, esp_last: &str) -> String {
     let west = side == Node::GwWest;
     let (me, peer) = if west { ("west", "east") } else { ("east", "west") };
     let other = if west { Node::GwEast } else { Node::GwWest };
@@ -418,8 +428,6 @@ fn bench_file(side: Node, control: &Path, n: usize, esp_last: &str) -> String {
         Topology::addr(other, Net::Transit, Family::V4),
     );
     let mut t = daemon_section(control, 2);
-    // Every initiation arrives at once from one address.
-    t.push_str("half_open_per_source = 100000\nmax_half_open = 100000\ncookie_threshold = 100000\ncookie_threshold_per_source = 100000\n");
     for i in 0..n {
         let (l, r) = (
             "10.1.0.0/24[udp]".to_string(),
@@ -570,6 +578,75 @@ fn bench_reload_1000_connections_one_changed() {
     }
     west.stop().unwrap();
     east.stop().unwrap();
+}
+
+/// West starts `n` IKE connections to east at once, every limit at its
+/// default on both sides; returns how long until all were up, with west's
+/// and east's IKE counters.
+fn hub_up(n: usize) -> (Duration, std::collections::BTreeMap<String, u64>, std::collections::BTreeMap<String, u64>) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, "esparto0", |c| hub_file(Node::GwEast, c, n, "")).unwrap();
+    let t0 = Instant::now();
+    let west =
+        EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |c| hub_file(Node::GwWest, c, n, "aes256gcm16")).unwrap();
+    let count_up = |gw: &EspartoGateway| {
+        gw.sas().map_or(0, |s| s.iter().filter(|x| x.state == "established" && !x.children.is_empty()).count())
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while count_up(&west) < n {
+        assert!(Instant::now() < deadline, "{} of {n} connections up; east: {:?}", count_up(&west), east.status().map(|s| s.ike));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = t0.elapsed();
+    let (w, e) = (west.status().unwrap().ike, east.status().unwrap().ike);
+    west.stop().unwrap();
+    east.stop().unwrap();
+    (took, w, e)
+}
+
+/// A hub: fifty connections between the same two gateways, all with
+/// `start_action = "start"` and default limits. West paces its
+/// initiations (`initiating_per_peer`), so east neither demands a cookie
+/// nor drops a request, and nothing waits for a retransmission. The time
+/// bound is loose (the machine is shared); the counters are the test.
+#[test]
+fn fifty_connections_to_one_peer_come_up_without_cookies_or_drops() {
+    if skip("reload_netns", false) {
+        return;
+    }
+    let n = 50;
+    let (took, west, east) = hub_up(n);
+    let get = |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
+    eprintln!("{n} connections up in {:.2} s; west paced {}", took.as_secs_f64(), get(&west, "initiations_paced"));
+    assert_eq!(
+        (get(&east, "cookies_sent"), get(&east, "half_open_dropped_per_source"), get(&east, "half_open_dropped_global")),
+        (0, 0, 0),
+        "east: {east:?}"
+    );
+    assert!(get(&west, "initiations_paced") > 0, "west: {west:?}");
+    assert!(took < Duration::from_secs(30), "{n} connections took {took:?}");
+}
+
+/// The figure in docs/BENCHMARKS.md ("A hub"): 1,000 connections
+/// (`HUB_CONNECTIONS`) between two gateways with default settings, from
+/// west's start until all are up.
+#[test]
+#[ignore = "benchmark: cargo test --release -p esparto --test reload_netns bench_hub -- --ignored --nocapture"]
+fn bench_hub_1000_connections_up_with_default_limits() {
+    if skip("reload_netns bench", false) {
+        return;
+    }
+    let n: usize = std::env::var("HUB_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let (took, west, east) = hub_up(n);
+    let get = |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
+    println!(
+        "hub: {n} connections up in {:.2} s with default limits (west paced {}, east sent {} cookies, dropped {} half-open)",
+        took.as_secs_f64(),
+        get(&west, "initiations_paced"),
+        get(&east, "cookies_sent"),
+        get(&east, "half_open_dropped_per_source") + get(&east, "half_open_dropped_global"),
+    );
 }
 
 /// Resident memory of a daemon (`VmRSS`), MiB.

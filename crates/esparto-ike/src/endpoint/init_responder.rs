@@ -34,7 +34,13 @@
 //! The per-source cookie threshold sits below the per-source limit so a
 //! blind attacker forging a legitimate peer's address, who cannot return
 //! cookies, stalls at `cookie_threshold_per_source` half-open SAs and
-//! never locks the peer out. Counting half-open SAs per address is
+//! never locks the peer out. An address that a connection names in its
+//! `remote_addrs` gets `cookie_threshold_per_peer` and
+//! `half_open_per_peer` instead, larger, so that a peer bringing up many
+//! connections at once (a hub, a strongSwan initiator that does not pace)
+//! is neither cookied nor dropped; the same ordering keeps a spoofer of
+//! that address stalled below the peer's limit, and the global
+//! `cookie_threshold` still bounds what all spoofers together hold. Counting half-open SAs per address is
 //! [`HalfOpen`]'s job; drops and cookies are counted in [`super::Stats`].
 //! The stateless path allocates only the response datagram.
 
@@ -173,7 +179,13 @@ impl Endpoint {
         let ip = remote.ip();
         let from_ip = self.half_open.count_from(ip);
         let total = self.half_open.len();
-        if from_ip >= self.config.half_open_per_source {
+        // A configured peer's address has a budget of its own (module docs).
+        let (cookie_at, block_at) = if self.connections.with_remote_addr(ip).next().is_some() {
+            (self.config.cookie_threshold_per_peer, self.config.half_open_per_peer)
+        } else {
+            (self.config.cookie_threshold_per_source, self.config.half_open_per_source)
+        };
+        if from_ip >= block_at {
             self.stats.half_open_dropped_per_source += 1;
             return false;
         }
@@ -184,8 +196,7 @@ impl Endpoint {
         // §2.6: "When a responder detects a large number of half-open IKE
         // SAs, it SHOULD reply to IKE_SA_INIT requests with a response
         // containing the COOKIE notification."
-        if total < self.config.cookie_threshold && from_ip < self.config.cookie_threshold_per_source
-        {
+        if total < self.config.cookie_threshold && from_ip < cookie_at {
             return true;
         }
         let jar = Self::cookie_jar(&mut self.cookies, &mut *self.rng, &self.config, now);

@@ -28,8 +28,17 @@ impl Endpoint {
 
     /// After a step of SA `id`: remove it if dead; free its handshake
     /// state once established (and note the connection up, for the
-    /// re-initiation back-off); refile it in the index; re-arm its timer.
+    /// re-initiation back-off); refile it in the index; re-arm its timer;
+    /// pass its pacing slot on once it is set up or gone.
     pub(super) fn after(&mut self, now: Instant, id: u64) {
+        let freed = self.sas.get_mut(&id).and_then(|sa| Self::slot_done(sa));
+        self.refile(now, id);
+        if let Some(ip) = freed {
+            self.slot_freed(now, ip);
+        }
+    }
+
+    fn refile(&mut self, now: Instant, id: u64) {
         let Some(sa) = self.sas.get_mut(&id) else {
             return;
         };

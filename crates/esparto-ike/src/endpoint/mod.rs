@@ -132,6 +132,9 @@ pub struct Stats {
     /// Connections brought back because their peer sent ESP for SAs we
     /// no longer held (`recover = initiate`).
     pub recoveries: u64,
+    /// Initiations that waited because `initiating_per_peer` of our IKE
+    /// SAs to the same peer address were being set up.
+    pub initiations_paced: u64,
 }
 
 /// IKE SAs held, by where they are in their life (RFC 7296 §1.2).
@@ -147,6 +150,9 @@ pub struct IkeSaStates {
     /// Authentication failed as responder; kept only to answer
     /// retransmissions until the half-open timer.
     pub failed: usize,
+    /// Of `connecting`: initiations waiting for their turn to the peer
+    /// (`initiating_per_peer`), nothing sent yet.
+    pub waiting: usize,
 }
 
 /// Why `initiate`/`acquire`/`terminate` refused.
@@ -222,6 +228,8 @@ pub struct Endpoint {
     actions: Vec<Action>,
     /// Rate limits for unprotected answers, re-initiations, shutdown.
     recovery: recovery::Recovery,
+    /// Our IKE SAs being set up, and those waiting, per peer address.
+    pacing: pacing::Pacing,
 }
 
 macro_rules! ctx {
@@ -246,6 +254,7 @@ macro_rules! ctx {
 mod info;
 mod init_responder;
 mod lifecycle;
+mod pacing;
 mod reconfigure;
 mod recovery;
 pub(crate) mod sa_index;
@@ -278,6 +287,7 @@ impl Endpoint {
             ike_spis: HashSet::new(),
             actions: Vec::new(),
             recovery: recovery::Recovery::default(),
+            pacing: pacing::Pacing::default(),
         }
     }
 
@@ -318,7 +328,10 @@ impl Endpoint {
         let mut n = IkeSaStates::default();
         for sa in self.sas.values() {
             match sa.state {
-                State::Init => n.connecting += 1,
+                State::Init => {
+                    n.connecting += 1;
+                    n.waiting += usize::from(sa.waiting);
+                }
                 State::Auth => n.authenticating += 1,
                 State::Established => n.established += 1,
                 State::Failed => n.failed += 1,
@@ -468,6 +481,7 @@ impl Endpoint {
         if let (true, Some(k)) = (per_cpu, resource) {
             sa.resource_group(&child_name).wanted.push(k);
         }
+        self.pace(&mut sa);
         let mut ctx = ctx!(self, now);
         sa.start_task(
             &mut ctx,

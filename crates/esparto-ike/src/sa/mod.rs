@@ -174,6 +174,11 @@ pub(crate) struct IkeSa {
     pub(crate) scheduled: Option<Instant>,
     /// Where the endpoint's SA index has it filed.
     pub(crate) filed: crate::endpoint::sa_index::Filed,
+    /// Waiting for the endpoint's initiator pacing to let its IKE_SA_INIT
+    /// go: tasks queue, nothing is sent.
+    pub(crate) waiting: bool,
+    /// The peer address whose pacing slot this SA holds while being set up.
+    pub(crate) pace_slot: Option<core::net::IpAddr>,
 }
 
 /// The part of an IKE SA that only IKE_SA_INIT and IKE_AUTH need (RFC
@@ -279,6 +284,8 @@ impl IkeSa {
             next_keepalive: None,
             scheduled: None,
             filed: Default::default(),
+            waiting: false,
+            pace_slot: None,
         }
     }
 
@@ -535,7 +542,7 @@ impl IkeSa {
     /// §2.25.1 (a rekey request meeting a Child SA exchange gets
     /// TEMPORARY_FAILURE), §2.8 (the delete "MUST be the last request").
     pub(crate) fn send_next(&mut self, ctx: &mut Ctx<'_>) {
-        while self.state != State::Dead {
+        while self.state != State::Dead && !self.waiting {
             let Some(next) = self.queue.front() else {
                 return;
             };

@@ -68,7 +68,10 @@ const KEYS: &[&str] = &[
     "cookie_threshold",
     "cookie_threshold_per_source",
     "half_open_per_source",
+    "cookie_threshold_per_peer",
+    "half_open_per_peer",
     "max_half_open",
+    "initiating_per_peer",
     "routing_table",
     "routing_table_prio",
     "routing_mark",
@@ -345,10 +348,10 @@ fn routing(cx: &mut Cx<'_>, t: &Node, path: &KeyPath) -> Routing {
 }
 
 /// The IKE endpoint's limits (strongSwan: charon.cookie_threshold,
-/// cookie_threshold_ip, block_threshold, init_limit_half_open) and its
-/// window size.
+/// cookie_threshold_ip, block_threshold, init_limit_half_open), its
+/// initiator pacing and its window size.
 fn ike_limits(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, ike: &mut IkeLimits) {
-    let limits: [(&str, i64, &mut usize); 4] = [
+    let limits: [(&str, i64, &mut usize); 6] = [
         ("cookie_threshold", 1_000_000, &mut ike.cookie_threshold),
         (
             "cookie_threshold_per_source",
@@ -360,6 +363,8 @@ fn ike_limits(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, ike: &mut IkeLimits) {
             1_000_000,
             &mut ike.half_open_per_source,
         ),
+        ("cookie_threshold_per_peer", 1_000_000, &mut ike.cookie_threshold_per_peer),
+        ("half_open_per_peer", 1_000_000, &mut ike.half_open_per_peer),
         ("max_half_open", 10_000_000, &mut ike.max_half_open),
     ];
     for (key, max, slot) in limits {
@@ -367,6 +372,11 @@ fn ike_limits(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, ike: &mut IkeLimits) {
             if let Some(v) = cx.int::<usize>(&f, 1..=max) {
                 *slot = v;
             }
+        }
+    }
+    if let Some(f) = t.field(path, "initiating_per_peer") {
+        if let Some(v) = cx.int::<usize>(&f, 0..=1_000_000) {
+            ike.initiating_per_peer = v;
         }
     }
     if let Some(f) = t.field(path, "window_size") {

@@ -106,8 +106,14 @@ pub struct IkeLimits {
     pub cookie_threshold_per_source: usize,
     /// Half-open IKE SAs one source may hold; beyond, requests are dropped.
     pub half_open_per_source: usize,
+    /// `cookie_threshold_per_source` for an address a connection names.
+    pub cookie_threshold_per_peer: usize,
+    /// `half_open_per_source` for an address a connection names.
+    pub half_open_per_peer: usize,
     /// Half-open IKE SAs in all; beyond, requests are dropped.
     pub max_half_open: usize,
+    /// Our IKE SAs being set up to one peer address at once (0: no limit).
+    pub initiating_per_peer: usize,
     /// IKE requests in flight per IKE SA (SET_WINDOW_SIZE).
     pub window_size: u32,
 }
@@ -119,7 +125,10 @@ impl Default for IkeLimits {
             cookie_threshold: e.cookie_threshold,
             cookie_threshold_per_source: e.cookie_threshold_per_source,
             half_open_per_source: e.half_open_per_source,
+            cookie_threshold_per_peer: e.cookie_threshold_per_peer,
+            half_open_per_peer: e.half_open_per_peer,
             max_half_open: e.max_half_open,
+            initiating_per_peer: e.initiating_per_peer,
             window_size: e.window_size,
         }
     }

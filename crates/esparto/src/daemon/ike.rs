@@ -120,7 +120,10 @@ impl Ike {
             cookie_threshold: limits.cookie_threshold,
             cookie_threshold_per_source: limits.cookie_threshold_per_source,
             half_open_per_source: limits.half_open_per_source,
+            cookie_threshold_per_peer: limits.cookie_threshold_per_peer,
+            half_open_per_peer: limits.half_open_per_peer,
             max_half_open: limits.max_half_open,
+            initiating_per_peer: limits.initiating_per_peer,
             ..EndpointConfig::default()
         };
         let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), crate::datapath::spi_for_worker, crate::datapath::spi_to_worker)));
@@ -497,6 +500,7 @@ impl Ike {
             ("cert_payloads_skipped", s.cert_payloads_skipped),
             ("liveness_checks", s.liveness_checks),
             ("recoveries", s.recoveries),
+            ("initiations_paced", s.initiations_paced),
             ("ike_sas", self.ep.ike_sa_count() as u64),
         ]
         .into_iter()
@@ -537,7 +541,8 @@ impl Ike {
         let c = &self.counts;
         IkeEvents {
             ike_sa_states: [
-                ("connecting", states.connecting),
+                ("waiting", states.waiting),
+                ("connecting", states.connecting - states.waiting),
                 ("authenticating", states.authenticating),
                 ("established", states.established),
                 ("failed", states.failed),

@@ -159,7 +159,10 @@ fn daemon_changes(old: &Daemon, new: &Daemon) -> Vec<String> {
         "cookie_threshold": |d: &Daemon| d.ike.cookie_threshold;
         "cookie_threshold_per_source": |d: &Daemon| d.ike.cookie_threshold_per_source;
         "half_open_per_source": |d: &Daemon| d.ike.half_open_per_source;
+        "cookie_threshold_per_peer": |d: &Daemon| d.ike.cookie_threshold_per_peer;
+        "half_open_per_peer": |d: &Daemon| d.ike.half_open_per_peer;
         "max_half_open": |d: &Daemon| d.ike.max_half_open;
+        "initiating_per_peer": |d: &Daemon| d.ike.initiating_per_peer;
         "window_size": |d: &Daemon| d.ike.window_size;
         "routing_table": |d: &Daemon| d.routing.table;
         "routing_table_prio": |d: &Daemon| d.routing.priority;

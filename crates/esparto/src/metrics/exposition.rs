@@ -117,6 +117,11 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "Connections initiated because their peer sent ESP for SAs this daemon no longer held (recover = initiate).",
     ),
     (
+        "initiations_paced",
+        "esparto_ike_initiations_paced",
+        "Initiations that waited for their turn to the peer (initiating_per_peer).",
+    ),
+    (
         "liveness_checks",
         "esparto_ike_liveness_checks",
         "Liveness checks sent: dpd_delay passed without an IKE message or authenticated ESP from the peer.",
@@ -598,7 +603,7 @@ impl Exposition {
         gauges(
             e,
             "esparto_ike_sas",
-            "IKE SAs held, by state (connecting, authenticating, established, failed).",
+            "IKE SAs held, by state (waiting, connecting, authenticating, established, failed).",
             None,
             ev.ike_sa_states
                 .iter()

@@ -198,7 +198,7 @@ fn bad_configs_name_line_column_and_key() {
             3,
             1,
             "daemon.bogus".into(),
-            "unknown key (known here: workers, cpus, control, state_dir, tun, port, ike_port, path_mtu, tun_queue_len, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, max_half_open, routing_table, routing_table_prio, routing_mark, metrics)",
+            "unknown key (known here: workers, cpus, control, state_dir, tun, port, ike_port, path_mtu, tun_queue_len, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, cookie_threshold_per_peer, half_open_per_peer, max_half_open, initiating_per_peer, routing_table, routing_table_prio, routing_mark, metrics)",
         ),
         (
             "workers = 2",
