@@ -1,8 +1,9 @@
 //! The Esparto ESP data plane, sans I/O (RFC 4303, RFC 4301, RFC 9611).
 //!
 //! This crate turns inner IP packets into ESP packets and back, in the
-//! caller's buffers, with no system calls, no clock reads and no allocation
-//! per packet. The I/O crate feeds it batches from TUN queues and UDP
+//! caller's buffers, with no system calls and no allocation per packet; the
+//! clock is read only to time adaptive IPComp's compression, on a sample
+//! of packets. The I/O crate feeds it batches from TUN queues and UDP
 //! sockets; the control plane feeds it SAs and policies.
 //!
 //! The pieces, as RFC 4301 names them:

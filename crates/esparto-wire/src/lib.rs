@@ -11,8 +11,9 @@
 //!   Result<Repr>`, `emit(&self, &mut Packet) -> Result<()>` and
 //!   `buffer_len()`, such that `parse(emit(x)) == x`.
 //!
-//! Nothing here allocates, reads a clock, logs or panics on input: the data
-//! plane calls these per packet, on bytes from the network. Malformed input is
+//! Nothing here reads a clock, logs or panics on input, and the views the
+//! data plane calls per packet, on bytes from the network, do not allocate;
+//! the IKE `Repr`s own their payloads' bytes (bounded by `ike::limits`). Malformed input is
 //! an [`Error`] value saying which field was wrong.
 //!
 //! This is the one crate that knows where a field lies. The other crates

@@ -303,7 +303,8 @@ impl Ike {
             },
             DpEvent::UnknownSpi { spi, peer } => {
                 // Which SPI, for whoever reads the `unknown_spi` count (the
-                // workers report at most one a second each; the log line is
+                // workers rate-limit their reports, UNKNOWN_SPI_REPORTS_PER_SEC
+                // each; the log line is
                 // limited per kind too).
                 info!(target: TRAFFIC, spi = format_args!("{spi:08x}"), %peer, worker = ev.worker, "ESP for an SPI no inbound SA has");
                 // The engine decides (a configured peer with no IKE SA)
