@@ -402,6 +402,16 @@ fn static_children_are_reloaded_too() {
 /// Connections of the reload benchmark (`RELOAD_BENCH_CONNECTIONS`
 /// overrides).
 const BENCH_CONNECTIONS: usize = 1_000;
+/// Connections of `gw` that are established with at least one child.
+fn connections_up(gw: &EspartoGateway) -> usize {
+    gw.sas().map_or(0, |s| s.iter().filter(|x| x.state == "established" && !x.children.is_empty()).count())
+}
+
+/// One IKE counter from a status listing, 0 where absent.
+fn counter(m: &std::collections::BTreeMap<String, u64>, k: &str) -> u64 {
+    m.get(k).copied().unwrap_or(0)
+}
+
 /// The unchanged connections that carry a stream during the benchmark's
 /// reload, and the one that changes (the last).
 const BENCH_STREAMS: [usize; 4] = [0, 250, 500, 750];
@@ -410,16 +420,15 @@ const BENCH_STREAMS: [usize; 4] = [0, 250, 500, 750];
 /// connection `i` protecting UDP to port 10000 + i of the east LAN; west
 /// proposes `esp_last` for the last one, east accepts it.
 fn bench_file(side: Node, control: &Path, n: usize, esp_last: &str) -> String {
-    let mut t = hub_file(side, control, n, esp_last);
     // Every initiation arrives at once from one address.
-    let limits = "half_open_per_source = 100000\nmax_half_open = 100000\ncookie_threshold = 100000\ncookie_threshold_per_source = 100000\n";
-    let at = t.find("\n[connections.").unwrap_or(t.len());
-    t.insert_str(at, &format!("\n{limits}"));
-    t
+    let limits = "half_open_per_source = 100000\nmax_half_open = 100000\n\
+                  cookie_threshold = 100000\ncookie_threshold_per_source = 100000\n";
+    hub_file(side, control, n, esp_last, limits)
 }
 
-/// [`bench_file`] with every limit at its default.
-fn hub_file(side: Node, control: &Path, n: usize, esp_last: &str) -> String {
+/// [`bench_file`] with `daemon_extra` (lines of `[daemon]` keys) added to
+/// the daemon section; with `""`, every limit is at its default.
+fn hub_file(side: Node, control: &Path, n: usize, esp_last: &str, daemon_extra: &str) -> String {
     let west = side == Node::GwWest;
     let (me, peer) = if west { ("west", "east") } else { ("east", "west") };
     let other = if west { Node::GwEast } else { Node::GwWest };
@@ -428,6 +437,7 @@ fn hub_file(side: Node, control: &Path, n: usize, esp_last: &str) -> String {
         Topology::addr(other, Net::Transit, Family::V4),
     );
     let mut t = daemon_section(control, 2);
+    t.push_str(daemon_extra);
     for i in 0..n {
         let (l, r) = (
             "10.1.0.0/24[udp]".to_string(),
@@ -484,16 +494,9 @@ fn bench_reload_1000_connections_one_changed() {
         bench_file(Node::GwWest, c, n, "aes256gcm16")
     })
     .unwrap();
-    let count_up = |gw: &EspartoGateway| {
-        gw.sas().map_or(0, |s| {
-            s.iter()
-                .filter(|x| x.state == "established" && !x.children.is_empty())
-                .count()
-        })
-    };
     let deadline = Instant::now() + Duration::from_secs(300);
-    while count_up(&west) < n {
-        assert!(Instant::now() < deadline, "{} of {n} connections up", count_up(&west));
+    while connections_up(&west) < n {
+        assert!(Instant::now() < deadline, "{} of {n} connections up", connections_up(&west));
         std::thread::sleep(Duration::from_millis(500));
     }
     println!("{n} connections up in {:.1} s", t0.elapsed().as_secs_f64());
@@ -586,16 +589,13 @@ fn bench_reload_1000_connections_one_changed() {
 fn hub_up(n: usize) -> (Duration, std::collections::BTreeMap<String, u64>, std::collections::BTreeMap<String, u64>) {
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
-    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, "esparto0", |c| hub_file(Node::GwEast, c, n, "")).unwrap();
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, "esparto0", |c| hub_file(Node::GwEast, c, n, "", "")).unwrap();
     let t0 = Instant::now();
     let west =
-        EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |c| hub_file(Node::GwWest, c, n, "aes256gcm16")).unwrap();
-    let count_up = |gw: &EspartoGateway| {
-        gw.sas().map_or(0, |s| s.iter().filter(|x| x.state == "established" && !x.children.is_empty()).count())
-    };
+        EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |c| hub_file(Node::GwWest, c, n, "aes256gcm16", "")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while count_up(&west) < n {
-        assert!(Instant::now() < deadline, "{} of {n} connections up; east: {:?}", count_up(&west), east.status().map(|s| s.ike));
+    while connections_up(&west) < n {
+        assert!(Instant::now() < deadline, "{} of {n} connections up; east: {:?}", connections_up(&west), east.status().map(|s| s.ike));
         std::thread::sleep(Duration::from_millis(50));
     }
     let took = t0.elapsed();
@@ -617,14 +617,13 @@ fn fifty_connections_to_one_peer_come_up_without_cookies_or_drops() {
     }
     let n = 50;
     let (took, west, east) = hub_up(n);
-    let get = |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
-    eprintln!("{n} connections up in {:.2} s; west paced {}", took.as_secs_f64(), get(&west, "initiations_paced"));
+    eprintln!("{n} connections up in {:.2} s; west paced {}", took.as_secs_f64(), counter(&west, "initiations_paced"));
     assert_eq!(
-        (get(&east, "cookies_sent"), get(&east, "half_open_dropped_per_source"), get(&east, "half_open_dropped_global")),
+        (counter(&east, "cookies_sent"), counter(&east, "half_open_dropped_per_source"), counter(&east, "half_open_dropped_global")),
         (0, 0, 0),
         "east: {east:?}"
     );
-    assert!(get(&west, "initiations_paced") > 0, "west: {west:?}");
+    assert!(counter(&west, "initiations_paced") > 0, "west: {west:?}");
     assert!(took < Duration::from_secs(30), "{n} connections took {took:?}");
 }
 
@@ -639,13 +638,12 @@ fn bench_hub_1000_connections_up_with_default_limits() {
     }
     let n: usize = std::env::var("HUB_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
     let (took, west, east) = hub_up(n);
-    let get = |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
     println!(
         "hub: {n} connections up in {:.2} s with default limits (west paced {}, east sent {} cookies, dropped {} half-open)",
         took.as_secs_f64(),
-        get(&west, "initiations_paced"),
-        get(&east, "cookies_sent"),
-        get(&east, "half_open_dropped_per_source") + get(&east, "half_open_dropped_global"),
+        counter(&west, "initiations_paced"),
+        counter(&east, "cookies_sent"),
+        counter(&east, "half_open_dropped_per_source") + counter(&east, "half_open_dropped_global"),
     );
 }
 
@@ -676,17 +674,14 @@ fn bench_memory_after_a_churn_of_2000_connections() {
     wait_for("the first connection", || west.sas().is_ok_and(|s| !s.is_empty()));
     std::thread::sleep(Duration::from_secs(1));
     let idle = rss_mib(west.pid());
-    let count_up = |gw: &EspartoGateway| {
-        gw.sas().map_or(0, |s| s.iter().filter(|x| x.state == "established" && !x.children.is_empty()).count())
-    };
     for (gw, node) in [(&east, Node::GwEast), (&west, Node::GwWest)] {
         write(&gw.config_path(), &bench_file(node, gw.control_path(), n, "aes256gcm16"));
         let (ok, out) = gw.cli(&["reload"]).unwrap();
         assert!(ok, "{out}");
     }
     let deadline = Instant::now() + Duration::from_secs(600);
-    while count_up(&west) < n {
-        assert!(Instant::now() < deadline, "{} of {n} connections up", count_up(&west));
+    while connections_up(&west) < n {
+        assert!(Instant::now() < deadline, "{} of {n} connections up", connections_up(&west));
         std::thread::sleep(Duration::from_millis(500));
     }
     let up = rss_mib(west.pid());
