@@ -472,14 +472,6 @@ fn flush(s: &mut UdpSocket, b: &mut TxBatch) -> Result<()> {
     Ok(())
 }
 
-/// `field` of the `prefix` lines of an SNMP table (`/proc/net/snmp`:
-/// a line of names, then a line of values).
-fn snmp_field(text: &str, prefix: &str, field: &str) -> Option<u64> {
-    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
-    let (names, values) = (lines.next()?, lines.next()?);
-    names.split_whitespace().zip(values.split_whitespace()).find(|(n, _)| *n == field)?.1.parse().ok()
-}
-
 /// Percentiles of one trial's one-way delay, ms.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Delay {
@@ -604,9 +596,7 @@ impl<'a> CallGen<'a> {
     fn rcvbuf_errors(&self) -> Result<u64> {
         let mut n = 0;
         for ns in self.receivers {
-            // /proc/thread-self/net is the reading thread's namespace.
-            let text = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))??;
-            n += snmp_field(&text, "Udp:", "RcvbufErrors").unwrap_or(0);
+            n += crate::topology::udp_rcvbuf_errors(ns)?;
         }
         Ok(n)
     }
@@ -749,14 +739,6 @@ mod tests {
         assert_eq!(parse(&b[..MIN_PAYLOAD - 1]), None);
         b[12] = b'X';
         assert_eq!(parse(&b), None);
-    }
-
-    #[test]
-    fn snmp_fields() {
-        let t = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts RcvbufErrors\nUdp: 10 2 7\n";
-        assert_eq!(snmp_field(t, "Udp:", "RcvbufErrors"), Some(7));
-        assert_eq!(snmp_field(t, "Udp:", "Nope"), None);
-        assert_eq!(snmp_field(t, "Tcp:", "RcvbufErrors"), None);
     }
 
     #[test]

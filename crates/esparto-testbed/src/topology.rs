@@ -61,6 +61,23 @@ use serde::{Deserialize, Serialize};
 
 use super::Family;
 
+/// `RcvbufErrors` of UDP in namespace `ns` so far (`/proc/net/snmp` as a
+/// thread in it sees it): datagrams a receiving socket there dropped
+/// because its reader fell behind — lost by the receiver, not the path.
+pub fn udp_rcvbuf_errors(ns: &Netns) -> Result<u64> {
+    // /proc/thread-self/net is the reading thread's namespace.
+    let text = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))??;
+    Ok(snmp_field(&text, "Udp:", "RcvbufErrors").unwrap_or(0))
+}
+
+/// `field` of the `prefix` lines of an SNMP table (`/proc/net/snmp`:
+/// a line of names, then a line of values).
+pub fn snmp_field(text: &str, prefix: &str, field: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (names, values) = (lines.next()?, lines.next()?);
+    names.split_whitespace().zip(values.split_whitespace()).find(|(n, _)| *n == field)?.1.parse().ok()
+}
+
 /// Interface towards the LAN, in every namespace that has one.
 pub const LAN_IF: &str = "lan0";
 /// Interface towards the transit network, on the gateways.
@@ -355,6 +372,17 @@ impl Topology {
 
 #[cfg(test)]
 mod tests {
+    use super::snmp_field;
+
+    #[test]
+    fn snmp_fields() {
+        let t = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts RcvbufErrors\nUdp: 10 2 7\n";
+        assert_eq!(snmp_field(t, "Udp:", "RcvbufErrors"), Some(7));
+        assert_eq!(snmp_field(t, "Udp:", "Nope"), None);
+        assert_eq!(snmp_field(t, "Tcp:", "RcvbufErrors"), None);
+    }
+
+
     use super::cpumask;
 
     #[test]

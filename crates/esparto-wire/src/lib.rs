@@ -35,6 +35,7 @@
 //! | [`esp`] | ESP header and trailer | 4303 |
 //! | [`espinudp`] | ESP-in-UDP classification | 3948 |
 //! | [`ipcomp`] | IP Payload Compression header | 3173 |
+//! | [`vici`] | strongSwan's control protocol (VICI) | — |
 #![forbid(unsafe_code)]
 
 mod bytes;
@@ -53,5 +54,6 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod tcp;
 pub mod udp;
+pub mod vici;
 
 pub use error::{Error, Result};

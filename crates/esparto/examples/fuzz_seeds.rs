@@ -18,6 +18,8 @@
 //!   Child SA, a rekey and an IKE rekey, INFORMATIONAL liveness and delete),
 //!   and a COOKIE round;
 //! - `config_parse`: `examples/*.toml` and variants, valid and not;
+//! - `wire_vici`, `vici_request`: VICI packets as swanctl sends them (each
+//!   command with its keys, registrations, a `load-conn`) and answers;
 //! - `esp_decapsulate`, `ike_responder`, `ike_cookie`, `tun_gro`: inputs in
 //!   each target's own format (see the targets' module comments) that
 //!   deliver packets, run exchanges and fill batches.
@@ -192,7 +194,96 @@ fn generate() -> Corpus {
     for (name, input) in ike_cert_inputs() {
         add("ike_cert", &name, input);
     }
+    for (name, packet) in vici_packets() {
+        add("wire_vici", &name, packet.clone());
+        add("vici_request", &name, packet);
+    }
     c
+}
+
+// ---------------------------------------------------------------- VICI
+
+/// VICI packets (without the length header) as `swanctl` sends them and
+/// as the server answers: registrations, each command's request with the
+/// keys swanctl sets, a `load-conn` of a whole connection, a response, a
+/// `list-sa` event.
+fn vici_packets() -> Vec<(String, Vec<u8>)> {
+    use esparto_wire::vici::{Builder, Packet, PacketType};
+    let packet = |kind, name: &str, message: &[u8]| {
+        let mut out = Vec::new();
+        Packet { kind, name, message }.emit(&mut out).expect("a seed packet");
+        out.split_off(esparto_wire::vici::HEADER_LEN)
+    };
+    let kv = |pairs: &[(&str, &str)]| {
+        let mut b = Builder::new();
+        for (k, v) in pairs {
+            b.kv(k, v);
+        }
+        b.finish().expect("a seed message")
+    };
+    let request = |name: &str, pairs: &[(&str, &str)]| packet(PacketType::CmdRequest, name, &kv(pairs));
+    let mut conn = Builder::new();
+    conn.begin("site")
+        .list("local_addrs", ["192.0.2.1"])
+        .list("remote_addrs", ["192.0.2.2"])
+        .kv("version", "2")
+        .list("proposals", ["aes256gcm16-prfsha256-x25519"])
+        .begin("local-1")
+        .kv("auth", "psk")
+        .kv("id", "west")
+        .end()
+        .begin("remote-1")
+        .kv("auth", "psk")
+        .kv("id", "east")
+        .end()
+        .begin("children")
+        .begin("lan")
+        .list("local_ts", ["10.1.0.0/24"])
+        .list("remote_ts", ["10.2.0.0/24"])
+        .list("esp_proposals", ["aes256gcm16"])
+        .kv("start_action", "trap")
+        .end()
+        .end()
+        .end();
+    let conn = conn.finish().expect("a seed message");
+    let mut sa = Builder::new();
+    sa.begin("site")
+        .kv("uniqueid", "1")
+        .kv("state", "ESTABLISHED")
+        .begin("child-sas")
+        .begin("lan-2")
+        .kv("spi-in", "c0000001")
+        .list("local-ts", ["10.1.0.0/24"])
+        .end()
+        .end()
+        .end();
+    let sa = sa.finish().expect("a seed message");
+    vec![
+        ("register_control_log".into(), packet(PacketType::EventRegister, "control-log", &[])),
+        ("register_list_sa".into(), packet(PacketType::EventRegister, "list-sa", &[])),
+        ("unregister_list_sa".into(), packet(PacketType::EventUnregister, "list-sa", &[])),
+        ("register_log".into(), packet(PacketType::EventRegister, "log", &[])),
+        ("version".into(), request("version", &[])),
+        ("stats".into(), request("stats", &[])),
+        ("list_sas".into(), request("list-sas", &[])),
+        ("list_sas_filtered".into(), request("list-sas", &[("ike", "site"), ("ike-id", "1"), ("child-id", "2"), ("noblock", "yes")])),
+        ("list_conns".into(), request("list-conns", &[("ike", "site")])),
+        ("list_pols".into(), request("list-policies", &[("trap", "yes"), ("drop", "yes"), ("pass", "yes")])),
+        ("initiate".into(), request("initiate", &[("child", "lan"), ("timeout", "20000"), ("loglevel", "1")])),
+        ("initiate_nowait".into(), request("initiate", &[("ike", "site"), ("timeout", "-1")])),
+        ("terminate".into(), request("terminate", &[("ike", "site"), ("loglevel", "1")])),
+        ("terminate_id".into(), request("terminate", &[("ike-id", "1"), ("force", "yes"), ("timeout", "2000")])),
+        ("rekey".into(), request("rekey", &[("child", "lan")])),
+        ("rekey_ike_id".into(), request("rekey", &[("ike_id", "1"), ("reauth", "yes")])),
+        ("get_counters".into(), request("get-counters", &[("all", "yes")])),
+        ("get_conns".into(), request("get-conns", &[])),
+        ("load_conn".into(), packet(PacketType::CmdRequest, "load-conn", &conn)),
+        ("unknown_command".into(), request("reboot", &[])),
+        ("response".into(), packet(PacketType::CmdResponse, "", &kv(&[("success", "yes")]))),
+        ("event_list_sa".into(), packet(PacketType::Event, "list-sa", &sa)),
+        ("confirm".into(), packet(PacketType::EventConfirm, "", &[])),
+        ("cmd_unknown".into(), packet(PacketType::CmdUnknown, "", &[])),
+    ]
 }
 
 // ---------------------------------------------------------------- packets

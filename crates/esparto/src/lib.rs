@@ -3,7 +3,8 @@
 //! This crate is the binary's library: the command line ([`cli`]), the
 //! configuration ([`config`]), the daemon, the ESP datapath its workers run
 //! ([`datapath`]), the control socket ([`control`]), the status model
-//! ([`status`]) and its Prometheus exposition ([`metrics`]). It is the only
+//! ([`status`]), its Prometheus exposition ([`metrics`]) and strongSwan's
+//! control protocol for `swanctl` ([`vici`]). It is the only
 //! crate of the gateway that reads files, the environment and flags; the
 //! core crates take typed, validated values.
 //!
@@ -23,3 +24,4 @@ pub mod metrics;
 pub mod render;
 mod selector;
 pub mod status;
+pub mod vici;

@@ -350,6 +350,15 @@ pub struct IkeSaStatus {
     /// Seconds until it is rekeyed (`None`: never, or not known).
     #[serde(default)]
     pub rekey_in_s: Option<f64>,
+    /// The responder's SPI, hex (empty until IKE_SA_INIT completed, and
+    /// from older daemons); the initiator's is `id` unless a rekey
+    /// replaced the SA.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub responder_spi: String,
+    /// The initiator's SPI of the SA in use, hex (it differs from `id`
+    /// after an IKE SA rekey; empty from older daemons).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub initiator_spi: String,
     /// What NAT detection found and how ESP travels.
     #[serde(default)]
     pub nat: NatStatus,

@@ -51,6 +51,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
             workers,
             cpus: Vec::new(),
             control: PathBuf::from("/nonexistent"),
+            vici: esparto::config::ViciSocket::Off,
             tun: "esparto0".into(),
             port: 4500,
             ike_port: 500,

@@ -16,7 +16,10 @@
 //!   gw-west is killed and restarted three times. Only datagrams sent
 //!   from just before a kill until the new daemon is up (ready, or
 //!   carrying traffic if that comes later) are lost, and gw-east drops
-//!   nothing as replay.
+//!   nothing as replay. On a starved machine a TUN queue or the
+//!   receiver's socket buffer may overflow at any time; such losses must
+//!   be counted (by a gateway's drop counters or the receiving
+//!   namespace's UDP `RcvbufErrors`), never silent.
 //!
 //! Needs root: SKIP otherwise.
 
@@ -30,8 +33,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use esparto::status::Status;
 use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying, StaticPair};
-use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::topology::{Net, Node, Topology, udp_rcvbuf_errors};
 use esparto_testbed::{Family, WorkDir, skip, wait_for};
 
 /// Crash-and-restart cycles of the first test.
@@ -69,7 +73,7 @@ fn west_config(n: u32, state: &Path) -> EspartoConfig {
 /// the send time of each number is kept.
 struct Load {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<Instant>>>,
+    thread: Option<JoinHandle<(Vec<Instant>, Vec<u64>)>>,
 }
 
 impl Load {
@@ -85,27 +89,32 @@ impl Load {
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut sent = Vec::new();
+            let mut refused = Vec::new();
             let t0 = Instant::now();
             let mut round = 0u32;
             while !s.load(Ordering::Relaxed) {
                 for sock in &socks {
                     let n = sent.len() as u64;
                     sent.push(Instant::now());
-                    // Down gateway: the send may fail or go nowhere; the
-                    // number is lost all the same.
-                    let _ = sock.send_to(&n.to_le_bytes(), dst);
+                    // Down gateway: the send goes nowhere and the number
+                    // is lost. A send the local stack refuses (a full
+                    // queue on a starved machine) is counted here.
+                    if sock.send_to(&n.to_le_bytes(), dst).is_err() {
+                        refused.push(n);
+                    }
                 }
                 round += 1;
                 let next = t0 + Duration::from_millis(u64::from(round));
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
             }
-            sent
+            (sent, refused)
         });
         Self { stop, thread: Some(thread) }
     }
 
-    /// Stops and returns the send time of every number.
-    fn stop(mut self) -> Vec<Instant> {
+    /// Stops and returns the send time of every number, and the numbers
+    /// whose send failed.
+    fn stop(mut self) -> (Vec<Instant>, Vec<u64>) {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap()
     }
@@ -299,6 +308,7 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
 
     let dst = SocketAddr::new(Topology::addr(Node::HostEast, Net::Lan, Family::V4), 7000);
     let sock = topo.ns(Node::HostEast).run(|| UdpSocket::bind(dst)).unwrap().unwrap();
+    let rcvbuf_before = udp_rcvbuf_errors(topo.ns(Node::HostEast)).unwrap();
     let got = Recorder::start(sock, Numbers::default(), Numbers::log);
     let load = Load::start(&topo, 4, 7000);
     wait_for("traffic through the tunnel", Duration::from_secs(10), Duration::from_millis(10), || {
@@ -308,18 +318,24 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
 
     // (killed, ready again)
     let mut kills: Vec<(Instant, Instant)> = Vec::new();
+    // Drops gw-west counted (each incarnation's, read before it dies).
+    let counted = |st: &Status| st.drops.values().sum::<u64>();
+    let mut west_counted = 0;
     for _ in 0..KILLS {
         std::thread::sleep(Duration::from_millis(700));
+        west_counted += west.status().map_or(0, |st| counted(&st));
         let killed = Instant::now();
         west.kill().unwrap();
         west.restart().unwrap();
         kills.push((killed, Instant::now()));
     }
     std::thread::sleep(Duration::from_millis(700));
-    let sent = load.stop();
+    let (sent, refused) = load.stop();
     std::thread::sleep(Duration::from_millis(200));
     let got = got.stop().0;
     let east_status = east.status().unwrap();
+    west_counted += west.status().map_or(0, |st| counted(&st));
+    let rcvbuf = udp_rcvbuf_errors(topo.ns(Node::HostEast)).unwrap() - rcvbuf_before;
 
     // Each outage: from the kill to the first datagram sent after it that
     // arrived. Nothing else may be lost.
@@ -332,7 +348,7 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
     let mut lost_in = vec![0usize; KILLS];
     let mut lost_outside = Vec::new();
     for (n, t) in sent.iter().enumerate() {
-        if got.contains(&(n as u64)) {
+        if got.contains(&(n as u64)) || refused.contains(&(n as u64)) {
             continue;
         }
         // In flight in gw-west when it died, or sent before the new
@@ -349,10 +365,13 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
     let restarts: Vec<Duration> = kills.iter().map(|(k, r)| *r - *k).collect();
     eprintln!(
         "static_restart_netns: {} datagrams sent, {} received; per kill -9: lost {lost_in:?}, outage (kill to first datagram through) {outages:?}, \
-         restart (kill to ready) {restarts:?}; gw-east drops {:?}",
+         restart (kill to ready) {restarts:?}; gw-east drops {:?}; gw-west counted {west_counted} drops; \
+         the receiver's socket dropped {rcvbuf}; {} sends refused; lost outside the outages {}",
         sent.len(),
         got.len(),
-        east_status.drops
+        east_status.drops,
+        refused.len(),
+        lost_outside.len(),
     );
     assert_eq!(
         east_status.drops.get("replay"),
@@ -385,9 +404,13 @@ fn after_a_kill9_the_peer_accepts_the_restarted_gateway_at_once() {
             .collect::<Vec<_>>()
             .join("; ")
     };
+    // Outside the outages nothing may be lost that nobody counted: on a
+    // starved machine a gateway's TUN queue or the receiver's socket
+    // buffer may overflow, and each says so.
+    let explained = west_counted + counted(&east_status) + rcvbuf;
     assert!(
-        lost_outside.is_empty(),
-        "lost outside the outages: {} datagrams, first {:?}: sent {}",
+        lost_outside.len() as u64 <= explained,
+        "lost outside the outages: {} datagrams ({explained} counted by the gateways and the receiver), first {:?}: sent {}",
         lost_outside.len(),
         &lost_outside[..lost_outside.len().min(10)],
         when(lost_outside[0])

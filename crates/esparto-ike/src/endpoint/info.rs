@@ -21,6 +21,9 @@ pub struct IkeSaInfo {
     /// (`IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519`); empty before
     /// IKE_SA_INIT completed.
     pub proposal: String,
+    /// The IKE SA's SPIs (initiator's, responder's; 0 until the responder
+    /// answered IKE_SA_INIT).
+    pub spis: (u64, u64),
     /// What NAT detection found.
     pub nat: NatState,
     /// The connection forces UDP encapsulation (`encap`): our NAT
@@ -55,6 +58,7 @@ impl Endpoint {
         });
         Some(IkeSaInfo {
             proposal,
+            spis: (sa.spi_i, sa.spi_r),
             nat: sa.nat,
             encap_forced: sa.conn.encap,
             rekey_at: sa.rekey_at,

@@ -9,11 +9,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::error::KeyPath;
-use super::model::{Daemon, IkeLimits, Routing};
+use super::model::{Daemon, IkeLimits, Routing, ViciSocket};
 use super::tree::{Cx, Field, Kind, Node};
 
 /// Default control socket path.
 pub const DEFAULT_CONTROL: &str = "/run/esparto/esparto.sock";
+/// File name of the default VICI socket, in the control socket's
+/// directory (`/run/esparto/charon.vici` by default; charon's own is
+/// `/var/run/charon.vici`).
+pub const DEFAULT_VICI_NAME: &str = "charon.vici";
 /// Default state directory (the sequence numbers of static SAs).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/esparto";
 /// Default TUN device name.
@@ -57,6 +61,7 @@ const KEYS: &[&str] = &[
     "workers",
     "cpus",
     "control",
+    "vici",
     "state_dir",
     "tun",
     "port",
@@ -126,6 +131,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         workers: default_workers(),
         cpus: Vec::new(),
         control: PathBuf::from(DEFAULT_CONTROL),
+        vici: ViciSocket::Default,
         tun: DEFAULT_TUN.to_string(),
         port: DEFAULT_PORT,
         ike_port: DEFAULT_IKE_PORT,
@@ -163,6 +169,17 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
         .and_then(|f| control_socket(cx, &f))
     {
         d.control = p;
+    }
+    if let Some(f) = t.field(&path, "vici") {
+        if matches!(&f.node.kind, Kind::Str(s) if s.is_empty()) {
+            d.vici = ViciSocket::Off;
+        } else if let Some(p) = control_socket(cx, &f) {
+            if p == d.control {
+                cx.err_at(&f, "the VICI socket cannot be the control socket");
+            } else {
+                d.vici = ViciSocket::Path(p);
+            }
+        }
     }
     if let Some(p) = t.field(&path, "state_dir").and_then(|f| state_dir(cx, &f)) {
         d.state_dir = p;

@@ -41,6 +41,8 @@ pub struct Daemon {
     pub cpus: Vec<usize>,
     /// Control socket path (default `/run/esparto/esparto.sock`).
     pub control: PathBuf,
+    /// VICI socket, for `swanctl` and other VICI clients.
+    pub vici: ViciSocket,
     /// TUN device name (default `esparto0`).
     pub tun: String,
     /// UDP port for ESP-in-UDP and IKE with NAT-T (default 4500).
@@ -63,6 +65,29 @@ pub struct Daemon {
     pub routing: Routing,
     /// Where the Prometheus metrics endpoint listens (default: off).
     pub metrics: Option<SocketAddr>,
+}
+
+/// `[daemon] vici`: where the VICI socket is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ViciSocket {
+    /// Not set: `charon.vici` beside the control socket the daemon uses
+    /// (`/run/esparto/charon.vici` with the default control socket).
+    Default,
+    /// `vici = ""`: no VICI socket.
+    Off,
+    /// This path.
+    Path(PathBuf),
+}
+
+impl ViciSocket {
+    /// The socket's path for a daemon whose control socket is `control`.
+    pub fn path(&self, control: &std::path::Path) -> Option<PathBuf> {
+        match self {
+            ViciSocket::Default => Some(control.with_file_name(super::daemon::DEFAULT_VICI_NAME)),
+            ViciSocket::Off => None,
+            ViciSocket::Path(p) => Some(p.clone()),
+        }
+    }
 }
 
 /// The routing table of the tunnel routes and the policy rules that lead

@@ -47,6 +47,7 @@ use crate::status::{ConnStatus, IkeSaStatus, ReloadReport, Status};
 pub use client::{ClientError, request, stream};
 pub use locate::{Socket, Source, locate};
 pub use server::{Answer, ControlServer, Streams};
+pub(crate) use server::{bind_socket, remove_socket};
 
 /// Longest request line accepted, in bytes.
 pub const MAX_REQUEST: usize = 64 * 1024;

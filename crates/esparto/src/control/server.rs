@@ -80,62 +80,12 @@ impl ControlServer {
     /// needed. Fails with `AddrInUse` if a daemon already listens there,
     /// and refuses to replace a file that is not a socket.
     pub fn bind(path: &Path) -> io::Result<Self> {
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
-                Ok(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AddrInUse,
-                        format!("another esparto is running on {}", path.display()),
-                    ));
-                }
-                // Nobody listens: a stale socket from a daemon that died.
-                // The rename below replaces it.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
-            },
-            Ok(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!(
-                        "{} exists and is not a socket; refusing to replace it",
-                        path.display()
-                    ),
-                ));
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
-        }
-        let name = path.file_name().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: not a file path", path.display()),
-            )
-        })?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}.tmp", std::process::id()));
-        let tmp = dir.join(tmp_name);
-        let _ = std::fs::remove_file(&tmp);
-        let listener = UnixListener::bind(&tmp)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", tmp.display())))?;
-        let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = placed {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
-        }
+        let (listener, ident) = bind_socket(path)?;
         listener.set_nonblocking(true)?;
-        let m = std::fs::symlink_metadata(path)?;
         Ok(ControlServer {
             listener,
             path: path.to_path_buf(),
-            ident: (m.dev(), m.ino()),
+            ident,
             clients: Vec::new(),
             timeout: CLIENT_TIMEOUT,
         })
@@ -418,12 +368,79 @@ impl AsRawFd for ControlServer {
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
-        // Remove the socket file only if it is still ours: a second daemon
-        // started by mistake must not delete the first one's socket.
-        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
-            if (m.dev(), m.ino()) == self.ident {
-                let _ = std::fs::remove_file(&self.path);
+        remove_socket(&self.path, self.ident);
+    }
+}
+
+/// Create a Unix stream socket at `path`, mode 0600, creating its
+/// directory if needed: bound under a temporary name, made 0600, then
+/// renamed into place, so it is never reachable with looser permissions.
+/// Fails with `AddrInUse` if a daemon already listens there, replaces a
+/// socket nobody listens on, and refuses to replace a file that is not a
+/// socket. Returns the listener (blocking) and the (device, inode) of the
+/// file, for [`remove_socket`].
+pub(crate) fn bind_socket(path: &Path) -> io::Result<(UnixListener, (u64, u64))> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("another esparto is running on {}", path.display()),
+                ));
             }
+            // Nobody listens: a stale socket from a daemon that died.
+            // The rename below replaces it.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+        },
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; refusing to replace it",
+                    path.display()
+                ),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+    }
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a file path", path.display()),
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", tmp.display())))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+    }
+    let m = std::fs::symlink_metadata(path)?;
+    Ok((listener, (m.dev(), m.ino())))
+}
+
+/// Remove the socket file at `path` only if it is still the one
+/// [`bind_socket`] created (`ident`): a second daemon started by mistake
+/// must not delete the first one's socket.
+pub(crate) fn remove_socket(path: &Path, ident: (u64, u64)) {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if (m.dev(), m.ino()) == ident {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

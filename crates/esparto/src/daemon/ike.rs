@@ -520,6 +520,10 @@ impl Ike {
             };
             s.proposal = info.proposal;
             s.rekey_in_s = left(info.rekey_at);
+            s.initiator_spi = format!("{:016x}", info.spis.0);
+            if info.spis.1 != 0 {
+                s.responder_spi = format!("{:016x}", info.spis.1);
+            }
             s.nat.local_behind_nat = info.nat.local_behind_nat;
             s.nat.remote_behind_nat = info.nat.remote_behind_nat;
             s.nat.encap_forced = info.encap_forced;

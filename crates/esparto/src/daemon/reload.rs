@@ -149,6 +149,7 @@ fn daemon_changes(old: &Daemon, new: &Daemon) -> Vec<String> {
         "workers": |d: &Daemon| d.workers;
         "cpus": |d: &Daemon| d.cpus.clone();
         "control": |d: &Daemon| d.control.clone();
+        "vici": |d: &Daemon| d.vici.clone();
         "tun": |d: &Daemon| d.tun.clone();
         "port": |d: &Daemon| d.port;
         "ike_port": |d: &Daemon| d.ike_port;

@@ -57,6 +57,7 @@ use super::log_limit::Throttle;
 use super::{Gateway, caps, notify};
 use crate::config::Config;
 use crate::control::{Answer, ControlServer, Request, Response, Streams};
+use crate::vici::ViciServer;
 use super::watch::{self, Taken, WatchLayer};
 use crate::metrics::{self, Metrics};
 use crate::status::Status;
@@ -89,6 +90,10 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         None => None,
     };
     let server = ControlServer::bind(control).with_context(|| format!("control socket {}", control.display()))?;
+    let mut vici = match config.daemon.vici.path(control) {
+        Some(p) => Some(ViciServer::bind(&p, control).with_context(|| format!("VICI socket {} ([daemon] vici)", p.display()))?),
+        None => None,
+    };
     let signals = Signals::install()?;
     let mut gw = Gateway::start(&config)?;
     let ike = Ike::start(&mut config, &mut gw, Instant::now())?;
@@ -96,15 +101,20 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     // Route changes leave the control thread, which must never wait for
     // the kernel's routing lock (the thread inherits what was kept).
     gw.spawn_router()?;
+    if let Some(v) = vici.as_mut() {
+        v.serve().context("starting the VICI server")?;
+    }
     if !kept.bounding_reduced {
         warn!("no CAP_SETPCAP: the capability bounding set is left as it was");
     }
     info!(
-        config = %config.path.display(), control = %control.display(), tun = gw.tun(), workers = gw.workers(),
+        config = %config.path.display(), control = %control.display(),
+        vici = %vici.as_ref().map_or_else(|| "off".to_string(), |v| v.path().display().to_string()), tun = gw.tun(), workers = gw.workers(),
         pid = std::process::id(), capabilities = %kept, "esparto running"
     );
     notify::ready(&config, &gw);
-    let mut daemon = Daemon { config, gw, ike, server, metrics, signals, throttle, started: Instant::now(), heap: HeapTrim::new() };
+    let mut daemon =
+        Daemon { config, gw, ike, server, vici, metrics, signals, throttle, started: Instant::now(), heap: HeapTrim::new() };
     match daemon.serve()? {
         Stop::Signal => {
             daemon.shut_down();
@@ -120,6 +130,8 @@ struct Daemon {
     gw: Gateway,
     ike: Option<Ike>,
     server: ControlServer,
+    /// The VICI socket (`swanctl`); its threads ask `server`.
+    vici: Option<ViciServer>,
     metrics: Option<Metrics>,
     signals: Signals,
     throttle: Throttle,
@@ -346,6 +358,8 @@ impl Daemon {
     /// still runs (the Deletes' answers may arrive through a worker), then
     /// the data plane, then the control socket file.
     fn shut_down(mut self) {
+        // VICI clients first: what they would ask goes nowhere now.
+        drop(self.vici.take());
         if let Some(ike) = &mut self.ike {
             ike.shutdown(&mut self.gw, SHUTDOWN_GRACE);
         }

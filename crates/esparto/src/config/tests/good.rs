@@ -296,6 +296,21 @@ fn metrics_is_off_unless_an_address_is_named() {
 }
 
 #[test]
+fn vici_sits_beside_the_control_socket_unless_moved_or_off() {
+    let c = parse_str(&base(), "/etc/esparto/west.toml").unwrap();
+    assert_eq!(c.daemon.vici, ViciSocket::Default);
+    assert_eq!(c.daemon.vici.path(Path::new("/run/esparto/esparto.sock")), Some("/run/esparto/charon.vici".into()));
+    assert_eq!(c.daemon.vici.path(Path::new("/tmp/t/ctl")), Some("/tmp/t/charon.vici".into()), "beside --control too");
+    let off = base().replacen("workers = 2", "workers = 2\nvici = \"\"", 1);
+    assert_eq!(parse_str(&off, "/etc/esparto/west.toml").unwrap().daemon.vici.path(Path::new("/x")), None);
+    let moved = base().replacen("workers = 2", "workers = 2\nvici = \"v.sock\"", 1);
+    assert_eq!(
+        parse_str(&moved, "/etc/esparto/west.toml").unwrap().daemon.vici,
+        ViciSocket::Path("/etc/esparto/v.sock".into())
+    );
+}
+
+#[test]
 fn state_dir_is_relative_to_the_config() {
     let text = base().replacen("workers = 2", "workers = 2\nstate_dir = \"state\"", 1);
     let c = parse_str(&text, "/etc/esparto/west.toml").unwrap();

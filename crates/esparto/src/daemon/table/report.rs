@@ -131,6 +131,8 @@ impl Table {
                 age_s: now.saturating_duration_since(r.since).as_secs_f64(),
                 proposal: String::new(),
                 rekey_in_s: None,
+                responder_spi: String::new(),
+                initiator_spi: String::new(),
                 nat: NatStatus {
                     encap: "esp-in-udp".into(),
                     local_port: esp_port,

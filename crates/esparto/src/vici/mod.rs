@@ -1,0 +1,44 @@
+//! VICI, strongSwan's control protocol, so that `swanctl` and the `vici`
+//! client libraries (Python `vici`, Go `govici`, exporters and web UIs
+//! built on them) drive Esparto unchanged.
+//!
+//! The socket is `[daemon] vici` (by default `charon.vici` beside the
+//! control socket: `/run/esparto/charon.vici`), mode 0600 like the
+//! control socket; `swanctl --uri unix:///run/esparto/charon.vici …`
+//! talks to it.
+//!
+//! # How it runs
+//!
+//! A thread of its own (`esparto-vici`) accepts clients, and each client
+//! gets a thread ([`MAX_CLIENTS`] at most; more are closed at once, the
+//! protocol having no way to say why). A client thread reads one segment
+//! at a time, answers it, and only then reads the next, so one command is
+//! active per connection, as the protocol requires, and a client that
+//! does not read what it is sent blocks only its own thread — and is
+//! dropped after [`WRITE_TIMEOUT`]. Memory per client is bounded by one
+//! segment ([`MAX_SEGMENT`]) and the answer being written.
+//!
+//! Commands reach the daemon through its control socket ([`control`]):
+//! a client thread is one more control client, so everything the control
+//! socket promises the control loop (non-blocking, bounded buffers, a
+//! limit on clients) holds for VICI too, and the control loop never waits
+//! for a VICI client. [`commands`] maps each VICI command to control
+//! requests and their answers back to the keys strongSwan documents.
+//!
+//! # Timeouts
+//!
+//! A client must send its first packet within [`FIRST_PACKET_TIMEOUT`],
+//! and finish a segment it started within [`SEGMENT_TIMEOUT`]. Between
+//! packets it may stay idle as long as it likes (`swanctl --log` and
+//! exporters keep connections open): an idle client costs a thread and
+//! a socket, and there are at most [`MAX_CLIENTS`].
+//!
+//! [`control`]: crate::control
+//! [`MAX_SEGMENT`]: esparto_wire::vici::MAX_SEGMENT
+
+pub mod commands;
+mod server;
+
+pub use server::{
+    FIRST_PACKET_TIMEOUT, MAX_CLIENTS, SEGMENT_TIMEOUT, ViciServer, WRITE_TIMEOUT,
+};

@@ -1,0 +1,190 @@
+//! Debian's `swanctl` drives Esparto over VICI.
+//!
+//! Two Esparto gateways in the standard topology; neither starts the
+//! tunnel by itself. `swanctl --uri unix://…/charon.vici` against gw-west:
+//! `--version`, `--stats`, `--list-conns`, `--initiate --child` (the
+//! negotiation's log streams, exit 0), `--list-sas` (plain, `--raw`,
+//! `--pretty`), `--rekey --child`, `--terminate --ike`, and what Esparto
+//! `--list-pols`, and what Esparto refuses (`--counters`) fails with
+//! Esparto's reason.
+//! Then the clients that misbehave: one that sends nothing, one that
+//! announces a 4 GiB segment, one that sends garbage, 64 idle ones at
+//! once — the daemon keeps serving swanctl throughout.
+//!
+//! Needs root and swanctl: SKIP otherwise.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use esparto_testbed::esparto::{EspartoConfig, EspartoGateway, Keying};
+use esparto_testbed::topology::{Net, Node, Topology};
+use esparto_testbed::{Family, skip, traffic};
+
+const PSK: &str = "vici netns test secret, long enough";
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_esparto"))
+}
+
+fn gateway(topo: &Topology, side: Node) -> EspartoGateway {
+    let west = side == Node::GwWest;
+    let keying = Keying::Ike {
+        proposal: "aes256gcm16-prfsha256-x25519".into(),
+        local_id: if west { "@west" } else { "@east" }.into(),
+        remote_id: if west { "@east" } else { "@west" }.into(),
+        psk: PSK.into(),
+        initiator: false,
+    };
+    let mut cfg = EspartoConfig::site(side, keying).unwrap();
+    cfg.workers = Some(2);
+    EspartoGateway::start(topo.ns(side), bin(), &cfg).unwrap()
+}
+
+fn vici_path(gw: &EspartoGateway) -> PathBuf {
+    gw.control_path().with_file_name("charon.vici")
+}
+
+/// `swanctl ARGS --uri unix://…`: (exit status 0, stdout, stderr).
+fn swanctl(gw: &EspartoGateway, args: &[&str]) -> (bool, String, String) {
+    let uri = format!("unix://{}", vici_path(gw).display());
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("swanctl")
+        .args(args)
+        .arg("--uri")
+        .arg(&uri)
+        .output()
+        .unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    (out.status.success(), o, e)
+}
+
+fn ok(gw: &EspartoGateway, args: &[&str]) -> String {
+    let (good, out, err) = swanctl(gw, args);
+    assert!(good, "swanctl {args:?} failed:\n{out}\n{err}");
+    out
+}
+
+fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn ping_through(topo: &Topology) -> bool {
+    let he = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
+    traffic::ping(topo.ns(Node::HostWest), he, 3, Duration::from_millis(300)).is_ok_and(|r| r.received > 0)
+}
+
+#[test]
+fn swanctl_drives_esparto() {
+    if skip("vici_netns", true) {
+        return;
+    }
+    let topo = Topology::new().unwrap();
+    let east = gateway(&topo, Node::GwEast);
+    let west = gateway(&topo, Node::GwWest);
+    let vici = vici_path(&west);
+    let mode = std::fs::metadata(&vici).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777);
+    assert_eq!(mode.unwrap(), 0o600, "the VICI socket is for its owner only");
+
+    let v = ok(&west, &["--version", "--daemon"]);
+    assert!(v.contains(&format!("{} esparto (Linux", env!("CARGO_PKG_VERSION"))), "{v}");
+    let st = ok(&west, &["--stats"]);
+    assert!(st.contains("IKE_SAs: 0 total, 0 half-open"), "{st}");
+    assert!(st.contains("worker threads: 2 total"), "{st}");
+
+    let conns = ok(&west, &["--list-conns"]);
+    assert!(conns.contains("site: IKEv2"), "{conns}");
+    assert!(conns.contains("lan: TUNNEL"), "{conns}");
+    assert!(conns.contains("10.1.0.0/24"), "{conns}");
+
+    // Initiate the child: swanctl prints the negotiation's log and exits 0.
+    let init = ok(&west, &["--initiate", "--child", "lan", "--timeout", "20"]);
+    assert!(init.contains("initiate completed successfully"), "{init}");
+    assert!(init.contains("[IKE] "), "the log streams as control-log events: {init}");
+    wait("traffic through what swanctl brought up", 20, || ping_through(&topo));
+
+    let sas = ok(&west, &["--list-sas"]);
+    assert!(sas.contains("site: #1, ESTABLISHED, IKEv2"), "{sas}");
+    assert!(sas.contains("local  '@west' @ 192.0.2.1[") && sas.contains("remote '@east' @ 192.0.2.2["), "{sas}");
+    assert!(sas.contains("AES_GCM_16-256/PRF_HMAC_SHA2_256/CURVE_25519"), "{sas}");
+    assert!(sas.contains("lan: #"), "{sas}");
+    assert!(sas.contains("INSTALLED, TUNNEL-in-UDP, ESP:AES_GCM_16-256"), "{sas}");
+    assert!(sas.contains("local  10.1.0.0/24") && sas.contains("remote 10.2.0.0/24"), "{sas}");
+    let packets_in = sas.lines().find(|l| l.trim_start().starts_with("in  ")).unwrap_or_default().to_string();
+    assert!(!packets_in.contains(" 0 packets"), "the pings are counted: {sas}");
+    let raw = ok(&west, &["--list-sas", "--raw"]);
+    assert!(raw.contains("list-sa event {site {uniqueid=1 version=2 state=ESTABLISHED"), "{raw}");
+    let pretty = ok(&west, &["--list-sas", "--pretty"]);
+    assert!(pretty.contains("list-sa event {\n  site {\n    uniqueid = 1"), "{pretty}");
+    assert!(ok(&west, &["--list-sas", "--ike", "nope"]).trim().is_empty());
+
+    // Rekey the child; the tunnel keeps carrying traffic.
+    let spi_before = west.sas().unwrap()[0].children[0].in_spi.clone();
+    let r = ok(&west, &["--rekey", "--child", "lan"]);
+    assert!(r.contains("rekey completed successfully"), "{r}");
+    wait("the rekeyed Child SA", 20, || west.sas().unwrap().iter().flat_map(|s| &s.children).all(|c| c.in_spi != spi_before));
+    assert!(ping_through(&topo));
+
+    // What Esparto does not do fails with its reason.
+    let (good, _, err) = swanctl(&west, &["--counters"]);
+    assert!(!good && err.contains("get-counters failed: get-counters: IKE counters over VICI are not supported"), "{err}");
+    // No child traps: no policies.
+    assert!(ok(&west, &["--list-pols"]).trim().is_empty());
+
+    misbehaving_clients_cost_little(&west, &vici);
+
+    // Terminate the IKE SA by name.
+    let t = ok(&west, &["--terminate", "--ike", "site"]);
+    assert!(t.contains("terminate completed successfully"), "{t}");
+    wait("the IKE SA to go", 20, || west.sas().unwrap().is_empty() && east.sas().unwrap().is_empty());
+    assert!(ok(&west, &["--stats"]).contains("IKE_SAs: 0 total"));
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
+/// Clients that send nothing, announce 4 GiB, send garbage or never
+/// read: each is dropped or bounded, and swanctl is served meanwhile.
+fn misbehaving_clients_cost_little(west: &EspartoGateway, vici: &Path) {
+    let idle: Vec<UnixStream> = (0..64).map(|_| UnixStream::connect(vici).unwrap()).collect();
+    let mut huge = UnixStream::connect(vici).unwrap();
+    huge.write_all(&[0xff, 0xff, 0xff, 0xff, 0]).unwrap();
+    let mut garbage = UnixStream::connect(vici).unwrap();
+    garbage.write_all(&[0, 0, 0, 3, 9, 9, 9]).unwrap();
+    // A registration for an event Esparto does not raise: EVENT_UNKNOWN.
+    let mut reg = UnixStream::connect(vici).unwrap();
+    reg.write_all(&[0, 0, 0, 5, 3, 3, b'l', b'o', b'g']).unwrap();
+    let mut answer = [0u8; 5];
+    reg.read_exact(&mut answer).unwrap();
+    assert_eq!(answer, [0, 0, 0, 1, 6], "EVENT_UNKNOWN");
+
+    // Served while they hang on.
+    assert!(ok(west, &["--stats"]).contains("IKE_SAs: 1 total"));
+    // The bad framings were closed at once.
+    for s in [&mut huge, &mut garbage] {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 16];
+        // Closed with our bytes unread: end of stream or a reset.
+        let r = s.read(&mut b);
+        assert!(matches!(r, Ok(0)) || r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "closed: {r:?}");
+    }
+    // The silent ones are dropped after the first-packet timeout.
+    let started = Instant::now();
+    for mut s in idle {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = [0u8; 16];
+        assert!(matches!(s.read(&mut b), Ok(0) | Err(_)), "dropped");
+    }
+    assert!(started.elapsed() < Duration::from_secs(25), "{:?}", started.elapsed());
+    assert!(ok(west, &["--stats"]).contains("IKE_SAs: 1 total"));
+    let log = std::fs::read_to_string(west.dir().path().join("esparto.log")).unwrap_or_default();
+    assert!(log.contains("vici: vici segment longer than 512 KiB; connection closed") || log.contains("longer than 512 KiB"), "{log}");
+}
