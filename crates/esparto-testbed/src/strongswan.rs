@@ -284,14 +284,27 @@ impl Charon {
     /// `swanctl --load-all`. On failure the work directory is kept.
     pub fn start(ns: &Netns, cfg: SwanConfig) -> Result<Self> {
         let dir = WorkDir::new(&format!("charon-{}", ns.name()))?;
-        Self::start_in(ns, cfg, dir)
+        let conf = cfg.swanctl_conf();
+        Self::start_in(ns, cfg, dir, &conf)
     }
 
-    fn start_in(ns: &Netns, cfg: SwanConfig, dir: WorkDir) -> Result<Self> {
+    /// [`start`](Self::start) with several connections: the first
+    /// configuration's daemon settings, every configuration's connection
+    /// and secret (their names must differ). Helpers that act on "the"
+    /// connection act on the first.
+    pub fn start_many(ns: &Netns, cfgs: Vec<SwanConfig>) -> Result<Self> {
+        let dir = WorkDir::new(&format!("charon-{}", ns.name()))?;
+        // swanctl.conf merges sections of the same name.
+        let conf: String = cfgs.iter().map(SwanConfig::swanctl_conf).collect();
+        let first = cfgs.into_iter().next().context("no configuration")?;
+        Self::start_in(ns, first, dir, &conf)
+    }
+
+    fn start_in(ns: &Netns, cfg: SwanConfig, dir: WorkDir, swanctl_conf: &str) -> Result<Self> {
         std::fs::create_dir_all(dir.join("run"))?;
         std::fs::create_dir_all(dir.join("swanctl"))?;
         std::fs::write(dir.join("strongswan.conf"), cfg.strongswan_conf(&dir))?;
-        std::fs::write(dir.join("swanctl/swanctl.conf"), cfg.swanctl_conf())?;
+        std::fs::write(dir.join("swanctl/swanctl.conf"), swanctl_conf)?;
         install_certs(&dir, cfg.certs.as_ref())?;
         let out = std::fs::File::create(dir.join("charon.out"))?;
         let script = format!(

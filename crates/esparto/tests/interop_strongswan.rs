@@ -352,3 +352,71 @@ fn ipcomp_with_a_peer_that_does_not_offer_it_is_a_child_without_it() {
     gw.stop().unwrap();
     charon.stop().unwrap();
 }
+
+/// Esparto's side of the hub test: `n` connections `c0`, `c1`, … to
+/// gw-east, each started at once, connection `i` protecting UDP to port
+/// 10000 + i of the east LAN.
+fn hub_west(control: &Path, n: usize) -> String {
+    let (la, ra) = (Topology::addr(Node::GwWest, Net::Transit, Family::V4), Topology::addr(Node::GwEast, Net::Transit, Family::V4));
+    let mut t = format!(
+        "[daemon]\nworkers = 2\ncontrol = \"{}\"\nstate_dir = \"{}\"\ntun = \"esparto0\"\nlog = \"info\"\n",
+        control.display(),
+        control.with_file_name("state").display()
+    );
+    for i in 0..n {
+        t.push_str(&format!(
+            "\n[connections.c{i}]\nlocal_addrs = [\"{la}\"]\nremote_addrs = [\"{ra}\"]\nversion = 2\n\
+             proposals = [\"{ike}\"]\nencap = true\n\
+             local.auth = \"psk\"\nlocal.id = \"@west-c{i}\"\nremote.auth = \"psk\"\nremote.id = \"@east-c{i}\"\n\
+             [connections.c{i}.children.lan]\nlocal_ts = [\"10.1.0.0/24[udp]\"]\nremote_ts = [\"10.2.0.0/24[udp/{port}]\"]\n\
+             esp_proposals = [\"aes256gcm16\"]\nper_cpu_sas = \"no\"\nstart_action = \"start\"\n\
+             [secrets.c{i}]\nids = [\"@west-c{i}\", \"@east-c{i}\"]\nsecret = \"{PSK}\"\n",
+            ike = IKE[0],
+            port = 10_000 + i,
+        ));
+    }
+    t
+}
+
+/// Fifty connections from Esparto to one strongSwan responder with its
+/// default limits (at most 5 half-open IKE SAs per source address, cookies
+/// from 3): Esparto paces its initiations per peer, so charon neither
+/// ignores an IKE_SA_INIT nor asks for a cookie, and all come up at once.
+#[test]
+fn fifty_connections_to_a_strongswan_responder_come_up_within_its_limits() {
+    if skip("interop_strongswan", true) {
+        return;
+    }
+    const N: usize = 50;
+    let topo = Topology::new().unwrap();
+    let cfgs: Vec<SwanConfig> = (0..N)
+        .map(|i| {
+            let mut c = SwanConfig::site(Node::GwEast, PSK, IKE[0], ESP[0]).unwrap();
+            c.name = format!("c{i}");
+            c.local_id = format!("@east-c{i}");
+            c.remote_id = format!("@west-c{i}");
+            c.local_ts = vec![format!("10.2.0.0/24[udp/{}]", 10_000 + i)];
+            c.remote_ts = vec!["10.1.0.0/24[udp]".into()];
+            c.initiator = false;
+            c.encap = true;
+            c.log_level = 2;
+            c
+        })
+        .collect();
+    let charon = Charon::start_many(topo.ns(Node::GwEast), cfgs).unwrap();
+    let started = Instant::now();
+    let west =
+        EspartoGateway::start_with(topo.ns(Node::GwWest), Path::new(env!("CARGO_BIN_EXE_esparto")), "esparto0", |c| hub_west(c, N)).unwrap();
+    let up = |gw: &EspartoGateway| gw.sas().unwrap().iter().filter(|s| s.state == "established" && !s.children.is_empty()).count();
+    wait("all connections up", Duration::from_secs(60), || (up(&west) == N).then_some(()));
+    let took = started.elapsed();
+    let log = std::fs::read_to_string(charon.dir().join("charon.log")).unwrap_or_default();
+    let st = west.status().unwrap();
+    eprintln!("{N} connections to strongSwan up in {:.2} s; west paced {:?}", took.as_secs_f64(), st.ike.get("initiations_paced"));
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains("half-open IKE_SA limit") || l.contains("sending COOKIE notify")).collect();
+    assert!(refused.is_empty(), "charon limited Esparto's initiations: {} lines, first {:?}", refused.len(), refused.first());
+    assert!(st.ike.get("initiations_paced").copied().unwrap_or(0) > 0, "{:?}", st.ike);
+    assert!(took < Duration::from_secs(30), "{N} connections took {took:?}");
+    west.stop().unwrap();
+    charon.stop().unwrap();
+}

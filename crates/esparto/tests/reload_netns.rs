@@ -647,6 +647,71 @@ fn bench_hub_1000_connections_up_with_default_limits() {
     );
 }
 
+/// The figure in docs/BENCHMARKS.md ("swanctl over VICI"): a hub of
+/// 10,000 connections (`VICI_BENCH_CONNECTIONS`), each with one Child SA;
+/// `swanctl --list-sas` against west over VICI, five times, timed, while
+/// a Child SA rekey runs; the IKE engine's failure and retransmission
+/// counters before and after say whether the listing disturbed IKE.
+#[test]
+#[ignore = "benchmark: cargo test --release -p esparto --test reload_netns bench_vici -- --ignored --nocapture"]
+fn bench_vici_list_sas_of_10000_child_sas() {
+    if skip("reload_netns bench", true) {
+        return;
+    }
+    let n: usize = std::env::var("VICI_BENCH_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, "esparto0", |c| bench_file(Node::GwEast, c, n, "")).unwrap();
+    let west =
+        EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |c| bench_file(Node::GwWest, c, n, "aes256gcm16")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while connections_up(&west) < n {
+        assert!(Instant::now() < deadline, "{} of {n} connections up", connections_up(&west));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let uri = format!("unix://{}", west.control_path().with_file_name("charon.vici").display());
+    let disturbed = |gw: &EspartoGateway| {
+        let st = gw.status().unwrap();
+        (st.ike_events.ike_sa_failures.values().sum::<u64>(), st.ike_events.child_sa_failures.values().sum::<u64>(), counter(&st.ike, "reinitiations"))
+    };
+    let before = (disturbed(&west), disturbed(&east));
+    let mut times = Vec::new();
+    for round in 0..5 {
+        let (out, took) = std::thread::scope(|sc| {
+            // In the middle round, a rekey while the listing runs.
+            let rekey = (round == 2).then(|| {
+                sc.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    west.cli(&["rekey", "c0"]).unwrap()
+                })
+            });
+            let t = Instant::now();
+            let out = std::process::Command::new("swanctl").args(["--list-sas", "--uri", &uri]).output().unwrap();
+            let took = t.elapsed().as_secs_f64();
+            if let Some(r) = rekey {
+                let (ok, msg) = r.join().unwrap();
+                assert!(ok, "the rekey during the listing: {msg}");
+            }
+            (out, took)
+        });
+        times.push(took);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let listed = String::from_utf8_lossy(&out.stdout).matches(", ESTABLISHED, IKEv2").count();
+        assert_eq!(listed, n, "IKE SAs listed");
+    }
+    let after = (disturbed(&west), disturbed(&east));
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    println!(
+        "vici: swanctl --list-sas of {n} IKE SAs with {n} Child SAs: {times:.2?} s (median {:.2} s); \
+         IKE failures, Child SA failures, re-initiations west/east before {before:?} after {after:?}",
+        sorted[2]
+    );
+    assert_eq!(before, after, "the listing disturbed IKE");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
 /// Resident memory of a daemon (`VmRSS`), MiB.
 fn rss_mib(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -78,6 +78,12 @@ fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Resident memory of process `pid` (`VmRSS`), KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
 fn ping_through(topo: &Topology) -> bool {
     let he = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
     traffic::ping(topo.ns(Node::HostWest), he, 3, Duration::from_millis(300)).is_ok_and(|r| r.received > 0)
@@ -154,6 +160,7 @@ fn swanctl_drives_esparto() {
 /// Clients that send nothing, announce 4 GiB, send garbage or never
 /// read: each is dropped or bounded, and swanctl is served meanwhile.
 fn misbehaving_clients_cost_little(west: &EspartoGateway, vici: &Path) {
+    let rss_before = rss_kib(west.pid());
     let idle: Vec<UnixStream> = (0..64).map(|_| UnixStream::connect(vici).unwrap()).collect();
     let mut huge = UnixStream::connect(vici).unwrap();
     huge.write_all(&[0xff, 0xff, 0xff, 0xff, 0]).unwrap();
@@ -166,8 +173,11 @@ fn misbehaving_clients_cost_little(west: &EspartoGateway, vici: &Path) {
     reg.read_exact(&mut answer).unwrap();
     assert_eq!(answer, [0, 0, 0, 1, 6], "EVENT_UNKNOWN");
 
-    // Served while they hang on.
+    // Served while they hang on, each costing little.
     assert!(ok(west, &["--stats"]).contains("IKE_SAs: 1 total"));
+    let per_client = rss_kib(west.pid()).saturating_sub(rss_before) / 67;
+    eprintln!("vici: 67 misbehaving clients connected, {per_client} KiB of resident memory each");
+    assert!(per_client <= 1024, "{per_client} KiB per idle client");
     // The bad framings were closed at once.
     for s in [&mut huge, &mut garbage] {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

@@ -97,13 +97,15 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
     let signals = Signals::install()?;
     let mut gw = Gateway::start(&config)?;
     let ike = Ike::start(&mut config, &mut gw, Instant::now())?;
+    // Before this thread drops its own: the VICI threads give up every
+    // capability, the bounding set too, which needs CAP_SETPCAP.
+    if let Some(v) = vici.as_mut() {
+        v.serve().context("starting the VICI server")?;
+    }
     let kept = privs::restrict_thread(KEEP).context("dropping capabilities")?;
     // Route changes leave the control thread, which must never wait for
     // the kernel's routing lock (the thread inherits what was kept).
     gw.spawn_router()?;
-    if let Some(v) = vici.as_mut() {
-        v.serve().context("starting the VICI server")?;
-    }
     if !kept.bounding_reduced {
         warn!("no CAP_SETPCAP: the capability bounding set is left as it was");
     }

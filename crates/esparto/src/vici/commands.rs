@@ -35,7 +35,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("uninstall", "uninstalling trap policies over VICI is not supported yet"),
     ("list-certs", "listing certificates over VICI is not supported yet"),
     ("list-authorities", "listing authorities over VICI is not supported yet"),
-    ("get-authorities", "authorities over VICI are not supported yet"),
     ("get-algorithms", "listing algorithms over VICI is not supported yet"),
     ("get-counters", "IKE counters over VICI are not supported yet; `esparto status --json` has them"),
     ("reset-counters", "IKE counters over VICI are not supported yet"),
@@ -44,18 +43,15 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("load-cert", "loading certificates over VICI is not supported yet"),
     ("load-key", "loading keys over VICI is not supported yet"),
     ("unload-key", "unloading keys over VICI is not supported yet"),
-    ("get-keys", "keys over VICI are not supported yet"),
     ("load-token", "Esparto has no smartcard support"),
     ("load-shared", "loading secrets over VICI is not supported yet"),
     ("unload-shared", "unloading secrets over VICI is not supported yet"),
-    ("get-shared", "secrets over VICI are not supported yet"),
     ("flush-certs", "flushing certificates over VICI is not supported yet"),
     ("clear-creds", "clearing credentials over VICI is not supported yet"),
     ("load-authority", "loading authorities over VICI is not supported yet"),
     ("unload-authority", "unloading authorities over VICI is not supported yet"),
     ("load-pool", "Esparto assigns no virtual IPs (site-to-site only)"),
     ("unload-pool", "Esparto assigns no virtual IPs (site-to-site only)"),
-    ("get-pools", "Esparto assigns no virtual IPs (site-to-site only)"),
 ];
 
 /// How long one control request may take (a status of 10,000 SAs takes
@@ -213,12 +209,13 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         "list-sas" => list_sas(req, cx, emit),
         "list-conns" => list_conns(req, cx, emit),
         "list-policies" => list_policies(req, cx, emit),
-        "get-conns" => {
-            // Every connection comes from esparto.toml; none from VICI.
-            let mut b = Builder::new();
-            b.list::<&str>("conns", []);
-            finish(b)
-        }
+        // What was loaded over VICI (strongSwan's meaning of these):
+        // nothing, everything comes from esparto.toml. Esparto has no
+        // address pools.
+        "get-conns" => empty_list("conns"),
+        "get-keys" | "get-shared" => empty_list("keys"),
+        "get-authorities" => empty_list("authorities"),
+        "get-pools" => Vec::new(),
         "initiate" => initiate(req, cx, emit),
         "terminate" => terminate(req, cx),
         "rekey" => rekey(req, cx),
@@ -228,6 +225,12 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         },
     };
     Outcome::Reply(reply)
+}
+
+fn empty_list(name: &str) -> Vec<u8> {
+    let mut b = Builder::new();
+    b.list::<&str>(name, []);
+    finish(b)
 }
 
 fn version() -> Vec<u8> {
@@ -447,9 +450,7 @@ fn ike_sa_keys(b: &mut Builder, sa: &IkeSaStatus, uniqueid: u32) {
 }
 
 /// One Child SA's section of a `list-sa` event.
-fn child_sa(b: &mut Builder, conn: &str, c: &ChildSaStatus, ids: &mut Ids) {
-    let uniqueid = ids.child(&c.in_spi);
-    let reqid = ids.reqid(conn, &c.child);
+fn child_sa(b: &mut Builder, c: &ChildSaStatus, uniqueid: u32, reqid: u32) {
     b.begin(&format!("{}-{uniqueid}", c.child))
         .kv("name", &c.child)
         .kv_display("uniqueid", uniqueid)
@@ -542,33 +543,40 @@ fn list_sas(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
         Ok(s) => s,
         Err(e) => return failure(&e),
     };
-    let mut ids = cx.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if ike.is_none() && child.is_none() && ike_id.is_none() && child_id.is_none() {
-        ids.retain(&all);
-    }
-    for sa in &all {
-        if ike.is_some_and(|n| n != sa.connection) {
+    // Number every SA first, then build and send each event without the
+    // lock: a client that reads slowly must not hold up the others.
+    let numbered: Vec<(u32, Vec<(u32, u32)>)> = {
+        let mut ids = cx.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ike.is_none() && child.is_none() && ike_id.is_none() && child_id.is_none() {
+            ids.retain(&all);
+        }
+        all.iter()
+            .map(|sa| {
+                let ike = ids.ike(&sa.id);
+                let children = sa.children.iter().map(|c| (ids.child(&c.in_spi), ids.reqid(&sa.connection, &c.child))).collect();
+                (ike, children)
+            })
+            .collect()
+    };
+    for (sa, (uniqueid, child_ids)) in all.iter().zip(&numbered) {
+        if ike.is_some_and(|n| n != sa.connection) || ike_id.is_some_and(|n| n != *uniqueid) {
             continue;
         }
-        let uniqueid = ids.ike(&sa.id);
-        if ike_id.is_some_and(|n| n != uniqueid) {
-            continue;
-        }
-        let children: Vec<&ChildSaStatus> = sa
+        let children: Vec<(&ChildSaStatus, &(u32, u32))> = sa
             .children
             .iter()
-            .filter(|c| child.is_none_or(|n| n == c.child))
-            .filter(|c| child_id.is_none_or(|n| n == ids.child(&c.in_spi)))
+            .zip(child_ids)
+            .filter(|(c, (id, _))| child.is_none_or(|n| n == c.child) && child_id.is_none_or(|n| n == *id))
             .collect();
         if (child.is_some() || child_id.is_some()) && children.is_empty() {
             continue;
         }
         let mut b = Builder::new();
         b.begin(&sa.connection);
-        ike_sa_keys(&mut b, sa, uniqueid);
+        ike_sa_keys(&mut b, sa, *uniqueid);
         b.begin("child-sas");
-        for c in children {
-            child_sa(&mut b, &sa.connection, c, &mut ids);
+        for (c, (id, reqid)) in children {
+            child_sa(&mut b, c, *id, *reqid);
         }
         b.end().end();
         match b.finish() {
@@ -635,26 +643,32 @@ fn list_policies(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8>
         Ok(c) => c,
         Err(e) => return failure(&e),
     };
-    let mut ids = cx.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    for c in all.iter().filter(|c| ike.is_none_or(|n| n == c.name)) {
-        for ch in c.children.iter().filter(|ch| ch.start_action == "trap" && child.is_none_or(|n| n == ch.name)) {
-            let mut b = Builder::new();
-            b.begin(&format!("{}/{}", c.name, ch.name))
-                .kv("child", &ch.name)
-                .kv("ike", &c.name)
-                .kv_display("reqid", ids.reqid(&c.name, &ch.name))
-                .kv("mode", "TUNNEL")
-                .list("local-ts", &ch.local_ts)
-                .list("remote-ts", &ch.remote_ts)
-                .end();
-            match b.finish() {
-                Ok(m) => {
-                    if !emit("list-policy", &m) {
-                        return Vec::new();
-                    }
+    let traps: Vec<(&ConnStatus, &crate::status::ChildConnStatus, u32)> = {
+        let mut ids = cx.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.iter()
+            .filter(|c| ike.is_none_or(|n| n == c.name))
+            .flat_map(|c| c.children.iter().map(move |ch| (c, ch)))
+            .filter(|(_, ch)| ch.start_action == "trap" && child.is_none_or(|n| n == ch.name))
+            .map(|(c, ch)| (c, ch, ids.reqid(&c.name, &ch.name)))
+            .collect()
+    };
+    for (c, ch, reqid) in traps {
+        let mut b = Builder::new();
+        b.begin(&format!("{}/{}", c.name, ch.name))
+            .kv("child", &ch.name)
+            .kv("ike", &c.name)
+            .kv_display("reqid", reqid)
+            .kv("mode", "TUNNEL")
+            .list("local-ts", &ch.local_ts)
+            .list("remote-ts", &ch.remote_ts)
+            .end();
+        match b.finish() {
+            Ok(m) => {
+                if !emit("list-policy", &m) {
+                    break;
                 }
-                Err(e) => tracing::warn!("vici: list-policy event for {}/{} left out: {e}", c.name, ch.name),
             }
+            Err(e) => tracing::warn!("vici: list-policy event for {}/{} left out: {e}", c.name, ch.name),
         }
     }
     Vec::new()

@@ -293,7 +293,10 @@ fn what_esparto_does_not_do_says_so() {
     let st = reply(run(&mut f, &ids, "stats", &[]).0);
     assert_eq!(st.section("uptime").unwrap().str("running"), Some("66 minutes"));
     assert_eq!(st.section("ikesas").unwrap().str("total"), Some("1"));
-    assert_eq!(reply(run(&mut f, &ids, "get-conns", &[]).0).list("conns").unwrap().len(), 0);
+    for (cmd, list) in [("get-conns", "conns"), ("get-keys", "keys"), ("get-shared", "keys"), ("get-authorities", "authorities")] {
+        assert_eq!(reply(run(&mut f, &ids, cmd, &[]).0).list(list).unwrap().len(), 0, "{cmd}");
+    }
+    assert_eq!(reply(run(&mut f, &ids, "get-pools", &[]).0), Section::default());
 }
 
 #[test]
