@@ -4,7 +4,8 @@
 # (iproute2, ethtool, iperf3, strongSwan with kernel-libipsec for the interop
 # tests, …) and strongSwan's plugins; Rust with rustup if there is no cargo
 # (Debian 12's rustc is older than the workspace's rust-version); then the
-# Rust components (clippy; nightly + cargo-fuzz for the fuzz targets). Ends
+# Rust components (clippy; nightly + cargo-fuzz for the fuzz targets) and
+# strongSwan's Python `vici` package for the VICI client test. Ends
 # by checking that every listed program is there. Idempotent and quiet when
 # everything is present. The Makefile puts ~/.cargo/bin on PATH, so a Rust
 # installed here serves the `make` that ran it.
@@ -16,7 +17,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # The groups of scripts/programs.txt to install: what `make demo` and `make
 # test` need, plus any named on the command line (`scripts/setup.sh package`
 # for `make deb-check`).
-WANTED_GROUPS=(setup build testbed strongswan "$@")
+WANTED_GROUPS=(setup build testbed strongswan vici "$@")
 
 # program -> package, from the one list of external programs.
 PROGRAMS=()
@@ -27,10 +28,12 @@ while read -r prog pkg group; do
   PROGRAMS+=("$prog")
   PACKAGES+=("$pkg")
 done < scripts/programs.txt
-# Libraries, plugins and certificates (no program of their own to check).
+# Libraries, plugins and files (no program of their own to check):
+# strongSwan's plugins; the CA certificates; netbase's /etc/protocols,
+# through which charon resolves the protocol of a selector (`[udp/53]`).
 PACKAGES+=(
   libcharon-extra-plugins libstrongswan-standard-plugins libstrongswan-extra-plugins
-  ca-certificates
+  ca-certificates netbase
 )
 mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" | sort -u)
 
@@ -86,9 +89,26 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked --quiet
 fi
 
-# Every program the code runs must now be there.
+# strongSwan's Python `vici` package, pinned, in a venv of its own: the
+# interpreter scripts/programs.txt names (.../vici-VERSION/bin/python). It
+# comes from PyPI; without a way there the VICI client test says SKIP and
+# names it, and nothing else depends on it.
+for prog in "${PROGRAMS[@]}"; do
+  [[ "$prog" =~ ^(/opt/esparto-testbed/vici-([0-9.]+))/bin/python$ ]] || continue
+  venv=${BASH_REMATCH[1]} version=${BASH_REMATCH[2]}
+  "$prog" -c 'import vici' 2>/dev/null && continue
+  if [[ $(id -u) -ne 0 ]]; then log "missing $venv (run as root to make it)"; continue; fi
+  log "installing Python vici $version (PyPI) into $venv"
+  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check "vici==$version"; }; then
+    log "could not install vici $version from PyPI into $venv: the VICI client test will SKIP"
+    rm -rf "$venv"
+  fi
+done
+
+# Every program the code runs must now be there (the vici venv aside, above).
 absent=()
 for prog in "${PROGRAMS[@]}"; do
+  [[ "$prog" == /opt/esparto-testbed/vici-* ]] && continue
   if [[ "$prog" == /* ]]; then [[ -x "$prog" ]] || absent+=("$prog")
   else command -v "$prog" >/dev/null 2>&1 || absent+=("$prog"); fi
 done

@@ -198,3 +198,47 @@ fn misbehaving_clients_cost_little(west: &EspartoGateway, vici: &Path) {
     let log = std::fs::read_to_string(west.dir().path().join("esparto.log")).unwrap_or_default();
     assert!(log.contains("vici: vici segment longer than 512 KiB; connection closed") || log.contains("longer than 512 KiB"), "{log}");
 }
+
+/// The Python interpreter of the venv `scripts/setup.sh` puts strongSwan's
+/// `vici` package in (PyPI, pinned).
+const VICI_PYTHON: &str = "/opt/esparto-testbed/vici-6.0.3/bin/python";
+
+/// strongSwan's own Python client library: `version`, an `initiate`
+/// whose log streams as control-log events, then `list_sas` and
+/// `list_conns`, each parsed by the library as it parses charon's.
+#[test]
+fn python_vici_lists_and_initiates() {
+    if skip("vici_netns", true) {
+        return;
+    }
+    if !Path::new(VICI_PYTHON).exists() {
+        eprintln!("SKIP vici_netns python: missing {VICI_PYTHON} (scripts/setup.sh installs it)");
+        return;
+    }
+    let topo = Topology::new().unwrap();
+    let east = gateway(&topo, Node::GwEast);
+    let west = gateway(&topo, Node::GwWest);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vici/client.py");
+    let out = Command::new("timeout")
+        .args(["60", VICI_PYTHON, script])
+        .arg(vici_path(&west))
+        .args(["site", "lan"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["version"]["daemon"], "esparto", "{v}");
+    let logs = v["initiate"].as_array().unwrap();
+    assert!(logs.iter().any(|l| l.as_str().is_some_and(|m| m.contains("IKE_SA established"))), "{logs:?}");
+    let sa = &v["sas"][0]["site"];
+    assert_eq!((sa["state"].as_str(), sa["version"].as_str()), (Some("ESTABLISHED"), Some("2")), "{v}");
+    let children = sa["child-sas"].as_object().unwrap();
+    assert_eq!(children.len(), 1, "{v}");
+    let child = children.values().next().unwrap();
+    assert_eq!((child["name"].as_str(), child["state"].as_str()), (Some("lan"), Some("INSTALLED")), "{v}");
+    assert_eq!(child["local-ts"][0], "10.1.0.0/24", "{v}");
+    assert_eq!(v["conns"][0]["site"]["children"]["lan"]["mode"], "TUNNEL", "{v}");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
