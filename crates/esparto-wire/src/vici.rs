@@ -224,11 +224,6 @@ impl<'a> Elements<'a> {
         Elements { rest: message, depth: 0, in_list: false, done: false }
     }
 
-    /// Sections open after the last element read.
-    pub fn depth(&self) -> usize {
-        self.depth
-    }
-
     fn step(&mut self) -> Result<Option<Element<'a>>> {
         let Some((&t, rest)) = self.rest.split_first() else {
             if self.in_list {

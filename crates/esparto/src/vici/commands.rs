@@ -178,6 +178,19 @@ pub enum Outcome {
 /// the client is gone and the command should stop.
 pub type Emit<'a> = dyn FnMut(&'static str, &[u8]) -> bool + 'a;
 
+/// Raises `event` with the message `b` built for `what`; `false` when the
+/// client is gone. A message that cannot be encoded (over a VICI limit)
+/// is left out and logged.
+fn raise(emit: &mut Emit<'_>, event: &'static str, what: &str, b: Builder) -> bool {
+    match b.finish() {
+        Ok(m) => emit(event, &m),
+        Err(e) => {
+            tracing::warn!("vici: {event} event for {what} left out: {e}");
+            true
+        }
+    }
+}
+
 fn finish(b: Builder) -> Vec<u8> {
     b.finish().unwrap_or_else(|e| failure(&format!("cannot encode the answer: {e}")))
 }
@@ -579,13 +592,8 @@ fn list_sas(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
             child_sa(&mut b, c, *id, *reqid);
         }
         b.end().end();
-        match b.finish() {
-            Ok(m) => {
-                if !emit("list-sa", &m) {
-                    break;
-                }
-            }
-            Err(e) => tracing::warn!("vici: list-sa event for {} left out: {e}", sa.connection),
+        if !raise(emit, "list-sa", &sa.connection, b) {
+            break;
         }
     }
     Vec::new()
@@ -620,13 +628,8 @@ fn list_conns(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
                 .end();
         }
         b.end().end();
-        match b.finish() {
-            Ok(m) => {
-                if !emit("list-conn", &m) {
-                    break;
-                }
-            }
-            Err(e) => tracing::warn!("vici: list-conn event for {} left out: {e}", c.name),
+        if !raise(emit, "list-conn", &c.name, b) {
+            break;
         }
     }
     Vec::new()
@@ -654,7 +657,8 @@ fn list_policies(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8>
     };
     for (c, ch, reqid) in traps {
         let mut b = Builder::new();
-        b.begin(&format!("{}/{}", c.name, ch.name))
+        let name = format!("{}/{}", c.name, ch.name);
+        b.begin(&name)
             .kv("child", &ch.name)
             .kv("ike", &c.name)
             .kv_display("reqid", reqid)
@@ -662,13 +666,8 @@ fn list_policies(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8>
             .list("local-ts", &ch.local_ts)
             .list("remote-ts", &ch.remote_ts)
             .end();
-        match b.finish() {
-            Ok(m) => {
-                if !emit("list-policy", &m) {
-                    break;
-                }
-            }
-            Err(e) => tracing::warn!("vici: list-policy event for {}/{} left out: {e}", c.name, ch.name),
+        if !raise(emit, "list-policy", &name, b) {
+            break;
         }
     }
     Vec::new()

@@ -96,13 +96,6 @@ impl ViciServer {
         Ok(())
     }
 
-    /// [`bind`](Self::bind) and [`serve`](Self::serve).
-    pub fn start(path: &Path, control: &Path) -> io::Result<Self> {
-        let mut s = Self::bind(path, control)?;
-        s.serve()?;
-        Ok(s)
-    }
-
     /// The socket's path.
     pub fn path(&self) -> &Path {
         &self.path
