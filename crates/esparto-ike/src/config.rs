@@ -556,10 +556,12 @@ pub struct EndpointConfig {
     /// Initiator pacing: at most this many of our IKE SAs to one peer
     /// address between their IKE_SA_INIT request and the end of
     /// IKE_AUTH; further initiations to it wait, in order, until one of
-    /// those is established or gone. The default keeps a responder with
-    /// strongSwan's defaults (`cookie_threshold_ip = 3`, `block_threshold
-    /// = 5`) from demanding cookies or dropping requests when many
-    /// connections to it start at once. 0 turns pacing off.
+    /// those is established or gone. The default, 2, keeps a responder
+    /// with strongSwan's defaults (`cookie_threshold_ip = 3`,
+    /// `block_threshold = 5`) from demanding cookies or dropping requests
+    /// when many connections to it start at once: one below its cookie
+    /// threshold, because a busy charon still counts an IKE SA half-open
+    /// for a moment after it answered its IKE_AUTH. 0 turns pacing off.
     pub initiating_per_peer: usize,
     /// How long a cookie secret is used before a new one is drawn (§2.6:
     /// "periodically changed").
@@ -595,7 +597,7 @@ impl Default for EndpointConfig {
             cookie_threshold_per_peer: 50,
             half_open_per_peer: 100,
             max_half_open: 10_000,
-            initiating_per_peer: 3,
+            initiating_per_peer: 2,
             cookie_secret_lifetime: Duration::from_secs(60),
             cookie_grace: Duration::from_secs(10),
             window_size: 8,

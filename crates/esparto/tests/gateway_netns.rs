@@ -47,6 +47,8 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
         .collect();
     Config {
         path: PathBuf::from("test.toml"),
+        text: "".into(),
+        layer: Default::default(),
         daemon: Daemon {
             workers,
             cpus: Vec::new(),

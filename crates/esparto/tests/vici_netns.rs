@@ -242,3 +242,111 @@ fn python_vici_lists_and_initiates() {
     west.stop().unwrap();
     east.stop().unwrap();
 }
+
+/// gw-west's swanctl.conf: the tunnel `gateway(…, GwEast)` answers, as a
+/// strongSwan site writes it (authentication rounds named, lists as
+/// comma lists, the PSK in `secrets`).
+const SWANCTL_CONF: &str = r#"
+connections {
+    site {
+        version = 2
+        local_addrs = 192.0.2.1
+        remote_addrs = 192.0.2.2
+        proposals = aes256gcm16-prfsha256-x25519
+        rekey_time = 4h
+        local-1 {
+            auth = psk
+            id = @west
+        }
+        remote-1 {
+            auth = psk
+            id = @east
+        }
+        children {
+            lan {
+                local_ts = 10.1.0.0/24
+                remote_ts = 10.2.0.0/24
+                esp_proposals = aes256gcm16
+                start_action = start
+            }
+        }
+    }
+}
+secrets {
+    ike-site {
+        id-west = @west
+        id-east = @east
+        secret = "vici netns test secret, long enough"
+    }
+}
+"#;
+
+/// `swanctl --load-all` of a swanctl.conf into a daemon whose TOML file
+/// has no connection: the tunnel comes up and carries traffic, shows in
+/// `esparto sas` like a connection of the file, a key Esparto does not
+/// know is refused with check-config's message, and loading a file
+/// without the connection unloads it (its IKE SA deleted with the peer).
+#[test]
+fn swanctl_load_all_brings_up_a_swanctl_conf() {
+    if skip("vici_netns", true) {
+        return;
+    }
+    let topo = Topology::new().unwrap();
+    let east = gateway(&topo, Node::GwEast);
+    let west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin(), "esparto0", |control| {
+        format!(
+            "[daemon]\nworkers = 2\ncontrol = \"{}\"\nstate_dir = \"{}\"\n",
+            control.display(),
+            control.with_file_name("state").display()
+        )
+    })
+    .unwrap();
+    let dir = west.dir().path().to_path_buf();
+    let conf = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+
+    let file = conf("swanctl.conf", SWANCTL_CONF);
+    let out = ok(&west, &["--load-all", "--noprompt", "--file", &file]);
+    assert!(out.contains("loaded ike secret 'ike-site'"), "{out}");
+    assert!(out.contains("successfully loaded 1 connections, 0 unloaded"), "{out}");
+    wait("traffic through what swanctl loaded", 20, || ping_through(&topo));
+    let sas = west.sas().unwrap();
+    assert_eq!((sas.len(), sas[0].connection.as_str()), (1, "site"), "{sas:?}");
+    assert!(ok(&west, &["--list-conns"]).contains("site: IKEv2"));
+    // Loading the same file again changes nothing: the IKE SA stays.
+    let id = sas[0].id.clone();
+    let out = ok(&west, &["--load-all", "--noprompt", "--file", &file]);
+    assert!(out.contains("successfully loaded 1 connections, 0 unloaded"), "{out}");
+    assert_eq!(west.sas().unwrap()[0].id, id, "an unchanged connection keeps its IKE SA");
+
+    // A typo is refused with the loader's message, naming the connection.
+    let other = "    other {\n        local_addrs = 192.0.2.1\n        remote_addrs = 192.0.2.3\n        \
+                 local-1 {\n            auth = psk\n            id = @west\n        }\n        \
+                 remote-1 {\n            auth = psk\n            id = @other\n        }\n        \
+                 children {\n            lan {\n                local_ts = 10.1.0.0/24\n                \
+                 remote_ts = 10.3.0.0/24\n                esp_proposal = aes256gcm16\n            }\n        }\n    }\n";
+    let typo = conf("typo.conf", &SWANCTL_CONF.replacen("connections {\n", &format!("connections {{\n{other}"), 1));
+    let (good, stdout, stderr) = swanctl(&west, &["--load-conns", "--file", &typo]);
+    let both = format!("{stdout}{stderr}");
+    assert!(!good, "{both}");
+    assert!(
+        both.contains("load-conn 'other' (VICI): connections.other.children.lan.esp_proposal: unknown key (did you mean 'esp_proposals'?)"),
+        "{both}"
+    );
+    assert!(both.contains("loaded 1 of 2 connections, 1 failed to load, 0 unloaded"), "{both}");
+    assert_eq!(west.sas().unwrap()[0].id, id, "a failed load-conn leaves the others alone");
+
+    // A file without the connection unloads it; the peer hears the Delete.
+    let empty = conf("empty.conf", "connections {\n}\n");
+    let out = ok(&west, &["--load-conns", "--file", &empty]);
+    assert!(out.contains("no connections found, 1 unloaded"), "{out}");
+    wait("the unloaded connection's IKE SA to go at both ends", 20, || {
+        west.sas().unwrap().is_empty() && east.sas().unwrap().is_empty()
+    });
+    assert!(!ok(&west, &["--list-conns"]).contains("site"));
+    west.stop().unwrap();
+    east.stop().unwrap();
+}

@@ -26,6 +26,7 @@ mod connection;
 mod daemon;
 mod error;
 mod hygiene;
+mod layer;
 pub mod model;
 mod routing;
 mod secrets;
@@ -47,6 +48,7 @@ pub use daemon::{
 };
 pub use error::{ConfigError, ConfigErrors, ConfigWarning};
 pub use hygiene::MIN_PSK_LEN;
+pub use layer::{Layer, Value as LayerValue};
 pub use routing::{Host, MAX_ROUTES_NAMED};
 pub use model::*;
 
@@ -79,8 +81,22 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// [`load`], with warnings that compare the file with `host`'s routing
 /// (`Host::read()`: the calling thread's network namespace).
 pub fn load_on(path: &Path, host: &Host) -> Result<Config, ConfigErrors> {
+    load_layered(path, host, &Layer::default())
+}
+
+/// [`load_on`], with what was loaded over VICI ([`Layer`]) beside the
+/// file's connections and secrets, checked as one file.
+pub fn load_layered(path: &Path, host: &Host, layer: &Layer) -> Result<Config, ConfigErrors> {
     let text = read(path)?;
-    parse_in(&text, path.display().to_string(), dir_of(path), path.to_path_buf(), host, true)
+    parse_in(&text, path.display().to_string(), dir_of(path), path.to_path_buf(), host, true, layer)
+}
+
+/// The text `running` was read from, again, with `layer` beside it: what
+/// a load over VICI is checked with (the file as the daemon runs it, not
+/// as it may have been edited since).
+pub fn relayer(running: &Config, host: &Host, layer: &Layer) -> Result<Config, ConfigErrors> {
+    let path = &running.path;
+    parse_in(&running.text, path.display().to_string(), dir_of(path), path.clone(), host, true, layer)
 }
 
 /// The control socket that the file at `path` names (`[daemon] control`,
@@ -142,7 +158,7 @@ pub fn parse_str(text: &str, path_for_messages: &str) -> Result<Config, ConfigEr
 /// [`parse_str`], compared with `host`'s routing (see [`load_on`]).
 pub fn parse_str_on(text: &str, path_for_messages: &str, host: &Host) -> Result<Config, ConfigErrors> {
     let path = PathBuf::from(path_for_messages);
-    parse_in(text, path_for_messages.to_string(), dir_of(&path), path, host, false)
+    parse_in(text, path_for_messages.to_string(), dir_of(&path), path, host, false, &Layer::default())
 }
 
 /// `on_disk`: `path` is the file `text` was read from (its permissions
@@ -154,9 +170,10 @@ fn parse_in(
     path: PathBuf,
     host: &Host,
     on_disk: bool,
+    layer: &Layer,
 ) -> Result<Config, ConfigErrors> {
     let mut cx = Cx::new(file, text, dir);
-    let root = match tree::parse(text) {
+    let mut root = match tree::parse(text) {
         Ok(r) => r,
         Err(e) => {
             cx.err(
@@ -168,6 +185,8 @@ fn parse_in(
         }
     };
     debug_assert!(matches!(root.kind, Kind::Table(_)));
+    layer::graft(&mut cx, &mut root, layer);
+    let root = root;
     cx.check_keys(&root, &KeyPath::root(), TOP_KEYS, TOP_UNSUPPORTED);
     let daemon = daemon::parse(&mut cx, &root);
     let authorities = certs::authorities(&mut cx, &root);
@@ -207,6 +226,8 @@ fn parse_in(
     check::cpus_allowed(&mut cx, &root, &daemon.cpus, &host.cpus);
     Ok(Config {
         path,
+        text: text.into(),
+        layer: layer.clone(),
         daemon,
         connections: parsed.connections,
         secrets,

@@ -14,10 +14,15 @@ use esparto_esp::{Lifetime, Selector};
 pub use esparto_ike::PerCpuSas;
 
 /// A whole configuration file.
-#[derive(Debug)]
 pub struct Config {
     /// The file it came from.
     pub path: PathBuf,
+    /// The file's text as read (connections loaded over VICI are checked
+    /// beside it, [`super::relayer`]).
+    pub text: std::sync::Arc<str>,
+    /// What was loaded over VICI, checked beside the file's connections
+    /// and secrets (empty unless a VICI client loaded something).
+    pub layer: super::Layer,
     /// Daemon-wide settings (`[daemon]`).
     pub daemon: Daemon,
     /// Connections (`[connections.NAME]`), in file order.
@@ -27,6 +32,21 @@ pub struct Config {
     /// What runs, but maybe not as meant (`check-config` prints these;
     /// `run` logs them), in file order.
     pub warnings: Vec<super::ConfigWarning>,
+}
+
+// By hand: the file's text and the layer may hold secrets.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("path", &self.path)
+            .field("text", &format_args!("{} bytes", self.text.len()))
+            .field("layer", &self.layer)
+            .field("daemon", &self.daemon)
+            .field("connections", &self.connections)
+            .field("secrets", &self.secrets)
+            .field("warnings", &self.warnings)
+            .finish()
+    }
 }
 
 /// `[daemon]`.

@@ -203,6 +203,11 @@ pub(crate) struct Cx<'t> {
     /// The first secret written in the file itself (a PSK or static key),
     /// for the warning about who may read the file.
     pub(crate) inline_secret: Option<(Span, KeyPath)>,
+    /// Names of the trees grafted beside the file's (loaded over VICI,
+    /// [`super::layer`]), in messages instead of the file's name. The
+    /// nodes of the k-th have the span `text.len() + 1 + k`, past the
+    /// file's end, so a span says where its node came from.
+    segments: Vec<String>,
 }
 
 impl<'t> Cx<'t> {
@@ -216,16 +221,42 @@ impl<'t> Cx<'t> {
             errors: Vec::new(),
             warnings: Vec::new(),
             inline_secret: None,
+            segments: Vec::new(),
         }
+    }
+
+    /// The span of every node of a tree grafted beside the file's, named
+    /// `name` in messages (they have no line or column).
+    pub(crate) fn segment(&mut self, name: String) -> Span {
+        let at = self.text.len() + 1 + self.segments.len();
+        self.segments.push(name);
+        at..at
+    }
+
+    /// Did the node at `span` come from a grafted tree (over VICI, where
+    /// every value is a string)?
+    pub(crate) fn grafted(&self, span: &Span) -> bool {
+        span.start > self.text.len()
+    }
+
+    /// The file (or grafted tree), line and column of `span`.
+    fn locate(&self, span: &Span) -> (String, usize, usize) {
+        if self.grafted(span) {
+            let k = span.start - self.text.len() - 1;
+            let name = self.segments.get(k).cloned().unwrap_or_else(|| self.file.clone());
+            return (name, 0, 0);
+        }
+        let (line, column) = self.lines.line_col(self.text, span.start);
+        (self.file.clone(), line, column)
     }
 
     /// Record an error at `span`.
     pub(crate) fn err(&mut self, span: &Span, path: &KeyPath, message: impl Into<String>) {
-        let (line, column) = self.lines.line_col(self.text, span.start);
+        let (file, line, column) = self.locate(span);
         self.errors.push((
             span.start,
             ConfigError {
-                file: self.file.clone(),
+                file,
                 line,
                 column,
                 key: path.as_str().to_string(),
@@ -236,8 +267,8 @@ impl<'t> Cx<'t> {
 
     /// Record a warning at `span`: the file runs, but maybe not as meant.
     pub(crate) fn warn(&mut self, span: &Span, path: &KeyPath, message: impl Into<String>) {
-        let (line, column) = self.lines.line_col(self.text, span.start);
-        let w = ConfigError { file: self.file.clone(), line, column, key: path.as_str().to_string(), message: message.into() };
+        let (file, line, column) = self.locate(span);
+        let w = ConfigError { file, line, column, key: path.as_str().to_string(), message: message.into() };
         self.warnings.push((span.start, w));
     }
 
@@ -258,7 +289,7 @@ impl<'t> Cx<'t> {
 
     /// Remember that `f` holds a secret written in the file itself.
     pub(crate) fn note_inline_secret(&mut self, f: &Field<'_>) {
-        if self.inline_secret.is_none() {
+        if self.inline_secret.is_none() && !self.grafted(&f.node.span) {
             self.inline_secret = Some((f.node.span.clone(), f.path.clone()));
         }
     }
@@ -270,8 +301,10 @@ impl<'t> Cx<'t> {
 
     /// `file:line:column` of `span`, to point from one error at another place.
     pub(crate) fn position(&self, span: &Span) -> String {
-        let (line, column) = self.lines.line_col(self.text, span.start);
-        format!("{}:{line}:{column}", self.file)
+        match self.locate(span) {
+            (file, 0, _) => file,
+            (file, line, column) => format!("{file}:{line}:{column}"),
+        }
     }
 
     /// Have errors been recorded?
@@ -342,10 +375,20 @@ impl<'t> Cx<'t> {
         }
     }
 
-    /// The boolean at `f`, or an error.
+    /// The boolean at `f`, or an error. Over VICI, where every value is a
+    /// string, `yes`/`no` as strongSwan's settings have them (also
+    /// `true`/`false`, `on`/`off`, `1`/`0`).
     pub(crate) fn bool(&mut self, f: &Field<'_>) -> Option<bool> {
-        match f.node.kind {
-            Kind::Bool(b) => Some(b),
+        match &f.node.kind {
+            Kind::Bool(b) => Some(*b),
+            Kind::Str(s) if self.grafted(&f.node.span) => match s.trim() {
+                "yes" | "true" | "on" | "1" => Some(true),
+                "no" | "false" | "off" | "0" => Some(false),
+                other => {
+                    self.err_at(f, format!("expected yes or no, found '{other}'"));
+                    None
+                }
+            },
             _ => {
                 self.err_at(
                     f,
@@ -362,12 +405,23 @@ impl<'t> Cx<'t> {
         f: &Field<'_>,
         range: RangeInclusive<i64>,
     ) -> Option<T> {
-        let Kind::Int(i) = f.node.kind else {
-            self.err_at(
-                f,
-                format!("expected an integer, found {}", f.node.type_name()),
-            );
-            return None;
+        let i = match &f.node.kind {
+            Kind::Int(i) => *i,
+            // Over VICI every value is a string: a decimal number here.
+            Kind::Str(s) if self.grafted(&f.node.span) => match s.trim().parse::<i64>() {
+                Ok(i) => i,
+                Err(_) => {
+                    self.err_at(f, format!("expected a number, found '{s}'"));
+                    return None;
+                }
+            },
+            _ => {
+                self.err_at(
+                    f,
+                    format!("expected an integer, found {}", f.node.type_name()),
+                );
+                return None;
+            }
         };
         if !range.contains(&i) {
             self.err_at(

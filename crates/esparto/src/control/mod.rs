@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::LayerValue;
 use crate::status::{ConnStatus, IkeSaStatus, ReloadReport, Status};
 
 pub use client::{ClientError, request, stream};
@@ -96,6 +97,46 @@ pub enum Request {
     /// The loaded connections (`esparto list-conns`).
     #[serde(rename = "list-conns")]
     ListConns,
+    /// Load a connection beside the file's, or replace one loaded so
+    /// before (VICI `load-conn`): checked and applied as a reload.
+    #[serde(rename = "load-conn")]
+    LoadConn {
+        /// Connection name.
+        name: String,
+        /// Its settings, as the VICI client gave them.
+        conn: LayerValue,
+    },
+    /// Unload a connection loaded over VICI (`unload-conn`).
+    #[serde(rename = "unload-conn")]
+    UnloadConn {
+        /// Connection name.
+        name: String,
+    },
+    /// Load a PSK beside the file's (`load-shared`).
+    #[serde(rename = "load-shared")]
+    LoadShared {
+        /// Its VICI id.
+        id: String,
+        /// `ids` and `secret`, as a `[secrets.NAME]` table has them.
+        secret: LayerValue,
+    },
+    /// Unload a PSK loaded over VICI (`unload-shared`).
+    #[serde(rename = "unload-shared")]
+    UnloadShared {
+        /// Its VICI id.
+        id: String,
+    },
+    /// What was loaded over VICI (`get-conns`, `get-shared`).
+    Loaded,
+}
+
+/// Names of what was loaded over VICI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Loaded {
+    /// Connections, in the order they were loaded.
+    pub conns: Vec<String>,
+    /// Ids of PSKs.
+    pub shared: Vec<String>,
 }
 
 /// The daemon's answer.
@@ -111,6 +152,8 @@ pub enum Response {
     Reload(Box<ReloadReport>),
     /// The loaded connections (`{"ok":true,"conns":[…]}`).
     Conns(Vec<ConnStatus>),
+    /// What was loaded over VICI (`{"ok":true,"loaded":{…}}`).
+    Loaded(Loaded),
     /// Refused or failed (`{"ok":false,"error":"…"}`).
     Error(String),
 }
@@ -154,6 +197,8 @@ struct WireResponse {
     #[serde(default)]
     conns: Option<Vec<ConnStatus>>,
     #[serde(default)]
+    loaded: Option<Loaded>,
+    #[serde(default)]
     message: Option<String>,
     #[serde(default)]
     error: Option<String>,
@@ -172,6 +217,8 @@ struct WireResponseRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     conns: Option<&'a [ConnStatus]>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    loaded: Option<&'a Loaded>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
@@ -185,6 +232,7 @@ impl Serialize for Response {
             sas: None,
             reload: None,
             conns: None,
+            loaded: None,
             message: None,
             error: None,
         };
@@ -193,6 +241,7 @@ impl Serialize for Response {
             Response::Sas(sas) => w.sas = Some(sas),
             Response::Reload(r) => w.reload = Some(r),
             Response::Conns(c) => w.conns = Some(c),
+            Response::Loaded(l) => w.loaded = Some(l),
             Response::Done(m) => w.message = Some(m),
             Response::Error(e) => {
                 w.ok = false;
@@ -216,6 +265,7 @@ impl<'de> Deserialize<'de> for Response {
             WireResponse { sas: Some(s), .. } => Response::Sas(s),
             WireResponse { reload: Some(r), .. } => Response::Reload(r),
             WireResponse { conns: Some(c), .. } => Response::Conns(c),
+            WireResponse { loaded: Some(l), .. } => Response::Loaded(l),
             WireResponse { message, .. } => Response::Done(message.unwrap_or_default()),
         })
     }

@@ -473,6 +473,7 @@ mod tests {
             Request::Rekey { name, .. } => Response::Done(format!("{name} rekeyed")),
             Request::Reload => Response::Error("not reloaded".into()),
             Request::ListConns => Response::Conns(vec![]),
+            _ => Response::Error("not here".into()),
         }
     }
 

@@ -106,9 +106,11 @@ impl std::fmt::Debug for Ike {
 
 impl Ike {
     /// Sets up the endpoint and the port-500 socket if the configuration has
-    /// IKE connections; installs trap policies; initiates `start` children.
+    /// IKE connections, or a VICI socket (over which a client may load
+    /// some); installs trap policies; initiates `start` children.
     pub fn start(cfg: &mut Config, gw: &mut Gateway, now: Instant) -> Result<Option<Self>> {
-        if cfg.connections.iter().all(|c| c.ike.is_none()) {
+        let vici = cfg.daemon.vici != crate::config::ViciSocket::Off;
+        if !vici && cfg.connections.iter().all(|c| c.ike.is_none()) {
             return Ok(None);
         }
         let limits = cfg.daemon.ike;

@@ -195,25 +195,59 @@ pub(super) fn reload(
 }
 
 /// Reads the file again, checks it against the running daemon, applies
-/// it and reports what it did (see the module docs).
+/// it and reports what it did (see the module docs). What was loaded over
+/// VICI stays beside the file's connections.
 fn apply(
     running: &mut Config,
     gw: &mut Gateway,
-    mut ike: Option<&mut Ike>,
+    ike: Option<&mut Ike>,
     why: &str,
 ) -> Result<ReloadReport, String> {
     let started = Instant::now();
-    let path = running.path.clone();
-    let file = path.display().to_string();
+    let file = running.path.display().to_string();
     info!(%file, why, "reloading the configuration");
+    let new = config::load_layered(&running.path, &config::Host::default(), &running.layer)
+        .map_err(|errors| invalid(&file, &errors))?;
+    apply_new(started, running, gw, ike, new, &file)
+}
+
+/// Applies what was loaded over VICI: `layer` (the running layer with a
+/// connection or secret added, changed or removed) beside the file's text
+/// as the daemon runs it, checked and applied as a reload (see the module
+/// docs). `what` names the change in messages (`load-conn 'site'`).
+pub(super) fn load_layer(
+    running: &mut Config,
+    gw: &mut Gateway,
+    ike: Option<&mut Ike>,
+    layer: config::Layer,
+    what: &str,
+) -> Result<ReloadReport, String> {
+    let started = Instant::now();
+    let new = config::relayer(running, &config::Host::default(), &layer).map_err(|errors| invalid(what, &errors))?;
+    apply_new(started, running, gw, ike, new, what)
+}
+
+/// The refusal of a configuration with `errors`.
+fn invalid(what: &str, errors: &config::ConfigErrors) -> String {
+    format!(
+        "{what}: invalid configuration ({} error{}); the running configuration stays as it was:\n{errors}",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" }
+    )
+}
+
+/// Checks `new` against the running daemon and applies it; `file` names
+/// it in messages.
+fn apply_new(
+    started: Instant,
+    running: &mut Config,
+    gw: &mut Gateway,
+    mut ike: Option<&mut Ike>,
+    mut new: Config,
+    file: &str,
+) -> Result<ReloadReport, String> {
+    let file = file.to_string();
     let refuse = |reason: String| format!("{file}: not reloaded, the running configuration stays as it was: {reason}");
-    let mut new = config::load(&path).map_err(|errors| {
-        format!(
-            "{file}: invalid configuration ({} error{}); the running configuration stays as it was:\n{errors}",
-            errors.len(),
-            if errors.len() == 1 { "" } else { "s" }
-        )
-    })?;
     super::check_static_keys(&new).map_err(|e| refuse(format!("{e:#}")))?;
     let secrets = std::mem::take(&mut new.secrets);
     let plan = Plan::new(running, &new);
@@ -267,7 +301,10 @@ fn check<'a>(
     has_ike: bool,
 ) -> Result<Changes<'a>, String> {
     let bind = bind_addr(new).map_err(|e| format!("{e:#}"))?;
-    if bind.ip() != gw.local_ip() {
+    // Sockets bound to the wildcard address of the family serve any
+    // local address of it (the routing table picks the source).
+    let wildcard = gw.local_ip().is_unspecified() && gw.local_ip().is_ipv4() == bind.ip().is_ipv4();
+    if bind.ip() != gw.local_ip() && !wildcard {
         return Err(format!(
             "the connections' local addresses need the sockets bound to {}, and the running daemon's are bound to {}: \
              that takes a restart",
@@ -277,7 +314,7 @@ fn check<'a>(
     }
     if !has_ike && new.connections.iter().any(|c| c.ike.is_some()) {
         return Err(
-            "the daemon started without IKE connections, so it has no IKE socket: adding the first one takes a restart"
+            "the daemon started without IKE connections and without a VICI socket, so it has no IKE socket: adding the first one takes a restart"
                 .into(),
         );
     }

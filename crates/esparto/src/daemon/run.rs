@@ -566,6 +566,52 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
                 Response::Error(e)
             }
         },
+        Request::Loaded => Response::Loaded(crate::control::Loaded {
+            conns: config.layer.conn_names().map(str::to_string).collect(),
+            shared: config.layer.secret_ids().map(str::to_string).collect(),
+        }),
+        Request::LoadConn { name, conn } => {
+            let mut layer = config.layer.clone();
+            layer.set_conn(&name, conn);
+            load_layer(gw, ike, config, layer, &format!("load-conn '{name}'"))
+        }
+        Request::UnloadConn { name } => {
+            let mut layer = config.layer.clone();
+            if !layer.remove_conn(&name) {
+                return Response::Error(match config.connections.iter().any(|c| c.name == name) {
+                    true => format!(
+                        "{name}: the connection is from {}; remove it there and reload",
+                        config.path.display()
+                    ),
+                    false => format!("{name}: no connection of this name was loaded over VICI"),
+                });
+            }
+            load_layer(gw, ike, config, layer, &format!("unload-conn '{name}'"))
+        }
+        Request::LoadShared { id, secret } => {
+            let mut layer = config.layer.clone();
+            layer.set_secret(&id, secret);
+            load_layer(gw, ike, config, layer, &format!("load-shared '{id}'"))
+        }
+        Request::UnloadShared { id } => {
+            let mut layer = config.layer.clone();
+            if !layer.remove_secret(&id) {
+                return Response::Error(format!("{id}: no secret of this id was loaded over VICI"));
+            }
+            load_layer(gw, ike, config, layer, &format!("unload-shared '{id}'"))
+        }
+    }
+}
+
+/// Applies `layer` (what was loaded over VICI, changed) as a reload does;
+/// `what` names the change.
+fn load_layer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, layer: crate::config::Layer, what: &str) -> Response {
+    match super::reload::load_layer(config, gw, ike, layer, what) {
+        Ok(r) => Response::Reload(Box::new(r)),
+        Err(e) => {
+            warn!("{e}");
+            Response::Error(e)
+        }
     }
 }
 

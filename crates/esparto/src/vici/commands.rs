@@ -38,14 +38,10 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("get-algorithms", "listing algorithms over VICI is not supported yet"),
     ("get-counters", "IKE counters over VICI are not supported yet; `esparto status --json` has them"),
     ("reset-counters", "IKE counters over VICI are not supported yet"),
-    ("load-conn", "loading connections over VICI is not supported yet; put them in esparto.toml and `esparto reload`"),
-    ("unload-conn", "unloading connections over VICI is not supported yet"),
     ("load-cert", "loading certificates over VICI is not supported yet"),
     ("load-key", "loading keys over VICI is not supported yet"),
     ("unload-key", "unloading keys over VICI is not supported yet"),
     ("load-token", "Esparto has no smartcard support"),
-    ("load-shared", "loading secrets over VICI is not supported yet"),
-    ("unload-shared", "unloading secrets over VICI is not supported yet"),
     ("flush-certs", "flushing certificates over VICI is not supported yet"),
     ("clear-creds", "clearing credentials over VICI is not supported yet"),
     ("load-authority", "loading authorities over VICI is not supported yet"),
@@ -191,12 +187,15 @@ fn raise(emit: &mut Emit<'_>, event: &'static str, what: &str, b: Builder) -> bo
     }
 }
 
-fn finish(b: Builder) -> Vec<u8> {
+pub(super) fn finish(b: Builder) -> Vec<u8> {
     b.finish().unwrap_or_else(|e| failure(&format!("cannot encode the answer: {e}")))
 }
 
-/// `success = no`, `errmsg = …`.
+/// `success = no`, `errmsg = …`. The message is one line: swanctl prints
+/// a value with control characters as hex (several errors are joined
+/// with `; `).
 pub fn failure(errmsg: &str) -> Vec<u8> {
+    let errmsg = errmsg.trim_end().replace(":\n", ": ").replace('\n', "; ");
     let mut b = Builder::new();
     // An errmsg longer than a VICI value is cut at a character boundary.
     let mut end = errmsg.len().min(esparto_wire::vici::MAX_VALUE);
@@ -207,7 +206,7 @@ pub fn failure(errmsg: &str) -> Vec<u8> {
     b.finish().unwrap_or_default()
 }
 
-fn success() -> Builder {
+pub(super) fn success() -> Builder {
     let mut b = Builder::new();
     b.kv("success", "yes");
     b
@@ -222,11 +221,16 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         "list-sas" => list_sas(req, cx, emit),
         "list-conns" => list_conns(req, cx, emit),
         "list-policies" => list_policies(req, cx, emit),
-        // What was loaded over VICI (strongSwan's meaning of these):
-        // nothing, everything comes from esparto.toml. Esparto has no
-        // address pools.
-        "get-conns" => empty_list("conns"),
-        "get-keys" | "get-shared" => empty_list("keys"),
+        "load-conn" => super::load::load_conn(req, cx),
+        "unload-conn" => super::load::unload_conn(req, cx),
+        "load-shared" => super::load::load_shared(req, cx),
+        "unload-shared" => super::load::unload_shared(req, cx),
+        // What was loaded over VICI (strongSwan's meaning of these), not
+        // what the TOML file holds. Keys and authorities cannot be loaded
+        // over VICI yet; Esparto has no address pools.
+        "get-conns" => super::load::loaded(cx, false),
+        "get-shared" => super::load::loaded(cx, true),
+        "get-keys" => empty_list("keys"),
         "get-authorities" => empty_list("authorities"),
         "get-pools" => Vec::new(),
         "initiate" => initiate(req, cx, emit),

@@ -37,6 +37,7 @@
 //! [`MAX_SEGMENT`]: esparto_wire::vici::MAX_SEGMENT
 
 pub mod commands;
+mod load;
 mod server;
 
 pub use server::{

@@ -5,6 +5,7 @@
 
 mod bad;
 mod good;
+mod layer;
 mod warnings;
 
 use proptest::prelude::*;

@@ -30,6 +30,9 @@ impl Backend for Fake {
             Request::Rekey { name, ike: false } => Response::Done(format!("rekeying 3 Child SA(s) of {name}")),
             Request::Rekey { name, ike: true } => Response::Done(format!("rekeying 1 IKE SA(s) of {name}")),
             Request::Up { name, .. } if self.conns.iter().any(|c| &c.name == name) => Response::Done("initiating".into()),
+            Request::Loaded => Response::Loaded(crate::control::Loaded { conns: vec!["vici-site".into()], shared: vec![] }),
+            Request::LoadConn { name, .. } if name == "good" => Response::Reload(Box::default()),
+            Request::LoadConn { name, .. } => Response::Error(format!("load-conn '{name}': invalid configuration")),
             r => Response::Error(format!("{r:?}: no")),
         }
     }
@@ -293,9 +296,10 @@ fn what_esparto_does_not_do_says_so() {
     let st = reply(run(&mut f, &ids, "stats", &[]).0);
     assert_eq!(st.section("uptime").unwrap().str("running"), Some("66 minutes"));
     assert_eq!(st.section("ikesas").unwrap().str("total"), Some("1"));
-    for (cmd, list) in [("get-conns", "conns"), ("get-keys", "keys"), ("get-shared", "keys"), ("get-authorities", "authorities")] {
+    for (cmd, list) in [("get-keys", "keys"), ("get-shared", "keys"), ("get-authorities", "authorities")] {
         assert_eq!(reply(run(&mut f, &ids, cmd, &[]).0).list(list).unwrap().len(), 0, "{cmd}");
     }
+    assert_eq!(reply(run(&mut f, &ids, "get-conns", &[]).0).list("conns").unwrap(), [b"vici-site".to_vec()]);
     assert_eq!(reply(run(&mut f, &ids, "get-pools", &[]).0), Section::default());
 }
 
@@ -319,4 +323,24 @@ fn proposals_split_as_list_sa_has_them() {
     assert_eq!(a.encr, Some(("CHACHA20_POLY1305".into(), None)));
     assert_eq!(esp_algs("aes128-sha256"), ("AES_CBC".into(), Some("128"), Some("HMAC_SHA2_256_128")));
     assert_eq!(proposal_algs(""), Algs::default());
+}
+
+#[test]
+fn load_conn_sends_the_connection_and_answers_with_the_daemons_verdict() {
+    let (mut f, ids) = (fake(), Mutex::new(Ids::default()));
+    let load = |f: &mut Fake, name: &str| {
+        let mut b = Builder::new();
+        b.begin(name).list("remote_addrs", ["192.0.2.2"]).begin("local-1").kv("auth", "psk").end().end();
+        let req = Section::parse(&b.finish().unwrap()).unwrap();
+        let mut emit = |_: &'static str, _: &[u8]| true;
+        reply(handle("load-conn", &req, &mut Cx { backend: f, ids: &ids }, &mut emit))
+    };
+    assert_eq!(load(&mut f, "good").str("success"), Some("yes"));
+    let Some(Request::LoadConn { name, conn }) = f.asked.last() else { panic!("{:?}", f.asked) };
+    assert_eq!(name, "good");
+    let crate::config::LayerValue::Section(keys) = conn else { panic!() };
+    assert_eq!(keys.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["remote_addrs", "local"]);
+    let bad = load(&mut f, "bad");
+    assert_eq!(bad.str("success"), Some("no"));
+    assert_eq!(bad.str("errmsg"), Some("load-conn 'bad': invalid configuration"));
 }

@@ -1,0 +1,98 @@
+//! Connections and secrets loaded over VICI, checked beside the file's.
+
+use super::*;
+
+fn sec(entries: &[(&str, LayerValue)]) -> LayerValue {
+    LayerValue::Section(entries.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+}
+fn st(s: &str) -> LayerValue {
+    LayerValue::Str(s.into())
+}
+fn list(items: &[&str]) -> LayerValue {
+    LayerValue::List(items.iter().map(|s| s.to_string()).collect())
+}
+
+/// An IKE connection as swanctl sends it: every value a string.
+fn vici_conn(remote: &str, remote_ts: &str, window: &str) -> LayerValue {
+    sec(&[
+        ("local_addrs", list(&["192.0.2.1"])),
+        ("remote_addrs", list(&[remote])),
+        ("version", st("2")),
+        ("encap", st("yes")),
+        ("rekey_time", st("4h")),
+        ("local", sec(&[("auth", st("psk")), ("id", st("west"))])),
+        ("remote", sec(&[("auth", st("psk")), ("id", st("east"))])),
+        (
+            "children",
+            sec(&[(
+                "net",
+                sec(&[
+                    ("local_ts", list(&["10.1.0.0/16"])),
+                    ("remote_ts", list(&[remote_ts])),
+                    ("esp_proposals", list(&["aes256gcm16"])),
+                    ("replay_window", st(window)),
+                    ("start_action", st("trap")),
+                ]),
+            )]),
+        ),
+    ])
+}
+
+fn psk() -> LayerValue {
+    sec(&[("ids", list(&["west", "east"])), ("secret", st("0x00112233445566778899aabbccddeeff"))])
+}
+
+fn layered(file: &str, layer: &Layer) -> Result<Config, ConfigErrors> {
+    parse_in(file, "gw.toml".into(), ".".into(), "gw.toml".into(), &Host::default(), false, layer)
+}
+
+#[test]
+fn a_vici_connection_loads_beside_the_files_with_strings_for_numbers_and_booleans() {
+    let mut layer = Layer::default();
+    layer.set_conn("vpn", vici_conn("192.0.2.9", "10.9.0.0/16", "128"));
+    layer.set_secret("ike-vpn", psk());
+    let c = layered(&base(), &layer).unwrap();
+    let names: Vec<&str> = c.connections.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["site", "vpn"]);
+    assert_eq!(c.connections[1].children[0].replay_window, 128);
+    assert_eq!(c.layer, layer);
+    assert_eq!(&*c.text, base().as_str());
+}
+
+#[test]
+fn errors_in_a_vici_connection_name_it_and_the_key() {
+    let mut layer = Layer::default();
+    layer.set_conn("vpn", vici_conn("192.0.2.9", "10.9.0.0/16", "many"));
+    layer.set_secret("ike-vpn", psk());
+    let e = layered(&base(), &layer).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "load-conn 'vpn' (VICI): connections.vpn.children.net.replay_window: expected a number, found 'many'"
+    );
+}
+
+#[test]
+fn checks_across_connections_see_both_sources() {
+    // The VICI child's selectors overlap the file's child's.
+    let mut layer = Layer::default();
+    layer.set_conn("vpn", vici_conn("192.0.2.9", "10.2.0.0/24", "128"));
+    layer.set_secret("ike-vpn", psk());
+    let e = layered(&base(), &layer).unwrap_err().to_string();
+    assert!(e.contains("load-conn 'vpn' (VICI)") && e.contains("overlap"), "{e}");
+    // Without the secret the PSK check names the VICI connection.
+    let mut layer = Layer::default();
+    layer.set_conn("vpn", vici_conn("192.0.2.9", "10.9.0.0/16", "128"));
+    let e = layered(&base(), &layer).unwrap_err().to_string();
+    assert!(e.starts_with("load-conn 'vpn' (VICI): connections.vpn"), "{e}");
+}
+
+#[test]
+fn a_name_the_file_uses_is_refused() {
+    let mut layer = Layer::default();
+    layer.set_conn("site", vici_conn("192.0.2.9", "10.9.0.0/16", "128"));
+    let e = layered(&base(), &layer).unwrap_err().to_string();
+    assert!(
+        e.contains("load-conn 'site' (VICI): connections.site: gw.toml:4:14 has one of this name"),
+        "{e}"
+    );
+}
