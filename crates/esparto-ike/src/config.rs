@@ -410,6 +410,13 @@ pub struct Psk {
     pub secret: SecretBytes,
 }
 
+// By hand: the copy of the key is zeroized on drop like the original.
+impl Clone for Psk {
+    fn clone(&self) -> Self {
+        Psk { ids: self.ids.clone(), secret: SecretBytes::from_slice(self.secret.as_slice()) }
+    }
+}
+
 impl core::fmt::Debug for Psk {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Psk")

@@ -712,6 +712,74 @@ fn bench_vici_list_sas_of_10000_child_sas() {
     east.stop().unwrap();
 }
 
+/// A swanctl.conf of `n` PSK connections from gw-west to gw-east, each
+/// with its own identities, secret and LAN pair, as a hub site writes it.
+fn swanctl_hub(n: usize) -> String {
+    let mut t = String::from("connections {\n");
+    for k in 0..n {
+        let (hi, lo) = (k / 256, k % 256);
+        t.push_str(&format!(
+            "    c{k} {{\n        local_addrs = 192.0.2.1\n        remote_addrs = 192.0.2.2\n        \
+             proposals = aes256gcm16-prfsha256-x25519\n        local-1 {{\n            auth = psk\n            \
+             id = @west{k}\n        }}\n        remote-1 {{\n            auth = psk\n            id = @east{k}\n        }}\n        \
+             children {{\n            net {{\n                local_ts = 10.{}.{lo}.0/24\n                \
+             remote_ts = 10.{}.{lo}.0/24\n                esp_proposals = aes256gcm16\n            }}\n        }}\n    }}\n",
+            100 + hi,
+            150 + hi
+        ));
+    }
+    t.push_str("}\nsecrets {\n");
+    for k in 0..n {
+        t.push_str(&format!(
+            "    ike-c{k} {{\n        id-a = @west{k}\n        id-b = @east{k}\n        secret = \"hub secret number {k:05}, long enough\"\n    }}\n"
+        ));
+    }
+    t.push_str("}\n");
+    t
+}
+
+/// `swanctl --load-all` of a swanctl.conf with 1,000 connections and
+/// their secrets into a daemon whose TOML file has none, five times: the
+/// first loads everything, the later ones find everything unchanged.
+#[test]
+#[ignore = "benchmark: cargo test --release -p esparto --test reload_netns bench_vici_load_all -- --ignored --nocapture"]
+fn bench_vici_load_all_of_1000_connections() {
+    if skip("reload_netns bench", true) {
+        return;
+    }
+    let n: usize = std::env::var("VICI_BENCH_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000);
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |c| {
+        format!(
+            "[daemon]\nworkers = 2\ncontrol = \"{}\"\nstate_dir = \"{}\"\n",
+            c.display(),
+            c.with_file_name("state").display()
+        )
+    })
+    .unwrap();
+    let conf = west.dir().path().join("swanctl.conf");
+    std::fs::write(&conf, swanctl_hub(n)).unwrap();
+    let uri = format!("unix://{}", west.control_path().with_file_name("charon.vici").display());
+    let mut times = Vec::new();
+    for round in 0..5 {
+        let t = Instant::now();
+        let out = std::process::Command::new("swanctl")
+            .args(["--load-all", "--noprompt", "--file"])
+            .arg(&conf)
+            .args(["--uri", &uri])
+            .output()
+            .unwrap();
+        times.push(t.elapsed().as_secs_f64());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "round {round}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(&format!("successfully loaded {n} connections, 0 unloaded")), "{stdout}");
+    }
+    assert_eq!(west.cli(&["list-conns", "--json"]).unwrap().1.matches("\"name\": \"c").count(), n);
+    println!("vici: swanctl --load-all of {n} connections and {n} secrets: first {:.2} s, again {:.2?} s", times[0], &times[1..]);
+    west.stop().unwrap();
+}
+
 /// Resident memory of a daemon (`VmRSS`), MiB.
 fn rss_mib(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

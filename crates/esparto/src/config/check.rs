@@ -39,6 +39,7 @@ use esparto_esp::{Family, Selector};
 use esparto_ike::StartAction;
 
 use super::error::KeyPath;
+use super::layer::Grafted;
 use super::model::Connection;
 use super::tree::{Cx, Kind, Node, Span};
 
@@ -68,6 +69,19 @@ pub(crate) struct ChildSeen {
     pub(crate) in_spis: Vec<Located<u32>>,
     /// Outbound SPIs of static SAs.
     pub(crate) out_spis: Vec<Located<u32>>,
+}
+
+impl ChildSeen {
+    /// Moves every position to `span` (a kept walk of a tree grafted
+    /// elsewhere this time).
+    pub(crate) fn respan(&mut self, span: &Span) {
+        for l in self.local.iter_mut().chain(&mut self.remote) {
+            l.span = span.clone();
+        }
+        for l in self.in_spis.iter_mut().chain(&mut self.out_spis) {
+            l.span = span.clone();
+        }
+    }
 }
 
 /// Would one packet match both (local, remote) pairs?
@@ -315,7 +329,18 @@ fn field_at<'a>(root: &'a Node, keys: &[&str]) -> Option<(&'a Node, KeyPath)> {
 /// Errors for what `esparto run` would refuse at start-up in a file whose
 /// sections are each valid, and warnings for what would start but never
 /// work (see the module essay).
-pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection]) {
+pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection], grafted: &Grafted) {
+    // Where a connection's key is: in the tree, or, for a kept walk of a
+    // tree loaded over VICI, that tree's segment. Looked up only to
+    // report (a lookup scans the connections).
+    let at = |conn: &str, keys: &[&str]| -> Option<(Span, KeyPath)> {
+        let mut full = vec!["connections", conn];
+        full.extend_from_slice(keys);
+        field_at(root, &full).map(|(n, p)| (n.span.clone(), p)).or_else(|| {
+            let slot = grafted.conns.iter().find(|s| s.name == conn && s.kept.is_some())?;
+            Some((slot.span.clone(), full.iter().fold(KeyPath::root(), |p, k| p.key(k))))
+        })
+    };
     if connections.is_empty() {
         match field_at(root, &["connections"]) {
             Some((n, p)) => cx.warn(&n.span, &p, NO_CONNECTIONS),
@@ -325,9 +350,12 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection])
     }
     for conn in connections {
         let Some(ike) = &conn.ike else { continue };
-        let at = |child: &str| field_at(root, &["connections", &conn.name, "children", child, "start_action"]);
         for child in &ike.children {
-            let Some((n, p)) = at(&child.name) else { continue };
+            if child.start_action == StartAction::None {
+                continue;
+            }
+            // Not written: the default, `none`.
+            let Some((span, p)) = at(&conn.name, &["children", &child.name, "start_action"]) else { continue };
             let missing = |l: bool, r: bool| match (l, r) {
                 (true, true) => Some("local_addrs and remote_addrs"),
                 (true, false) => Some("local_addrs"),
@@ -338,18 +366,18 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection])
             match child.start_action {
                 StartAction::Start => {
                     if let Some(m) = missing(l, r) {
-                        cx.err(&n.span, &p, format!(
+                        cx.err(&span, &p, format!(
                             "start_action = \"start\" needs {m} on connection {} (esparto run would refuse to start: it has no address to initiate {})",
                             conn.name,
                             if r { "to" } else { "from" },
                         ));
                     }
                 }
-                StartAction::Trap if r => cx.err(&n.span, &p, format!(
+                StartAction::Trap if r => cx.err(&span, &p, format!(
                     "start_action = \"trap\" needs remote_addrs on connection {} (esparto run would refuse to start: traffic would have no peer to negotiate with)",
                     conn.name
                 )),
-                StartAction::Trap if l => cx.warn(&n.span, &p, format!(
+                StartAction::Trap if l => cx.warn(&span, &p, format!(
                     "start_action = \"trap\" without local_addrs on connection {}: traffic can never start a negotiation (only the peer can); name the local address",
                     conn.name
                 )),
@@ -371,8 +399,8 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection])
         for key in ["local_addrs", "remote_addrs"] {
             let addrs = if key == "local_addrs" { &conn.local_addrs } else { &conn.remote_addrs };
             if let Some(a) = addrs.iter().take(1).find(|a| a.is_ipv6() != v6) {
-                let Some((n, p)) = field_at(root, &["connections", &conn.name, key]) else { continue };
-                cx.err(&n.span, &p, format!(
+                let Some((span, p)) = at(&conn.name, &[key]) else { continue };
+                cx.err(&span, &p, format!(
                     "{a} is not of the family of {decided} (connection {owner}): one daemon serves one outer family, and esparto run would refuse to start; run a second daemon for it"
                 ));
             }

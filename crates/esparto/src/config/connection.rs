@@ -12,6 +12,7 @@
 //! is the peer's ESP-in-UDP port, default 4500. The peer's IKE port is
 //! taken to be our own `daemon.ike_port`.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use super::child::{self, ConnCtx};
 use super::error::KeyPath;
 use super::model::{Child, Connection, Daemon};
 use super::certs;
+use super::layer::{Grafted, Walk, Walked};
 use super::tree::{Cx, Field, Kind, Node, Span};
 use super::value::{parse_addr, parse_duration, parse_ike_proposal};
 
@@ -144,60 +146,85 @@ pub(crate) struct Parsed {
     pub(crate) psk_needs: Vec<PskNeed>,
 }
 
-/// Parse every `[connections.*]`.
+/// Parse every `[connections.*]`: the file's in its order, then those
+/// loaded over VICI in theirs (walked here if `grafted`, else their kept
+/// walks; see `layer`).
 pub(crate) fn parse_all(
     cx: &mut Cx<'_>,
     root: &Node,
     daemon: &Daemon,
     authorities: &certs::Authorities,
+    grafted: &Grafted,
 ) -> Parsed {
     let mut out = Parsed::default();
-    let Some(f) = root.field(&KeyPath::root(), "connections") else {
-        return out;
-    };
-    let Some(t) = cx.table(&f) else {
-        return out;
-    };
-    for e in t.entries() {
-        let path = f.path.key(&e.key);
-        let Some(n) = cx.table(&Field {
-            node: &e.value,
-            path: path.clone(),
-        }) else {
-            continue;
+    let mut fresh: HashMap<String, Walk> = HashMap::new();
+    if let Some(f) = root.field(&KeyPath::root(), "connections") {
+        let Some(t) = cx.table(&f) else {
+            return out;
         };
-        if let Some((c, s)) = parse_one(cx, daemon, authorities, &e.key, n, &path) {
-            if let Some(ike) = &c.ike {
-                let local = ike
-                    .local
-                    .id
-                    .clone()
-                    .or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
-                let remote = ike
-                    .remote
-                    .id
-                    .clone()
-                    .or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));
-                let (local, remote) = match (local, remote) {
-                    (Some(l), Some(r)) if !r.is_any() => (Some(l), Some(r)),
-                    _ => (None, None),
-                };
-                // Both sides sign: no PSK.
-                let psk = ike.local.credential.is_none() || ike.remote.trust.is_none();
-                if psk {
-                out.psk_needs.push(PskNeed {
-                    span: n.span.clone(),
-                    path: path.clone(),
-                    local,
-                    remote,
-                });
-                }
+        for e in t.entries() {
+            let path = f.path.key(&e.key);
+            let Some(n) = cx.table(&Field {
+                node: &e.value,
+                path: path.clone(),
+            }) else {
+                continue;
+            };
+            let (errors, warnings) = (cx.error_count(), cx.warning_count());
+            let Some((c, s)) = parse_one(cx, daemon, authorities, &e.key, n, &path) else {
+                continue;
+            };
+            if !cx.grafted(&n.span) {
+                out.push(c, s, n.span.clone(), path);
+            } else if cx.error_count() == errors {
+                let warnings = cx.warnings_since(warnings);
+                fresh.insert(e.key.clone(), Walk { walked: Walked::Conn(c, s), warnings });
             }
-            out.connections.push(c);
-            out.seen.extend(s);
+        }
+    }
+    for slot in &grafted.conns {
+        let path = KeyPath::root().key("connections").key(&slot.name);
+        let walk = match (&slot.kept, fresh.remove(&slot.name)) {
+            (Some(w), _) => {
+                cx.replay_warnings(&slot.span, &w.warnings);
+                w.walked.clone()
+            }
+            (None, Some(w)) => {
+                let walked = w.walked.clone();
+                grafted.keep("connections", slot, w);
+                walked
+            }
+            (None, None) => continue,
+        };
+        if let Walked::Conn(c, mut s) = walk {
+            for seen in &mut s {
+                seen.respan(&slot.span);
+            }
+            out.push(c, s, slot.span.clone(), path);
         }
     }
     out
+}
+
+impl Parsed {
+    /// Adds a parsed connection (at `span`, `path`) and what the checks
+    /// across connections need of it.
+    fn push(&mut self, c: Connection, seen: Vec<ChildSeen>, span: Span, path: KeyPath) {
+        if let Some(ike) = &c.ike {
+            let local = ike.local.id.clone().or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
+            let remote = ike.remote.id.clone().or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));
+            let (local, remote) = match (local, remote) {
+                (Some(l), Some(r)) if !r.is_any() => (Some(l), Some(r)),
+                _ => (None, None),
+            };
+            // Both sides sign: no PSK.
+            if ike.local.credential.is_none() || ike.remote.trust.is_none() {
+                self.psk_needs.push(PskNeed { span, path, local, remote });
+            }
+        }
+        self.connections.push(c);
+        self.seen.extend(seen);
+    }
 }
 
 /// The addresses of `key`, and where they were written.

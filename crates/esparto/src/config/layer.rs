@@ -13,10 +13,26 @@
 //! A name belongs to one source: a connection or secret loaded over VICI
 //! may not have the name of one in the file (the file's would silently
 //! win or lose at the next reload).
+//!
+//! **Cost.** `swanctl --load-all` of n connections is n `load-conn`s,
+//! each a whole check of the file and everything loaded before. So that
+//! it stays linear, what the walk made of a grafted tree (the
+//! [`Connection`] and its children's cross-check records, or the PSK,
+//! and its warnings) is kept ([`Walk`]) and reused, not walked again,
+//! while the tree and the file's text are the same: a connection's walk
+//! depends on nothing else. The checks across connections still see
+//! every one.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use esparto_ike::config::Psk;
 use serde::{Deserialize, Serialize};
 
-use super::error::KeyPath;
+use super::check::ChildSeen;
+use super::error::{ConfigError, KeyPath};
+use super::model::Connection;
 use super::tree::{Cx, Entry, Kind, Node, Span};
 
 /// A value given over VICI, where every scalar is a string.
@@ -32,13 +48,23 @@ pub enum Value {
 }
 
 /// What was loaded over VICI, in the order it came.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct Layer {
     /// Connections by name (`load-conn`).
-    pub conns: Vec<(String, Value)>,
+    pub conns: Vec<(String, Arc<Value>)>,
     /// PSKs by their VICI id (`load-shared`).
-    pub secrets: Vec<(String, Value)>,
+    pub secrets: Vec<(String, Arc<Value>)>,
+    /// The walks of the trees, shared by every copy of the layer.
+    cache: Cache,
 }
+
+impl PartialEq for Layer {
+    fn eq(&self, other: &Self) -> bool {
+        self.conns == other.conns && self.secrets == other.secrets
+    }
+}
+
+impl Eq for Layer {}
 
 impl Layer {
     /// Adds the connection `name`, or replaces the one of that name
@@ -83,38 +109,103 @@ impl std::fmt::Debug for Layer {
     }
 }
 
-fn set(list: &mut Vec<(String, Value)>, name: &str, value: Value) -> bool {
+fn set(list: &mut Vec<(String, Arc<Value>)>, name: &str, value: Value) -> bool {
     match list.iter_mut().find(|(n, _)| n == name) {
         Some(slot) => {
-            slot.1 = value;
+            slot.1 = Arc::new(value);
             true
         }
         None => {
-            list.push((name.to_string(), value));
+            list.push((name.to_string(), Arc::new(value)));
             false
         }
     }
 }
 
-fn remove(list: &mut Vec<(String, Value)>, name: &str) -> bool {
+fn remove(list: &mut Vec<(String, Arc<Value>)>, name: &str) -> bool {
     let before = list.len();
     list.retain(|(n, _)| n != name);
     list.len() != before
 }
 
+/// What the walk made of one grafted tree (see the module docs).
+#[derive(Clone)]
+pub(crate) enum Walked {
+    /// A connection and its children's cross-check records.
+    Conn(Connection, Vec<ChildSeen>),
+    /// A PSK.
+    Secret(Psk),
+}
+
+/// A tree's walk and the warnings it gave.
+pub(crate) struct Walk {
+    pub(crate) walked: Walked,
+    pub(crate) warnings: Vec<ConfigError>,
+}
+
+/// The walks, by table and name, with the file's fingerprint and the
+/// tree they were made from.
+#[derive(Clone, Default)]
+struct Cache(Arc<Mutex<HashMap<(&'static str, String), (u64, Arc<Value>, Arc<Walk>)>>>);
+
+/// One tree of the layer, where it was grafted, and its walk if kept.
+pub(crate) struct Slot {
+    pub(crate) name: String,
+    /// The span of its nodes (its segment).
+    pub(crate) span: Span,
+    value: Arc<Value>,
+    /// The walk kept from before: the tree was not grafted.
+    pub(crate) kept: Option<Arc<Walk>>,
+}
+
+/// The layer's trees as [`graft`] placed them, in the layer's order.
+#[derive(Default)]
+pub(crate) struct Grafted {
+    pub(crate) conns: Vec<Slot>,
+    pub(crate) secrets: Vec<Slot>,
+    fingerprint: u64,
+    cache: Cache,
+}
+
+impl Grafted {
+    /// Keeps the walk of the tree in `slot` (of `table`) for next time.
+    pub(crate) fn keep(&self, table: &'static str, slot: &Slot, walk: Walk) {
+        let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        c.insert((table, slot.name.clone()), (self.fingerprint, slot.value.clone(), Arc::new(walk)));
+    }
+}
+
+/// What the walk of a tree depends on besides the tree: the file's text
+/// and where it is (relative paths).
+pub(crate) fn fingerprint(text: &str, dir: &std::path::Path) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    dir.hash(&mut h);
+    h.finish()
+}
+
 /// Adds `layer`'s connections and secrets to the file's tree `root`
-/// (see the module docs). A name the file already uses is an error at
-/// the grafted tree, pointing at the file's.
-pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer) {
+/// (see the module docs), except those whose walk is kept for this
+/// `fingerprint`. A name the file already uses is an error at the
+/// grafted tree, pointing at the file's.
+pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint: u64) -> Grafted {
+    let mut out = Grafted { fingerprint, cache: layer.cache.clone(), ..Grafted::default() };
+    let mut cache = layer.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Forget the walks of trees the layer no longer has.
+    cache.retain(|(table, name), _| {
+        let items = if *table == "connections" { &layer.conns } else { &layer.secrets };
+        items.iter().any(|(n, _)| n == name)
+    });
     for (table, what, items) in [("connections", "load-conn", &layer.conns), ("secrets", "load-shared", &layer.secrets)] {
+        let file_names: std::collections::HashSet<String> = match root.get(table).map(|e| &e.value.kind) {
+            Some(Kind::Table(entries)) => entries.iter().map(|e| e.key.clone()).collect(),
+            _ => Default::default(),
+        };
         for (name, value) in items {
             let span = cx.segment(format!("{what} '{name}' (VICI)"));
-            let Some(entries) = table_entries(root, table, &span) else {
-                // The file's `connections` is not a table: the walk says so.
-                continue;
-            };
-            if let Some(theirs) = entries.iter().find(|e| e.key == *name) {
-                let at = cx.position(&theirs.key_span);
+            if file_names.contains(name) {
+                let theirs = root.get(table).and_then(|t| t.value.get(name)).map(|e| e.key_span.clone());
+                let at = theirs.map(|s| cx.position(&s)).unwrap_or_default();
                 cx.err(
                     &span,
                     &KeyPath::root().key(table).key(name),
@@ -122,9 +213,26 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer) {
                 );
                 continue;
             }
-            entries.push(Entry { key: name.clone(), key_span: span.clone(), value: node(value, &span) });
+            let kept = cache
+                .get(&(table, name.clone()))
+                .filter(|(f, v, _)| *f == fingerprint && (Arc::ptr_eq(v, value) || **v == **value))
+                .map(|(_, _, w)| w.clone());
+            if kept.is_none() {
+                let Some(entries) = table_entries(root, table, &span) else {
+                    // The file's table is not a table: the walk says so.
+                    continue;
+                };
+                entries.push(Entry { key: name.clone(), key_span: span.clone(), value: node(value, &span) });
+            }
+            let slot = Slot { name: name.clone(), span, value: value.clone(), kept };
+            match table {
+                "connections" => out.conns.push(slot),
+                _ => out.secrets.push(slot),
+            }
         }
     }
+    drop(cache);
+    out
 }
 
 /// The entries of the top-level table `key`, created (at `span`) if the
@@ -179,7 +287,7 @@ mod tests {
         assert!(!l.set_conn("b", Value::Str("2".into())));
         assert!(l.set_conn("a", Value::Str("3".into())));
         assert_eq!(l.conn_names().collect::<Vec<_>>(), ["a", "b"]);
-        assert_eq!(l.conns[0].1, Value::Str("3".into()));
+        assert_eq!(*l.conns[0].1, Value::Str("3".into()));
         assert!(l.remove_conn("a"));
         assert!(!l.remove_conn("a"));
         assert_eq!(l.conn_names().collect::<Vec<_>>(), ["b"]);

@@ -172,6 +172,7 @@ fn parse_in(
     on_disk: bool,
     layer: &Layer,
 ) -> Result<Config, ConfigErrors> {
+    let fingerprint = if layer.conns.is_empty() && layer.secrets.is_empty() { 0 } else { layer::fingerprint(text, &dir) };
     let mut cx = Cx::new(file, text, dir);
     let mut root = match tree::parse(text) {
         Ok(r) => r,
@@ -185,13 +186,13 @@ fn parse_in(
         }
     };
     debug_assert!(matches!(root.kind, Kind::Table(_)));
-    layer::graft(&mut cx, &mut root, layer);
+    let grafted = layer::graft(&mut cx, &mut root, layer, fingerprint);
     let root = root;
     cx.check_keys(&root, &KeyPath::root(), TOP_KEYS, TOP_UNSUPPORTED);
     let daemon = daemon::parse(&mut cx, &root);
     let authorities = certs::authorities(&mut cx, &root);
-    let parsed = connection::parse_all(&mut cx, &root, &daemon, &authorities);
-    let secrets = secrets::parse(&mut cx, &root);
+    let parsed = connection::parse_all(&mut cx, &root, &daemon, &authorities, &grafted);
+    let secrets = secrets::parse(&mut cx, &root, &grafted);
     check::overlaps(&mut cx, &parsed.seen);
     check::spis(&mut cx, &parsed.seen);
     let psks = esparto_ike::PskIndex::new(&secrets);
@@ -212,7 +213,7 @@ fn parse_in(
         }
     }
     if !cx.has_errors() {
-        check::runnable(&mut cx, &root, &parsed.connections);
+        check::runnable(&mut cx, &root, &parsed.connections, &grafted);
     }
     if cx.has_errors() {
         return Err(ConfigErrors(cx.into_errors()));

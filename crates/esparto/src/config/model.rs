@@ -181,7 +181,7 @@ impl Default for IkeLimits {
 
 /// `[connections.NAME]`. Equal when every setting, of the connection and
 /// of each child in order, is equal (what a reload calls unchanged).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connection {
     /// The name.
     pub name: String,
@@ -198,7 +198,7 @@ pub struct Connection {
 }
 
 /// `[connections.NAME.children.CHILD]`.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Child {
     /// The name.
     pub name: String,
@@ -224,7 +224,7 @@ pub struct Child {
 }
 
 /// Statically keyed SAs of a child.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticSas {
     /// The suite (the child's single `esp_proposals` entry).
     pub suite: EspSuite,
@@ -247,4 +247,16 @@ pub struct StaticPair {
     pub in_key: SecretBytes,
     /// KEYMAT of the outbound SA.
     pub out_key: SecretBytes,
+}
+
+// By hand: the copies of the keys are zeroized on drop like the originals.
+impl Clone for StaticPair {
+    fn clone(&self) -> Self {
+        StaticPair {
+            in_spi: self.in_spi,
+            out_spi: self.out_spi,
+            in_key: SecretBytes::from_slice(self.in_key.as_slice()),
+            out_key: SecretBytes::from_slice(self.out_key.as_slice()),
+        }
+    }
 }

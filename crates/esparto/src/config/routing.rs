@@ -199,34 +199,39 @@ pub(crate) fn warn(
     }
 }
 
-/// Remote selectors that cover a peer's address.
+/// Remote selectors that cover a peer's address. The peers' addresses
+/// are sorted once, so each selector finds those it covers by binary
+/// search (a hub has thousands of connections).
 fn peers_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], conns: &[Connection], daemon: &Daemon) {
+    let first_peer: HashMap<&str, IpAddr> =
+        conns.iter().filter_map(|k| Some((k.name.as_str(), *k.remote_addrs.first()?))).collect();
+    let mut peers: Vec<(IpAddr, &Connection)> =
+        conns.iter().flat_map(|k| k.remote_addrs.iter().map(move |a| (*a, k))).collect();
+    peers.sort_by_key(|(a, _)| *a);
     for c in seen {
-        let own_peer = conns
-            .iter()
-            .find(|k| k.name == c.connection)
-            .and_then(|k| k.remote_addrs.first().copied());
+        let own_peer = first_peer.get(c.connection.as_str()).copied();
         for r in &c.remote {
             // Exactly its own peer's address: host-to-host, meant so.
             if own_peer.is_some_and(|p| r.value.addrs.start() == p && r.value.addrs.end() == p) {
                 continue;
             }
-            for k in conns {
-                for peer in k.remote_addrs.iter().filter(|a| r.value.addrs.contains(**a)) {
-                    let whose = if k.name == c.connection {
-                        String::new()
-                    } else {
-                        format!(" (connection {})", k.name)
-                    };
-                    cx.warn(
-                        &r.span,
-                        &r.path,
-                        format!(
-                            "{} covers peer {peer}{whose}: the daemon's own IKE and ESP to it bypass the tunnel (their sockets carry firewall mark {:#x}), but other traffic from local_ts to {peer} goes through the tunnel",
-                            r.value, daemon.routing.mark
-                        ),
-                    );
-                }
+            let (lo, hi) = (r.value.addrs.start(), r.value.addrs.end());
+            let from = peers.partition_point(|(a, _)| *a < lo);
+            let to = peers.partition_point(|(a, _)| *a <= hi);
+            for (peer, k) in &peers[from..to.max(from)] {
+                let whose = if k.name == c.connection {
+                    String::new()
+                } else {
+                    format!(" (connection {})", k.name)
+                };
+                cx.warn(
+                    &r.span,
+                    &r.path,
+                    format!(
+                        "{} covers peer {peer}{whose}: the daemon's own IKE and ESP to it bypass the tunnel (their sockets carry firewall mark {:#x}), but other traffic from local_ts to {peer} goes through the tunnel",
+                        r.value, daemon.routing.mark
+                    ),
+                );
             }
         }
     }

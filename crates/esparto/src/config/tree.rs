@@ -279,6 +279,21 @@ impl<'t> Cx<'t> {
         self.warnings.push((0, w));
     }
 
+    /// Number of warnings so far (to collect what a sub-walk added).
+    pub(crate) fn warning_count(&self) -> usize {
+        self.warnings.len()
+    }
+
+    /// The warnings recorded since there were `n`.
+    pub(crate) fn warnings_since(&self, n: usize) -> Vec<ConfigError> {
+        self.warnings[n.min(self.warnings.len())..].iter().map(|(_, w)| w.clone()).collect()
+    }
+
+    /// Records `warnings` again (a kept walk's), at `span`.
+    pub(crate) fn replay_warnings(&mut self, span: &Span, warnings: &[ConfigError]) {
+        self.warnings.extend(warnings.iter().map(|w| (span.start, w.clone())));
+    }
+
     /// The warnings so far, in file order (stable for warnings at the same
     /// place).
     pub(crate) fn take_warnings(&mut self) -> Vec<ConfigWarning> {

@@ -96,3 +96,31 @@ fn a_name_the_file_uses_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn a_kept_walk_gives_what_a_new_walk_gives() {
+    let mut layer = Layer::default();
+    // No local_addrs: a trap child warns that traffic cannot start it.
+    let LayerValue::Section(mut conn) = vici_conn("192.0.2.9", "10.9.0.0/16", "128") else { unreachable!() };
+    conn.retain(|(k, _)| k != "local_addrs");
+    layer.set_conn("vpn", LayerValue::Section(conn));
+    layer.set_secret("ike-vpn", psk());
+    let first = layered(&base(), &layer).unwrap();
+    // The second load reuses the walks kept by the first.
+    let again = layered(&base(), &layer).unwrap();
+    assert_eq!(first.connections, again.connections);
+    assert_eq!(first.secrets.psks.len(), again.secrets.psks.len());
+    assert!(first.warnings.iter().any(|w| w.to_string().contains("load-conn 'vpn' (VICI)")), "{:?}", first.warnings);
+    assert_eq!(
+        first.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        again.warnings.iter().map(ToString::to_string).collect::<Vec<_>>()
+    );
+    // A second connection that overlaps the kept one is refused, and the
+    // message points at the kept one's tree.
+    layer.set_conn("vpn2", vici_conn("192.0.2.10", "10.9.1.0/24", "128"));
+    let e = layered(&base(), &layer).unwrap_err().to_string();
+    assert!(e.contains("load-conn 'vpn2' (VICI)") && e.contains("load-conn 'vpn' (VICI)"), "{e}");
+    // Another file text walks the trees again.
+    let other = base().replace("workers = 2", "workers = 3");
+    assert_eq!(layered(&other, &layer).unwrap_err().to_string(), e);
+}
