@@ -631,7 +631,7 @@ mod conns_tests {
     fn example(name: &str) -> Vec<ConnStatus> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
         let c = crate::config::load(&dir.join(name)).unwrap();
-        c.connections.iter().map(ConnStatus::from_config).collect()
+        c.connections.iter().map(|c| ConnStatus::from_config(c)).collect()
     }
 
     #[test]

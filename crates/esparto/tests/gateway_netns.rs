@@ -65,7 +65,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
             routing: Default::default(),
             metrics: None,
         },
-        connections: vec![Connection {
+        connections: vec![std::sync::Arc::new(Connection {
             name: "site".into(),
             local_addrs: vec![local.parse().unwrap()],
             remote_addrs: vec![remote.parse().unwrap()],
@@ -83,7 +83,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
                 ipcomp: None,
                 link_mbps: None,
             }],
-        }],
+        })],
         secrets: Default::default(),
         warnings: Vec::new(),
     }
@@ -287,11 +287,11 @@ fn two_gateways_with_static_ipcomp_compress_text_and_skip_noise() {
     let state = tempfile::tempdir().unwrap();
     let with_ipcomp = |east: bool, mode: esparto_esp::IpcompMode| {
         let mut c = config(east, suite, 1, state.path());
-        c.connections[0].children[0].ipcomp = Some(mode);
+        std::sync::Arc::make_mut(&mut c.connections[0]).children[0].ipcomp = Some(mode);
         if mode == esparto_esp::IpcompMode::Adaptive {
             // A slow WAN: compressing text pays as long as the CPU keeps
             // up with 50 Mbit/s, which it does by far.
-            c.connections[0].children[0].link_mbps = Some(50);
+            std::sync::Arc::make_mut(&mut c.connections[0]).children[0].link_mbps = Some(50);
         }
         c
     };

@@ -39,6 +39,8 @@ use esparto_esp::{Family, Selector};
 use esparto_ike::StartAction;
 
 use super::error::KeyPath;
+use std::sync::Arc;
+
 use super::layer::Grafted;
 use super::model::Connection;
 use super::tree::{Cx, Kind, Node, Span};
@@ -329,7 +331,7 @@ fn field_at<'a>(root: &'a Node, keys: &[&str]) -> Option<(&'a Node, KeyPath)> {
 /// Errors for what `esparto run` would refuse at start-up in a file whose
 /// sections are each valid, and warnings for what would start but never
 /// work (see the module essay).
-pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Connection], grafted: &Grafted) {
+pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Arc<Connection>], grafted: &Grafted) {
     // Where a connection's key is: in the tree, or, for a kept walk of a
     // tree loaded over VICI, that tree's segment. Looked up only to
     // report (a lookup scans the connections).

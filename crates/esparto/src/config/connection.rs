@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use esparto_ike::AuthConfig;
@@ -141,7 +142,7 @@ pub(crate) struct PskNeed {
 /// Every connection, the children's cross-check records, and the PSKs needed.
 #[derive(Default)]
 pub(crate) struct Parsed {
-    pub(crate) connections: Vec<Connection>,
+    pub(crate) connections: Vec<Arc<Connection>>,
     pub(crate) seen: Vec<ChildSeen>,
     pub(crate) psk_needs: Vec<PskNeed>,
 }
@@ -174,6 +175,7 @@ pub(crate) fn parse_all(
             let Some((c, s)) = parse_one(cx, daemon, authorities, &e.key, n, &path) else {
                 continue;
             };
+            let c = Arc::new(c);
             if !cx.grafted(&n.span) {
                 out.push(c, s, n.span.clone(), path);
             } else if cx.error_count() == errors {
@@ -209,7 +211,7 @@ pub(crate) fn parse_all(
 impl Parsed {
     /// Adds a parsed connection (at `span`, `path`) and what the checks
     /// across connections need of it.
-    fn push(&mut self, c: Connection, seen: Vec<ChildSeen>, span: Span, path: KeyPath) {
+    fn push(&mut self, c: Arc<Connection>, seen: Vec<ChildSeen>, span: Span, path: KeyPath) {
         if let Some(ike) = &c.ike {
             let local = ike.local.id.clone().or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
             let remote = ike.remote.id.clone().or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));

@@ -23,7 +23,7 @@
 //! depends on nothing else. The checks across connections still see
 //! every one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
@@ -132,7 +132,7 @@ fn remove(list: &mut Vec<(String, Arc<Value>)>, name: &str) -> bool {
 #[derive(Clone)]
 pub(crate) enum Walked {
     /// A connection and its children's cross-check records.
-    Conn(Connection, Vec<ChildSeen>),
+    Conn(Arc<Connection>, Vec<ChildSeen>),
     /// A PSK.
     Secret(Psk),
 }
@@ -192,12 +192,11 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
     let mut out = Grafted { fingerprint, cache: layer.cache.clone(), ..Grafted::default() };
     let mut cache = layer.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // Forget the walks of trees the layer no longer has.
-    cache.retain(|(table, name), _| {
-        let items = if *table == "connections" { &layer.conns } else { &layer.secrets };
-        items.iter().any(|(n, _)| n == name)
-    });
+    let conns: HashSet<&str> = layer.conn_names().collect();
+    let secrets: HashSet<&str> = layer.secret_ids().collect();
+    cache.retain(|(table, name), _| if *table == "connections" { &conns } else { &secrets }.contains(name.as_str()));
     for (table, what, items) in [("connections", "load-conn", &layer.conns), ("secrets", "load-shared", &layer.secrets)] {
-        let file_names: std::collections::HashSet<String> = match root.get(table).map(|e| &e.value.kind) {
+        let file_names: HashSet<String> = match root.get(table).map(|e| &e.value.kind) {
             Some(Kind::Table(entries)) => entries.iter().map(|e| e.key.clone()).collect(),
             _ => Default::default(),
         };

@@ -25,8 +25,10 @@ pub struct Config {
     pub layer: super::Layer,
     /// Daemon-wide settings (`[daemon]`).
     pub daemon: Daemon,
-    /// Connections (`[connections.NAME]`), in file order.
-    pub connections: Vec<Connection>,
+    /// Connections (`[connections.NAME]`), in file order, then those
+    /// loaded over VICI. Shared: a load that leaves a connection as it
+    /// was keeps the same one.
+    pub connections: Vec<std::sync::Arc<Connection>>,
     /// Pre-shared keys (`[secrets.NAME]`), for IKE.
     pub secrets: esparto_ike::Secrets,
     /// What runs, but maybe not as meant (`check-config` prints these;

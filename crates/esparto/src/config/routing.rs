@@ -47,6 +47,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use esparto_esp::Selector;
 use esparto_io::route::{LOCAL_TABLE, MAIN_TABLE, RouteEntry, RouteKind, prefix_within, range_to_prefixes};
@@ -186,7 +187,7 @@ pub(crate) fn warn(
     cx: &mut Cx<'_>,
     root: &Node,
     seen: &[ChildSeen],
-    conns: &[Connection],
+    conns: &[Arc<Connection>],
     daemon: &Daemon,
     host: &Host,
 ) {
@@ -202,11 +203,11 @@ pub(crate) fn warn(
 /// Remote selectors that cover a peer's address. The peers' addresses
 /// are sorted once, so each selector finds those it covers by binary
 /// search (a hub has thousands of connections).
-fn peers_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], conns: &[Connection], daemon: &Daemon) {
+fn peers_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], conns: &[Arc<Connection>], daemon: &Daemon) {
     let first_peer: HashMap<&str, IpAddr> =
         conns.iter().filter_map(|k| Some((k.name.as_str(), *k.remote_addrs.first()?))).collect();
     let mut peers: Vec<(IpAddr, &Connection)> =
-        conns.iter().flat_map(|k| k.remote_addrs.iter().map(move |a| (*a, k))).collect();
+        conns.iter().flat_map(|k| k.remote_addrs.iter().map(move |a| (*a, &**k))).collect();
     peers.sort_by_key(|(a, _)| *a);
     for c in seen {
         let own_peer = first_peer.get(c.connection.as_str()).copied();

@@ -293,7 +293,7 @@ impl Gateway {
         for conn in &cfg.connections {
             gw.install_static(now, conn, &claims)?;
         }
-        gw.check_peers(&cfg.connections)?;
+        gw.check_peers(cfg.connections.iter().map(|c| &**c))?;
         Ok(gw)
     }
 

@@ -54,6 +54,7 @@
 //! connections cost nothing beyond the comparison.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use esparto_ike::{NewConnection, Secrets};
@@ -92,13 +93,14 @@ pub(super) struct Plan {
 impl Plan {
     /// Compares the running configuration with the new one.
     pub(super) fn new(running: &Config, new: &Config) -> Self {
-        let old: HashMap<&str, &Connection> = running.connections.iter().map(|c| (c.name.as_str(), c)).collect();
+        let old: HashMap<&str, &Arc<Connection>> = running.connections.iter().map(|c| (c.name.as_str(), c)).collect();
         let fates = new
             .connections
             .iter()
             .map(|c| match old.get(c.name.as_str()) {
                 None => Fate::Added,
-                Some(o) if *o == c => Fate::Unchanged,
+                // The same one (kept by a load over VICI), or equal.
+                Some(o) if Arc::ptr_eq(o, c) || *o == c => Fate::Unchanged,
                 Some(_) => Fate::Changed,
             })
             .collect();
@@ -129,7 +131,7 @@ impl Plan {
             .iter()
             .zip(&self.fates)
             .filter(move |(_, f)| **f == fate)
-            .map(|(c, _)| c)
+            .map(|(c, _)| &**c)
     }
 }
 
@@ -323,7 +325,7 @@ fn check<'a>(
         .chain(plan.named(new, Fate::Changed))
         .map(|c| c.name.as_str())
         .collect();
-    let load = || new.connections.iter().filter(|c| loading.contains(c.name.as_str()));
+    let load = || new.connections.iter().filter(|c| loading.contains(c.name.as_str())).map(|c| &**c);
     for conn in load() {
         check_activation(conn)?;
         if let Some(ic) = &conn.ike {

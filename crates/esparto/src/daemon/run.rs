@@ -557,7 +557,7 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
         Request::ListConns => {
-            Response::Conns(config.connections.iter().map(crate::status::ConnStatus::from_config).collect())
+            Response::Conns(config.connections.iter().map(|c| crate::status::ConnStatus::from_config(c)).collect())
         }
         Request::Reload => match super::reload::reload(config, gw, ike, "esparto reload") {
             Ok(r) => Response::Reload(Box::new(r)),
@@ -571,6 +571,11 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             shared: config.layer.secret_ids().map(str::to_string).collect(),
         }),
         Request::LoadConn { name, conn } => {
+            // The same tree again (`swanctl --load-all` of an unchanged
+            // file): the configuration would be the running one.
+            if config.layer.conns.iter().any(|(n, v)| *n == name && **v == conn) {
+                return Response::Reload(Box::new(unchanged(config, &format!("load-conn '{name}'"))));
+            }
             let mut layer = config.layer.clone();
             layer.set_conn(&name, conn);
             load_layer(gw, ike, config, layer, &format!("load-conn '{name}'"))
@@ -589,6 +594,9 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             load_layer(gw, ike, config, layer, &format!("unload-conn '{name}'"))
         }
         Request::LoadShared { id, secret } => {
+            if config.layer.secrets.iter().any(|(n, v)| *n == id && **v == secret) {
+                return Response::Reload(Box::new(unchanged(config, &format!("load-shared '{id}'"))));
+            }
             let mut layer = config.layer.clone();
             layer.set_secret(&id, secret);
             load_layer(gw, ike, config, layer, &format!("load-shared '{id}'"))
@@ -600,6 +608,15 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             }
             load_layer(gw, ike, config, layer, &format!("unload-shared '{id}'"))
         }
+    }
+}
+
+/// The report of a load that changes nothing.
+fn unchanged(config: &Config, what: &str) -> crate::status::ReloadReport {
+    crate::status::ReloadReport {
+        file: what.to_string(),
+        unchanged: config.connections.len(),
+        ..Default::default()
     }
 }
 

@@ -181,13 +181,7 @@ fn lifetimes_follow_swanctl() {
         let text = format!(
             "[connections.gw]\nremote_addrs = \"198.51.100.7\"\n[connections.gw.children.c]\n{extra}\n[secrets.s]\nsecret = \"x\"\n"
         );
-        parse_str(&text, "t.toml")
-            .unwrap()
-            .connections
-            .remove(0)
-            .children
-            .remove(0)
-            .lifetime
+        parse_str(&text, "t.toml").unwrap().connections[0].children[0].lifetime
     };
     let lt = ike("rekey_time = \"4h\"\nrekey_bytes = 1000\nlife_packets = 100");
     assert_eq!(lt.soft_time, Some(Duration::from_secs(4 * 3600)));
