@@ -410,13 +410,6 @@ pub struct Psk {
     pub secret: SecretBytes,
 }
 
-// By hand: the copy of the key is zeroized on drop like the original.
-impl Clone for Psk {
-    fn clone(&self) -> Self {
-        Psk { ids: self.ids.clone(), secret: SecretBytes::from_slice(self.secret.as_slice()) }
-    }
-}
-
 impl core::fmt::Debug for Psk {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Psk")
@@ -429,16 +422,16 @@ impl core::fmt::Debug for Psk {
 #[derive(Debug, Default)]
 pub struct Secrets {
     /// All keys.
-    pub psks: Vec<Psk>,
+    pub psks: Vec<std::sync::Arc<Psk>>,
 }
 
 impl Secrets {
     /// Add a key for the given identities.
     pub fn add_psk(&mut self, ids: &[Identity], secret: &[u8]) {
-        self.psks.push(Psk {
+        self.psks.push(std::sync::Arc::new(Psk {
             ids: ids.to_vec(),
             secret: SecretBytes::from_slice(secret),
-        });
+        }));
     }
 
     /// The best key for the pair of identities, strongSwan-style: a key

@@ -73,19 +73,6 @@ pub(crate) struct ChildSeen {
     pub(crate) out_spis: Vec<Located<u32>>,
 }
 
-impl ChildSeen {
-    /// Moves every position to `span` (a kept walk of a tree grafted
-    /// elsewhere this time).
-    pub(crate) fn respan(&mut self, span: &Span) {
-        for l in self.local.iter_mut().chain(&mut self.remote) {
-            l.span = span.clone();
-        }
-        for l in self.in_spis.iter_mut().chain(&mut self.out_spis) {
-            l.span = span.clone();
-        }
-    }
-}
-
 /// Would one packet match both (local, remote) pairs?
 fn pairs_overlap(l1: &Selector, r1: &Selector, l2: &Selector, r2: &Selector) -> bool {
     let (Some(l), Some(r)) = (l1.intersect(l2), r1.intersect(r2)) else {
@@ -111,7 +98,7 @@ fn pairs_overlap(l1: &Selector, r1: &Selector, l2: &Selector, r2: &Selector) -> 
 /// address ranges yet differ in protocol or ports.
 /// Returns how many candidate pairs were looked at (for the tests that
 /// hold it to linear).
-pub(crate) fn overlaps(cx: &mut Cx<'_>, children: &[ChildSeen]) -> usize {
+pub(crate) fn overlaps(cx: &mut Cx<'_>, children: &[Arc<ChildSeen>]) -> usize {
     let mut rects = Vec::new();
     for (child, c) in children.iter().enumerate() {
         for l in &c.local {
@@ -279,7 +266,7 @@ fn report_overlap(cx: &mut Cx<'_>, a: &ChildSeen, b: &ChildSeen) {
 
 /// Refuse an inbound SPI used twice in the file, or an outbound SPI used
 /// twice towards one peer.
-pub(crate) fn spis(cx: &mut Cx<'_>, children: &[ChildSeen]) {
+pub(crate) fn spis(cx: &mut Cx<'_>, children: &[Arc<ChildSeen>]) {
     let mut seen_in: HashMap<u32, (Span, String)> = HashMap::new();
     let mut seen_out: HashMap<(String, u32), (Span, String)> = HashMap::new();
     for c in children {
@@ -526,7 +513,7 @@ mod tests {
         if naive {
             overlaps_naive(&mut cx, children);
         } else {
-            overlaps(&mut cx, children);
+            overlaps(&mut cx, &children.iter().cloned().map(Arc::new).collect::<Vec<_>>());
         }
         cx.into_errors()
     }
@@ -579,7 +566,7 @@ mod tests {
             },
         ];
         for shape in shapes {
-            let cs: Vec<ChildSeen> = (0..n).map(shape).collect();
+            let cs: Vec<Arc<ChildSeen>> = (0..n).map(shape).map(Arc::new).collect();
             let mut cx = Cx::new("t.toml".into(), &t, std::path::PathBuf::from("."));
             assert_eq!(overlaps(&mut cx, &cs), n as usize);
             assert!(!cx.has_errors());

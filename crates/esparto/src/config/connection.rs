@@ -143,7 +143,7 @@ pub(crate) struct PskNeed {
 #[derive(Default)]
 pub(crate) struct Parsed {
     pub(crate) connections: Vec<Arc<Connection>>,
-    pub(crate) seen: Vec<ChildSeen>,
+    pub(crate) seen: Vec<Arc<ChildSeen>>,
     pub(crate) psk_needs: Vec<PskNeed>,
 }
 
@@ -175,7 +175,7 @@ pub(crate) fn parse_all(
             let Some((c, s)) = parse_one(cx, daemon, authorities, &e.key, n, &path) else {
                 continue;
             };
-            let c = Arc::new(c);
+            let (c, s): (_, Vec<Arc<ChildSeen>>) = (Arc::new(c), s.into_iter().map(Arc::new).collect());
             if !cx.grafted(&n.span) {
                 out.push(c, s, n.span.clone(), path);
             } else if cx.error_count() == errors {
@@ -198,10 +198,7 @@ pub(crate) fn parse_all(
             }
             (None, None) => continue,
         };
-        if let Walked::Conn(c, mut s) = walk {
-            for seen in &mut s {
-                seen.respan(&slot.span);
-            }
+        if let Walked::Conn(c, s) = walk {
             out.push(c, s, slot.span.clone(), path);
         }
     }
@@ -211,7 +208,7 @@ pub(crate) fn parse_all(
 impl Parsed {
     /// Adds a parsed connection (at `span`, `path`) and what the checks
     /// across connections need of it.
-    fn push(&mut self, c: Arc<Connection>, seen: Vec<ChildSeen>, span: Span, path: KeyPath) {
+    fn push(&mut self, c: Arc<Connection>, seen: Vec<Arc<ChildSeen>>, span: Span, path: KeyPath) {
         if let Some(ike) = &c.ike {
             let local = ike.local.id.clone().or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
             let remote = ike.remote.id.clone().or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));

@@ -132,9 +132,9 @@ fn remove(list: &mut Vec<(String, Arc<Value>)>, name: &str) -> bool {
 #[derive(Clone)]
 pub(crate) enum Walked {
     /// A connection and its children's cross-check records.
-    Conn(Arc<Connection>, Vec<ChildSeen>),
+    Conn(Arc<Connection>, Vec<Arc<ChildSeen>>),
     /// A PSK.
-    Secret(Psk),
+    Secret(Arc<Psk>),
 }
 
 /// A tree's walk and the warnings it gave.
@@ -143,10 +143,29 @@ pub(crate) struct Walk {
     pub(crate) warnings: Vec<ConfigError>,
 }
 
-/// The walks, by table and name, with the file's fingerprint and the
-/// tree they were made from.
+/// Per table and name: the number of its segment (stable while the name
+/// is loaded, so the spans in a kept walk stay right) and its walk, with
+/// the file's fingerprint and the tree it was made from.
 #[derive(Clone, Default)]
-struct Cache(Arc<Mutex<HashMap<(&'static str, String), (u64, Arc<Value>, Arc<Walk>)>>>);
+struct Cache(Arc<Mutex<CacheInner>>);
+
+#[derive(Default)]
+struct CacheInner {
+    conns: HashMap<String, Kept>,
+    secrets: HashMap<String, Kept>,
+    next_segment: usize,
+}
+
+struct Kept {
+    segment: usize,
+    walk: Option<(u64, Arc<Value>, Arc<Walk>)>,
+}
+
+impl CacheInner {
+    fn table(&mut self, table: &str) -> &mut HashMap<String, Kept> {
+        if table == "connections" { &mut self.conns } else { &mut self.secrets }
+    }
+}
 
 /// One tree of the layer, where it was grafted, and its walk if kept.
 pub(crate) struct Slot {
@@ -171,7 +190,9 @@ impl Grafted {
     /// Keeps the walk of the tree in `slot` (of `table`) for next time.
     pub(crate) fn keep(&self, table: &'static str, slot: &Slot, walk: Walk) {
         let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        c.insert((table, slot.name.clone()), (self.fingerprint, slot.value.clone(), Arc::new(walk)));
+        if let Some(k) = c.table(table).get_mut(&slot.name) {
+            k.walk = Some((self.fingerprint, slot.value.clone(), Arc::new(walk)));
+        }
     }
 }
 
@@ -190,18 +211,25 @@ pub(crate) fn fingerprint(text: &str, dir: &std::path::Path) -> u64 {
 /// grafted tree, pointing at the file's.
 pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint: u64) -> Grafted {
     let mut out = Grafted { fingerprint, cache: layer.cache.clone(), ..Grafted::default() };
-    let mut cache = layer.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut guard = layer.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cache = &mut *guard;
     // Forget the walks of trees the layer no longer has.
     let conns: HashSet<&str> = layer.conn_names().collect();
     let secrets: HashSet<&str> = layer.secret_ids().collect();
-    cache.retain(|(table, name), _| if *table == "connections" { &conns } else { &secrets }.contains(name.as_str()));
+    cache.conns.retain(|name, _| conns.contains(name.as_str()));
+    cache.secrets.retain(|name, _| secrets.contains(name.as_str()));
     for (table, what, items) in [("connections", "load-conn", &layer.conns), ("secrets", "load-shared", &layer.secrets)] {
         let file_names: HashSet<String> = match root.get(table).map(|e| &e.value.kind) {
             Some(Kind::Table(entries)) => entries.iter().map(|e| e.key.clone()).collect(),
             _ => Default::default(),
         };
         for (name, value) in items {
-            let span = cx.segment(format!("{what} '{name}' (VICI)"));
+            let next = &mut cache.next_segment;
+            let kept = cache_table(&mut cache.conns, &mut cache.secrets, table).entry(name.clone()).or_insert_with(|| {
+                *next += 1;
+                Kept { segment: *next, walk: None }
+            });
+            let span = cx.segment(kept.segment, format!("{what} '{name}' (VICI)"));
             if file_names.contains(name) {
                 let theirs = root.get(table).and_then(|t| t.value.get(name)).map(|e| e.key_span.clone());
                 let at = theirs.map(|s| cx.position(&s)).unwrap_or_default();
@@ -212,8 +240,9 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
                 );
                 continue;
             }
-            let kept = cache
-                .get(&(table, name.clone()))
+            let kept = kept
+                .walk
+                .as_ref()
                 .filter(|(f, v, _)| *f == fingerprint && (Arc::ptr_eq(v, value) || **v == **value))
                 .map(|(_, _, w)| w.clone());
             if kept.is_none() {
@@ -230,8 +259,16 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
             }
         }
     }
-    drop(cache);
+    drop(guard);
     out
+}
+
+fn cache_table<'c>(
+    conns: &'c mut HashMap<String, Kept>,
+    secrets: &'c mut HashMap<String, Kept>,
+    table: &str,
+) -> &'c mut HashMap<String, Kept> {
+    if table == "connections" { conns } else { secrets }
 }
 
 /// The entries of the top-level table `key`, created (at `span`) if the

@@ -186,7 +186,7 @@ fn show(p: Prefix) -> String {
 pub(crate) fn warn(
     cx: &mut Cx<'_>,
     root: &Node,
-    seen: &[ChildSeen],
+    seen: &[Arc<ChildSeen>],
     conns: &[Arc<Connection>],
     daemon: &Daemon,
     host: &Host,
@@ -203,7 +203,7 @@ pub(crate) fn warn(
 /// Remote selectors that cover a peer's address. The peers' addresses
 /// are sorted once, so each selector finds those it covers by binary
 /// search (a hub has thousands of connections).
-fn peers_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], conns: &[Arc<Connection>], daemon: &Daemon) {
+fn peers_covered(cx: &mut Cx<'_>, seen: &[Arc<ChildSeen>], conns: &[Arc<Connection>], daemon: &Daemon) {
     let first_peer: HashMap<&str, IpAddr> =
         conns.iter().filter_map(|k| Some((k.name.as_str(), *k.remote_addrs.first()?))).collect();
     let mut peers: Vec<(IpAddr, &Connection)> =
@@ -239,7 +239,7 @@ fn peers_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], conns: &[Arc<Connection>],
 }
 
 /// Remote selectors that cover, or lie inside, routes of the main table.
-fn main_routes_covered(cx: &mut Cx<'_>, seen: &[ChildSeen], host: &Host) {
+fn main_routes_covered(cx: &mut Cx<'_>, seen: &[Arc<ChildSeen>], host: &Host) {
     let main = MainRoutes::new(host);
     if main.sorted.is_empty() {
         return;
@@ -329,7 +329,7 @@ fn routing_in_use(cx: &mut Cx<'_>, root: &Node, daemon: &Daemon, host: &Host) {
 }
 
 /// Selectors that name a protocol or ports: the routes and rules cannot.
-fn ports_not_routed(cx: &mut Cx<'_>, seen: &[ChildSeen]) {
+fn ports_not_routed(cx: &mut Cx<'_>, seen: &[Arc<ChildSeen>]) {
     for c in seen {
         for (side, s) in c
             .local
@@ -409,7 +409,7 @@ fn wan_addresses(host: &Host) -> Vec<(IpAddr, u32)> {
 
 /// Local selectors of a full tunnel that cover the address the host's
 /// default route leaves from: its own traffic goes through the tunnel.
-fn own_addresses_tunnelled(cx: &mut Cx<'_>, seen: &[ChildSeen], host: &Host) {
+fn own_addresses_tunnelled(cx: &mut Cx<'_>, seen: &[Arc<ChildSeen>], host: &Host) {
     let wan = wan_addresses(host);
     if wan.is_empty() {
         return;

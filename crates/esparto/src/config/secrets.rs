@@ -38,7 +38,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node, grafted: &Grafted) -> Secrets 
                 continue;
             };
             let (errors, warnings) = (cx.error_count(), cx.warning_count());
-            let Some(psk) = parse_one(cx, n, &path) else { continue };
+            let Some(psk) = parse_one(cx, n, &path).map(std::sync::Arc::new) else { continue };
             if !cx.grafted(&n.span) {
                 secrets.psks.push(psk);
             } else if cx.error_count() == errors {

@@ -16,6 +16,7 @@
 //! `swanctl.conf` has but Esparto does not implement get a message saying
 //! so instead of "unknown".
 
+use std::collections::HashMap;
 use std::ops::{Range, RangeInclusive};
 use std::path::PathBuf;
 
@@ -204,10 +205,10 @@ pub(crate) struct Cx<'t> {
     /// for the warning about who may read the file.
     pub(crate) inline_secret: Option<(Span, KeyPath)>,
     /// Names of the trees grafted beside the file's (loaded over VICI,
-    /// [`super::layer`]), in messages instead of the file's name. The
-    /// nodes of the k-th have the span `text.len() + 1 + k`, past the
-    /// file's end, so a span says where its node came from.
-    segments: Vec<String>,
+    /// [`super::layer`]) by their number, in messages instead of the
+    /// file's name. The nodes of number k have the span `text.len() + k`,
+    /// past the file's end, so a span says where its node came from.
+    segments: HashMap<usize, String>,
 }
 
 impl<'t> Cx<'t> {
@@ -221,15 +222,15 @@ impl<'t> Cx<'t> {
             errors: Vec::new(),
             warnings: Vec::new(),
             inline_secret: None,
-            segments: Vec::new(),
+            segments: HashMap::new(),
         }
     }
 
-    /// The span of every node of a tree grafted beside the file's, named
-    /// `name` in messages (they have no line or column).
-    pub(crate) fn segment(&mut self, name: String) -> Span {
-        let at = self.text.len() + 1 + self.segments.len();
-        self.segments.push(name);
+    /// The span of every node of the tree number `k` (> 0) grafted beside
+    /// the file's, named `name` in messages (they have no line or column).
+    pub(crate) fn segment(&mut self, k: usize, name: String) -> Span {
+        let at = self.text.len() + k.max(1);
+        self.segments.insert(k.max(1), name);
         at..at
     }
 
@@ -242,8 +243,8 @@ impl<'t> Cx<'t> {
     /// The file (or grafted tree), line and column of `span`.
     fn locate(&self, span: &Span) -> (String, usize, usize) {
         if self.grafted(span) {
-            let k = span.start - self.text.len() - 1;
-            let name = self.segments.get(k).cloned().unwrap_or_else(|| self.file.clone());
+            let k = span.start - self.text.len();
+            let name = self.segments.get(&k).cloned().unwrap_or_else(|| self.file.clone());
             return (name, 0, 0);
         }
         let (line, column) = self.lines.line_col(self.text, span.start);
