@@ -537,8 +537,9 @@ impl EspartoGateway {
             .context("running esparto status")?;
         if !out.status.success() {
             bail!(
-                "esparto status: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+                "esparto status: {}{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                String::from_utf8_lossy(&out.stdout).trim()
             );
         }
         serde_json::from_slice(&out.stdout).context("parsing esparto status --json")

@@ -198,6 +198,9 @@ fn generate() -> Corpus {
         add("wire_vici", &name, packet.clone());
         add("vici_request", &name, packet);
     }
+    for (name, message) in vici_load_messages() {
+        add("config_layer", &name, message);
+    }
     c
 }
 
@@ -283,6 +286,54 @@ fn vici_packets() -> Vec<(String, Vec<u8>)> {
         ("event_list_sa".into(), packet(PacketType::Event, "list-sa", &sa)),
         ("confirm".into(), packet(PacketType::EventConfirm, "", &[])),
         ("cmd_unknown".into(), packet(PacketType::CmdUnknown, "", &[])),
+    ]
+}
+
+/// The messages of `load-conn` and `load-shared` requests, for the
+/// `config_layer` target (the message alone, no packet header).
+fn vici_load_messages() -> Vec<(String, Vec<u8>)> {
+    use esparto_wire::vici::Builder;
+    let mut conn = Builder::new();
+    conn.begin("site")
+        .list("local_addrs", ["192.0.2.1"])
+        .list("remote_addrs", ["192.0.2.2"])
+        .kv("version", "2")
+        .kv("rekey_time", "4h")
+        .kv("encap", "yes")
+        .begin("local-1")
+        .kv("auth", "psk")
+        .kv("id", "west")
+        .end()
+        .begin("remote-1")
+        .kv("auth", "psk")
+        .kv("id", "east")
+        .end()
+        .begin("children")
+        .begin("lan")
+        .list("local_ts", ["10.1.0.0/24"])
+        .list("remote_ts", ["10.2.0.0/24"])
+        .list("esp_proposals", ["aes256gcm16"])
+        .kv("replay_window", "128")
+        .kv("start_action", "trap")
+        .end()
+        .end()
+        .end();
+    let mut shared = Builder::new();
+    shared.kv("id", "ike-site").kv("type", "IKE").kv("data", [0u8, 1, 2, 3, 0xff, 0x7f, 0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48, 0x49, 0x4a, 0x4b, 0x4c, 0x4d, 0x4e]);
+    shared.list("owners", ["west", "east"]);
+    let mut typo = Builder::new();
+    typo.begin("other")
+        .list("remote_addrs", ["192.0.2.3"])
+        .begin("children")
+        .begin("net")
+        .list("esp_proposal", ["aes256gcm16"])
+        .end()
+        .end()
+        .end();
+    vec![
+        ("load_conn".into(), conn.finish().expect("a seed message")),
+        ("load_conn_typo".into(), typo.finish().expect("a seed message")),
+        ("load_shared".into(), shared.finish().expect("a seed message")),
     ]
 }
 

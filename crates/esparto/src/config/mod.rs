@@ -155,6 +155,13 @@ pub fn parse_str(text: &str, path_for_messages: &str) -> Result<Config, ConfigEr
     parse_str_on(text, path_for_messages, &Host::default())
 }
 
+/// [`parse_str`] with what was loaded over VICI beside the text's
+/// connections and secrets.
+pub fn parse_str_layered(text: &str, path_for_messages: &str, layer: &Layer) -> Result<Config, ConfigErrors> {
+    let path = PathBuf::from(path_for_messages);
+    parse_in(text, path_for_messages.to_string(), dir_of(&path), path, &Host::default(), false, layer)
+}
+
 /// [`parse_str`], compared with `host`'s routing (see [`load_on`]).
 pub fn parse_str_on(text: &str, path_for_messages: &str, host: &Host) -> Result<Config, ConfigErrors> {
     let path = PathBuf::from(path_for_messages);

@@ -32,15 +32,20 @@ use crate::status::ReloadReport;
 
 /// `load-conn`: `{ NAME = { … } }`.
 pub(super) fn load_conn(req: &Section, cx: &mut Cx<'_>) -> Vec<u8> {
+    match conn_tree(req) {
+        Ok((name, conn)) => applied(cx.backend.request(&Request::LoadConn { name, conn })),
+        Err(e) => failure(&e),
+    }
+}
+
+/// A `load-conn` request's connection: its name and its tree as the
+/// TOML file spells it (see the module docs); `Err` says why not.
+pub fn conn_tree(req: &Section) -> Result<(String, LayerValue), String> {
     let (name, conn) = match req.entries.as_slice() {
         [(name, Value::Section(conn))] => (name, conn),
-        _ => return failure("load-conn: expected one section, named after the connection"),
+        _ => return Err("load-conn: expected one section, named after the connection".into()),
     };
-    let conn = match conn_value(conn) {
-        Ok(v) => v,
-        Err(e) => return failure(&format!("load-conn '{name}': {e}")),
-    };
-    applied(cx.backend.request(&Request::LoadConn { name: name.clone(), conn }))
+    conn_value(conn).map(|v| (name.clone(), v)).map_err(|e| format!("load-conn '{name}': {e}"))
 }
 
 /// `unload-conn`: `{ name = NAME }`.
@@ -169,8 +174,8 @@ fn conn_value(conn: &Section) -> Result<LayerValue, String> {
     Ok(LayerValue::Section(out))
 }
 
-/// `load-shared`'s id and its `[secrets]` table.
-fn shared_value(req: &Section) -> Result<(String, LayerValue), String> {
+/// A `load-shared` request's id and its `[secrets]` table.
+pub fn shared_value(req: &Section) -> Result<(String, LayerValue), String> {
     let kind = req.str("type").unwrap_or("");
     if !kind.eq_ignore_ascii_case("ike") {
         return Err(format!("type '{kind}': Esparto takes IKE pre-shared keys only (no EAP, XAuth or NTLM)"));

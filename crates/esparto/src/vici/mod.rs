@@ -40,6 +40,8 @@ pub mod commands;
 mod load;
 mod server;
 
+pub use load::{conn_tree, shared_value};
+
 pub use server::{
     FIRST_PACKET_TIMEOUT, MAX_CLIENTS, SEGMENT_TIMEOUT, ViciServer, WRITE_TIMEOUT,
 };
