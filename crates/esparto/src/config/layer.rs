@@ -224,12 +224,18 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
             _ => Default::default(),
         };
         for (name, value) in items {
-            let next = &mut cache.next_segment;
-            let kept = cache_table(&mut cache.conns, &mut cache.secrets, table).entry(name.clone()).or_insert_with(|| {
-                *next += 1;
-                Kept { segment: *next, walk: None }
-            });
-            let span = cx.segment(kept.segment, format!("{what} '{name}' (VICI)"));
+            let fresh = cache.next_segment + 1;
+            let entry = cache.table(table).entry(name.clone()).or_insert(Kept { segment: fresh, walk: None });
+            let segment = entry.segment;
+            let kept = entry
+                .walk
+                .as_ref()
+                .filter(|(f, v, _)| *f == fingerprint && (Arc::ptr_eq(v, value) || **v == **value))
+                .map(|(_, _, w)| w.clone());
+            if segment == fresh {
+                cache.next_segment = fresh;
+            }
+            let span = cx.segment(segment, format!("{what} '{name}' (VICI)"));
             if file_names.contains(name) {
                 let theirs = root.get(table).and_then(|t| t.value.get(name)).map(|e| e.key_span.clone());
                 let at = theirs.map(|s| cx.position(&s)).unwrap_or_default();
@@ -240,11 +246,6 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
                 );
                 continue;
             }
-            let kept = kept
-                .walk
-                .as_ref()
-                .filter(|(f, v, _)| *f == fingerprint && (Arc::ptr_eq(v, value) || **v == **value))
-                .map(|(_, _, w)| w.clone());
             if kept.is_none() {
                 let Some(entries) = table_entries(root, table, &span) else {
                     // The file's table is not a table: the walk says so.
@@ -261,14 +262,6 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
     }
     drop(guard);
     out
-}
-
-fn cache_table<'c>(
-    conns: &'c mut HashMap<String, Kept>,
-    secrets: &'c mut HashMap<String, Kept>,
-    table: &str,
-) -> &'c mut HashMap<String, Kept> {
-    if table == "connections" { conns } else { secrets }
 }
 
 /// The entries of the top-level table `key`, created (at `span`) if the
