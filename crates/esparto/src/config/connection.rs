@@ -184,21 +184,9 @@ pub(crate) fn parse_all(
             }
         }
     }
-    for slot in &grafted.conns {
-        let path = KeyPath::root().key("connections").key(&slot.name);
-        let walk = match (&slot.kept, fresh.remove(&slot.name)) {
-            (Some(w), _) => {
-                cx.replay_warnings(&slot.span, &w.warnings);
-                w.walked.clone()
-            }
-            (None, Some(w)) => {
-                let walked = w.walked.clone();
-                grafted.keep("connections", slot, w);
-                walked
-            }
-            (None, None) => continue,
-        };
-        if let Walked::Conn(c, s) = walk {
+    for (slot, walked) in grafted.walks(cx, "connections", fresh) {
+        if let Walked::Conn(c, s) = walked {
+            let path = KeyPath::root().key("connections").key(&slot.name);
             out.push(c, s, slot.span.clone(), path);
         }
     }

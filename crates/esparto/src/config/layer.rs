@@ -187,8 +187,32 @@ pub(crate) struct Grafted {
 }
 
 impl Grafted {
+    /// The walks of `table`'s trees in the layer's order: a kept one (its
+    /// warnings recorded again), else the fresh one from `fresh`, which is
+    /// kept for next time. A tree with neither had errors.
+    pub(crate) fn walks(&self, cx: &mut Cx<'_>, table: &'static str, mut fresh: HashMap<String, Walk>) -> Vec<(&Slot, Walked)> {
+        let slots = if table == "connections" { &self.conns } else { &self.secrets };
+        let mut out = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let walked = match (&slot.kept, fresh.remove(&slot.name)) {
+                (Some(w), _) => {
+                    cx.replay_warnings(&slot.span, &w.warnings);
+                    w.walked.clone()
+                }
+                (None, Some(w)) => {
+                    let walked = w.walked.clone();
+                    self.keep(table, slot, w);
+                    walked
+                }
+                (None, None) => continue,
+            };
+            out.push((slot, walked));
+        }
+        out
+    }
+
     /// Keeps the walk of the tree in `slot` (of `table`) for next time.
-    pub(crate) fn keep(&self, table: &'static str, slot: &Slot, walk: Walk) {
+    fn keep(&self, table: &'static str, slot: &Slot, walk: Walk) {
         let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(k) = c.table(table).get_mut(&slot.name) {
             k.walk = Some((self.fingerprint, slot.value.clone(), Arc::new(walk)));

@@ -47,19 +47,7 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node, grafted: &Grafted) -> Secrets 
             }
         }
     }
-    for slot in &grafted.secrets {
-        let walked = match (&slot.kept, fresh.remove(&slot.name)) {
-            (Some(w), _) => {
-                cx.replay_warnings(&slot.span, &w.warnings);
-                w.walked.clone()
-            }
-            (None, Some(w)) => {
-                let walked = w.walked.clone();
-                grafted.keep("secrets", slot, w);
-                walked
-            }
-            (None, None) => continue,
-        };
+    for (_, walked) in grafted.walks(cx, "secrets", fresh) {
         if let Walked::Secret(psk) = walked {
             secrets.psks.push(psk);
         }
