@@ -263,17 +263,29 @@ fn under_the_units_capabilities_it_notifies_ready_reloads_and_stops_cleanly() {
 }
 
 /// Lock files under /run/esparto for the namespace `ns`.
-fn locks_of(ns: &Netns) -> Vec<PathBuf> {
+/// The lock files named after `ns`, each with what identifies its version:
+/// inode, modification time and content. A fresh namespace may reuse the
+/// nsfs inode of one that is gone, and a daemon killed there left its files
+/// (a dead holder's lock is free, so they are harmless); a refused start must
+/// leave the set exactly as it found it.
+fn locks_of(ns: &Netns) -> Vec<(PathBuf, u64, std::time::SystemTime, Vec<u8>)> {
     let ino = std::fs::metadata(format!("/var/run/netns/{}", ns.name())).unwrap().ino();
     let prefix = format!("net{ino}.");
-    std::fs::read_dir(esparto_io::instance::RUN_DIR)
+    let mut v: Vec<_> = std::fs::read_dir(esparto_io::instance::RUN_DIR)
         .map(|d| {
             d.flatten()
                 .map(|e| e.path())
                 .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&prefix))
+                .filter_map(|p| {
+                    let m = std::fs::metadata(&p).ok()?;
+                    let body = std::fs::read(&p).ok()?;
+                    Some((p, m.ino(), m.modified().ok()?, body))
+                })
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 #[test]
@@ -298,6 +310,7 @@ fn without_its_capabilities_it_refuses_and_touches_nothing() {
         ),
     ];
     for (caps, want) in cases {
+        let before = locks_of(&ns);
         let mut s = Service::start(&ns, &cfg, &caps);
         let st = s.wait_exit();
         let log = s.log();
@@ -305,7 +318,8 @@ fn without_its_capabilities_it_refuses_and_touches_nothing() {
         assert!(log.contains(want), "{want:?} not in: {log}");
         assert!(s.notification().is_none(), "a refused start notified");
         assert!(!s.control.exists(), "control socket left behind");
-        assert!(locks_of(&ns).is_empty(), "lock files left behind: {:?}", locks_of(&ns));
+        let after = locks_of(&ns);
+        assert_eq!(after, before, "lock files created, changed or removed");
         assert!(!link_exists(&ns, "esparto0"), "TUN device created");
     }
 }
