@@ -45,6 +45,16 @@ fn push(list: &mut Vec<u32>, pos: u32) {
 }
 
 impl Connections {
+    /// Room for `n` connections (a reconfiguration knows how many).
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Connections {
+            list: Vec::with_capacity(n),
+            by_name: HashMap::with_capacity(n),
+            by_remote_id: HashMap::with_capacity(n),
+            ..Connections::default()
+        }
+    }
+
     /// Add a validated connection; its name must be new.
     pub(crate) fn add(&mut self, conn: ConnectionConfig) -> Result<(), ConfigError> {
         self.insert(Arc::new(conn))

@@ -252,6 +252,17 @@ impl Identity {
             other => other.clone(),
         }
     }
+
+    /// [`Identity::folded`], borrowed when folding changes nothing (a
+    /// lookup then allocates nothing).
+    pub fn folded_ref(&self) -> std::borrow::Cow<'_, Identity> {
+        match self {
+            Identity::Fqdn(s) | Identity::UserFqdn(s) if s.bytes().any(|b| b.is_ascii_uppercase()) => {
+                std::borrow::Cow::Owned(self.folded())
+            }
+            other => std::borrow::Cow::Borrowed(other),
+        }
+    }
 }
 
 impl From<IpAddr> for Identity {

@@ -51,7 +51,8 @@ pub struct PskIndex {
 impl PskIndex {
     /// Index `secrets` (O(total identities listed)).
     pub fn new(secrets: &Secrets) -> Self {
-        let mut ix = PskIndex::default();
+        let listed = secrets.psks.iter().map(|p| p.ids.len()).sum();
+        let mut ix = PskIndex { by_id: HashMap::with_capacity(listed), wildcard: None };
         for (pos, p) in secrets.psks.iter().enumerate() {
             let Ok(pos) = u32::try_from(pos) else {
                 // Four billion keys: the rest stay unindexed (unreachable
@@ -79,7 +80,7 @@ impl PskIndex {
                 // `%any` as a query matches no listed identity.
                 return &[];
             }
-            self.by_id.get(&id.folded()).map_or(&[], Vec::as_slice)
+            self.by_id.get(&*id.folded_ref()).map_or(&[], Vec::as_slice)
         };
         let (l, r) = (list(local), list(remote));
         let (short, long) = if l.len() <= r.len() { (l, r) } else { (r, l) };

@@ -278,3 +278,71 @@ fn a_retired_sa_whose_peer_is_gone_is_not_initiated_again() {
         "no second IKE SA"
     );
 }
+
+/// A list that keeps every held connection in its order and adds some
+/// after them (a VICI client loading one more) extends the index: the
+/// kept SAs see nothing, the added connection can be initiated, and a
+/// name twice or an invalid addition changes nothing.
+#[test]
+fn appending_connections_keeps_every_sa_and_checks_the_additions_first() {
+    let mut net = Setup::default().build(11);
+    let [m, s] = ids("two");
+    net.peers[I].ep.secrets_mut().add_psk(&[m.clone(), s.clone()], b"a secret of their own");
+    net.peers[R].ep.secrets_mut().add_psk(&[m, s], b"a secret of their own");
+    net.peers[R].ep.add_connection(conn(false, "two", 2)).unwrap();
+    let now = net.now;
+    net.peers[I].ep.initiate(now, "gw", None).unwrap();
+    net.run_for(Duration::from_secs(2));
+    let gw_i = ike_of(&net, I, "gw").unwrap();
+    let seen_i = net.peers[I].events.len();
+
+    let now = net.now;
+    let mut bad = conn(true, "four", 4);
+    bad.children.clear();
+    for list in [
+        // A name twice among the additions, a held name added again, an
+        // invalid addition, a kept name that is not held.
+        vec![
+            NewConnection::Keep("gw".into()),
+            NewConnection::Load(Box::new(conn(true, "two", 2))),
+            NewConnection::Load(Box::new(conn(true, "two", 2))),
+        ],
+        vec![
+            NewConnection::Keep("gw".into()),
+            NewConnection::Load(Box::new(conn(true, "gw", 5))),
+        ],
+        vec![
+            NewConnection::Keep("gw".into()),
+            NewConnection::Load(Box::new(conn(true, "two", 2))),
+            NewConnection::Load(Box::new(bad)),
+        ],
+        vec![
+            NewConnection::Keep("gw".into()),
+            NewConnection::Keep("nope".into()),
+        ],
+    ] {
+        assert!(net.peers[I].ep.replace_connections(now, list).is_err());
+        assert_eq!(
+            net.peers[I].ep.initiate(now, "two", None),
+            Err(InitiateError::UnknownConnection("two".into())),
+            "a refused list added nothing"
+        );
+    }
+    let retired = net.peers[I]
+        .ep
+        .replace_connections(
+            now,
+            vec![
+                NewConnection::Keep("gw".into()),
+                NewConnection::Load(Box::new(conn(true, "two", 2))),
+            ],
+        )
+        .unwrap();
+    assert_eq!(retired, []);
+    net.peers[I].ep.initiate(now, "two", None).unwrap();
+    net.run_for(Duration::from_secs(2));
+    assert!(ike_of(&net, I, "two").is_some() && ike_of(&net, R, "two").is_some());
+    assert!(events_of(&net, I, seen_i, gw_i).is_empty(), "gw's SA saw nothing");
+    assert_eq!(net.live_children(I).len(), 2);
+    net.assert_no_leak(I);
+}

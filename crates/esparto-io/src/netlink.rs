@@ -124,6 +124,27 @@ impl Rtnetlink {
         Ok(out)
     }
 
+    /// The name of the device with index `index` (one request, not a
+    /// dump); `Ok(None)` if there is none.
+    pub fn link_name(&mut self, index: u32) -> io::Result<Option<String>> {
+        let mut req = LinkMessage::default();
+        req.header.index = index;
+        let seq = self.send(RouteNetlinkMessage::GetLink(req), NLM_F_REQUEST | NLM_F_ACK)?;
+        let mut found = None;
+        match self.collect(seq, |m| {
+            if let RouteNetlinkMessage::NewLink(l) = m {
+                found = l.attributes.iter().find_map(|a| match a {
+                    LinkAttribute::IfName(n) => Some(n.clone()),
+                    _ => None,
+                });
+            }
+        }) {
+            Ok(()) => Ok(found),
+            Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Looks a device up by name; `Ok(None)` if there is none.
     pub fn link(&mut self, name: &str) -> io::Result<Option<Link>> {
         let mut req = LinkMessage::default();

@@ -590,15 +590,16 @@ pub fn peer_path(
 ) -> Result<PeerPath, RoutingError> {
     let got = nl.route_get(peer, src, mark).map_err(netlink(format!("look up the route to peer {peer}")))?;
     let Some(e) = got else { return Ok(PeerPath::Unreachable) };
-    let names = nl.link_names().unwrap_or_default();
     if let (Some(oif), Some((dev, ifindex))) = (e.oif, tunnel) {
         if oif == ifindex {
+            let names = nl.link_names().unwrap_or_default();
             return Err(RoutingError::PeerIntoTunnel { peer, dev: dev.to_string(), route: e.describe(&names) });
         }
     }
-    Ok(match e.oif.and_then(|i| names.get(&i)) {
-        Some(n) => PeerPath::Via(n.clone()),
-        None => PeerPath::Via(e.describe(&names)),
+    // The one device's name: a hub checks a peer per connection loaded.
+    Ok(match e.oif.and_then(|i| nl.link_name(i).ok().flatten()) {
+        Some(n) => PeerPath::Via(n),
+        None => PeerPath::Via(e.describe(&Default::default())),
     })
 }
 

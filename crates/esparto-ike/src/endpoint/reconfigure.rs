@@ -21,7 +21,9 @@
 //! connection is still the one held under its name); the replacement, if
 //! any, is the driver's to start. A new IKE_SA_INIT can only find the new
 //! list. Rebuilding costs O(connections): a hub of 10,000 connections
-//! rebuilds in milliseconds, once per reload.
+//! rebuilds in milliseconds, once per reload. A new list that keeps every
+//! held connection in its order and adds some after them (a VICI client
+//! loading connections one by one) only adds those to the index.
 
 use super::{Endpoint, InitiateError};
 use crate::config::{ConfigError, ConnectionConfig};
@@ -57,7 +59,10 @@ impl Endpoint {
         now: Instant,
         conns: Vec<NewConnection>,
     ) -> Result<Vec<IkeSaId>, ConfigError> {
-        let mut next = Connections::default();
+        if self.only_appends(&conns) {
+            return self.append_connections(conns).map(|()| Vec::new());
+        }
+        let mut next = Connections::with_capacity(conns.len());
         for c in conns {
             let conn = match c {
                 NewConnection::Keep(name) => self
@@ -91,6 +96,43 @@ impl Endpoint {
             }
         }
         Ok(retired)
+    }
+
+    /// Whether `conns` keeps every held connection, in its order, before
+    /// anything else: what a load over VICI of one more connection sends.
+    fn only_appends(&self, conns: &[NewConnection]) -> bool {
+        let held = self.connections.all();
+        conns.len() >= held.len()
+            && conns.iter().zip(held).all(|(c, h)| matches!(c, NewConnection::Keep(n) if *n == h.name))
+    }
+
+    /// [`Endpoint::replace_connections`] when [`Endpoint::only_appends`]:
+    /// the connections after the held ones are added to the index as it
+    /// is (O(added), not a rebuild), all checked first, and nothing is
+    /// retired.
+    fn append_connections(&mut self, mut conns: Vec<NewConnection>) -> Result<(), ConfigError> {
+        let added = conns.split_off(self.connections.all().len());
+        let mut names = std::collections::HashSet::with_capacity(added.len());
+        let mut load = Vec::with_capacity(added.len());
+        for c in added {
+            match c {
+                NewConnection::Keep(name) if self.connections.get(&name).is_some() || names.contains(&name) => {
+                    return Err(ConfigError::Invalid("duplicate connection name"));
+                }
+                NewConnection::Keep(_) => return Err(ConfigError::Invalid("a kept connection is not held")),
+                NewConnection::Load(cfg) => {
+                    cfg.validate()?;
+                    if self.connections.get(&cfg.name).is_some() || !names.insert(cfg.name.clone()) {
+                        return Err(ConfigError::Invalid("duplicate connection name"));
+                    }
+                    load.push(Arc::new(*cfg));
+                }
+            }
+        }
+        for conn in load {
+            self.connections.insert(conn)?;
+        }
+        Ok(())
     }
 
     /// Deletes IKE SA `id` with the peer (an INFORMATIONAL Delete, unless

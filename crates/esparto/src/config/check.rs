@@ -46,7 +46,7 @@ use super::model::Connection;
 use super::tree::{Cx, Kind, Node, Span};
 
 /// A value with where it was written.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Located<T> {
     /// The value.
     pub(crate) value: T,
@@ -57,7 +57,7 @@ pub(crate) struct Located<T> {
 }
 
 /// What the cross checks need to know about one child.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ChildSeen {
     /// `connection/child`.
     pub(crate) name: String,
@@ -142,6 +142,28 @@ pub(crate) fn overlaps(cx: &mut Cx<'_>, children: &[Arc<ChildSeen>]) -> usize {
         }
     }
     candidates
+}
+
+/// [`overlaps`] when `children[..from]` are known to hold no overlap
+/// among themselves: only the children from `from` on are compared, each
+/// with every earlier one (for a few children added to a checked list,
+/// cheaper than indexing them all again). Reports exactly what
+/// [`overlaps`] would: each against the first earlier child it overlaps.
+pub(crate) fn overlaps_after(cx: &mut Cx<'_>, children: &[Arc<ChildSeen>], from: usize) {
+    let meet = |a: &ChildSeen, b: &ChildSeen| {
+        a.local.iter().any(|la| {
+            a.remote.iter().any(|ra| {
+                b.local
+                    .iter()
+                    .any(|lb| b.remote.iter().any(|rb| pairs_overlap(&la.value, &ra.value, &lb.value, &rb.value)))
+            })
+        })
+    };
+    for (j, b) in children.iter().enumerate().skip(from) {
+        if let Some(a) = children[..j].iter().find(|a| meet(a, b)) {
+            report_overlap(cx, a, b);
+        }
+    }
 }
 
 /// One (local, remote) selector pair of a child.
@@ -326,7 +348,7 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Arc<Connecti
         let mut full = vec!["connections", conn];
         full.extend_from_slice(keys);
         field_at(root, &full).map(|(n, p)| (n.span.clone(), p)).or_else(|| {
-            let slot = grafted.conns.iter().find(|s| s.name == conn && s.kept.is_some())?;
+            let slot = grafted.conns.iter().find(|s| &*s.name == conn && s.kept.is_some())?;
             Some((slot.span.clone(), full.iter().fold(KeyPath::root(), |p, k| p.key(k))))
         })
     };

@@ -27,6 +27,7 @@ use super::error::KeyPath;
 use super::model::{Child, Connection, Daemon};
 use super::certs;
 use super::layer::{Grafted, Walk, Walked};
+use std::borrow::Cow;
 use super::tree::{Cx, Field, Kind, Node, Span};
 use super::value::{parse_addr, parse_duration, parse_ike_proposal};
 
@@ -131,12 +132,24 @@ const AUTH_UNSUPPORTED: &[(&str, &str)] = &[
 pub(crate) struct PskNeed {
     /// The connection's header.
     pub(crate) span: Span,
-    /// The connection's key path.
-    pub(crate) path: KeyPath,
-    /// Our identity (`None`: not known until the IKE SA runs).
-    pub(crate) local: Option<Identity>,
-    /// The peer's identity (`None`: any, or not known until the IKE SA runs).
-    pub(crate) remote: Option<Identity>,
+    /// Its position in [`Parsed::connections`].
+    pub(crate) conn: usize,
+}
+
+/// The identities a PSK of `c` must be found for: ours and the peer's,
+/// or `None` when they are not known until the IKE SA runs (the peer's
+/// is any).
+pub(crate) fn psk_ids(c: &Connection) -> Option<(Cow<'_, Identity>, Cow<'_, Identity>)> {
+    let ike = c.ike.as_ref()?;
+    fn side<'a>(id: &'a Option<Identity>, addrs: &[std::net::IpAddr]) -> Option<Cow<'a, Identity>> {
+        match id {
+            Some(i) => Some(Cow::Borrowed(i)),
+            None => addrs.first().map(|a| Cow::Owned(Identity::from(*a))),
+        }
+    }
+    let local = side(&ike.local.id, &c.local_addrs)?;
+    let remote = side(&ike.remote.id, &c.remote_addrs).filter(|r| !r.is_any())?;
+    Some((local, remote))
 }
 
 /// Every connection, the children's cross-check records, and the PSKs needed.
@@ -177,40 +190,33 @@ pub(crate) fn parse_all(
             };
             let (c, s): (_, Vec<Arc<ChildSeen>>) = (Arc::new(c), s.into_iter().map(Arc::new).collect());
             if !cx.grafted(&n.span) {
-                out.push(c, s, n.span.clone(), path);
+                out.push(c, &s, n.span.clone());
             } else if cx.error_count() == errors {
                 let warnings = cx.warnings_since(warnings);
-                fresh.insert(e.key.clone(), Walk { walked: Walked::Conn(c, s), warnings });
+                fresh.insert(e.key.clone(), Walk { walked: Walked::Conn(c, s.into()), warnings });
             }
         }
     }
     for (slot, walked) in grafted.walks(cx, "connections", fresh) {
         if let Walked::Conn(c, s) = walked {
-            let path = KeyPath::root().key("connections").key(&slot.name);
-            out.push(c, s, slot.span.clone(), path);
+            out.push(c, &s, slot.span.clone());
         }
     }
     out
 }
 
 impl Parsed {
-    /// Adds a parsed connection (at `span`, `path`) and what the checks
+    /// Adds a parsed connection (at `span`) and what the checks
     /// across connections need of it.
-    fn push(&mut self, c: Arc<Connection>, seen: Vec<Arc<ChildSeen>>, span: Span, path: KeyPath) {
+    fn push(&mut self, c: Arc<Connection>, seen: &[Arc<ChildSeen>], span: Span) {
+        // Both sides sign: no PSK.
         if let Some(ike) = &c.ike {
-            let local = ike.local.id.clone().or_else(|| c.local_addrs.first().map(|a| Identity::from(*a)));
-            let remote = ike.remote.id.clone().or_else(|| c.remote_addrs.first().map(|a| Identity::from(*a)));
-            let (local, remote) = match (local, remote) {
-                (Some(l), Some(r)) if !r.is_any() => (Some(l), Some(r)),
-                _ => (None, None),
-            };
-            // Both sides sign: no PSK.
             if ike.local.credential.is_none() || ike.remote.trust.is_none() {
-                self.psk_needs.push(PskNeed { span, path, local, remote });
+                self.psk_needs.push(PskNeed { span, conn: self.connections.len() });
             }
         }
         self.connections.push(c);
-        self.seen.extend(seen);
+        self.seen.extend_from_slice(seen);
     }
 }
 

@@ -21,16 +21,21 @@
 //! and its warnings) is kept ([`Walk`]) and reused, not walked again,
 //! while the tree and the file's text are the same: a connection's walk
 //! depends on nothing else. The checks across connections still see
-//! every one.
+//! every one, but remember what they last found clean: the children free
+//! of overlapping selectors, the PSK index and the connections whose
+//! PSKs it holds. A list that begins with what was found clean and adds a
+//! few after it (one more `load-conn`) has only the additions checked,
+//! against everything, with the messages a whole check gives.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use esparto_ike::config::Psk;
+use esparto_ike::config::{Psk, Secrets};
+use esparto_ike::{Identity, PskIndex};
 use serde::{Deserialize, Serialize};
 
-use super::check::ChildSeen;
+use super::check::{self, ChildSeen};
 use super::error::{ConfigError, KeyPath};
 use super::model::Connection;
 use super::tree::{Cx, Entry, Kind, Node, Span};
@@ -50,10 +55,11 @@ pub enum Value {
 /// What was loaded over VICI, in the order it came.
 #[derive(Clone, Default)]
 pub struct Layer {
-    /// Connections by name (`load-conn`).
-    pub conns: Vec<(String, Arc<Value>)>,
+    /// Connections by name (`load-conn`). Shared strings: every load
+    /// copies the layer.
+    pub conns: Vec<(Arc<str>, Arc<Value>)>,
     /// PSKs by their VICI id (`load-shared`).
-    pub secrets: Vec<(String, Arc<Value>)>,
+    pub secrets: Vec<(Arc<str>, Arc<Value>)>,
     /// The walks of the trees, shared by every copy of the layer.
     cache: Cache,
 }
@@ -90,12 +96,67 @@ impl Layer {
 
     /// Names of the connections, in the order they were loaded.
     pub fn conn_names(&self) -> impl Iterator<Item = &str> {
-        self.conns.iter().map(|(n, _)| n.as_str())
+        self.conns.iter().map(|(n, _)| &**n)
     }
 
     /// Ids of the secrets, in the order they were loaded.
     pub fn secret_ids(&self) -> impl Iterator<Item = &str> {
-        self.secrets.iter().map(|(n, _)| n.as_str())
+        self.secrets.iter().map(|(n, _)| &**n)
+    }
+
+    /// The index of `secrets`' PSKs: the one built last time if the keys
+    /// list the same identities in the same order (it holds positions and
+    /// identities only), else a new one, kept for next time. A load over
+    /// VICI checks every connection's PSK again; the keys rarely change
+    /// between two loads of connections.
+    pub(crate) fn psk_index(&self, secrets: &Secrets) -> Arc<PskIndex> {
+        let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let same = |(ids, _): &(Vec<Vec<Identity>>, Arc<PskIndex>)| {
+            ids.len() == secrets.psks.len() && ids.iter().zip(&secrets.psks).all(|(a, b)| *a == b.ids)
+        };
+        if let Some(kept) = c.psk_index.as_ref().filter(|k| same(k)) {
+            return kept.1.clone();
+        }
+        let ix = Arc::new(PskIndex::new(secrets));
+        c.psk_index = Some((secrets.psks.iter().map(|p| p.ids.clone()).collect(), ix.clone()));
+        ix
+    }
+
+    /// Checks `children` for overlapping selectors ([`check::overlaps`]).
+    /// If they are the children last found free of overlaps with a few
+    /// added after them (a load over VICI of one more connection), only
+    /// those few are compared ([`check::overlaps_after`]): the same
+    /// errors, without indexing every child again.
+    pub(crate) fn check_overlaps(&self, cx: &mut Cx<'_>, children: &[Arc<ChildSeen>]) {
+        const FEW: usize = 16;
+        let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = (cx.error_count(), cx.warning_count());
+        let known = c.no_overlaps.len();
+        if known > 0 && children.len() - known.min(children.len()) <= FEW && extends(children, &c.no_overlaps) {
+            check::overlaps_after(cx, children, known);
+        } else {
+            check::overlaps(cx, children);
+        }
+        if (cx.error_count(), cx.warning_count()) == before {
+            c.no_overlaps = children.to_vec();
+        }
+    }
+
+    /// How many of `connections`, from the first, are known to have their
+    /// PSK in `index` (found so last time with that very index); the
+    /// caller looks up the rest and reports [`Layer::psks_found`].
+    pub(crate) fn psks_known(&self, index: &Arc<PskIndex>, connections: &[Arc<Connection>]) -> usize {
+        let c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &c.psks_found {
+            Some((ix, found)) if Arc::ptr_eq(ix, index) && extends(connections, found) => found.len(),
+            _ => 0,
+        }
+    }
+
+    /// Every one of `connections` has its PSK in `index`.
+    pub(crate) fn psks_found(&self, index: &Arc<PskIndex>, connections: &[Arc<Connection>]) {
+        let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        c.psks_found = Some((index.clone(), connections.to_vec()));
     }
 }
 
@@ -109,22 +170,22 @@ impl std::fmt::Debug for Layer {
     }
 }
 
-fn set(list: &mut Vec<(String, Arc<Value>)>, name: &str, value: Value) -> bool {
-    match list.iter_mut().find(|(n, _)| n == name) {
+fn set(list: &mut Vec<(Arc<str>, Arc<Value>)>, name: &str, value: Value) -> bool {
+    match list.iter_mut().find(|(n, _)| &**n == name) {
         Some(slot) => {
             slot.1 = Arc::new(value);
             true
         }
         None => {
-            list.push((name.to_string(), Arc::new(value)));
+            list.push((name.into(), Arc::new(value)));
             false
         }
     }
 }
 
-fn remove(list: &mut Vec<(String, Arc<Value>)>, name: &str) -> bool {
+fn remove(list: &mut Vec<(Arc<str>, Arc<Value>)>, name: &str) -> bool {
     let before = list.len();
-    list.retain(|(n, _)| n != name);
+    list.retain(|(n, _)| &**n != name);
     list.len() != before
 }
 
@@ -132,7 +193,7 @@ fn remove(list: &mut Vec<(String, Arc<Value>)>, name: &str) -> bool {
 #[derive(Clone)]
 pub(crate) enum Walked {
     /// A connection and its children's cross-check records.
-    Conn(Arc<Connection>, Vec<Arc<ChildSeen>>),
+    Conn(Arc<Connection>, Arc<[Arc<ChildSeen>]>),
     /// A PSK.
     Secret(Arc<Psk>),
 }
@@ -151,9 +212,22 @@ struct Cache(Arc<Mutex<CacheInner>>);
 
 #[derive(Default)]
 struct CacheInner {
-    conns: HashMap<String, Kept>,
-    secrets: HashMap<String, Kept>,
+    conns: HashMap<Arc<str>, Kept>,
+    secrets: HashMap<Arc<str>, Kept>,
     next_segment: usize,
+    /// The identities of the keys last indexed, by position, and their index.
+    psk_index: Option<(Vec<Vec<Identity>>, Arc<PskIndex>)>,
+    /// The children last found free of overlaps.
+    no_overlaps: Vec<Arc<ChildSeen>>,
+    /// A key index and the connections last found to have their PSKs in it.
+    psks_found: Option<(Arc<PskIndex>, Vec<Arc<Connection>>)>,
+}
+
+/// Whether `new` begins with `old`, element by element: the same `Arc`s
+/// (a kept walk's: an `Arc`'s content never changes, and `old` keeps it
+/// alive), or equal ones (the file's, parsed again each time).
+fn extends<T: PartialEq>(new: &[Arc<T>], old: &[Arc<T>]) -> bool {
+    new.len() >= old.len() && old.iter().zip(new).all(|(a, b)| Arc::ptr_eq(a, b) || a == b)
 }
 
 struct Kept {
@@ -162,14 +236,14 @@ struct Kept {
 }
 
 impl CacheInner {
-    fn table(&mut self, table: &str) -> &mut HashMap<String, Kept> {
+    fn table(&mut self, table: &str) -> &mut HashMap<Arc<str>, Kept> {
         if table == "connections" { &mut self.conns } else { &mut self.secrets }
     }
 }
 
 /// One tree of the layer, where it was grafted, and its walk if kept.
 pub(crate) struct Slot {
-    pub(crate) name: String,
+    pub(crate) name: Arc<str>,
     /// The span of its nodes (its segment).
     pub(crate) span: Span,
     value: Arc<Value>,
@@ -194,17 +268,17 @@ impl Grafted {
         let slots = if table == "connections" { &self.conns } else { &self.secrets };
         let mut out = Vec::with_capacity(slots.len());
         for slot in slots {
-            let walked = match (&slot.kept, fresh.remove(&slot.name)) {
-                (Some(w), _) => {
+            let walked = match &slot.kept {
+                Some(w) => {
                     cx.replay_warnings(&slot.span, &w.warnings);
                     w.walked.clone()
                 }
-                (None, Some(w)) => {
+                None => {
+                    let Some(w) = fresh.remove(&*slot.name) else { continue };
                     let walked = w.walked.clone();
                     self.keep(table, slot, w);
                     walked
                 }
-                (None, None) => continue,
             };
             out.push((slot, walked));
         }
@@ -214,7 +288,7 @@ impl Grafted {
     /// Keeps the walk of the tree in `slot` (of `table`) for next time.
     fn keep(&self, table: &'static str, slot: &Slot, walk: Walk) {
         let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(k) = c.table(table).get_mut(&slot.name) {
+        if let Some(k) = c.table(table).get_mut(&*slot.name) {
             k.walk = Some((self.fingerprint, slot.value.clone(), Arc::new(walk)));
         }
     }
@@ -233,15 +307,11 @@ pub(crate) fn fingerprint(text: &str, dir: &std::path::Path) -> u64 {
 /// (see the module docs), except those whose walk is kept for this
 /// `fingerprint`. A name the file already uses is an error at the
 /// grafted tree, pointing at the file's.
-pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint: u64) -> Grafted {
+pub(crate) fn graft<'t>(cx: &mut Cx<'t>, root: &mut Node, layer: &'t Layer, fingerprint: u64) -> Grafted {
     let mut out = Grafted { fingerprint, cache: layer.cache.clone(), ..Grafted::default() };
     let mut guard = layer.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let cache = &mut *guard;
-    // Forget the walks of trees the layer no longer has.
-    let conns: HashSet<&str> = layer.conn_names().collect();
-    let secrets: HashSet<&str> = layer.secret_ids().collect();
-    cache.conns.retain(|name, _| conns.contains(name.as_str()));
-    cache.secrets.retain(|name, _| secrets.contains(name.as_str()));
+    cx.reserve_segments(layer.conns.len() + layer.secrets.len());
     for (table, what, items) in [("connections", "load-conn", &layer.conns), ("secrets", "load-shared", &layer.secrets)] {
         let file_names: HashSet<String> = match root.get(table).map(|e| &e.value.kind) {
             Some(Kind::Table(entries)) => entries.iter().map(|e| e.key.clone()).collect(),
@@ -249,7 +319,11 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
         };
         for (name, value) in items {
             let fresh = cache.next_segment + 1;
-            let entry = cache.table(table).entry(name.clone()).or_insert(Kept { segment: fresh, walk: None });
+            let t = cache.table(table);
+            let entry = match t.get_mut(&**name) {
+                Some(e) => e,
+                None => t.entry(name.clone()).or_insert(Kept { segment: fresh, walk: None }),
+            };
             let segment = entry.segment;
             let kept = entry
                 .walk
@@ -259,8 +333,8 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
             if segment == fresh {
                 cache.next_segment = fresh;
             }
-            let span = cx.segment(segment, format!("{what} '{name}' (VICI)"));
-            if file_names.contains(name) {
+            let span = cx.segment(segment, what, name);
+            if file_names.contains(&**name) {
                 let theirs = root.get(table).and_then(|t| t.value.get(name)).map(|e| e.key_span.clone());
                 let at = theirs.map(|s| cx.position(&s)).unwrap_or_default();
                 cx.err(
@@ -275,13 +349,21 @@ pub(crate) fn graft(cx: &mut Cx<'_>, root: &mut Node, layer: &Layer, fingerprint
                     // The file's table is not a table: the walk says so.
                     continue;
                 };
-                entries.push(Entry { key: name.clone(), key_span: span.clone(), value: node(value, &span) });
+                entries.push(Entry { key: name.to_string(), key_span: span.clone(), value: node(value, &span) });
             }
             let slot = Slot { name: name.clone(), span, value: value.clone(), kept };
             match table {
                 "connections" => out.conns.push(slot),
                 _ => out.secrets.push(slot),
             }
+        }
+        // Forget the walks of trees the layer no longer has. Every name of
+        // the layer is in the cache now, so it holds others only if it is
+        // larger.
+        let kept = cache.table(table);
+        if kept.len() > items.len() {
+            let names: HashSet<&str> = items.iter().map(|(n, _)| &**n).collect();
+            kept.retain(|name, _| names.contains(&**name));
         }
     }
     drop(guard);

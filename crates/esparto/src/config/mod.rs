@@ -200,23 +200,32 @@ fn parse_in(
     let authorities = certs::authorities(&mut cx, &root);
     let parsed = connection::parse_all(&mut cx, &root, &daemon, &authorities, &grafted);
     let secrets = secrets::parse(&mut cx, &root, &grafted);
-    check::overlaps(&mut cx, &parsed.seen);
+    layer.check_overlaps(&mut cx, &parsed.seen);
     check::spis(&mut cx, &parsed.seen);
-    let psks = esparto_ike::PskIndex::new(&secrets);
-    for need in &parsed.psk_needs {
-        match (&need.local, &need.remote) {
-            (Some(l), Some(r)) if psks.find(l, r).is_none() => cx.err(
-                &need.span,
-                &need.path,
-                format!("no [secrets] entry holds a PSK for local id '{l}' and remote id '{r}'"),
-            ),
-            // Identities known only at run time: at least some PSK must exist.
-            (None, _) | (_, None) if secrets.psks.is_empty() => cx.err(
-                &need.span,
-                &need.path,
-                "authenticates with a PSK, but the file has no [secrets] section",
-            ),
-            _ => {}
+    if !parsed.psk_needs.is_empty() {
+        let psks = layer.psk_index(&secrets);
+        let known = layer.psks_known(&psks, &parsed.connections);
+        let errors = cx.error_count();
+        for need in parsed.psk_needs.iter().filter(|n| n.conn >= known) {
+            let conn = &parsed.connections[need.conn];
+            let path = || KeyPath::root().key("connections").key(&conn.name);
+            match connection::psk_ids(conn) {
+                Some((l, r)) if psks.find(&l, &r).is_none() => cx.err(
+                    &need.span,
+                    &path(),
+                    format!("no [secrets] entry holds a PSK for local id '{l}' and remote id '{r}'"),
+                ),
+                // Identities known only at run time: at least some PSK must exist.
+                None if secrets.psks.is_empty() => cx.err(
+                    &need.span,
+                    &path(),
+                    "authenticates with a PSK, but the file has no [secrets] section",
+                ),
+                _ => {}
+            }
+        }
+        if cx.error_count() == errors {
+            layer.psks_found(&psks, &parsed.connections);
         }
     }
     if !cx.has_errors() {

@@ -204,8 +204,8 @@ pub(crate) fn warn(
 /// are sorted once, so each selector finds those it covers by binary
 /// search (a hub has thousands of connections).
 fn peers_covered(cx: &mut Cx<'_>, seen: &[Arc<ChildSeen>], conns: &[Arc<Connection>], daemon: &Daemon) {
-    let first_peer: HashMap<&str, IpAddr> =
-        conns.iter().filter_map(|k| Some((k.name.as_str(), *k.remote_addrs.first()?))).collect();
+    let mut first_peer: HashMap<&str, IpAddr> = HashMap::with_capacity(conns.len());
+    first_peer.extend(conns.iter().filter_map(|k| Some((k.name.as_str(), *k.remote_addrs.first()?))));
     let mut peers: Vec<(IpAddr, &Connection)> =
         conns.iter().flat_map(|k| k.remote_addrs.iter().map(move |a| (*a, &**k))).collect();
     peers.sort_by_key(|(a, _)| *a);

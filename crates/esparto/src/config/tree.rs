@@ -207,8 +207,9 @@ pub(crate) struct Cx<'t> {
     /// Names of the trees grafted beside the file's (loaded over VICI,
     /// [`super::layer`]) by their number, in messages instead of the
     /// file's name. The nodes of number k have the span `text.len() + k`,
-    /// past the file's end, so a span says where its node came from.
-    segments: HashMap<usize, String>,
+    /// past the file's end, so a span says where its node came from. The
+    /// name is `{what} '{name}' (VICI)`, formatted only for a message.
+    segments: HashMap<usize, (&'static str, &'t str)>,
 }
 
 impl<'t> Cx<'t> {
@@ -227,11 +228,17 @@ impl<'t> Cx<'t> {
     }
 
     /// The span of every node of the tree number `k` (> 0) grafted beside
-    /// the file's, named `name` in messages (they have no line or column).
-    pub(crate) fn segment(&mut self, k: usize, name: String) -> Span {
+    /// the file's, from the VICI command `what` for `name` (messages name
+    /// it so; they have no line or column).
+    pub(crate) fn segment(&mut self, k: usize, what: &'static str, name: &'t str) -> Span {
         let at = self.text.len() + k.max(1);
-        self.segments.insert(k.max(1), name);
+        self.segments.insert(k.max(1), (what, name));
         at..at
+    }
+
+    /// Room for `n` more grafted trees.
+    pub(crate) fn reserve_segments(&mut self, n: usize) {
+        self.segments.reserve(n);
     }
 
     /// Did the node at `span` come from a grafted tree (over VICI, where
@@ -244,7 +251,10 @@ impl<'t> Cx<'t> {
     fn locate(&self, span: &Span) -> (String, usize, usize) {
         if self.grafted(span) {
             let k = span.start - self.text.len();
-            let name = self.segments.get(&k).cloned().unwrap_or_else(|| self.file.clone());
+            let name = match self.segments.get(&k) {
+                Some((what, name)) => format!("{what} '{name}' (VICI)"),
+                None => self.file.clone(),
+            };
             return (name, 0, 0);
         }
         let (line, column) = self.lines.line_col(self.text, span.start);

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::LayerValue;
 use crate::status::{ConnStatus, IkeSaStatus, ReloadReport, Status};
 
-pub use client::{ClientError, request, stream};
+pub use client::{ClientError, Session, request, stream};
 pub use locate::{Socket, Source, locate};
 pub use server::{Answer, ControlServer, Streams};
 pub(crate) use server::{bind_socket, remove_socket};

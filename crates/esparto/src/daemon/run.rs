@@ -573,7 +573,7 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
         Request::LoadConn { name, conn } => {
             // The same tree again (`swanctl --load-all` of an unchanged
             // file): the configuration would be the running one.
-            if config.layer.conns.iter().any(|(n, v)| *n == name && **v == conn) {
+            if config.layer.conns.iter().any(|(n, v)| **n == *name && **v == conn) {
                 return Response::Reload(Box::new(unchanged(config, &format!("load-conn '{name}'"))));
             }
             let mut layer = config.layer.clone();
@@ -594,7 +594,7 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             load_layer(gw, ike, config, layer, &format!("unload-conn '{name}'"))
         }
         Request::LoadShared { id, secret } => {
-            if config.layer.secrets.iter().any(|(n, v)| *n == id && **v == secret) {
+            if config.layer.secrets.iter().any(|(n, v)| **n == *id && **v == secret) {
                 return Response::Reload(Box::new(unchanged(config, &format!("load-shared '{id}'"))));
             }
             let mut layer = config.layer.clone();

@@ -69,18 +69,20 @@ pub trait Backend {
 #[derive(Debug)]
 pub struct ControlBackend {
     path: PathBuf,
+    /// One connection for the requests that follow each other.
+    session: control::Session,
 }
 
 impl ControlBackend {
     /// Requests go to the control socket at `path`.
     pub fn new(path: &Path) -> Self {
-        ControlBackend { path: path.to_path_buf() }
+        ControlBackend { path: path.to_path_buf(), session: control::Session::new(path) }
     }
 }
 
 impl Backend for ControlBackend {
     fn request(&mut self, req: &Request) -> Response {
-        control::request(&self.path, req, REQUEST_TIMEOUT).unwrap_or_else(|e| Response::Error(e.to_string()))
+        self.session.request(req, REQUEST_TIMEOUT).unwrap_or_else(|e| Response::Error(e.to_string()))
     }
 
     fn up(&mut self, name: &str, timeout: Duration, each: &mut dyn FnMut(StreamItem)) -> Response {

@@ -124,3 +124,61 @@ fn a_kept_walk_gives_what_a_new_walk_gives() {
     let other = base().replace("workers = 2", "workers = 3");
     assert_eq!(layered(&other, &layer).unwrap_err().to_string(), e);
 }
+
+/// `vici_conn` with the identities `(local, remote)`.
+fn conn_for(remote_ts: &str, (local_id, remote_id): (&str, &str)) -> LayerValue {
+    let LayerValue::Section(mut conn) = vici_conn("192.0.2.9", remote_ts, "128") else { unreachable!() };
+    for (k, v) in &mut conn {
+        match k.as_str() {
+            "local" => *v = sec(&[("auth", st("psk")), ("id", st(local_id))]),
+            "remote" => *v = sec(&[("auth", st("psk")), ("id", st(remote_id))]),
+            _ => {}
+        }
+    }
+    LayerValue::Section(conn)
+}
+
+/// The same layer without what its checks remember: checked whole.
+fn afresh(layer: &Layer) -> Layer {
+    let mut l = Layer::default();
+    for (name, v) in &layer.conns {
+        l.set_conn(name, (**v).clone());
+    }
+    for (id, v) in &layer.secrets {
+        l.set_secret(id, (**v).clone());
+    }
+    l
+}
+
+#[test]
+fn one_more_load_is_checked_as_the_whole_layer_would_be() {
+    let mut layer = Layer::default();
+    layer.set_secret("ike-vpn", psk());
+    // Loaded one by one, as swanctl does: each check after the first
+    // compares only the new connection with the others.
+    for k in 0..20 {
+        layer.set_conn(&format!("c{k}"), conn_for(&format!("10.9.{k}.0/24"), ("west", "east")));
+        layer = layered(&base(), &layer).unwrap().layer;
+    }
+    let refused = |layer: &Layer| layered(&base(), layer).unwrap_err().to_string();
+    // One more that overlaps c5, one whose PSK is missing, and c3 changed
+    // in place to overlap c10: each refused as a whole check refuses it.
+    let mut overlapping = layer.clone();
+    overlapping.set_conn("c20", conn_for("10.9.5.128/25", ("west", "east")));
+    let e = refused(&overlapping);
+    assert!(e.contains("load-conn 'c20' (VICI)") && e.contains("overlaps child c5/net"), "{e}");
+    assert_eq!(e, refused(&afresh(&overlapping)));
+    let mut no_psk = layer.clone();
+    no_psk.set_conn("c20", conn_for("10.9.20.0/24", ("here", "elsewhere")));
+    let e = refused(&no_psk);
+    assert!(e.contains("load-conn 'c20' (VICI)") && e.contains("remote id '@elsewhere'"), "{e}");
+    assert_eq!(e, refused(&afresh(&no_psk)));
+    let mut changed = layer.clone();
+    changed.set_conn("c3", conn_for("10.9.10.0/25", ("west", "east")));
+    let e = refused(&changed);
+    assert!(e.contains("load-conn 'c10' (VICI)") && e.contains("overlaps child c3/net"), "{e}");
+    assert_eq!(e, refused(&afresh(&changed)));
+    // The refusals leave the accepted layer's checks right.
+    layer.set_conn("c20", conn_for("10.9.20.0/24", ("west", "east")));
+    assert_eq!(layered(&base(), &layer).unwrap().connections.len(), 22);
+}
