@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::sys;
 
-/// File descriptors to wait on for readability.
+/// File descriptors to wait on for readability (some also for
+/// writability).
 #[derive(Debug, Default)]
 pub struct Poller {
     fds: Vec<libc::pollfd>,
@@ -25,6 +26,13 @@ impl Poller {
         self.fds.len() - 1
     }
 
+    /// Adds `fd`, waited on for writability too (a socket with output
+    /// that did not fit); its index for [`ready`](Self::ready).
+    pub fn add_writable(&mut self, fd: RawFd) -> usize {
+        self.fds.push(libc::pollfd { fd, events: libc::POLLIN | libc::POLLOUT, revents: 0 });
+        self.fds.len() - 1
+    }
+
     /// Number of descriptors in the set.
     pub fn len(&self) -> usize {
         self.fds.len()
@@ -35,7 +43,7 @@ impl Poller {
         self.fds.is_empty()
     }
 
-    /// Waits until one is readable or `timeout` passes (EINTR counts as a
+    /// Waits until one is ready or `timeout` passes (EINTR counts as a
     /// timeout: a signal arrived, the caller looks at its flags).
     pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
         for f in &mut self.fds {

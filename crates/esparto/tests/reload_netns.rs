@@ -702,8 +702,19 @@ fn bench_vici_list_sas_of_10000_child_sas() {
     let after = (disturbed(&west), disturbed(&east));
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
+    // The same list over the control socket (`esparto sas --json`), for
+    // comparison: what VICI adds.
+    let control: Vec<f64> = (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            let sas = west.sas().unwrap();
+            assert_eq!(sas.len(), n);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
     println!(
         "vici: swanctl --list-sas of {n} IKE SAs with {n} Child SAs: {times:.2?} s (median {:.2} s); \
+         esparto sas --json {control:.2?} s; \
          IKE failures, Child SA failures, re-initiations west/east before {before:?} after {after:?}",
         sorted[2]
     );

@@ -129,7 +129,7 @@ fn exchange_on(
     s.write_all(&line).map_err(|e| (io_err(e), false))?;
     let mut got = Vec::new();
     let mut answered = false;
-    let mut buf = [0u8; 16 * 1024];
+    let mut buf = vec![0u8; 256 * 1024];
     loop {
         let seen = |e| (e, true);
         s.set_read_timeout(Some(remaining().map_err(seen)?)).map_err(|e| seen(io_err(e)))?;
@@ -142,13 +142,17 @@ fn exchange_on(
             }
             Ok(n) => {
                 answered = true;
+                // Only the bytes just read can end a line: an answer of
+                // megabytes (the SA list of a hub) is scanned once.
+                let mut from = got.len();
                 got.extend_from_slice(&buf[..n]);
-                while let Some(i) = got.iter().position(|&b| b == b'\n') {
+                while let Some(i) = got[from..].iter().position(|&b| b == b'\n').map(|i| from + i) {
                     let more = line_fn(&got[..i]).map_err(seen)?;
                     if !more {
                         return Ok(());
                     }
                     got.drain(..=i);
+                    from = 0;
                 }
                 if got.len() > MAX_RESPONSE {
                     return Err(seen(ClientError::Protocol(format!(

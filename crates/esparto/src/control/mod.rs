@@ -20,10 +20,11 @@
 //! (so it cannot make the daemon buffer without bound), and at most
 //! [`MAX_CLIENTS`] are served at once. [`ControlServer::poll`] does
 //! whatever is ready and returns; the daemon calls it when the listener or
-//! a client fd ([`ControlServer::client_fds`]) is readable, or on its
-//! periodic tick.
+//! a client fd ([`ControlServer::client_fds`]) is readable, or writable
+//! while its answer is still going out, or on its periodic tick.
 //!
-//! The client side is [`request`] (in `client`); [`locate`] finds the
+//! The client side is [`request`] (in `client`), or a [`Session`] of
+//! requests over one connection; [`locate`] finds the
 //! socket the way the daemon chose it (`--control`, else the
 //! configuration's `[daemon] control`, else the default).
 //!

@@ -108,10 +108,12 @@ impl ControlServer {
     }
 
     /// File descriptors of connected clients, to wait on for readability
-    /// (or writability while [`wants_write`](Self::wants_write)) next to the
-    /// listener's [`as_raw_fd`](AsRawFd::as_raw_fd).
-    pub fn client_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
-        self.clients.iter().map(|c| c.stream.as_raw_fd())
+    /// next to the listener's [`as_raw_fd`](AsRawFd::as_raw_fd), each with
+    /// whether to wait for writability too: its client has output the
+    /// socket did not take yet (a long answer leaves as fast as the client
+    /// reads it, not one socket buffer per wake-up).
+    pub fn client_fds(&self) -> impl Iterator<Item = (RawFd, bool)> + '_ {
+        self.clients.iter().map(|c| (c.stream.as_raw_fd(), c.written < c.output.len()))
     }
 
     /// Whether some client has output the socket did not take yet.
@@ -598,6 +600,37 @@ mod tests {
             got,
             format!("{{\"ok\":false,\"error\":\"request longer than {MAX_REQUEST} bytes\"}}\n")
         );
+    }
+
+    #[test]
+    fn a_client_with_an_answer_still_going_out_is_waited_on_for_writability() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let mut server = ControlServer::bind(&path).unwrap();
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(b"{\"cmd\":\"status\"}\n").unwrap();
+        // An answer far larger than a socket buffer, not read yet.
+        let big = |_: Request| Response::Error("x".repeat(8 << 20));
+        let deadline = Instant::now() + T;
+        while server.client_count() == 0 && Instant::now() < deadline {
+            server.poll(big);
+        }
+        server.poll(big);
+        let fds: Vec<(RawFd, bool)> = server.client_fds().collect();
+        assert_eq!(fds, [(fds[0].0, true)], "output pending: wait for POLLOUT");
+        // Read it all; once it is out, readability alone.
+        s.set_read_timeout(Some(T)).unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 20];
+        while !got.ends_with(b"\n") && Instant::now() < deadline {
+            server.poll(big);
+            match s.read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(got.len() > 8 << 20, "{} bytes", got.len());
+        assert_eq!(server.client_fds().map(|(_, w)| w).collect::<Vec<_>>(), [false]);
     }
 
     #[test]

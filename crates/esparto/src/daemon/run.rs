@@ -248,8 +248,12 @@ impl Daemon {
         let term = poller.add(self.signals.term.as_raw_fd());
         let hup = poller.add(self.signals.hup.as_raw_fd());
         poller.add(self.server.as_raw_fd());
-        for fd in self.server.client_fds() {
-            poller.add(fd);
+        for (fd, output) in self.server.client_fds() {
+            if output {
+                poller.add_writable(fd);
+            } else {
+                poller.add(fd);
+            }
         }
         let metrics = self.metrics.as_ref().map(|m| poller.add(m.fd()));
         // Workers' events (a barrier's answer is waited for).

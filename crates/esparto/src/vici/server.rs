@@ -26,6 +26,9 @@ pub const FIRST_PACKET_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SEGMENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A client that takes nothing we send for this long is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// List events are written in batches of about this many bytes.
+const LIST_BATCH: usize = 64 * 1024;
 /// Stack of a client thread: it parses and builds messages on the heap.
 const CLIENT_STACK: usize = 256 * 1024;
 
@@ -233,22 +236,34 @@ fn session(s: &mut UnixStream, shared: &Shared) -> Result<(), End> {
         read_exact(s, &mut segment, "segment")?;
         first = false;
         let p = Packet::parse(&segment).map_err(|e| End::Protocol(e.to_string()))?;
+        // What goes out next: buffered events, then the answer.
         let mut out = Vec::new();
+        let mut events_end = 0;
         let emitted = match p.kind {
             PacketType::CmdRequest => {
                 let outcome = match Section::parse(p.message) {
                     Ok(req) => {
                         let mut write_err = None;
+                        // The list events of one command go out in writes of
+                        // up to LIST_BATCH bytes (10,000 SAs are 10,000
+                        // events: one write each would wake the client as
+                        // often); the others at once, as they happen.
                         let mut emit = |name: &'static str, msg: &[u8]| -> bool {
                             if !events.contains(name) {
                                 return true;
                             }
-                            let mut buf = Vec::new();
-                            if let Err(e) = (Packet { kind: PacketType::Event, name, message: msg }).emit(&mut buf) {
+                            let at = out.len();
+                            if let Err(e) = (Packet { kind: PacketType::Event, name, message: msg }).emit(&mut out) {
+                                out.truncate(at);
                                 warn!(target: TRAFFIC, "vici: {name} event left out: {e}");
                                 return true;
                             }
-                            match write_all(s, &buf) {
+                            if name.starts_with("list-") && out.len() < LIST_BATCH {
+                                return true;
+                            }
+                            let sent = write_all(s, &out);
+                            out.clear();
+                            match sent {
                                 Ok(()) => true,
                                 Err(e) => {
                                     write_err = Some(e);
@@ -268,6 +283,7 @@ fn session(s: &mut UnixStream, shared: &Shared) -> Result<(), End> {
                         Outcome::Reply(commands::failure(&format!("malformed request message: {e}")))
                     }
                 };
+                events_end = out.len();
                 match &outcome {
                     Outcome::Reply(m) => Packet { kind: PacketType::CmdResponse, name: "", message: m }.emit(&mut out),
                     Outcome::Unknown => Packet { kind: PacketType::CmdUnknown, name: "", message: &[] }.emit(&mut out),
@@ -292,9 +308,10 @@ fn session(s: &mut UnixStream, shared: &Shared) -> Result<(), End> {
             }
         };
         if let Err(e) = emitted {
-            // An answer over 512 KiB: say so instead.
+            // An answer over 512 KiB: say so instead (after the events
+            // still buffered).
             warn!("vici: the answer to {} left out: {e}", p.name);
-            out.clear();
+            out.truncate(events_end);
             let m = commands::failure(&format!("the answer is too large for VICI: {e}"));
             let _ = Packet { kind: PacketType::CmdResponse, name: "", message: &m }.emit(&mut out);
         }
