@@ -2,9 +2,9 @@
 //!
 //! Two Esparto gateways in the standard topology; neither starts the
 //! tunnel by itself. `swanctl --uri unix://…/charon.vici` against gw-west:
-//! `--version`, `--stats`, `--list-conns`, `--initiate --child` (the
-//! negotiation's log streams, exit 0), `--list-sas` (plain, `--raw`,
-//! `--pretty`), `--rekey --child`, `--terminate --ike`, and what Esparto
+//! `--version`, `--stats`, `--list-algs`, `--list-conns`, `--initiate
+//! --child` (the negotiation's log streams, exit 0), `--list-sas` (plain,
+//! `--raw`, `--pretty`), `--rekey --child`, `--terminate --ike`,
 //! `--list-pols`, and what Esparto refuses (`--counters`) fails with
 //! Esparto's reason.
 //! Then the clients that misbehave: one that sends nothing, one that
@@ -106,6 +106,11 @@ fn swanctl_drives_esparto() {
     let st = ok(&west, &["--stats"]);
     assert!(st.contains("IKE_SAs: 0 total, 0 half-open"), "{st}");
     assert!(st.contains("worker threads: 2 total"), "{st}");
+    // The algorithms by strongSwan's names, with the library of each.
+    let algs = ok(&west, &["--list-algs"]);
+    for want in ["aead:", "  AES_GCM_16[aws-lc-rs]", "  CHACHA20_POLY1305[aws-lc-rs]", "ke:", "  CURVE_25519[aws-lc-rs]", "  MODP_3072[crypto-bigint]", "prf:", "  PRF_HMAC_SHA2_256[aws-lc-rs]"] {
+        assert!(algs.lines().any(|l| l == want), "{want:?} not in {algs}");
+    }
 
     let conns = ok(&west, &["--list-conns"]);
     assert!(conns.contains("site: IKEv2"), "{conns}");

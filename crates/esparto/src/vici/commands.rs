@@ -35,7 +35,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("uninstall", "uninstalling trap policies over VICI is not supported yet"),
     ("list-certs", "listing certificates over VICI is not supported yet"),
     ("list-authorities", "listing authorities over VICI is not supported yet"),
-    ("get-algorithms", "listing algorithms over VICI is not supported yet"),
     ("get-counters", "IKE counters over VICI are not supported yet; `esparto status --json` has them"),
     ("reset-counters", "IKE counters over VICI are not supported yet"),
     ("load-cert", "loading certificates over VICI is not supported yet"),
@@ -219,6 +218,7 @@ pub(super) fn success() -> Builder {
 pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Outcome {
     let reply = match cmd {
         "version" => version(),
+        "get-algorithms" => algorithms(),
         "stats" => stats(cx),
         "list-sas" => list_sas(req, cx, emit),
         "list-conns" => list_conns(req, cx, emit),
@@ -249,6 +249,68 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
 fn empty_list(name: &str) -> Vec<u8> {
     let mut b = Builder::new();
     b.list::<&str>(name, []);
+    finish(b)
+}
+
+/// The algorithms IKE and ESP negotiate, by strongSwan's names, each
+/// with the library that implements it (strongSwan names its plugin).
+fn algorithms() -> Vec<u8> {
+    use esparto_crypto::Integ;
+    use esparto_crypto::ike::{IkeEncr, KeGroup, Prf};
+    const AWS_LC: &str = "aws-lc-rs";
+    let mut b = Builder::new();
+    // Each algorithm once, whatever its key sizes (as strongSwan lists them).
+    let (mut ciphers, mut aeads) = (Vec::new(), Vec::new());
+    for e in IkeEncr::ALL {
+        let (list, name) = match e {
+            IkeEncr::AesCbc { .. } => (&mut ciphers, "AES_CBC"),
+            IkeEncr::AesGcm16 { .. } => (&mut aeads, "AES_GCM_16"),
+            IkeEncr::ChaCha20Poly1305 => (&mut aeads, "CHACHA20_POLY1305"),
+        };
+        if !list.contains(&name) {
+            list.push(name);
+        }
+    }
+    b.begin("encryption");
+    for name in ciphers {
+        b.kv(name, AWS_LC);
+    }
+    b.end().begin("integrity");
+    for i in [Integ::HmacSha1_96, Integ::HmacSha256_128, Integ::HmacSha384_192, Integ::HmacSha512_256] {
+        let name = match i {
+            Integ::HmacSha1_96 => "HMAC_SHA1_96",
+            Integ::HmacSha256_128 => "HMAC_SHA2_256_128",
+            Integ::HmacSha384_192 => "HMAC_SHA2_384_192",
+            Integ::HmacSha512_256 => "HMAC_SHA2_512_256",
+        };
+        b.kv(name, AWS_LC);
+    }
+    b.end().begin("aead");
+    for name in aeads {
+        b.kv(name, AWS_LC);
+    }
+    b.end().begin("prf");
+    for p in Prf::ALL {
+        let name = match p {
+            Prf::HmacSha1 => "PRF_HMAC_SHA1",
+            Prf::HmacSha256 => "PRF_HMAC_SHA2_256",
+            Prf::HmacSha384 => "PRF_HMAC_SHA2_384",
+            Prf::HmacSha512 => "PRF_HMAC_SHA2_512",
+        };
+        b.kv(name, AWS_LC);
+    }
+    b.end().begin("ke");
+    for g in KeGroup::ALL {
+        let (name, by) = match g {
+            KeGroup::Modp2048 => ("MODP_2048", "crypto-bigint"),
+            KeGroup::Modp3072 => ("MODP_3072", "crypto-bigint"),
+            KeGroup::Ecp256 => ("ECP_256", AWS_LC),
+            KeGroup::Ecp384 => ("ECP_384", AWS_LC),
+            KeGroup::Curve25519 => ("CURVE_25519", AWS_LC),
+        };
+        b.kv(name, by);
+    }
+    b.end().begin("rng").kv("RNG_STRONG", AWS_LC).end();
     finish(b)
 }
 
