@@ -364,6 +364,8 @@ pub enum Event {
         new: IkeSaId,
         /// Connection name.
         connection: Arc<str>,
+        /// We initiated the rekey (else the peer did).
+        initiated: bool,
     },
     /// Start sending on this Child SA (announced with `outbound_active:
     /// false`): the peer has switched to it.

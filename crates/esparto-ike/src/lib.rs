@@ -123,7 +123,7 @@ pub use config::{
     AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction, Recover,
     EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction,
 };
-pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, NewConnection, Stats};
+pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, Messages, NewConnection, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
 pub use identity::Identity;
 /// Wall-clock time (seconds since the Unix epoch), as the caller reads it:

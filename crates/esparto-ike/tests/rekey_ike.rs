@@ -59,6 +59,21 @@ fn ike_sa_rekey_both_directions_keeps_the_children() {
                 net.count(p, |e| matches!(e, Event::IkeSaRekeyed { old: o, new: n, .. } if *o == old[p] && *n == new)),
                 1
             );
+            // Whose rekey it was, as each side sees it.
+            assert_eq!(
+                net.count(p, |e| matches!(e, Event::IkeSaRekeyed { initiated, .. } if *initiated == (p == who))),
+                1,
+                "peer {p}"
+            );
+            // The rekey's CREATE_CHILD_SA, counted on both sides: a
+            // request out and a response in at the initiator of the
+            // rekey, the other way round at the peer.
+            let m = net.peers[p].ep.stats().messages;
+            let (reqs, resps) = if p == who { (m.sent[2][0], m.received[2][1]) } else { (m.received[2][0], m.sent[2][1]) };
+            assert!(reqs >= 1 && resps >= 1, "peer {p}: {m:?}");
+            // The first exchanges: the initiator sent the requests.
+            let (init, auth) = if p == I { (m.sent[0][0], m.sent[1][0]) } else { (m.received[0][0], m.received[1][0]) };
+            assert!(init >= 1 && auth >= 1, "peer {p}: {m:?}");
             assert_eq!(
                 net.count(p, |e| matches!(e, Event::ChildSaDeleted { .. })),
                 0

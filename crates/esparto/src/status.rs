@@ -62,6 +62,14 @@ pub struct IkeEvents {
     pub ike_sa_setups: u64,
     /// IKE SAs rekeyed (RFC 7296 §1.3.2).
     pub ike_sa_rekeys: u64,
+    /// Of those, the rekeys we initiated (the rest the peer did).
+    #[serde(default)]
+    pub ike_sa_rekeys_initiated: u64,
+    /// IKE messages received and sent, by exchange, direction and kind,
+    /// under strongSwan's counter names (`ike-init-in-req`,
+    /// `ike-auth-out-resp`, `create-child-in-resp`, `info-out-req`, …).
+    #[serde(default)]
+    pub ike_messages: BTreeMap<String, u64>,
     /// IKE SAs that ended before they were established, by reason.
     pub ike_sa_failures: BTreeMap<String, u64>,
     /// Established IKE SAs that ended, by reason (`terminated` and

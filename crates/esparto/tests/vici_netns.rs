@@ -5,8 +5,8 @@
 //! `--version`, `--stats`, `--list-algs`, `--list-conns`, `--initiate
 //! --child` (the negotiation's log streams, exit 0), `--list-sas` (plain,
 //! `--raw`, `--pretty`), `--rekey --child`, `--terminate --ike`,
-//! `--list-pols`, and what Esparto refuses (`--counters`) fails with
-//! Esparto's reason.
+//! `--list-pols`, `--counters` (and `--reset`), and what Esparto refuses
+//! (counters per connection) fails with Esparto's reason.
 //! Then the clients that misbehave: one that sends nothing, one that
 //! announces a 4 GiB segment, one that sends garbage, 64 idle ones at
 //! once — the daemon keeps serving swanctl throughout.
@@ -15,6 +15,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -145,9 +146,30 @@ fn swanctl_drives_esparto() {
     wait("the rekeyed Child SA", 20, || west.sas().unwrap().iter().flat_map(|s| &s.children).all(|c| c.in_spi != spi_before));
     assert!(ping_through(&topo));
 
-    // What Esparto does not do fails with its reason.
-    let (good, _, err) = swanctl(&west, &["--counters"]);
-    assert!(!good && err.contains("get-counters failed: get-counters: IKE counters over VICI are not supported"), "{err}");
+    // strongSwan's IKE counters: west initiated the IKE SA and rekeyed
+    // the child; a reset zeroes what VICI shows.
+    let counters = |args: &[&str]| -> HashMap<String, u64> {
+        let out = ok(&west, args);
+        assert!(out.starts_with("global:\n"), "{out}");
+        out.lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                Some((k.trim().to_string(), v.trim().parse().ok()?))
+            })
+            .collect()
+    };
+    let c = counters(&["--counters"]);
+    assert_eq!(c.len(), 21, "{c:?}");
+    for k in ["ike-init-out-req", "ike-init-in-resp", "ike-auth-out-req", "ike-auth-in-resp", "child-rekey", "create-child-out-req", "create-child-in-resp"] {
+        assert!(c[k] >= 1, "{k}: {c:?}");
+    }
+    assert_eq!((c["ike-init-in-req"], c["ike-auth-in-req"], c["ike-rekey-init"]), (0, 0, 0), "{c:?}");
+    assert!(ok(&west, &["--counters", "--reset"]).contains("reset-counters completed successfully"));
+    let c = counters(&["--counters"]);
+    assert_eq!((c["ike-init-out-req"], c["ike-auth-out-req"], c["child-rekey"]), (0, 0, 0), "{c:?}");
+    // Per connection: Esparto keeps none, and says so.
+    let (good, _, err) = swanctl(&west, &["--counters", "--name", "site"]);
+    assert!(!good && err.contains("get-counters failed: Esparto keeps global IKE counters only"), "{err}");
     // No child traps: no policies.
     assert!(ok(&west, &["--list-pols"]).trim().is_empty());
 

@@ -59,7 +59,7 @@ use crate::spi::{SpiAllocator, ike_spi};
 use core::net::SocketAddr;
 use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
-use esparto_wire::espinudp::{Datagram, Kind};
+use esparto_wire::espinudp::{Datagram, Kind, NON_ESP_MARKER};
 use esparto_wire::ike::{Error as WireError, ExchangeType, Message, NotifyType, PayloadRepr};
 use pki_types::UnixTime;
 use std::cmp::Reverse;
@@ -135,6 +135,50 @@ pub struct Stats {
     /// Initiations that waited because `initiating_per_peer` of our IKE
     /// SAs to the same peer address were being set up.
     pub initiations_paced: u64,
+    /// IKE messages received (parsed) and sent, by exchange and kind.
+    pub messages: Messages,
+}
+
+/// IKE messages by exchange (IKE_SA_INIT, IKE_AUTH, CREATE_CHILD_SA,
+/// INFORMATIONAL), direction and kind: what strongSwan's `counters`
+/// plugin counts. A message received counts once it parses (before its
+/// integrity is checked); one sent when it is handed out to be sent
+/// (retransmissions included).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Messages {
+    /// `[exchange][response]`, received.
+    pub received: [[u64; 2]; 4],
+    /// `[exchange][response]`, sent.
+    pub sent: [[u64; 2]; 4],
+}
+
+impl Messages {
+    /// The exchanges in the arrays' order.
+    pub const EXCHANGES: [ExchangeType; 4] = [
+        ExchangeType::IKE_SA_INIT,
+        ExchangeType::IKE_AUTH,
+        ExchangeType::CREATE_CHILD_SA,
+        ExchangeType::INFORMATIONAL,
+    ];
+
+    fn slot(exchange: ExchangeType) -> Option<usize> {
+        Self::EXCHANGES.iter().position(|e| *e == exchange)
+    }
+
+    fn count(&mut self, sent: bool, exchange: ExchangeType, response: bool) {
+        let Some(i) = Self::slot(exchange) else { return };
+        let table = if sent { &mut self.sent } else { &mut self.received };
+        table[i][usize::from(response)] += 1;
+    }
+
+    /// Counts the IKE message at the start of `data` as sent (nothing if
+    /// it is not one).
+    fn count_sent(&mut self, data: &[u8]) {
+        let Ok(h) = esparto_wire::ike::Header::new_checked(data) else { return };
+        if let Ok(h) = esparto_wire::ike::HeaderRepr::parse(&h) {
+            self.count(true, h.exchange, h.response);
+        }
+    }
 }
 
 /// IKE SAs held, by where they are in their life (RFC 7296 §1.2).
@@ -344,7 +388,14 @@ impl Endpoint {
 
     /// Next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        let t = self.transmits.pop_front()?;
+        let ike = if t.local.port() == self.config.natt_port {
+            t.data.get(NON_ESP_MARKER.len()..).unwrap_or_default()
+        } else {
+            &t.data
+        };
+        self.stats.messages.count_sent(ike);
+        Some(t)
     }
 
     /// Next event.
@@ -664,6 +715,7 @@ impl Endpoint {
             }
         };
         let h = msg.header;
+        self.stats.messages.count(false, h.exchange, h.response);
         if h.exchange == ExchangeType::IKE_SA_INIT && !h.response {
             if self.recovery.closing {
                 self.stats.closing_dropped += 1;

@@ -166,6 +166,8 @@ impl IkeSa {
             old: self.id,
             new: to.id,
             connection: self.conn.name.clone(),
+            // The rekey's initiator is the new IKE SA's (RFC 7296 §2.18).
+            initiated: to.role == Role::Initiator,
         });
     }
 

@@ -85,12 +85,27 @@ struct HeldDatagram {
 pub(super) struct EventCounts {
     pub(super) ike_sa_setups: u64,
     pub(super) ike_sa_rekeys: u64,
+    pub(super) ike_sa_rekeys_initiated: u64,
     pub(super) ike_sa_failures: BTreeMap<&'static str, u64>,
     pub(super) ike_sa_deletes: BTreeMap<&'static str, u64>,
     pub(super) auth_failures: BTreeMap<&'static str, u64>,
     pub(super) child_sa_setups: u64,
     pub(super) child_sa_rekeys: u64,
     pub(super) child_sa_failures: BTreeMap<&'static str, u64>,
+}
+
+/// The engine's message counts by strongSwan's names (`ike-auth-in-req`,
+/// `info-out-resp`, …), every one, zero or not.
+fn messages(m: &esparto_ike::Messages) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (i, exchange) in ["ike-init", "ike-auth", "create-child", "info"].into_iter().enumerate() {
+        for (dir, table) in [("in", &m.received), ("out", &m.sent)] {
+            for (kind, n) in [("req", table[i][0]), ("resp", table[i][1])] {
+                out.insert(format!("{exchange}-{dir}-{kind}"), n);
+            }
+        }
+    }
+    out
 }
 
 /// Counts one more under `reason`.
@@ -558,6 +573,8 @@ impl Ike {
             .collect(),
             ike_sa_setups: c.ike_sa_setups,
             ike_sa_rekeys: c.ike_sa_rekeys,
+            ike_sa_rekeys_initiated: c.ike_sa_rekeys_initiated,
+            ike_messages: messages(&self.ep.stats().messages),
             ike_sa_failures: owned(&c.ike_sa_failures),
             ike_sa_deletes: owned(&c.ike_sa_deletes),
             auth_failures: owned(&c.auth_failures),

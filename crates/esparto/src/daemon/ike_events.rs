@@ -80,10 +80,11 @@ impl Ike {
                 warn!(target: TRAFFIC, %ike_sa, %peer, identity = ?identity.map(|i| i.to_string()), ?reason, "IKE authentication failed");
                 self.on_auth_failed(gw, ike_sa, reason);
             }
-            Event::IkeSaRekeyed { old, new, connection } => {
+            Event::IkeSaRekeyed { old, new, connection, initiated } => {
                 // RFC 7296 §1.3.2: the new IKE SA inherits every Child SA.
-                info!(%old, %new, %connection, "IKE SA rekeyed");
+                info!(%old, %new, %connection, initiated, "IKE SA rekeyed");
                 self.counts.ike_sa_rekeys += 1;
+                self.counts.ike_sa_rekeys_initiated += u64::from(initiated);
                 gw.table.ike_sa_rekeyed(old, new);
             }
             Event::PerResourceUnavailable { ike_sa, connection, child, reason } => {
@@ -178,7 +179,7 @@ impl Ike {
                 gw.table.retired_ike_sa_deleted(ike_sa);
                 info!(%ike_sa, connection = ?connection, ?reason, "IKE SA of a removed or changed connection deleted");
             }
-            Event::IkeSaRekeyed { old, new, connection } => {
+            Event::IkeSaRekeyed { old, new, connection, .. } => {
                 gw.table.retired_ike_sa_rekeyed(old, new);
                 info!(%old, %new, %connection, "IKE SA of a removed or changed connection rekeyed: deleting it");
                 if let Err(e) = self.ep.terminate(now, new) {

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 use esparto_wire::vici::{Builder, Section};
 
 use crate::control::{self, ClientError, Request, Response, StreamItem};
-use crate::status::{ChildSaStatus, ConnStatus, IkeSaStatus};
+use crate::status::{ChildSaStatus, ConnStatus, IkeSaStatus, Status};
 
 /// Events a client may register for: the ones this server raises.
 /// Registering for another (`log`, `ike-updown`, …) answers
@@ -35,8 +35,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("uninstall", "uninstalling trap policies over VICI is not supported yet"),
     ("list-certs", "listing certificates over VICI is not supported yet"),
     ("list-authorities", "listing authorities over VICI is not supported yet"),
-    ("get-counters", "IKE counters over VICI are not supported yet; `esparto status --json` has them"),
-    ("reset-counters", "IKE counters over VICI are not supported yet"),
     ("load-cert", "loading certificates over VICI is not supported yet"),
     ("load-key", "loading keys over VICI is not supported yet"),
     ("unload-key", "unloading keys over VICI is not supported yet"),
@@ -97,7 +95,8 @@ impl Backend for ControlBackend {
     }
 }
 
-/// The small numbers VICI clients know SAs by.
+/// The small numbers VICI clients know SAs by, and the other state every
+/// client shares: where `reset-counters` put the counters' zero.
 #[derive(Debug, Default)]
 pub struct Ids {
     next: u32,
@@ -105,6 +104,7 @@ pub struct Ids {
     child: HashMap<String, u32>,
     reqid: HashMap<(String, String), u32>,
     next_reqid: u32,
+    counters_zero: HashMap<&'static str, u64>,
 }
 
 impl Ids {
@@ -219,6 +219,8 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
     let reply = match cmd {
         "version" => version(),
         "get-algorithms" => algorithms(),
+        "get-counters" => counters(req, cx, false),
+        "reset-counters" => counters(req, cx, true),
         "stats" => stats(cx),
         "list-sas" => list_sas(req, cx, emit),
         "list-conns" => list_conns(req, cx, emit),
@@ -249,6 +251,66 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
 fn empty_list(name: &str) -> Vec<u8> {
     let mut b = Builder::new();
     b.list::<&str>(name, []);
+    finish(b)
+}
+
+/// strongSwan's IKE counters (its `counters` plugin, in its order), from
+/// the daemon's status.
+fn counter_values(st: &Status) -> [(&'static str, u64); 21] {
+    let ev = &st.ike_events;
+    let ike = |k: &str| st.ike.get(k).copied().unwrap_or(0);
+    let msg = |k: &str| ev.ike_messages.get(k).copied().unwrap_or(0);
+    [
+        ("ike-rekey-init", ev.ike_sa_rekeys_initiated),
+        ("ike-rekey-resp", ev.ike_sa_rekeys.saturating_sub(ev.ike_sa_rekeys_initiated)),
+        ("child-rekey", ev.child_sa_rekeys),
+        ("invalid", ike("malformed") + ike("integrity_failures")),
+        ("invalid-spi", ike("unknown_spi")),
+        ("ike-init-in-req", msg("ike-init-in-req")),
+        ("ike-init-in-resp", msg("ike-init-in-resp")),
+        ("ike-init-out-req", msg("ike-init-out-req")),
+        ("ike-init-out-resp", msg("ike-init-out-resp")),
+        ("ike-auth-in-req", msg("ike-auth-in-req")),
+        ("ike-auth-in-resp", msg("ike-auth-in-resp")),
+        ("ike-auth-out-req", msg("ike-auth-out-req")),
+        ("ike-auth-out-resp", msg("ike-auth-out-resp")),
+        ("create-child-in-req", msg("create-child-in-req")),
+        ("create-child-in-resp", msg("create-child-in-resp")),
+        ("create-child-out-req", msg("create-child-out-req")),
+        ("create-child-out-resp", msg("create-child-out-resp")),
+        ("info-in-req", msg("info-in-req")),
+        ("info-in-resp", msg("info-in-resp")),
+        ("info-out-req", msg("info-out-req")),
+        ("info-out-resp", msg("info-out-resp")),
+    ]
+}
+
+/// `get-counters` (`reset`: `reset-counters`): the global counters since
+/// the daemon started or the last reset. The daemon's own counters
+/// (`esparto status`, the metrics) never go back; a reset moves the
+/// zero VICI counts from. Esparto keeps no counters per connection.
+fn counters(req: &Section, cx: &mut Cx<'_>, reset: bool) -> Vec<u8> {
+    let all = text(req, &["all"]).is_some_and(|v| v == "yes");
+    if all || text(req, &["name"]).is_some_and(|n| !n.is_empty()) {
+        return failure("Esparto keeps global IKE counters only, none per connection: omit name and all");
+    }
+    let st = match cx.backend.request(&Request::Status) {
+        Response::Status(s) => s,
+        Response::Error(e) => return failure(&e),
+        _ => return failure("unexpected answer from the daemon"),
+    };
+    let values = counter_values(&st);
+    let mut ids = cx.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if reset {
+        ids.counters_zero = values.into_iter().collect();
+        return finish(success());
+    }
+    let mut b = success();
+    b.begin("counters").begin("");
+    for (name, n) in values {
+        b.kv_display(name, n.saturating_sub(ids.counters_zero.get(name).copied().unwrap_or(0)));
+    }
+    b.end().end();
     finish(b)
 }
 
