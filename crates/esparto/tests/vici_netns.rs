@@ -4,9 +4,9 @@
 //! tunnel by itself. `swanctl --uri unix://…/charon.vici` against gw-west:
 //! `--version`, `--stats`, `--list-algs`, `--list-conns`, `--initiate
 //! --child` (the negotiation's log streams, exit 0), `--list-sas` (plain,
-//! `--raw`, `--pretty`), `--rekey --child`, `--terminate --ike`,
-//! `--list-pols`, `--counters` (and `--reset`), and what Esparto refuses
-//! (counters per connection) fails with Esparto's reason.
+//! `--raw`, `--pretty`), `--rekey --child`, `--terminate --child` and
+//! `--ike`, `--list-pols`, `--counters` (and `--reset`), and what Esparto
+//! refuses (counters per connection) fails with Esparto's reason.
 //! Then the clients that misbehave: one that sends nothing, one that
 //! announces a 4 GiB segment, one that sends garbage, 64 idle ones at
 //! once — the daemon keeps serving swanctl throughout.
@@ -174,6 +174,15 @@ fn swanctl_drives_esparto() {
     assert!(ok(&west, &["--list-pols"]).trim().is_empty());
 
     misbehaving_clients_cost_little(&west, &vici);
+
+    // Terminate the Child SAs of the child by name: the IKE SA stays.
+    let t = ok(&west, &["--terminate", "--child", "lan"]);
+    assert!(t.contains("terminate completed successfully"), "{t}");
+    wait("the Child SAs to go, their IKE SA staying", 20, || {
+        let sas = west.sas().unwrap();
+        sas.len() == 1 && sas[0].children.is_empty()
+    });
+    assert!(ok(&west, &["--list-sas"]).contains("site: #1, ESTABLISHED"));
 
     // Terminate the IKE SA by name.
     let t = ok(&west, &["--terminate", "--ike", "site"]);

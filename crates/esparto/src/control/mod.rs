@@ -85,6 +85,14 @@ pub enum Request {
         /// Connection name.
         name: String,
     },
+    /// Delete one Child SA of a connection (INFORMATIONAL Delete), named
+    /// by our inbound SPI; its IKE SA stays.
+    DownChild {
+        /// Connection name.
+        name: String,
+        /// Our inbound SPI of the Child SA.
+        in_spi: u32,
+    },
     /// Rekey a connection's Child SAs, or (`ike`) its IKE SA.
     Rekey {
         /// Connection name.

@@ -369,6 +369,19 @@ impl Ike {
         Ok(format!("deleting {} IKE SA(s) of {name}", ids.len()))
     }
 
+    /// One Child SA of connection `name`, by our inbound SPI, deleted
+    /// with the peer (its IKE SA stays).
+    pub fn down_child(&mut self, now: Instant, gw: &mut Gateway, name: &str, in_spi: u32) -> Result<String, String> {
+        let found = ike_sas_of(gw, name).into_iter().find(|id| self.ep.terminate_child(now, *id, in_spi).is_ok());
+        match found {
+            Some(_) => {
+                self.flush(now, gw);
+                Ok(format!("deleting Child SA {in_spi:08x} of {name}"))
+            }
+            None => Err(format!("{name}: no Child SA with inbound SPI {in_spi:08x}")),
+        }
+    }
+
     /// `esparto rekey NAME [--ike]`: every Child SA of the connection, or
     /// its IKE SA(s).
     pub fn rekey(&mut self, now: Instant, gw: &mut Gateway, name: &str, ike: bool) -> Result<String, String> {

@@ -556,6 +556,10 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             Some(ike) => ike.down(now, gw, &name).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
+        Request::DownChild { name, in_spi } => match ike {
+            Some(ike) => ike.down_child(now, gw, &name, in_spi).map_or_else(Response::Error, Response::Done),
+            None => Response::Error(format!("{name}: no IKE connections are configured")),
+        },
         Request::Rekey { name, ike: whole } => match ike {
             Some(ike) => ike.rekey(now, gw, &name, whole).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),

@@ -914,7 +914,7 @@ fn terminate(req: &Section, cx: &mut Cx<'_>) -> Vec<u8> {
         Err(e) => return failure(&e),
     };
     if child_id.is_some() || text(req, &["child"]).is_some() {
-        return failure("terminating a single CHILD_SA is not supported; terminate its IKE_SA (ike or ike-id)");
+        return terminate_children(req, cx, ike_id, child_id);
     }
     let name = match (connection_by_id(cx, ike_id, None), text(req, &["ike"])) {
         (Ok(Some(n)), _) => n,
@@ -934,6 +934,58 @@ fn terminate(req: &Section, cx: &mut Cx<'_>) -> Vec<u8> {
         }
         _ => finish(success()),
     }
+}
+
+/// `terminate` of Child SAs: the one numbered `child_id`, or every one
+/// of the child named `child` (within the IKE SA `ike`/`ike-id` if
+/// given), each deleted with the peer while its IKE SA stays.
+fn terminate_children(req: &Section, cx: &mut Cx<'_>, ike_id: Option<u32>, child_id: Option<u32>) -> Vec<u8> {
+    let all = match sas(cx) {
+        Ok(s) => s,
+        Err(e) => return failure(&e),
+    };
+    let (ike, child) = (text(req, &["ike"]), text(req, &["child"]));
+    let targets: Vec<(String, String)> = {
+        let mut ids = cx.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = Vec::new();
+        for sa in &all {
+            if ike.is_some_and(|n| n != sa.connection) || ike_id.is_some_and(|n| n != ids.ike(&sa.id)) {
+                continue;
+            }
+            for c in &sa.children {
+                let by_id = child_id.is_none_or(|n| n == ids.child(&c.in_spi));
+                if by_id && child.is_none_or(|n| n == c.child) {
+                    out.push((sa.connection.clone(), c.in_spi.clone()));
+                }
+            }
+        }
+        out
+    };
+    if targets.is_empty() {
+        return failure(&match child_id {
+            Some(n) => format!("no CHILD_SA with unique id {n}"),
+            None => format!("no CHILD_SA named '{}'", child.unwrap_or_default()),
+        });
+    }
+    let mut errors = Vec::new();
+    let mut done = 0usize;
+    for (name, spi) in &targets {
+        let Ok(in_spi) = u32::from_str_radix(spi, 16) else {
+            errors.push(format!("{name}: Child SA {spi}: not an SPI"));
+            continue;
+        };
+        match cx.backend.request(&Request::DownChild { name: name.clone(), in_spi }) {
+            Response::Done(_) => done += 1,
+            Response::Error(e) => errors.push(e),
+            _ => errors.push(format!("{name}: unexpected answer from the daemon")),
+        }
+    }
+    if !errors.is_empty() {
+        return failure(&errors.join("; "));
+    }
+    let mut b = success();
+    b.kv_display("matches", targets.len()).kv_display("terminated", done);
+    finish(b)
 }
 
 fn rekey(req: &Section, cx: &mut Cx<'_>) -> Vec<u8> {

@@ -27,6 +27,7 @@ impl Backend for Fake {
             Request::Down { name } if self.conns.iter().any(|c| &c.name == name) => {
                 Response::Done(format!("deleting 1 IKE SA(s) of {name}"))
             }
+            Request::DownChild { name, in_spi } if name == "site" => Response::Done(format!("deleting Child SA {in_spi:08x} of {name}")),
             Request::Rekey { name, ike: false } => Response::Done(format!("rekeying 3 Child SA(s) of {name}")),
             Request::Rekey { name, ike: true } => Response::Done(format!("rekeying 1 IKE SA(s) of {name}")),
             Request::Up { name, .. } if self.conns.iter().any(|c| &c.name == name) => Response::Done("initiating".into()),
@@ -268,8 +269,19 @@ fn terminate_and_rekey_find_the_connection() {
     }
     let r = reply(run(&mut f, &ids, "terminate", &[("ike-id", "77")]).0);
     assert_eq!(r.str("errmsg"), Some("no IKE_SA with unique id 77"));
+    // Child SAs: every one of the child, or the one numbered so; the IKE
+    // SA stays.
     let r = reply(run(&mut f, &ids, "terminate", &[("child", "lan")]).0);
-    assert_eq!(r.str("success"), Some("no"), "single Child SAs are not terminated");
+    assert_eq!((r.str("success"), r.str("matches"), r.str("terminated")), (Some("yes"), Some("2"), Some("2")));
+    let downs = |f: &Fake| f.asked.iter().filter_map(|r| if let Request::DownChild { in_spi, .. } = r { Some(*in_spi) } else { None }).collect::<Vec<_>>();
+    assert_eq!(downs(&f), [0xc000_0001, 0xc000_0002]);
+    let r = reply(run(&mut f, &ids, "terminate", &[("child-id", "3")]).0);
+    assert_eq!((r.str("success"), r.str("matches")), (Some("yes"), Some("1")));
+    assert_eq!(f.asked.last(), Some(&Request::DownChild { name: "site".into(), in_spi: 0xc000_0002 }));
+    let r = reply(run(&mut f, &ids, "terminate", &[("child-id", "99")]).0);
+    assert_eq!(r.str("errmsg"), Some("no CHILD_SA with unique id 99"));
+    let r = reply(run(&mut f, &ids, "terminate", &[("child", "lan"), ("ike", "other")]).0);
+    assert_eq!(r.str("errmsg"), Some("no CHILD_SA named 'lan'"));
 
     let r = reply(run(&mut f, &ids, "rekey", &[("child", "lan")]).0);
     assert_eq!((r.str("success"), r.str("matches")), (Some("yes"), Some("3")));
