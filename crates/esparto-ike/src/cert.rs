@@ -202,6 +202,12 @@ pub(crate) fn cred_err(s: impl Into<String>) -> CredentialError {
     CredentialError(s.into())
 }
 
+/// Whether the DER certificate `der` has `id` as its subject DN or a
+/// subjectAltName of its type (false if it does not parse).
+pub fn cert_has_subject(der: &[u8], id: &crate::identity::Identity) -> bool {
+    names::CertNames::read(der).is_ok_and(|n| n.binds(id))
+}
+
 /// Certificates from a file's contents: PEM (`CERTIFICATE` blocks, in
 /// order) or a single DER certificate.
 pub fn certs_from_file(bytes: &[u8]) -> Result<Vec<Vec<u8>>, CredentialError> {

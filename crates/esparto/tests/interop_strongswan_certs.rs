@@ -2,8 +2,10 @@
 //! initiating, RSA with an intermediate CA with strongSwan initiating, and
 //! the refusals (expired, wrong CA, identity not in the certificate,
 //! revoked by a CRL): each logged by Esparto with its reason, no Child SA
-//! on either side. Certificates are made with rcgen in a temporary
-//! directory. Needs root, iproute2 and strongSwan: SKIP otherwise.
+//! on either side; `swanctl --list-certs` over Esparto's VICI socket lists
+//! its certificates (filters by flag and subject too). Certificates are
+//! made with rcgen in a temporary directory. Needs root, iproute2 and
+//! strongSwan: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
 
@@ -125,6 +127,15 @@ fn swan_cfg(initiator: bool, local_id: &str, certs: CertFiles) -> SwanConfig {
     c
 }
 
+/// `swanctl --list-certs ARGS` against `gw`'s VICI socket: its output.
+fn list_certs(gw: &EspartoGateway, args: &[&str]) -> String {
+    let uri = format!("unix://{}", gw.control_path().with_file_name("charon.vici").display());
+    let out = std::process::Command::new("swanctl").arg("--list-certs").args(args).args(["--uri", &uri]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "swanctl --list-certs {args:?}: {text}");
+    text
+}
+
 fn established(gw: &EspartoGateway, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
@@ -191,6 +202,25 @@ fn strongswan_certificates_both_roles_and_refusals() {
         failures.push("RSA + intermediate, Esparto responder: no working tunnel".to_string());
         gw.dir().keep();
         charon.dir().keep();
+    }
+    // swanctl lists Esparto's certificates over VICI: our own with its
+    // key, the intermediate we send and the root we trust, each once.
+    let listed = list_certs(&gw, &[]);
+    if !listed.contains("List of X.509 End Entity Certificates") || !listed.contains("RSA 2048 bits, has private key") {
+        failures.push(format!("swanctl --list-certs: no end entity with its key:\n{listed}"));
+    }
+    for want in ["subject:  \"CN=west.example\"", "subject:  \"CN=intermediate\"", "subject:  \"CN=rsa-root\""] {
+        if listed.matches(want).count() != 1 {
+            failures.push(format!("swanctl --list-certs: {want} not listed once:\n{listed}"));
+        }
+    }
+    let ca_only = list_certs(&gw, &["--type", "x509", "--flag", "ca"]);
+    if ca_only.contains("CN=west.example") || !ca_only.contains("CN=rsa-root") {
+        failures.push(format!("swanctl --list-certs --flag ca:\n{ca_only}"));
+    }
+    let by_subject = list_certs(&gw, &["--subject", "west.example"]);
+    if !by_subject.contains("CN=west.example") || by_subject.contains("CN=rsa-root") {
+        failures.push(format!("swanctl --list-certs --subject west.example:\n{by_subject}"));
     }
     gw.stop().unwrap();
 

@@ -101,6 +101,11 @@ impl TrustStore {
         })
     }
 
+    /// The CA certificates, DER, in the order given.
+    pub fn cas(&self) -> &[Vec<u8>] {
+        &self.ca_ders
+    }
+
     /// The CERTREQ body: encoding 4 and the CAs' key identifiers.
     pub fn certreq(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(1 + self.keyids.len());

@@ -137,6 +137,20 @@ pub enum Request {
     },
     /// What was loaded over VICI (`get-conns`, `get-shared`).
     Loaded,
+    /// The certificates the configuration holds (`list-certs`).
+    Certs,
+}
+
+/// A certificate the configuration holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertInfo {
+    /// The certificate, DER, in hex.
+    pub der: String,
+    /// A CA certificate (a trust anchor, or an intermediate we send),
+    /// else an end entity.
+    pub ca: bool,
+    /// We hold its private key (our own certificate).
+    pub private_key: bool,
 }
 
 /// Names of what was loaded over VICI.
@@ -163,6 +177,8 @@ pub enum Response {
     Conns(Vec<ConnStatus>),
     /// What was loaded over VICI (`{"ok":true,"loaded":{…}}`).
     Loaded(Loaded),
+    /// The certificates (`{"ok":true,"certs":[…]}`).
+    Certs(Vec<CertInfo>),
     /// Refused or failed (`{"ok":false,"error":"…"}`).
     Error(String),
 }
@@ -208,6 +224,8 @@ struct WireResponse {
     #[serde(default)]
     loaded: Option<Loaded>,
     #[serde(default)]
+    certs: Option<Vec<CertInfo>>,
+    #[serde(default)]
     message: Option<String>,
     #[serde(default)]
     error: Option<String>,
@@ -228,6 +246,8 @@ struct WireResponseRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     loaded: Option<&'a Loaded>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    certs: Option<&'a [CertInfo]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
@@ -242,6 +262,7 @@ impl Serialize for Response {
             reload: None,
             conns: None,
             loaded: None,
+            certs: None,
             message: None,
             error: None,
         };
@@ -251,6 +272,7 @@ impl Serialize for Response {
             Response::Reload(r) => w.reload = Some(r),
             Response::Conns(c) => w.conns = Some(c),
             Response::Loaded(l) => w.loaded = Some(l),
+            Response::Certs(c) => w.certs = Some(c),
             Response::Done(m) => w.message = Some(m),
             Response::Error(e) => {
                 w.ok = false;
@@ -275,6 +297,7 @@ impl<'de> Deserialize<'de> for Response {
             WireResponse { reload: Some(r), .. } => Response::Reload(r),
             WireResponse { conns: Some(c), .. } => Response::Conns(c),
             WireResponse { loaded: Some(l), .. } => Response::Loaded(l),
+            WireResponse { certs: Some(c), .. } => Response::Certs(c),
             WireResponse { message, .. } => Response::Done(message.unwrap_or_default()),
         })
     }

@@ -458,6 +458,34 @@ fn full_status(gw: &Gateway, ike: Option<&Ike>) -> Result<Status> {
     Ok(s)
 }
 
+/// Every certificate the configuration holds, each once: our own (with
+/// its key) and the intermediates we send, then the CAs we trust.
+fn certs_of(config: &Config) -> Vec<crate::control::CertInfo> {
+    let mut out: Vec<crate::control::CertInfo> = Vec::new();
+    let mut add = |der: &[u8], ca: bool, private_key: bool| {
+        let der: String = der.iter().map(|b| format!("{b:02x}")).collect();
+        match out.iter_mut().find(|c| c.der == der) {
+            Some(c) => c.private_key |= private_key,
+            None => out.push(crate::control::CertInfo { der, ca, private_key }),
+        }
+    };
+    for ike in config.connections.iter().filter_map(|c| c.ike.as_ref()) {
+        if let Some(cred) = &ike.local.credential {
+            for (i, der) in cred.chain().iter().enumerate() {
+                add(der, i > 0, i == 0);
+            }
+        }
+    }
+    for ike in config.connections.iter().filter_map(|c| c.ike.as_ref()) {
+        if let Some(trust) = &ike.remote.trust {
+            for der in trust.cas() {
+                add(der, true, false);
+            }
+        }
+    }
+    out
+}
+
 /// A scrape's figures: gathered here, formatted on the metrics endpoint's
 /// thread (the IKE SA list is left out: no metric needs it).
 fn scrape_figures(gw: &Gateway, ike: Option<&Ike>) -> Result<metrics::Figures> {
@@ -564,6 +592,7 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             Some(ike) => ike.rekey(now, gw, &name, whole).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
+        Request::Certs => Response::Certs(certs_of(config)),
         Request::ListConns => {
             Response::Conns(config.connections.iter().map(|c| crate::status::ConnStatus::from_config(c)).collect())
         }

@@ -25,7 +25,7 @@ use crate::status::{ChildSaStatus, ConnStatus, IkeSaStatus, Status};
 /// Events a client may register for: the ones this server raises.
 /// Registering for another (`log`, `ike-updown`, …) answers
 /// `EVENT_UNKNOWN`, so a client learns it will not get them.
-pub const EVENTS: &[&str] = &["control-log", "list-sa", "list-conn", "list-policy"];
+pub const EVENTS: &[&str] = &["control-log", "list-sa", "list-conn", "list-policy", "list-cert"];
 
 /// strongSwan commands Esparto does not implement, with why.
 pub const UNSUPPORTED: &[(&str, &str)] = &[
@@ -33,7 +33,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("redirect", "Esparto does not redirect IKE SAs (RFC 5685)"),
     ("install", "installing trap policies over VICI is not supported yet; use start_action = \"trap\""),
     ("uninstall", "uninstalling trap policies over VICI is not supported yet"),
-    ("list-certs", "listing certificates over VICI is not supported yet"),
     ("list-authorities", "listing authorities over VICI is not supported yet"),
     ("load-cert", "loading certificates over VICI is not supported yet"),
     ("load-key", "loading keys over VICI is not supported yet"),
@@ -225,6 +224,7 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         "list-sas" => list_sas(req, cx, emit),
         "list-conns" => list_conns(req, cx, emit),
         "list-policies" => list_policies(req, cx, emit),
+        "list-certs" => list_certs(req, cx, emit),
         "load-conn" => super::load::load_conn(req, cx),
         "unload-conn" => super::load::unload_conn(req, cx),
         "load-shared" => super::load::load_shared(req, cx),
@@ -727,6 +727,58 @@ fn list_sas(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
         }
     }
     Vec::new()
+}
+
+/// One `list-cert` event per X.509 certificate the configuration holds
+/// (Esparto has no other kind), filtered by `type`, `flag` and
+/// `subject` as charon filters them.
+fn list_certs(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
+    // Names in any case, as charon reads them.
+    let kind = text(req, &["type"]).unwrap_or("ANY").to_ascii_uppercase();
+    let flag = text(req, &["flag"]).unwrap_or("ANY").to_ascii_uppercase();
+    if !["ANY", "X509", "X509_AC", "X509_CRL", "OCSP_RESPONSE", "PUBKEY"].contains(&kind.as_str()) {
+        return failure(&format!("invalid certificate type '{kind}'"));
+    }
+    if !["ANY", "NONE", "CA", "AA", "OCSP"].contains(&flag.as_str()) {
+        return failure(&format!("invalid certificate flag '{flag}'"));
+    }
+    let subject = match text(req, &["subject"]).map(esparto_ike::Identity::parse) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(e)) => return failure(&format!("subject: {e}")),
+    };
+    if !matches!(kind.as_str(), "ANY" | "X509") {
+        return Vec::new();
+    }
+    let certs = match cx.backend.request(&Request::Certs) {
+        Response::Certs(c) => c,
+        Response::Error(e) => return failure(&e),
+        _ => return failure("unexpected answer from the daemon"),
+    };
+    for c in certs {
+        let cert_flag = if c.ca { "CA" } else { "NONE" };
+        if flag != "ANY" && flag != cert_flag {
+            continue;
+        }
+        let Some(der) = unhex(&c.der) else { continue };
+        if subject.as_ref().is_some_and(|id| !esparto_ike::cert::cert_has_subject(&der, id)) {
+            continue;
+        }
+        let mut b = Builder::new();
+        b.kv("type", "X509").kv("flag", cert_flag);
+        if c.private_key {
+            b.kv("has_privkey", "yes");
+        }
+        b.kv("data", &der);
+        if !raise(emit, "list-cert", "a certificate", b) {
+            break;
+        }
+    }
+    Vec::new()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 fn list_conns(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
