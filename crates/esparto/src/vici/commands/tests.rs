@@ -11,6 +11,7 @@ struct Fake {
     conns: Vec<ConnStatus>,
     asked: Vec<Request>,
     log: Vec<LogLine>,
+    certs: Vec<crate::control::CertInfo>,
 }
 
 impl Backend for Fake {
@@ -31,6 +32,7 @@ impl Backend for Fake {
             Request::Rekey { name, ike: false } => Response::Done(format!("rekeying 3 Child SA(s) of {name}")),
             Request::Rekey { name, ike: true } => Response::Done(format!("rekeying 1 IKE SA(s) of {name}")),
             Request::Up { name, .. } if self.conns.iter().any(|c| &c.name == name) => Response::Done("initiating".into()),
+            Request::Certs => Response::Certs(self.certs.clone()),
             Request::Loaded => Response::Loaded(crate::control::Loaded { conns: vec!["vici-site".into()], shared: vec![] }),
             Request::LoadConn { name, .. } if name == "good" => Response::Reload(Box::default()),
             Request::LoadConn { name, .. } => Response::Error(format!("load-conn '{name}': invalid configuration")),
@@ -355,4 +357,51 @@ fn load_conn_sends_the_connection_and_answers_with_the_daemons_verdict() {
     let bad = load(&mut f, "bad");
     assert_eq!(bad.str("success"), Some("no"));
     assert_eq!(bad.str("errmsg"), Some("load-conn 'bad': invalid configuration"));
+}
+
+/// A self-signed certificate for `cn` (DER), as CA or end entity.
+fn cert(cn: &str, ca: bool) -> Vec<u8> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut p = rcgen::CertificateParams::new(vec![cn.to_string()]).unwrap();
+    p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    if ca {
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    }
+    p.self_signed(&key).unwrap().der().to_vec()
+}
+
+#[test]
+fn list_certs_filters_by_type_flag_and_subject() {
+    let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let (own, root) = (cert("west.example", false), cert("root", true));
+    let mut f = Fake {
+        certs: vec![
+            crate::control::CertInfo { der: hex(&own), ca: false, private_key: true },
+            crate::control::CertInfo { der: hex(&root), ca: true, private_key: false },
+        ],
+        ..fake()
+    };
+    let ids = Mutex::new(Ids::default());
+    let datas = |ev: &[(&'static str, Section)]| -> Vec<Vec<u8>> {
+        ev.iter()
+            .map(|(name, m)| {
+                assert_eq!(*name, "list-cert");
+                assert_eq!(m.str("type"), Some("X509"));
+                m.get("data").and_then(|v| if let esparto_wire::vici::Value::Str(b) = v { Some(b.clone()) } else { None }).unwrap()
+            })
+            .collect()
+    };
+    let (out, ev) = run(&mut f, &ids, "list-certs", &[]);
+    assert_eq!(reply(out), Section::default());
+    assert_eq!(datas(&ev), [own.clone(), root.clone()]);
+    assert_eq!(ev[0].1.str("has_privkey"), Some("yes"));
+    assert_eq!((ev[0].1.str("flag"), ev[1].1.str("flag")), (Some("NONE"), Some("CA")));
+    assert_eq!(ev[1].1.str("has_privkey"), None);
+    // Names in any case, as swanctl passes what it was given.
+    assert_eq!(datas(&run(&mut f, &ids, "list-certs", &[("flag", "ca")]).1), [root.clone()]);
+    assert_eq!(datas(&run(&mut f, &ids, "list-certs", &[("type", "x509"), ("flag", "none")]).1), [own.clone()]);
+    assert_eq!(datas(&run(&mut f, &ids, "list-certs", &[("subject", "west.example")]).1), [own]);
+    assert!(run(&mut f, &ids, "list-certs", &[("type", "pubkey")]).1.is_empty(), "no other kinds");
+    let r = reply(run(&mut f, &ids, "list-certs", &[("flag", "sometimes")]).0);
+    assert_eq!((r.str("success"), r.str("errmsg")), (Some("no"), Some("invalid certificate flag 'SOMETIMES'")));
 }
