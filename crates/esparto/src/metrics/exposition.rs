@@ -211,6 +211,31 @@ struct Exposition {
 }
 
 /// A family of counters.
+/// The labels of an `ike_messages` key (`ike-auth-in-req`): exchange,
+/// direction, kind.
+fn message_labels(key: &str) -> Option<[(&'static str, &'static str); 3]> {
+    let (rest, kind) = key.rsplit_once('-')?;
+    let (exchange, direction) = rest.rsplit_once('-')?;
+    let exchange = match exchange {
+        "ike-init" => "IKE_SA_INIT",
+        "ike-auth" => "IKE_AUTH",
+        "create-child" => "CREATE_CHILD_SA",
+        "info" => "INFORMATIONAL",
+        _ => return None,
+    };
+    let direction = match direction {
+        "in" => "in",
+        "out" => "out",
+        _ => return None,
+    };
+    let kind = match kind {
+        "req" => "request",
+        "resp" => "response",
+        _ => return None,
+    };
+    Some([("exchange", exchange), ("direction", direction), ("kind", kind)])
+}
+
 fn counters<L: EncodeLabelSet, V: EncodeCounterValue>(
     e: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -622,6 +647,20 @@ impl Exposition {
             "IKE SAs rekeyed (RFC 7296 §1.3.2).",
             None,
             ev.ike_sa_rekeys,
+        )?;
+        counter(
+            e,
+            "esparto_ike_sa_rekeys_initiated",
+            "IKE SA rekeys this gateway initiated (the rest its peers did).",
+            None,
+            ev.ike_sa_rekeys_initiated,
+        )?;
+        counters(
+            e,
+            "esparto_ike_messages",
+            "IKE messages received (once they parse) and sent (retransmissions included), by exchange, direction and kind.",
+            None,
+            ev.ike_messages.iter().filter_map(|(key, n)| Some((message_labels(key)?, *n))),
         )?;
         counters(
             e,
