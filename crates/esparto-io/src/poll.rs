@@ -27,7 +27,7 @@ impl Poller {
     }
 
     /// Adds `fd`, waited on for writability too (a socket with output
-    /// that did not fit); its index for [`ready`](Self::ready).
+    /// that did not fit); its index for [`readable`](Self::readable).
     pub fn add_writable(&mut self, fd: RawFd) -> usize {
         self.fds.push(libc::pollfd { fd, events: libc::POLLIN | libc::POLLOUT, revents: 0 });
         self.fds.len() - 1

@@ -116,7 +116,7 @@ impl Endpoint {
         let mut load = Vec::with_capacity(added.len());
         for c in added {
             match c {
-                NewConnection::Keep(name) if self.connections.get(&name).is_some() || names.contains(&name) => {
+                NewConnection::Keep(name) if self.connections.get(&name).is_some() => {
                     return Err(ConfigError::Invalid("duplicate connection name"));
                 }
                 NewConnection::Keep(_) => return Err(ConfigError::Invalid("a kept connection is not held")),

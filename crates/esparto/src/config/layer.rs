@@ -132,7 +132,7 @@ impl Layer {
         let mut c = self.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = (cx.error_count(), cx.warning_count());
         let known = c.no_overlaps.len();
-        if known > 0 && children.len() - known.min(children.len()) <= FEW && extends(children, &c.no_overlaps) {
+        if known > 0 && children.len().saturating_sub(known) <= FEW && extends(children, &c.no_overlaps) {
             check::overlaps_after(cx, children, known);
         } else {
             check::overlaps(cx, children);
@@ -319,11 +319,7 @@ pub(crate) fn graft<'t>(cx: &mut Cx<'t>, root: &mut Node, layer: &'t Layer, fing
         };
         for (name, value) in items {
             let fresh = cache.next_segment + 1;
-            let t = cache.table(table);
-            let entry = match t.get_mut(&**name) {
-                Some(e) => e,
-                None => t.entry(name.clone()).or_insert(Kept { segment: fresh, walk: None }),
-            };
+            let entry = cache.table(table).entry(name.clone()).or_insert(Kept { segment: fresh, walk: None });
             let segment = entry.segment;
             let kept = entry
                 .walk

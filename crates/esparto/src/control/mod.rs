@@ -144,8 +144,8 @@ pub enum Request {
 /// A certificate the configuration holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CertInfo {
-    /// The certificate, DER, in hex.
-    pub der: String,
+    /// The certificate, DER.
+    pub der: Vec<u8>,
     /// A CA certificate (a trust anchor, or an intermediate we send),
     /// else an end entity.
     pub ca: bool,

@@ -116,11 +116,6 @@ impl ControlServer {
         self.clients.iter().map(|c| (c.stream.as_raw_fd(), c.written < c.output.len()))
     }
 
-    /// Whether some client has output the socket did not take yet.
-    pub fn wants_write(&self) -> bool {
-        self.clients.iter().any(|c| c.written < c.output.len())
-    }
-
     /// Accept new clients and serve every request that is complete, without
     /// blocking. `handler` answers one request at a time.
     pub fn poll(&mut self, mut handler: impl FnMut(Request) -> Response) {

@@ -462,12 +462,9 @@ fn full_status(gw: &Gateway, ike: Option<&Ike>) -> Result<Status> {
 /// its key) and the intermediates we send, then the CAs we trust.
 fn certs_of(config: &Config) -> Vec<crate::control::CertInfo> {
     let mut out: Vec<crate::control::CertInfo> = Vec::new();
-    let mut add = |der: &[u8], ca: bool, private_key: bool| {
-        let der: String = der.iter().map(|b| format!("{b:02x}")).collect();
-        match out.iter_mut().find(|c| c.der == der) {
-            Some(c) => c.private_key |= private_key,
-            None => out.push(crate::control::CertInfo { der, ca, private_key }),
-        }
+    let mut add = |der: &[u8], ca: bool, private_key: bool| match out.iter_mut().find(|c| c.der == der) {
+        Some(c) => c.private_key |= private_key,
+        None => out.push(crate::control::CertInfo { der: der.to_vec(), ca, private_key }),
     };
     for ike in config.connections.iter().filter_map(|c| c.ike.as_ref()) {
         if let Some(cred) = &ike.local.credential {

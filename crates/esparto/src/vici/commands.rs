@@ -760,8 +760,8 @@ fn list_certs(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
         if flag != "ANY" && flag != cert_flag {
             continue;
         }
-        let Some(der) = unhex(&c.der) else { continue };
-        if subject.as_ref().is_some_and(|id| !esparto_ike::cert::cert_has_subject(&der, id)) {
+        let der = &c.der;
+        if subject.as_ref().is_some_and(|id| !esparto_ike::cert::cert_has_subject(der, id)) {
             continue;
         }
         let mut b = Builder::new();
@@ -769,16 +769,12 @@ fn list_certs(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
         if c.private_key {
             b.kv("has_privkey", "yes");
         }
-        b.kv("data", &der);
+        b.kv("data", der);
         if !raise(emit, "list-cert", "a certificate", b) {
             break;
         }
     }
     Vec::new()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 fn list_conns(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {

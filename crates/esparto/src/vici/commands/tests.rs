@@ -372,12 +372,11 @@ fn cert(cn: &str, ca: bool) -> Vec<u8> {
 
 #[test]
 fn list_certs_filters_by_type_flag_and_subject() {
-    let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let (own, root) = (cert("west.example", false), cert("root", true));
     let mut f = Fake {
         certs: vec![
-            crate::control::CertInfo { der: hex(&own), ca: false, private_key: true },
-            crate::control::CertInfo { der: hex(&root), ca: true, private_key: false },
+            crate::control::CertInfo { der: own.clone(), ca: false, private_key: true },
+            crate::control::CertInfo { der: root.clone(), ca: true, private_key: false },
         ],
         ..fake()
     };
