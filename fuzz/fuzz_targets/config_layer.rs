@@ -1,5 +1,6 @@
-//! Fuzz what `load-conn` and `load-shared` load: a VICI message becomes a
-//! connection tree (as the VICI server translates swanctl's), is grafted
+//! Fuzz what `load-conn`, `load-shared` and `load-authority` load: a VICI
+//! message becomes a connection tree (as the VICI server translates
+//! swanctl's; certificates in it become data), an authority, or a PSK, is grafted
 //! beside a small TOML file with a PSK for it, and the whole is checked;
 //! then checked again, reusing the kept walks. Nothing may panic, and the
 //! second check must say what the first said.
@@ -19,6 +20,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok((id, secret)) = esparto::vici::shared_value(&req) {
         layer.set_secret(&id, secret);
+    }
+    if let Ok((name, authority)) = esparto::vici::authority_value(&req) {
+        layer.set_authority(&name, authority);
     }
     let first = parse_str_layered(FILE, "fuzz.toml", &layer).map(|c| c.connections.len()).map_err(|e| e.to_string());
     let again = parse_str_layered(FILE, "fuzz.toml", &layer).map(|c| c.connections.len()).map_err(|e| e.to_string());

@@ -46,7 +46,7 @@ mod names;
 mod sign;
 mod trust;
 
-pub use sign::{LocalCredential, SigningKey, key_from_file};
+pub use sign::{LocalCredential, SigningKey, key_from_file, pkcs8_from_der};
 pub use trust::{PeerCert, TrustStore, certreq_keyids, crl_from_file, x509_from_cert_payloads};
 
 use core::fmt;
@@ -206,6 +206,12 @@ pub(crate) fn cred_err(s: impl Into<String>) -> CredentialError {
 /// subjectAltName of its type (false if it does not parse).
 pub fn cert_has_subject(der: &[u8], id: &crate::identity::Identity) -> bool {
     names::CertNames::read(der).is_ok_and(|n| n.binds(id))
+}
+
+/// The subject DN of the DER certificate `der`, as text (`None` if it
+/// does not parse or has an empty subject).
+pub fn cert_subject(der: &[u8]) -> Option<String> {
+    names::CertNames::read(der).ok()?.subject.map(|d| d.to_string())
 }
 
 /// Certificates from a file's contents: PEM (`CERTIFICATE` blocks, in

@@ -281,6 +281,11 @@ fn vici_packets() -> Vec<(String, Vec<u8>)> {
         ("get_counters".into(), request("get-counters", &[("all", "yes")])),
         ("get_conns".into(), request("get-conns", &[])),
         ("load_conn".into(), packet(PacketType::CmdRequest, "load-conn", &conn)),
+        ("load_cert".into(), request("load-cert", &[("type", "X509"), ("flag", "CA"), ("data", "0\u{82}\u{1}\n")])),
+        ("load_key".into(), request("load-key", &[("type", "ecdsa"), ("data", "0w\u{2}\u{1}\u{1}\u{4} ")])),
+        ("unload_key".into(), request("unload-key", &[("id", "00112233445566778899aabbccddeeff00112233")])),
+        ("list_authorities".into(), request("list-authorities", &[("name", "site-ca")])),
+        ("clear_creds".into(), request("clear-creds", &[])),
         ("unknown_command".into(), request("reboot", &[])),
         ("response".into(), packet(PacketType::CmdResponse, "", &kv(&[("success", "yes")]))),
         ("event_list_sa".into(), packet(PacketType::Event, "list-sa", &sa)),
@@ -330,8 +335,25 @@ fn vici_load_messages() -> Vec<(String, Vec<u8>)> {
         .end()
         .end()
         .end();
+    let mut certs = Builder::new();
+    certs
+        .begin("certs")
+        .list("remote_addrs", ["192.0.2.4"])
+        .begin("local")
+        .kv("auth", "pubkey")
+        .list("certs", [b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".as_slice(), &[0x30, 0x82, 0x01, 0x00]])
+        .end()
+        .begin("remote")
+        .kv("auth", "pubkey")
+        .list("cacerts", [[0x30u8, 0x03, 0x02, 0x01, 0x00]])
+        .end()
+        .end();
+    let mut authority = Builder::new();
+    authority.begin("site-ca").kv("cacert", [0x30u8, 0x82, 0x01, 0x0a, 0x02]).end();
     vec![
         ("load_conn".into(), conn.finish().expect("a seed message")),
+        ("load_conn_certs".into(), certs.finish().expect("a seed message")),
+        ("load_authority".into(), authority.finish().expect("a seed message")),
         ("load_conn_typo".into(), typo.finish().expect("a seed message")),
         ("load_shared".into(), shared.finish().expect("a seed message")),
     ]

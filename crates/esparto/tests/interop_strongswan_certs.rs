@@ -4,7 +4,9 @@
 //! revoked by a CRL): each logged by Esparto with its reason, no Child SA
 //! on either side; `swanctl --list-certs` over Esparto's VICI socket lists
 //! its certificates (filters by flag and subject too). Certificates are
-//! made with rcgen in a temporary directory. Needs root, iproute2 and
+//! made with rcgen in a temporary directory. And `swanctl --load-all` of a
+//! certificate swanctl.conf (x509/, x509ca/, private/) into Esparto, then
+//! traffic through what it loaded. Needs root, iproute2 and
 //! strongSwan: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -321,6 +323,146 @@ fn esparto_to_esparto_ed25519() {
     }
     assert!(up, "no IKE SA with a Child SA on both gateways");
     assert!(ok, "no traffic through the tunnel");
+    gw_west.stop().unwrap();
+    gw_east.stop().unwrap();
+}
+
+/// A connection of the swanctl.conf of
+/// [`swanctl_load_all_of_a_certificate_swanctl_conf`]: our certificate
+/// `cert` from `x509/`, the peer's CA from `x509ca/`, our key from
+/// `private/`, as a strongSwan site has them.
+fn cert_conn(name: &str, peer: &str, cert: &str, remote_ts: &str) -> String {
+    format!(
+        r#"    {name} {{
+        local_addrs = 192.0.2.1
+        remote_addrs = {peer}
+        proposals = aes256gcm16-prfsha256-x25519
+        local {{
+            auth = pubkey
+            certs = {cert}
+            id = west.example
+        }}
+        remote {{
+            auth = pubkey
+            id = east.example
+        }}
+        children {{
+            lan {{
+                local_ts = 10.1.0.0/24
+                remote_ts = {remote_ts}
+                esp_proposals = aes256gcm16
+                start_action = start
+            }}
+        }}
+    }}
+"#
+    )
+}
+
+/// `swanctl ARGS --uri …` against `gw`: (exit status 0, stdout and stderr).
+fn swanctl(gw: &EspartoGateway, args: &[&str]) -> (bool, String) {
+    let uri = format!("unix://{}", gw.control_path().with_file_name("charon.vici").display());
+    let out = std::process::Command::new("timeout").arg("60").arg("swanctl").args(args).args(["--uri", &uri]).output().unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `swanctl --load-all` of a certificate swanctl.conf (`x509/`,
+/// `x509ca/`, `private/`) into an Esparto whose TOML file has no
+/// connection: the tunnel comes up with the certificate, CA and key it
+/// loaded and carries traffic; `--list-certs`, `--list-authorities` and
+/// the keys see them; `clear-creds` is refused while the connection needs
+/// its key; a connection whose key is not loaded is refused, saying so.
+#[test]
+fn swanctl_load_all_of_a_certificate_swanctl_conf() {
+    if skip("swanctl_load_all_of_a_certificate_swanctl_conf", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let pki = tempfile::tempdir().unwrap();
+    let d = pki.path();
+    let p256 = &rcgen::PKCS_ECDSA_P256_SHA256;
+    let root = ca(d, "root", None, p256);
+    let west = issue(d, &root, "west.example", p256, 1, (-1, 365));
+    let east = issue(d, &root, "east.example", p256, 2, (-1, 365));
+    let topo = Topology::new().unwrap();
+    let mut ecfg = EspartoConfig::site(
+        Node::GwEast,
+        Keying::Ike {
+            proposal: IKE.into(),
+            local_id: "@east.example".into(),
+            remote_id: "@west.example".into(),
+            psk: String::new(),
+            initiator: false,
+        },
+    )
+    .unwrap();
+    ecfg.certs = Some(files(east, vec![], &root.file, None));
+    let gw_east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).unwrap();
+    let gw_west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |control| {
+        format!("[daemon]\nworkers = 2\ncontrol = \"{}\"\nstate_dir = \"{}\"\n", control.display(), control.with_file_name("state").display())
+    })
+    .unwrap();
+
+    // A swanctl directory as strongSwan sites keep it, and a spare RSA key
+    // (swanctl sends it as PKCS#1) that no connection uses.
+    let sw = gw_west.dir().path().join("swanctl");
+    for sub in ["x509", "x509ca", "private"] {
+        std::fs::create_dir_all(sw.join(sub)).unwrap();
+    }
+    std::fs::copy(&west.0, sw.join("x509/west.crt")).unwrap();
+    std::fs::copy(&root.file, sw.join("x509ca/root.crt")).unwrap();
+    std::fs::copy(&west.1, sw.join("private/west.key")).unwrap();
+    let spare = KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap();
+    std::fs::write(sw.join("private/spare-rsa.key"), spare.serialize_pem()).unwrap();
+    let conf = sw.join("swanctl.conf");
+    let site = cert_conn("site", "192.0.2.2", "west.crt", "10.2.0.0/24");
+    // An authority section too (its CA is root's again).
+    let authorities = "authorities {\n    site-ca {\n        cacert = root.crt\n    }\n}\n";
+    std::fs::write(&conf, format!("connections {{\n{site}}}\n{authorities}")).unwrap();
+    let file = conf.display().to_string();
+
+    let (good, out) = swanctl(&gw_west, &["--load-all", "--noprompt", "--file", &file]);
+    assert!(good, "{out}");
+    assert_eq!(out.matches("loaded certificate from").count(), 2, "{out}");
+    assert_eq!(out.matches("loaded private key from").count(), 2, "{out}");
+    assert!(out.contains("loaded authority 'site-ca'"), "{out}");
+    assert!(out.contains("successfully loaded 1 connections, 0 unloaded"), "{out}");
+    let up = established(&gw_west, Duration::from_secs(20)) && established(&gw_east, Duration::from_secs(5));
+    let ok = up && pings(&topo);
+    if !ok {
+        gw_west.dir().keep();
+        gw_east.dir().keep();
+    }
+    assert!(up, "no IKE SA with a Child SA on both gateways");
+    assert!(ok, "no traffic through the tunnel");
+    let listed = list_certs(&gw_west, &[]);
+    assert!(listed.contains("subject:  \"CN=west.example\"") && listed.contains("has private key"), "{listed}");
+    assert!(listed.contains("subject:  \"CN=root\""), "{listed}");
+    let (good, auths) = swanctl(&gw_west, &["--list-authorities"]);
+    assert!(good && auths.contains("site-ca:") && auths.contains("cacert: CN=root"), "{auths}");
+    let (good, keys) = swanctl(&gw_west, &["--load-creds", "--raw", "--noprompt", "--file", &file]);
+    assert!(good, "{keys}");
+    assert!(keys.contains("get-keys reply {keys=["), "{keys}");
+
+    // The connection signs with the loaded key: clearing it is refused,
+    // and changes nothing.
+    let id = gw_west.sas().unwrap()[0].id.clone();
+    let (good, out) = swanctl(&gw_west, &["--load-creds", "--clear", "--raw", "--noprompt", "--file", &file]);
+    assert!(good, "{out}");
+    assert!(out.contains("clear-creds reply {success=no errmsg=") && out.contains("private keys loaded over VICI"), "{out}");
+    assert_eq!(gw_west.sas().unwrap()[0].id, id, "a refused clear-creds leaves the IKE SA alone");
+
+    // One more connection, whose certificate's key is not loaded: refused,
+    // saying so; the other one stays.
+    let other = issue(d, &root, "other.example", p256, 3, (-1, 365));
+    std::fs::copy(&other.0, sw.join("x509/other.crt")).unwrap();
+    let other = cert_conn("other", "192.0.2.3", "other.crt", "10.3.0.0/24");
+    std::fs::write(&conf, format!("connections {{\n{site}{other}}}\n{authorities}")).unwrap();
+    let (good, out) = swanctl(&gw_west, &["--load-conns", "--file", &file]);
+    assert!(!good, "{out}");
+    assert!(out.contains("load-conn 'other' (VICI): connections.other.local.certs: none of the 2 private keys"), "{out}");
+    assert!(out.contains("loaded 1 of 2 connections, 1 failed to load, 0 unloaded"), "{out}");
+    assert_eq!(gw_west.sas().unwrap()[0].id, id, "a refused load-conn leaves the others alone");
     gw_west.stop().unwrap();
     gw_east.stop().unwrap();
 }

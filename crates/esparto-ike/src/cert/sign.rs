@@ -107,6 +107,13 @@ impl SigningKey {
         Ok(data)
     }
 
+    /// The key's id as strongSwan shows it (`swanctl --load-creds`,
+    /// VICI `get-keys`): SHA-1 of the public key, in hex.
+    pub fn key_id(&self) -> String {
+        let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, self.public_key());
+        d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// The raw public key, as in a certificate's subjectPublicKey BIT
     /// STRING (EC point, Ed25519 key, RSAPublicKey DER).
     fn public_key(&self) -> &[u8] {
@@ -212,6 +219,42 @@ pub fn key_from_file(bytes: &[u8], rsa_pss: bool) -> Result<SigningKey, Credenti
         return SigningKey::from_pkcs8(der.secret_pkcs8_der(), rsa_pss);
     }
     SigningKey::from_pkcs8(bytes, rsa_pss)
+}
+
+/// A private key as a VICI client sends it (`load-key`), as PKCS#8 DER:
+/// PKCS#8 already, or the key-specific encodings swanctl sends for the
+/// keys it read itself (PKCS#1 `RSAPrivateKey`, RFC 8017; RFC 5915
+/// `ECPrivateKey`).
+///
+/// PEM (`PRIVATE KEY`, `RSA PRIVATE KEY`, `EC PRIVATE KEY`) is taken too,
+/// as charon takes it.
+pub fn pkcs8_from_der(data: &[u8]) -> Result<zeroize::Zeroizing<Vec<u8>>, CredentialError> {
+    use aws_lc_rs::encoding::AsDer;
+    use pki_types::pem::PemObject;
+    let pem;
+    let der = if data.windows(11).any(|w| w == b"-----BEGIN ") {
+        pem = pki_types::PrivateKeyDer::from_pem_slice(data).map_err(|e| cred_err(format!("PEM: {e}")))?;
+        pem.secret_der()
+    } else {
+        data
+    };
+    if SigningKey::from_pkcs8(der, false).is_ok() {
+        return Ok(zeroize::Zeroizing::new(der.to_vec()));
+    }
+    if let Ok(k) = RsaKeyPair::from_der(der) {
+        let p8 = k.as_der().map_err(|_| cred_err("cannot encode the RSA key as PKCS#8"))?;
+        return Ok(zeroize::Zeroizing::new(p8.as_ref().to_vec()));
+    }
+    for alg in [&sig::ECDSA_P256_SHA256_ASN1_SIGNING, &sig::ECDSA_P384_SHA384_ASN1_SIGNING] {
+        if let Ok(k) = EcdsaKeyPair::from_private_key_der(alg, der) {
+            let p8 = k.to_pkcs8v1().map_err(|_| cred_err("cannot encode the EC key as PKCS#8"))?;
+            return Ok(zeroize::Zeroizing::new(p8.as_ref().to_vec()));
+        }
+    }
+    Err(cred_err(
+        "not a PKCS#8, PKCS#1 (RSA) or RFC 5915 (EC) private key of a supported type \
+         (ECDSA P-256/P-384, Ed25519, RSA)",
+    ))
 }
 
 /// The key pair, by algorithm.

@@ -20,7 +20,7 @@
 use super::error::KeyPath;
 use super::tree::{Cx, Field, Node};
 use esparto_ike::cert::{
-    LocalCredential, TrustStore, certs_from_file, crl_from_file, key_from_file,
+    LocalCredential, SigningKey, TrustStore, certs_from_file, crl_from_file, key_from_file,
 };
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -37,7 +37,22 @@ pub(crate) struct Authorities {
     pub(crate) crls: Vec<Vec<u8>>,
 }
 
+/// The contents of the file `name` names, or in a tree loaded over VICI
+/// the data it holds (swanctl sends a file's contents, not its name).
 fn read(cx: &mut Cx<'_>, f: &Field<'_>, name: &str) -> Option<Vec<u8>> {
+    if cx.grafted(&f.node.span) {
+        return match super::layer::inline_data(name) {
+            Some(Ok(data)) => Some(data),
+            Some(Err(e)) => {
+                cx.err_at(f, e);
+                None
+            }
+            None => {
+                cx.err_at(f, format!("'{name}': over VICI a certificate is given by its contents, not a file name"));
+                None
+            }
+        };
+    }
     match std::fs::read(cx.dir.join(name)) {
         Ok(b) => Some(b),
         Err(e) => {
@@ -47,12 +62,17 @@ fn read(cx: &mut Cx<'_>, f: &Field<'_>, name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// `name` as messages show it: quoted, or what it is if it is data.
+fn shown(name: &str) -> String {
+    if name.starts_with(super::layer::INLINE) { "the data given over VICI".into() } else { format!("'{name}'") }
+}
+
 fn load_certs(cx: &mut Cx<'_>, f: &Field<'_>, name: &str) -> Vec<Vec<u8>> {
     let Some(bytes) = read(cx, f, name) else { return vec![] };
     match certs_from_file(&bytes) {
         Ok(c) => c,
         Err(e) => {
-            cx.err_at(f, format!("'{name}': {e}"));
+            cx.err_at(f, format!("{}: {e}", shown(name)));
             vec![]
         }
     }
@@ -60,7 +80,7 @@ fn load_certs(cx: &mut Cx<'_>, f: &Field<'_>, name: &str) -> Vec<Vec<u8>> {
 
 fn load_crl(cx: &mut Cx<'_>, f: &Field<'_>, name: &str) -> Option<Vec<u8>> {
     let bytes = read(cx, f, name)?;
-    crl_from_file(&bytes).map_err(|e| cx.err_at(f, format!("'{name}': {e}"))).ok()
+    crl_from_file(&bytes).map_err(|e| cx.err_at(f, format!("{}: {e}", shown(name)))).ok()
 }
 
 /// Parse `[authorities.*]`.
@@ -109,6 +129,9 @@ pub(crate) fn local_credential(
     for (f, name) in cx.str_list(&cf) {
         chain.extend(load_certs(cx, &f, name));
     }
+    if cx.grafted(&side.node.span) {
+        return vici_credential(cx, &cf, chain, rsa_pss);
+    }
     let Some(kf) = t.field(&side.path, "key") else {
         cx.err_at(side, "auth = \"pubkey\" needs 'key' (the PKCS#8 private key file)");
         return None;
@@ -130,6 +153,37 @@ pub(crate) fn local_credential(
         .ok()?;
     expiry(cx, &cf, cred.not_after(), "our certificate");
     Some(Arc::new(cred))
+}
+
+/// Our credential in a connection loaded over VICI: the certificates it
+/// came with and, of the private keys loaded over VICI (`load-key`), the
+/// one that is the certificate's, as charon finds it.
+fn vici_credential(cx: &mut Cx<'_>, cf: &Field<'_>, chain: Vec<Vec<u8>>, rsa_pss: bool) -> Option<Arc<LocalCredential>> {
+    if chain.is_empty() {
+        return None;
+    }
+    let keys = cx.vici_keys;
+    let mut refused = Vec::new();
+    for (id, pkcs8) in keys {
+        let Ok(key) = SigningKey::from_pkcs8(pkcs8, rsa_pss) else { continue };
+        match LocalCredential::new(chain.clone(), key) {
+            Ok(cred) => {
+                expiry(cx, cf, cred.not_after(), "our certificate");
+                return Some(Arc::new(cred));
+            }
+            Err(e) => refused.push(format!("{id}: {e}")),
+        }
+    }
+    cx.err_at(
+        cf,
+        format!(
+            "none of the {} private keys loaded over VICI is this certificate's; load it first \
+             (load-key: swanctl's private/, rsa/ or ecdsa/ directory){}",
+            keys.len(),
+            if refused.len() == 1 { format!(" ({})", refused[0]) } else { String::new() }
+        ),
+    );
+    None
 }
 
 /// `remote.cacerts` (pinned) or every authority, with their CRLs.

@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use esparto_ike::config::{Psk, Secrets};
 use esparto_ike::{Identity, PskIndex};
 use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
 
 use super::check::{self, ChildSeen};
 use super::error::{ConfigError, KeyPath};
@@ -60,13 +61,39 @@ pub struct Layer {
     pub conns: Vec<(Arc<str>, Arc<Value>)>,
     /// PSKs by their VICI id (`load-shared`).
     pub secrets: Vec<(Arc<str>, Arc<Value>)>,
+    /// Authorities by name (`load-authority`), as `[authorities]` entries.
+    pub authorities: Vec<(Arc<str>, Arc<Value>)>,
+    /// Certificates (`load-cert`) by their SHA-256 in hex.
+    pub certs: Vec<(Arc<str>, Arc<LoadedCert>)>,
+    /// The CA certificates of `certs` as `[authorities]` entries (named
+    /// `x509ca <sha256>`): every connection without `cacerts` trusts them,
+    /// as charon trusts what swanctl loads from `x509ca/`.
+    ca_authorities: Vec<(Arc<str>, Arc<Value>)>,
+    /// Private keys (`load-key`), PKCS#8 DER, by key id (SHA-1 of the
+    /// public key, as strongSwan names keys). A connection loaded over
+    /// VICI signs with the one that is its certificate's.
+    pub keys: Vec<(Arc<str>, Arc<Zeroizing<Vec<u8>>>)>,
     /// The walks of the trees, shared by every copy of the layer.
     cache: Cache,
 }
 
+/// A certificate loaded over VICI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedCert {
+    /// DER.
+    pub der: Vec<u8>,
+    /// A CA certificate (`flag = CA`, swanctl's `x509ca/`).
+    pub ca: bool,
+}
+
 impl PartialEq for Layer {
     fn eq(&self, other: &Self) -> bool {
-        self.conns == other.conns && self.secrets == other.secrets
+        self.conns == other.conns
+            && self.secrets == other.secrets
+            && self.authorities == other.authorities
+            && self.certs == other.certs
+            && self.keys.len() == other.keys.len()
+            && self.keys.iter().zip(&other.keys).all(|(a, b)| a.0 == b.0)
     }
 }
 
@@ -92,6 +119,74 @@ impl Layer {
     /// Removes the secret `id`; false if there is none.
     pub fn remove_secret(&mut self, id: &str) -> bool {
         remove(&mut self.secrets, id)
+    }
+
+    /// Adds the authority `name`, or replaces the one of that name.
+    pub fn set_authority(&mut self, name: &str, value: Value) -> bool {
+        set(&mut self.authorities, name, value)
+    }
+
+    /// Removes the authority `name`; false if there is none.
+    pub fn remove_authority(&mut self, name: &str) -> bool {
+        remove(&mut self.authorities, name)
+    }
+
+    /// Adds a certificate (DER) unless it is loaded already; its id
+    /// (SHA-256, hex).
+    pub fn add_cert(&mut self, der: Vec<u8>, ca: bool) -> Arc<str> {
+        let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &der);
+        let id: Arc<str> = d.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>().into();
+        if self.certs.iter().any(|(i, c)| *i == id && c.ca == ca) {
+            return id;
+        }
+        if ca {
+            let value = Value::Section(vec![("cacert".into(), Value::Str(inline(&der)))]);
+            self.ca_authorities.push((format!("x509ca {id}").into(), Arc::new(value)));
+        }
+        self.certs.push((id.clone(), Arc::new(LoadedCert { der, ca })));
+        id
+    }
+
+    /// Adds the private key `id` (PKCS#8), or replaces the one of that id.
+    pub fn set_key(&mut self, id: &str, pkcs8: Zeroizing<Vec<u8>>) {
+        let key = Arc::new(pkcs8);
+        match self.keys.iter_mut().find(|(i, _)| &**i == id) {
+            Some(slot) => slot.1 = key,
+            None => self.keys.push((id.into(), key)),
+        }
+    }
+
+    /// Removes the private key `id`; false if there is none.
+    pub fn remove_key(&mut self, id: &str) -> bool {
+        let before = self.keys.len();
+        self.keys.retain(|(i, _)| &**i != id);
+        self.keys.len() != before
+    }
+
+    /// Forgets every credential loaded over VICI (`clear-creds`):
+    /// certificates, private keys, PSKs and authorities.
+    pub fn clear_creds(&mut self) {
+        self.secrets.clear();
+        self.authorities.clear();
+        self.certs.clear();
+        self.ca_authorities.clear();
+        self.keys.clear();
+    }
+
+    /// The CA certificate (DER) of an authority's tree, if it holds one
+    /// as data (PEM or DER, as the file swanctl read).
+    pub fn cacert(authority: &Value) -> Option<Vec<u8>> {
+        let Value::Section(entries) = authority else { return None };
+        let data = entries.iter().find_map(|(k, v)| match v {
+            Value::Str(s) if k == "cacert" => inline_data(s).and_then(Result::ok),
+            _ => None,
+        })?;
+        esparto_ike::cert::certs_from_file(&data).ok()?.into_iter().next()
+    }
+
+    /// Whether anything at all was loaded over VICI.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty() && self.secrets.is_empty() && self.authorities.is_empty() && self.certs.is_empty() && self.keys.is_empty()
     }
 
     /// Names of the connections, in the order they were loaded.
@@ -166,6 +261,9 @@ impl std::fmt::Debug for Layer {
         f.debug_struct("Layer")
             .field("conns", &self.conns)
             .field("secrets", &self.secret_ids().collect::<Vec<_>>())
+            .field("authorities", &self.authorities)
+            .field("certs", &self.certs.iter().map(|(i, _)| i).collect::<Vec<_>>())
+            .field("keys", &self.keys.iter().map(|(i, _)| i).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -295,12 +393,52 @@ impl Grafted {
 }
 
 /// What the walk of a tree depends on besides the tree: the file's text
-/// and where it is (relative paths).
-pub(crate) fn fingerprint(text: &str, dir: &std::path::Path) -> u64 {
+/// and where it is (relative paths), and the credentials loaded over
+/// VICI (a connection's CAs and private key).
+pub(crate) fn fingerprint(text: &str, dir: &std::path::Path, layer: &Layer) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
     dir.hash(&mut h);
+    for (name, value) in layer.authorities.iter().chain(&layer.ca_authorities) {
+        name.hash(&mut h);
+        format!("{value:?}").hash(&mut h);
+    }
+    for (id, _) in &layer.keys {
+        id.hash(&mut h);
+    }
     h.finish()
+}
+
+/// How data given over VICI (a certificate's bytes, where the file names
+/// one) is written in a grafted tree: this, then the bytes in hex. Read
+/// so only in grafted trees ([`inline_data`]).
+pub const INLINE: &str = "vici-data:";
+
+/// `data` as a grafted tree writes it ([`INLINE`]).
+pub fn inline(data: &[u8]) -> String {
+    let mut s = String::with_capacity(INLINE.len() + 2 * data.len());
+    s.push_str(INLINE);
+    for b in data {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// The bytes of an [`inline`] value; `None` if `s` is not one, `Some(Err)`
+/// if it is malformed.
+pub(crate) fn inline_data(s: &str) -> Option<Result<Vec<u8>, String>> {
+    let hex = s.strip_prefix(INLINE)?;
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = hex.as_bytes();
+    if b.len() % 2 != 0 {
+        return Some(Err("data given over VICI: odd number of hex digits".into()));
+    }
+    Some(
+        b.chunks(2)
+            .map(|p| Some((nibble(p[0])? << 4) | nibble(p[1])?))
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(|| "data given over VICI: not hex".to_string()),
+    )
 }
 
 /// Adds `layer`'s connections and secrets to the file's tree `root`
@@ -311,12 +449,10 @@ pub(crate) fn graft<'t>(cx: &mut Cx<'t>, root: &mut Node, layer: &'t Layer, fing
     let mut out = Grafted { fingerprint, cache: layer.cache.clone(), ..Grafted::default() };
     let mut guard = layer.cache.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let cache = &mut *guard;
-    cx.reserve_segments(layer.conns.len() + layer.secrets.len());
+    cx.reserve_segments(layer.conns.len() + layer.secrets.len() + layer.authorities.len() + layer.ca_authorities.len());
+    cx.vici_keys = &layer.keys;
     for (table, what, items) in [("connections", "load-conn", &layer.conns), ("secrets", "load-shared", &layer.secrets)] {
-        let file_names: HashSet<String> = match root.get(table).map(|e| &e.value.kind) {
-            Some(Kind::Table(entries)) => entries.iter().map(|e| e.key.clone()).collect(),
-            _ => Default::default(),
-        };
+        let file_names = names_in(root, table);
         for (name, value) in items {
             let fresh = cache.next_segment + 1;
             let entry = cache.table(table).entry(name.clone()).or_insert(Kept { segment: fresh, walk: None });
@@ -331,13 +467,7 @@ pub(crate) fn graft<'t>(cx: &mut Cx<'t>, root: &mut Node, layer: &'t Layer, fing
             }
             let span = cx.segment(segment, what, name);
             if file_names.contains(&**name) {
-                let theirs = root.get(table).and_then(|t| t.value.get(name)).map(|e| e.key_span.clone());
-                let at = theirs.map(|s| cx.position(&s)).unwrap_or_default();
-                cx.err(
-                    &span,
-                    &KeyPath::root().key(table).key(name),
-                    format!("{at} has one of this name; what is loaded over VICI needs a name of its own"),
-                );
+                name_taken(cx, root, table, name, &span);
                 continue;
             }
             if kept.is_none() {
@@ -362,8 +492,46 @@ pub(crate) fn graft<'t>(cx: &mut Cx<'t>, root: &mut Node, layer: &'t Layer, fing
             kept.retain(|name, _| names.contains(&**name));
         }
     }
+    // Authorities are walked afresh every time (every connection's trust
+    // depends on them, and there are few): in segments past the cache's,
+    // which the next connection loaded may take over.
+    let file_names = names_in(root, "authorities");
+    let mut segment = cache.next_segment;
+    for (what, items) in [("load-authority", &layer.authorities), ("load-cert", &layer.ca_authorities)] {
+        for (name, value) in items {
+            segment += 1;
+            let span = cx.segment(segment, what, name);
+            if file_names.contains(&**name) {
+                name_taken(cx, root, "authorities", name, &span);
+                continue;
+            }
+            if let Some(entries) = table_entries(root, "authorities", &span) {
+                entries.push(Entry { key: name.to_string(), key_span: span.clone(), value: node(value, &span) });
+            }
+        }
+    }
     drop(guard);
     out
+}
+
+/// The names in the file's top-level table `table`.
+fn names_in(root: &Node, table: &str) -> HashSet<String> {
+    match root.get(table).map(|e| &e.value.kind) {
+        Some(Kind::Table(entries)) => entries.iter().map(|e| e.key.clone()).collect(),
+        _ => Default::default(),
+    }
+}
+
+/// A name loaded over VICI that the file's `table` has too: an error at
+/// the grafted tree, pointing at the file's.
+fn name_taken(cx: &mut Cx<'_>, root: &Node, table: &str, name: &str, span: &Span) {
+    let theirs = root.get(table).and_then(|t| t.value.get(name)).map(|e| e.key_span.clone());
+    let at = theirs.map(|s| cx.position(&s)).unwrap_or_default();
+    cx.err(
+        span,
+        &KeyPath::root().key(table).key(name),
+        format!("{at} has one of this name; what is loaded over VICI needs a name of its own"),
+    );
 }
 
 /// The entries of the top-level table `key`, created (at `span`) if the

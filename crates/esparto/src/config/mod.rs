@@ -48,7 +48,7 @@ pub use daemon::{
 };
 pub use error::{ConfigError, ConfigErrors, ConfigWarning};
 pub use hygiene::MIN_PSK_LEN;
-pub use layer::{Layer, Value as LayerValue};
+pub use layer::{INLINE, Layer, LoadedCert, Value as LayerValue, inline};
 pub use routing::{Host, MAX_ROUTES_NAMED};
 pub use model::*;
 
@@ -179,7 +179,7 @@ fn parse_in(
     on_disk: bool,
     layer: &Layer,
 ) -> Result<Config, ConfigErrors> {
-    let fingerprint = if layer.conns.is_empty() && layer.secrets.is_empty() { 0 } else { layer::fingerprint(text, &dir) };
+    let fingerprint = if layer.is_empty() { 0 } else { layer::fingerprint(text, &dir, layer) };
     let mut cx = Cx::new(file, text, dir);
     let mut root = match tree::parse(text) {
         Ok(r) => r,

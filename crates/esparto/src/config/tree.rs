@@ -210,6 +210,9 @@ pub(crate) struct Cx<'t> {
     /// past the file's end, so a span says where its node came from. The
     /// name is `{what} '{name}' (VICI)`, formatted only for a message.
     segments: HashMap<usize, (&'static str, &'t str)>,
+    /// Private keys loaded over VICI (PKCS#8, by key id): a grafted
+    /// connection signs with the one that is its certificate's.
+    pub(crate) vici_keys: &'t [(std::sync::Arc<str>, std::sync::Arc<zeroize::Zeroizing<Vec<u8>>>)],
 }
 
 impl<'t> Cx<'t> {
@@ -224,6 +227,7 @@ impl<'t> Cx<'t> {
             warnings: Vec::new(),
             inline_secret: None,
             segments: HashMap::new(),
+            vici_keys: &[],
         }
     }
 

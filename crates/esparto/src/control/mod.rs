@@ -135,7 +135,50 @@ pub enum Request {
         /// Its VICI id.
         id: String,
     },
-    /// What was loaded over VICI (`get-conns`, `get-shared`).
+    /// Load a certificate beside the file's (`load-cert`); a CA one is
+    /// trusted as the `[authorities]` are.
+    #[serde(rename = "load-cert")]
+    LoadCert {
+        /// The certificate, DER.
+        der: Vec<u8>,
+        /// A CA certificate (swanctl's `x509ca/`).
+        #[serde(default)]
+        ca: bool,
+    },
+    /// Load a private key (`load-key`): a connection loaded over VICI
+    /// signs with the one that is its certificate's.
+    #[serde(rename = "load-key")]
+    LoadKey {
+        /// Its id (SHA-1 of the public key, hex).
+        id: String,
+        /// PKCS#8 DER (wiped when dropped).
+        pkcs8: zeroize::Zeroizing<Vec<u8>>,
+    },
+    /// Unload a private key loaded over VICI (`unload-key`).
+    #[serde(rename = "unload-key")]
+    UnloadKey {
+        /// Its id.
+        id: String,
+    },
+    /// Load an authority beside the file's (`load-authority`).
+    #[serde(rename = "load-authority")]
+    LoadAuthority {
+        /// Its name.
+        name: String,
+        /// Its settings, as an `[authorities.NAME]` table has them.
+        authority: LayerValue,
+    },
+    /// Unload an authority loaded over VICI (`unload-authority`).
+    #[serde(rename = "unload-authority")]
+    UnloadAuthority {
+        /// Its name.
+        name: String,
+    },
+    /// Forget every credential loaded over VICI (`clear-creds`).
+    #[serde(rename = "clear-creds")]
+    ClearCreds,
+    /// What was loaded over VICI (`get-conns`, `get-shared`, `get-keys`,
+    /// `get-authorities`, `list-authorities`).
     Loaded,
     /// The certificates the configuration holds (`list-certs`).
     Certs,
@@ -160,6 +203,12 @@ pub struct Loaded {
     pub conns: Vec<String>,
     /// Ids of PSKs.
     pub shared: Vec<String>,
+    /// Ids of private keys.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Authorities (`load-authority`): name and CA certificate (DER).
+    #[serde(default)]
+    pub authorities: Vec<(String, Vec<u8>)>,
 }
 
 /// The daemon's answer.

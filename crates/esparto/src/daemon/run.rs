@@ -459,7 +459,8 @@ fn full_status(gw: &Gateway, ike: Option<&Ike>) -> Result<Status> {
 }
 
 /// Every certificate the configuration holds, each once: our own (with
-/// its key) and the intermediates we send, then the CAs we trust.
+/// its key) and the intermediates we send, then the CAs we trust, then
+/// the rest of those loaded over VICI.
 fn certs_of(config: &Config) -> Vec<crate::control::CertInfo> {
     let mut out: Vec<crate::control::CertInfo> = Vec::new();
     let mut add = |der: &[u8], ca: bool, private_key: bool| match out.iter_mut().find(|c| c.der == der) {
@@ -479,6 +480,13 @@ fn certs_of(config: &Config) -> Vec<crate::control::CertInfo> {
                 add(der, true, false);
             }
         }
+    }
+    // Loaded over VICI, whether a connection uses them or not.
+    for (_, c) in &config.layer.certs {
+        add(&c.der, c.ca, false);
+    }
+    for der in config.layer.authorities.iter().filter_map(|(_, v)| crate::config::Layer::cacert(v)) {
+        add(&der, true, false);
     }
     out
 }
@@ -603,7 +611,63 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
         Request::Loaded => Response::Loaded(crate::control::Loaded {
             conns: config.layer.conn_names().map(str::to_string).collect(),
             shared: config.layer.secret_ids().map(str::to_string).collect(),
+            keys: config.layer.keys.iter().map(|(id, _)| id.to_string()).collect(),
+            authorities: config
+                .layer
+                .authorities
+                .iter()
+                .map(|(name, v)| (name.to_string(), crate::config::Layer::cacert(v).unwrap_or_default()))
+                .collect(),
         }),
+        Request::LoadCert { der, ca } => {
+            let mut layer = config.layer.clone();
+            let id = layer.add_cert(der, ca);
+            let what = format!("load-cert {id}");
+            if layer == config.layer {
+                return Response::Reload(Box::new(unchanged(config, &what)));
+            }
+            load_layer(gw, ike, config, layer, &what)
+        }
+        Request::LoadKey { id, pkcs8 } => {
+            let what = format!("load-key {id}");
+            if config.layer.keys.iter().any(|(i, k)| **i == *id && ***k == *pkcs8) {
+                return Response::Reload(Box::new(unchanged(config, &what)));
+            }
+            let mut layer = config.layer.clone();
+            layer.set_key(&id, pkcs8);
+            load_layer(gw, ike, config, layer, &what)
+        }
+        Request::UnloadKey { id } => {
+            let mut layer = config.layer.clone();
+            if !layer.remove_key(&id) {
+                return Response::Error(format!("{id}: no private key of this id was loaded over VICI"));
+            }
+            load_layer(gw, ike, config, layer, &format!("unload-key {id}"))
+        }
+        Request::LoadAuthority { name, authority } => {
+            let what = format!("load-authority '{name}'");
+            if config.layer.authorities.iter().any(|(n, v)| **n == *name && **v == authority) {
+                return Response::Reload(Box::new(unchanged(config, &what)));
+            }
+            let mut layer = config.layer.clone();
+            layer.set_authority(&name, authority);
+            load_layer(gw, ike, config, layer, &what)
+        }
+        Request::UnloadAuthority { name } => {
+            let mut layer = config.layer.clone();
+            if !layer.remove_authority(&name) {
+                return Response::Error(format!("{name}: no authority of this name was loaded over VICI"));
+            }
+            load_layer(gw, ike, config, layer, &format!("unload-authority '{name}'"))
+        }
+        Request::ClearCreds => {
+            let mut layer = config.layer.clone();
+            layer.clear_creds();
+            if layer == config.layer {
+                return Response::Reload(Box::new(unchanged(config, "clear-creds")));
+            }
+            load_layer(gw, ike, config, layer, "clear-creds")
+        }
         Request::LoadConn { name, conn } => {
             // The same tree again (`swanctl --load-all` of an unchanged
             // file): the configuration would be the running one.

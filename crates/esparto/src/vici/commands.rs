@@ -25,7 +25,7 @@ use crate::status::{ChildSaStatus, ConnStatus, IkeSaStatus, Status};
 /// Events a client may register for: the ones this server raises.
 /// Registering for another (`log`, `ike-updown`, …) answers
 /// `EVENT_UNKNOWN`, so a client learns it will not get them.
-pub const EVENTS: &[&str] = &["control-log", "list-sa", "list-conn", "list-policy", "list-cert"];
+pub const EVENTS: &[&str] = &["control-log", "list-sa", "list-conn", "list-policy", "list-cert", "list-authority"];
 
 /// strongSwan commands Esparto does not implement, with why.
 pub const UNSUPPORTED: &[(&str, &str)] = &[
@@ -33,15 +33,7 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("redirect", "Esparto does not redirect IKE SAs (RFC 5685)"),
     ("install", "installing trap policies over VICI is not supported yet; use start_action = \"trap\""),
     ("uninstall", "uninstalling trap policies over VICI is not supported yet"),
-    ("list-authorities", "listing authorities over VICI is not supported yet"),
-    ("load-cert", "loading certificates over VICI is not supported yet"),
-    ("load-key", "loading keys over VICI is not supported yet"),
-    ("unload-key", "unloading keys over VICI is not supported yet"),
     ("load-token", "Esparto has no smartcard support"),
-    ("flush-certs", "flushing certificates over VICI is not supported yet"),
-    ("clear-creds", "clearing credentials over VICI is not supported yet"),
-    ("load-authority", "loading authorities over VICI is not supported yet"),
-    ("unload-authority", "unloading authorities over VICI is not supported yet"),
     ("load-pool", "Esparto assigns no virtual IPs (site-to-site only)"),
     ("unload-pool", "Esparto assigns no virtual IPs (site-to-site only)"),
 ];
@@ -177,7 +169,7 @@ pub type Emit<'a> = dyn FnMut(&'static str, &[u8]) -> bool + 'a;
 /// Raises `event` with the message `b` built for `what`; `false` when the
 /// client is gone. A message that cannot be encoded (over a VICI limit)
 /// is left out and logged.
-fn raise(emit: &mut Emit<'_>, event: &'static str, what: &str, b: Builder) -> bool {
+pub(super) fn raise(emit: &mut Emit<'_>, event: &'static str, what: &str, b: Builder) -> bool {
     match b.finish() {
         Ok(m) => emit(event, &m),
         Err(e) => {
@@ -229,13 +221,20 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         "unload-conn" => super::load::unload_conn(req, cx),
         "load-shared" => super::load::load_shared(req, cx),
         "unload-shared" => super::load::unload_shared(req, cx),
+        "load-cert" => super::creds::load_cert(req, cx),
+        "load-key" => super::creds::load_key(req, cx),
+        "unload-key" => super::creds::unload_key(req, cx),
+        "load-authority" => super::creds::load_authority(req, cx),
+        "unload-authority" => super::creds::unload_authority(req, cx),
+        "list-authorities" => super::creds::list_authorities(req, cx, emit),
+        "clear-creds" => super::creds::clear_creds(cx),
+        "flush-certs" => super::creds::flush_certs(),
         // What was loaded over VICI (strongSwan's meaning of these), not
-        // what the TOML file holds. Keys and authorities cannot be loaded
-        // over VICI yet; Esparto has no address pools.
+        // what the TOML file holds. Esparto has no address pools.
         "get-conns" => super::load::loaded(cx, false),
         "get-shared" => super::load::loaded(cx, true),
-        "get-keys" => empty_list("keys"),
-        "get-authorities" => empty_list("authorities"),
+        "get-keys" => super::creds::get(cx, false),
+        "get-authorities" => super::creds::get(cx, true),
         "get-pools" => Vec::new(),
         "initiate" => initiate(req, cx, emit),
         "terminate" => terminate(req, cx),
@@ -246,12 +245,6 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         },
     };
     Outcome::Reply(reply)
-}
-
-fn empty_list(name: &str) -> Vec<u8> {
-    let mut b = Builder::new();
-    b.list::<&str>(name, []);
-    finish(b)
 }
 
 /// strongSwan's IKE counters (its `counters` plugin, in its order), from

@@ -16,9 +16,11 @@
 //! - `remote_port`: in swanctl.conf the peer's IKE port (in Esparto's
 //!   file the peer's ESP-in-UDP port). `500` says what Esparto does
 //!   anyway and is dropped; another port is refused.
-//! - `certs`, `cacerts`, `pubkeys` in an authentication round: swanctl
-//!   sends the files' contents; loading certificates over VICI is not
-//!   supported yet, and a connection with them is refused, saying so.
+//! - `certs`, `cacerts` in an authentication round: swanctl sends the
+//!   files' contents, which the tree holds as data where the file holds
+//!   names. The private key is not in the connection: the daemon finds
+//!   the one loaded with `load-key` that is the certificate's.
+//!   `pubkeys` (raw public keys) are refused.
 //!
 //! A PSK (`load-shared`, type `IKE`) becomes a `[secrets]` entry: the
 //! `owners` its `ids`, the data its secret (as `0x` hex).
@@ -26,7 +28,7 @@
 use esparto_wire::vici::{Builder, Section, Value};
 
 use super::commands::{Cx, failure, finish, success};
-use crate::config::LayerValue;
+use crate::config::{LayerValue, inline};
 use crate::control::{Request, Response};
 use crate::status::ReloadReport;
 
@@ -90,7 +92,7 @@ pub(super) fn loaded(cx: &mut Cx<'_>, shared: bool) -> Vec<u8> {
 }
 
 /// The daemon's answer to a load: success, or its errors as `errmsg`.
-fn applied(r: Response) -> Vec<u8> {
+pub(super) fn applied(r: Response) -> Vec<u8> {
     match r {
         Response::Reload(report) => {
             log_problems(&report);
@@ -149,15 +151,7 @@ fn conn_value(conn: &Section) -> Result<LayerValue, String> {
                          give one {base} section"
                     ));
                 }
-                for key in ["certs", "cacerts", "pubkeys"] {
-                    if round.get(key).is_some() {
-                        return Err(format!(
-                            "{k}.{key}: certificates over VICI are not supported yet; \
-                             put a certificate connection in esparto.toml"
-                        ));
-                    }
-                }
-                out.push((base.to_string(), plain(round)?));
+                out.push((base.to_string(), round_value(k, round)?));
             }
             (None, Value::Str(port)) if k == "remote_port" => {
                 if port.as_slice() != b"500" {
@@ -170,6 +164,33 @@ fn conn_value(conn: &Section) -> Result<LayerValue, String> {
             }
             _ => out.push((k.clone(), plain_value(k, v)?)),
         }
+    }
+    Ok(LayerValue::Section(out))
+}
+
+/// An authentication round: `certs` and `cacerts` hold the files'
+/// contents (swanctl sends them so), which the tree keeps as data
+/// ([`inline`]).
+fn round_value(name: &str, round: &Section) -> Result<LayerValue, String> {
+    let mut out = Vec::with_capacity(round.entries.len());
+    for (k, v) in &round.entries {
+        let value = match (k.as_str(), v) {
+            ("certs" | "cacerts", Value::List(items)) => LayerValue::List(items.iter().map(|d| inline(d)).collect()),
+            ("certs" | "cacerts", Value::Str(d)) => LayerValue::List(vec![inline(d)]),
+            ("pubkeys", _) => {
+                return Err(format!("{name}.pubkeys: raw public keys are not supported; authenticate with certs"));
+            }
+            // Esparto's file names our key here; over VICI it comes with
+            // load-key, and is found by the certificate.
+            ("key", _) => {
+                return Err(format!(
+                    "{name}.key: not a swanctl.conf key; load the private key with load-key \
+                     (swanctl's private/ directory)"
+                ));
+            }
+            _ => plain_value(k, v)?,
+        };
+        out.push((k.clone(), value));
     }
     Ok(LayerValue::Section(out))
 }
@@ -243,10 +264,23 @@ mod tests {
         assert!(conn_value(&two).unwrap_err().contains("multiple authentication rounds"));
         let port = s(vec![("remote_port", v("4501"))]);
         assert!(conn_value(&port).unwrap_err().contains("peer's IKE port"));
-        let certs = s(vec![("local", Value::Section(s(vec![("certs", Value::List(vec![b"PEM".to_vec()]))])))]);
-        assert!(conn_value(&certs).unwrap_err().contains("certificates over VICI"));
+        let raw = s(vec![("remote", Value::Section(s(vec![("pubkeys", Value::List(vec![b"PEM".to_vec()]))])))]);
+        assert!(conn_value(&raw).unwrap_err().contains("raw public keys"));
+        let key = s(vec![("local", Value::Section(s(vec![("key", v("moon.key"))])))]);
+        assert!(conn_value(&key).unwrap_err().contains("load-key"));
         let bad = s(vec![("version", Value::Str(vec![0xff]))]);
         assert_eq!(conn_value(&bad).unwrap_err(), "version: not UTF-8");
+    }
+
+    #[test]
+    fn certificates_in_a_round_become_data() {
+        let conn = s(vec![(
+            "local",
+            Value::Section(s(vec![("auth", v("pubkey")), ("certs", Value::List(vec![vec![0x30, 0x82], vec![0xff]]))])),
+        )]);
+        let LayerValue::Section(out) = conn_value(&conn).unwrap() else { panic!() };
+        let LayerValue::Section(local) = &out[0].1 else { panic!() };
+        assert_eq!(local[1], ("certs".into(), LayerValue::List(vec!["vici-data:3082".into(), "vici-data:ff".into()])));
     }
 
     #[test]

@@ -37,9 +37,11 @@
 //! [`MAX_SEGMENT`]: esparto_wire::vici::MAX_SEGMENT
 
 pub mod commands;
+mod creds;
 mod load;
 mod server;
 
+pub use creds::authority_value;
 pub use load::{conn_tree, shared_value};
 
 pub use server::{

@@ -182,3 +182,71 @@ fn one_more_load_is_checked_as_the_whole_layer_would_be() {
     layer.set_conn("c20", conn_for("10.9.20.0/24", ("west", "east")));
     assert_eq!(layered(&base(), &layer).unwrap().connections.len(), 22);
 }
+
+/// A CA and an end entity for `dns` it issued: (CA DER, end entity PEM,
+/// its PKCS#8 key).
+fn pki(dns: &str) -> (Vec<u8>, String, Vec<u8>) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, "root");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut ee = CertificateParams::new(vec![dns.to_string()]).unwrap();
+    ee.distinguished_name.push(DnType::CommonName, dns);
+    ee.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let ee_cert = ee.signed_by(&key, &Issuer::from_params(&ca, &ca_key)).unwrap();
+    (ca_cert.der().to_vec(), ee_cert.pem(), key.serialize_der())
+}
+
+#[test]
+fn a_certificate_connection_signs_with_the_loaded_key_that_is_its_certificates() {
+    let (ca, ee, key) = pki("west.example");
+    let LayerValue::Section(mut conn) = vici_conn("192.0.2.9", "10.9.0.0/16", "64") else { panic!() };
+    for (k, v) in &mut conn {
+        match k.as_str() {
+            "local" => *v = sec(&[("auth", st("pubkey")), ("id", st("west.example")), ("certs", list(&[&inline(ee.as_bytes())]))]),
+            "remote" => *v = sec(&[("auth", st("pubkey")), ("id", st("east.example"))]),
+            _ => {}
+        }
+    }
+    let mut layer = Layer::default();
+    layer.set_conn("vpn", LayerValue::Section(conn));
+    let e = layered(&base(), &layer).unwrap_err().to_string();
+    assert!(e.contains("load-conn 'vpn' (VICI): connections.vpn.local.certs: none of the 0 private keys loaded over VICI"), "{e}");
+    assert!(e.contains("connections.vpn.remote: auth = \"pubkey\" needs 'cacerts' here or an [authorities] entry"), "{e}");
+    // The CA from x509ca/, the key from private/: it loads.
+    layer.add_cert(ca.clone(), true);
+    let id = esparto_ike::cert::SigningKey::from_pkcs8(&key, false).unwrap().key_id();
+    layer.set_key(&id, zeroize::Zeroizing::new(key));
+    let c = layered(&base(), &layer).unwrap();
+    let ike = c.connections[1].ike.as_ref().unwrap();
+    assert!(ike.local.credential.is_some());
+    assert_eq!(ike.remote.trust.as_ref().unwrap().cas(), [ca]);
+    // Without the key again: refused, although the connection's tree is
+    // the same (its kept walk depended on the key).
+    let mut without = layer.clone();
+    assert!(without.remove_key(&id));
+    assert!(layered(&base(), &without).unwrap_err().to_string().contains("none of the 0 private keys"));
+    let mut cleared = layer.clone();
+    cleared.clear_creds();
+    assert!(layered(&base(), &cleared).is_err(), "the connection needs what clear-creds takes");
+    assert!(layered(&base(), &layer).is_ok());
+}
+
+#[test]
+fn over_vici_a_certificate_is_data_never_a_file_name() {
+    let LayerValue::Section(mut conn) = vici_conn("192.0.2.9", "10.9.0.0/16", "64") else { panic!() };
+    for (k, v) in &mut conn {
+        if k == "local" {
+            *v = sec(&[("auth", st("pubkey")), ("certs", list(&["/etc/ssl/certs/any.pem", "vici-data:abc"]))]);
+        }
+    }
+    let mut layer = Layer::default();
+    layer.set_conn("vpn", LayerValue::Section(conn));
+    let e = layered(&base(), &layer).unwrap_err().to_string();
+    assert!(e.contains("'/etc/ssl/certs/any.pem': over VICI a certificate is given by its contents, not a file name"), "{e}");
+    assert!(e.contains("data given over VICI: odd number of hex digits"), "{e}");
+}

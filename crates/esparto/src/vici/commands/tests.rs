@@ -12,6 +12,7 @@ struct Fake {
     asked: Vec<Request>,
     log: Vec<LogLine>,
     certs: Vec<crate::control::CertInfo>,
+    authorities: Vec<(String, Vec<u8>)>,
 }
 
 impl Backend for Fake {
@@ -33,7 +34,12 @@ impl Backend for Fake {
             Request::Rekey { name, ike: true } => Response::Done(format!("rekeying 1 IKE SA(s) of {name}")),
             Request::Up { name, .. } if self.conns.iter().any(|c| &c.name == name) => Response::Done("initiating".into()),
             Request::Certs => Response::Certs(self.certs.clone()),
-            Request::Loaded => Response::Loaded(crate::control::Loaded { conns: vec!["vici-site".into()], shared: vec![] }),
+            Request::Loaded => Response::Loaded(crate::control::Loaded {
+                conns: vec!["vici-site".into()],
+                authorities: self.authorities.clone(),
+                ..Default::default()
+            }),
+            Request::LoadCert { .. } | Request::LoadKey { .. } | Request::LoadAuthority { .. } => Response::Reload(Box::default()),
             Request::LoadConn { name, .. } if name == "good" => Response::Reload(Box::default()),
             Request::LoadConn { name, .. } => Response::Error(format!("load-conn '{name}': invalid configuration")),
             r => Response::Error(format!("{r:?}: no")),
@@ -310,7 +316,7 @@ fn what_esparto_does_not_do_says_so() {
     let st = reply(run(&mut f, &ids, "stats", &[]).0);
     assert_eq!(st.section("uptime").unwrap().str("running"), Some("66 minutes"));
     assert_eq!(st.section("ikesas").unwrap().str("total"), Some("1"));
-    for (cmd, list) in [("get-keys", "keys"), ("get-shared", "keys"), ("get-authorities", "authorities")] {
+    for (cmd, list) in [("get-keys", "keys"), ("get-shared", "keys")] {
         assert_eq!(reply(run(&mut f, &ids, cmd, &[]).0).list(list).unwrap().len(), 0, "{cmd}");
     }
     assert_eq!(reply(run(&mut f, &ids, "get-conns", &[]).0).list("conns").unwrap(), [b"vici-site".to_vec()]);
@@ -403,4 +409,69 @@ fn list_certs_filters_by_type_flag_and_subject() {
     assert!(run(&mut f, &ids, "list-certs", &[("type", "pubkey")]).1.is_empty(), "no other kinds");
     let r = reply(run(&mut f, &ids, "list-certs", &[("flag", "sometimes")]).0);
     assert_eq!((r.str("success"), r.str("errmsg")), (Some("no"), Some("invalid certificate flag 'SOMETIMES'")));
+}
+
+/// Sends `cmd` with the message `b` built: the reply and the events.
+fn run_msg(f: &mut Fake, ids: &Mutex<Ids>, cmd: &str, b: Builder) -> (Section, Vec<(&'static str, Section)>) {
+    let req = Section::parse(&b.finish().unwrap()).unwrap();
+    let mut events = Vec::new();
+    let mut emit = |name: &'static str, m: &[u8]| {
+        events.push((name, Section::parse(m).unwrap()));
+        true
+    };
+    let out = handle(cmd, &req, &mut Cx { backend: f, ids }, &mut emit);
+    (reply(out), events)
+}
+
+#[test]
+fn credentials_reach_the_daemon_as_swanctl_sends_them() {
+    use aws_lc_rs::encoding::AsDer;
+    let (mut f, ids) = (fake(), Mutex::new(Ids::default()));
+    let root = cert("root", true);
+    let mut b = Builder::new();
+    b.kv("type", "X509").kv("flag", "CA").kv("data", &root);
+    assert_eq!(run_msg(&mut f, &ids, "load-cert", b).0.str("success"), Some("yes"));
+    assert_eq!(f.asked.last(), Some(&Request::LoadCert { der: root.clone(), ca: true }));
+    let mut b = Builder::new();
+    b.kv("type", "X509_CRL").kv("data", &root);
+    let r = run_msg(&mut f, &ids, "load-cert", b).0;
+    assert_eq!(r.str("success"), Some("no"));
+    assert!(r.str("errmsg").unwrap().starts_with("load-cert type X509_CRL flag NONE: CRLs over VICI"), "{r:?}");
+    let mut b = Builder::new();
+    b.kv("type", "X509").kv("data", b"not a certificate");
+    assert_eq!(run_msg(&mut f, &ids, "load-cert", b).0.str("success"), Some("no"));
+
+    // An EC key as swanctl sends one it read itself: RFC 5915.
+    let p8 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap().serialize_der();
+    let ec = aws_lc_rs::signature::EcdsaKeyPair::from_pkcs8(&aws_lc_rs::signature::ECDSA_P256_SHA256_ASN1_SIGNING, &p8).unwrap();
+    let sec1 = ec.private_key().as_der().unwrap();
+    let want = esparto_ike::cert::SigningKey::from_pkcs8(&p8, false).unwrap().key_id();
+    let mut b = Builder::new();
+    b.kv("type", "ecdsa").kv("data", sec1.as_ref());
+    let r = run_msg(&mut f, &ids, "load-key", b).0;
+    assert_eq!((r.str("success"), r.str("id")), (Some("yes"), Some(want.as_str())));
+    let Some(Request::LoadKey { id, pkcs8 }) = f.asked.last() else { panic!("{:?}", f.asked.last()) };
+    assert_eq!(id, &want);
+    assert_eq!(esparto_ike::cert::SigningKey::from_pkcs8(pkcs8, false).unwrap().key_id(), want, "sent as PKCS#8");
+    let mut b = Builder::new();
+    b.kv("type", "ed448").kv("data", sec1.as_ref());
+    assert!(run_msg(&mut f, &ids, "load-key", b).0.str("errmsg").unwrap().contains("not supported"));
+
+    // Authorities: what cannot be done is refused, naming the key.
+    let mut b = Builder::new();
+    b.begin("site-ca").kv("cacert", &root).list("crl_uris", ["http://crl.example/ca.crl"]).end();
+    let r = run_msg(&mut f, &ids, "load-authority", b).0;
+    assert!(r.str("errmsg").unwrap().starts_with("load-authority: 'site-ca'.crl_uris: fetching CRLs"), "{r:?}");
+    let mut b = Builder::new();
+    b.begin("site-ca").kv("cacert", &root).end();
+    assert_eq!(run_msg(&mut f, &ids, "load-authority", b).0.str("success"), Some("yes"));
+    let Some(Request::LoadAuthority { name, authority }) = f.asked.last() else { panic!() };
+    assert_eq!(name, "site-ca");
+    assert_eq!(crate::config::Layer::cacert(authority), Some(root.clone()));
+    f.authorities = vec![("site-ca".into(), root)];
+    assert_eq!(run_msg(&mut f, &ids, "get-authorities", Builder::new()).0.list("authorities").unwrap(), [b"site-ca".to_vec()]);
+    let (r, ev) = run_msg(&mut f, &ids, "list-authorities", Builder::new());
+    assert_eq!(r, Section::default());
+    assert_eq!(ev.len(), 1);
+    assert_eq!((ev[0].0, ev[0].1.section("site-ca").unwrap().str("cacert")), ("list-authority", Some("CN=root")));
 }
