@@ -118,11 +118,36 @@ fn swanctl_drives_esparto() {
     assert!(conns.contains("lan: TUNNEL"), "{conns}");
     assert!(conns.contains("10.1.0.0/24"), "{conns}");
 
+    // `swanctl --log` follows the daemon's log from now on (the daemon
+    // logs that it does, the first line the follower gets).
+    let log_out = west.dir().path().join("swanctl-log.txt");
+    struct Follower(std::process::Child);
+    impl Drop for Follower {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let follower = Follower(
+        // Line-buffered: swanctl's stdout to a file is block-buffered.
+        Command::new("stdbuf")
+            .args(["-oL", "swanctl", "--log", "--uri", &format!("unix://{}", vici.display())])
+            .stdout(std::fs::File::create(&log_out).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let logged = |what: &str| std::fs::read_to_string(&log_out).is_ok_and(|l| l.lines().any(|l| l.starts_with("00[") && l.contains(what)));
+    wait("swanctl --log to follow", 10, || logged("follows the daemon's events"));
+
     // Initiate the child: swanctl prints the negotiation's log and exits 0.
     let init = ok(&west, &["--initiate", "--child", "lan", "--timeout", "20"]);
     assert!(init.contains("initiate completed successfully"), "{init}");
     assert!(init.contains("[IKE] "), "the log streams as control-log events: {init}");
     wait("traffic through what swanctl brought up", 20, || ping_through(&topo));
+    wait("the daemon's log in swanctl --log", 10, || logged("IKE SA established"));
+    assert!(std::fs::read_to_string(&log_out).unwrap().contains("00[IKE] "), "IKE lines in the IKE group");
+    drop(follower);
 
     let sas = ok(&west, &["--list-sas"]);
     assert!(sas.contains("site: #1, ESTABLISHED, IKEv2"), "{sas}");
@@ -204,7 +229,7 @@ fn misbehaving_clients_cost_little(west: &EspartoGateway, vici: &Path) {
     garbage.write_all(&[0, 0, 0, 3, 9, 9, 9]).unwrap();
     // A registration for an event Esparto does not raise: EVENT_UNKNOWN.
     let mut reg = UnixStream::connect(vici).unwrap();
-    reg.write_all(&[0, 0, 0, 5, 3, 3, b'l', b'o', b'g']).unwrap();
+    reg.write_all(&[&[0, 0, 0, 12, 3, 10][..], b"ike-update"].concat()).unwrap();
     let mut answer = [0u8; 5];
     reg.read_exact(&mut answer).unwrap();
     assert_eq!(answer, [0, 0, 0, 1, 6], "EVENT_UNKNOWN");
@@ -275,6 +300,31 @@ fn python_vici_lists_and_initiates() {
     assert_eq!((child["name"].as_str(), child["state"].as_str()), (Some("lan"), Some("INSTALLED")), "{v}");
     assert_eq!(child["local-ts"][0], "10.1.0.0/24", "{v}");
     assert_eq!(v["conns"][0]["site"]["children"]["lan"]["mode"], "TUNNEL", "{v}");
+
+    // What the second session heard, in order: up, rekeys, down.
+    let events = v["events"].as_array().unwrap();
+    let sa_events: Vec<&serde_json::Value> = events.iter().filter(|e| e["kind"] != "log").collect();
+    let shape: Vec<String> = sa_events
+        .iter()
+        .map(|e| format!("{}{}", e["kind"].as_str().unwrap(), if e["msg"]["up"] == "yes" { " up" } else { "" }))
+        .collect();
+    let first = |kind: &str| shape.iter().position(|s| s == kind).unwrap_or_else(|| panic!("no {kind} in {shape:?}"));
+    assert!(first("ike-updown up") < first("child-updown up"), "{shape:?}");
+    assert!(first("child-updown up") < first("child-rekey"), "{shape:?}");
+    assert!(first("child-rekey") < first("child-updown") && first("child-updown") < first("ike-updown"), "{shape:?}");
+    assert!(first("ike-rekey") < first("ike-updown"), "{shape:?}");
+    let of = |kind: &str| &sa_events[first(kind)]["msg"]["site"];
+    let up = of("child-updown up");
+    assert_eq!(up["state"], "ESTABLISHED", "{up}");
+    let (_, c) = up["child-sas"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!((c["name"].as_str(), c["local-ts"][0].as_str()), (Some("lan"), Some("10.1.0.0/24")), "{up}");
+    let rekey = &of("child-rekey")["child-sas"]["lan"];
+    assert_ne!(rekey["old"]["spi-in"], rekey["new"]["spi-in"], "{rekey}");
+    assert!(rekey["new"]["spi-in"].as_str().is_some_and(|s| s.len() == 8), "{rekey}");
+    let ike = of("ike-rekey");
+    assert_ne!(ike["old"]["uniqueid"], ike["new"]["uniqueid"], "{ike}");
+    assert_ne!(ike["old"]["responder-spi"], ike["new"]["responder-spi"], "{ike}");
+    assert!(events.iter().any(|e| e["kind"] == "log" && e["msg"]["msg"].as_str().is_some_and(|m| m.contains("IKE SA established"))), "no log event");
     west.stop().unwrap();
     east.stop().unwrap();
 }

@@ -51,8 +51,14 @@ impl Endpoint {
     /// The engine's view of `ike_sa` (or of the SA that replaced it by a
     /// rekey), `None` if it is gone.
     pub fn ike_sa_info(&self, ike_sa: IkeSaId) -> Option<IkeSaInfo> {
-        let id = self.resolve(ike_sa).ok()?;
-        let sa = self.sas.get(&id)?;
+        self.ike_sa_info_exact(IkeSaId(self.resolve(ike_sa).ok()?))
+    }
+
+    /// [`ike_sa_info`](Self::ike_sa_info) of `ike_sa` itself, not of its
+    /// successor if it was rekeyed (while the engine still holds it: an
+    /// `IkeSaRekeyed` event describes the old IKE SA so).
+    pub fn ike_sa_info_exact(&self, ike_sa: IkeSaId) -> Option<IkeSaInfo> {
+        let sa = self.sas.get(&ike_sa.0)?;
         let proposal = sa.suite.as_ref().map_or_else(String::new, |s| {
             diag::OneProposal(&s.to_wire(Protocol::Ike, Spi::None)).to_string()
         });

@@ -211,7 +211,7 @@ fn up_streamed(a: &UpDownArgs, sock: &Socket, timeout: Duration) -> Result<ExitC
             control::StreamItem::Dropped { dropped } => {
                 writeln!(out, "… {dropped} log line(s) dropped (this client read too slowly)")
             }
-            control::StreamItem::End(_) => Ok(()),
+            control::StreamItem::Event { .. } | control::StreamItem::End(_) => Ok(()),
         };
         let _ = out.flush();
     };

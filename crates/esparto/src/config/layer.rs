@@ -72,10 +72,14 @@ pub struct Layer {
     /// Private keys (`load-key`), PKCS#8 DER, by key id (SHA-1 of the
     /// public key, as strongSwan names keys). A connection loaded over
     /// VICI signs with the one that is its certificate's.
-    pub keys: Vec<(Arc<str>, Arc<Zeroizing<Vec<u8>>>)>,
+    pub keys: Vec<(Arc<str>, PrivateKey)>,
     /// The walks of the trees, shared by every copy of the layer.
     cache: Cache,
 }
+
+/// A private key loaded over VICI: PKCS#8 DER, wiped when the last
+/// copy of the layer drops it.
+pub type PrivateKey = Arc<Zeroizing<Vec<u8>>>;
 
 /// A certificate loaded over VICI.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -48,7 +48,7 @@ pub use daemon::{
 };
 pub use error::{ConfigError, ConfigErrors, ConfigWarning};
 pub use hygiene::MIN_PSK_LEN;
-pub use layer::{INLINE, Layer, LoadedCert, Value as LayerValue, inline};
+pub use layer::{INLINE, Layer, LoadedCert, PrivateKey, Value as LayerValue, inline};
 pub use routing::{Host, MAX_ROUTES_NAMED};
 pub use model::*;
 

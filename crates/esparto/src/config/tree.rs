@@ -212,7 +212,7 @@ pub(crate) struct Cx<'t> {
     segments: HashMap<usize, (&'static str, &'t str)>,
     /// Private keys loaded over VICI (PKCS#8, by key id): a grafted
     /// connection signs with the one that is its certificate's.
-    pub(crate) vici_keys: &'t [(std::sync::Arc<str>, std::sync::Arc<zeroize::Zeroizing<Vec<u8>>>)],
+    pub(crate) vici_keys: &'t [(std::sync::Arc<str>, super::layer::PrivateKey)],
 }
 
 impl<'t> Cx<'t> {

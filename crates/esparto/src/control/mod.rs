@@ -177,6 +177,14 @@ pub enum Request {
     /// Forget every credential loaded over VICI (`clear-creds`).
     #[serde(rename = "clear-creds")]
     ClearCreds,
+    /// Follow the daemon's SA events, and with `log` its log lines, as a
+    /// stream ([`StreamItem`]s) that lasts until the client leaves (VICI
+    /// `ike-updown`, `child-updown`, `ike-rekey`, `child-rekey`, `log`).
+    Events {
+        /// Log lines too.
+        #[serde(default)]
+        log: bool,
+    },
     /// What was loaded over VICI (`get-conns`, `get-shared`, `get-keys`,
     /// `get-authorities`, `list-authorities`).
     Loaded,
@@ -249,13 +257,37 @@ pub enum StreamItem {
         /// The line.
         log: crate::daemon::watch::LogLine,
     },
-    /// `{"dropped":3}`: lines lost before the next one.
+    /// `{"dropped":3}`: lines (or events) lost before the next one.
     Dropped {
         /// How many.
         dropped: u64,
     },
+    /// `{"event":{…}}`: an SA came up, went down or was rekeyed
+    /// ([`Request::Events`]).
+    Event {
+        /// What happened.
+        event: Box<SaEvent>,
+    },
     /// The outcome (`{"ok":true,"message":"…"}` or `{"ok":false,"error":"…"}`).
     End(Response),
+}
+
+/// An SA event, as VICI's `ike-updown`, `child-updown`, `ike-rekey` and
+/// `child-rekey` report them. Traffic counters in it are zero: the
+/// workers' counters are gathered for `sas`, not per event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SaEvent {
+    /// `ike-updown`, `child-updown`, `ike-rekey` or `child-rekey`.
+    pub kind: String,
+    /// Up (else down), for the up-down events.
+    #[serde(default)]
+    pub up: bool,
+    /// The IKE SA (the new one of an IKE rekey). In a Child SA's event it
+    /// holds that Child SA only, or for a rekey the old and the new one.
+    pub sa: IkeSaStatus,
+    /// The old IKE SA of an IKE rekey.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<IkeSaStatus>,
 }
 
 /// The JSON shape of a [`Response`]: `ok` plus one payload field.

@@ -514,6 +514,11 @@ impl Gateway {
         &self.tun
     }
 
+    /// The UDP port ESP (in UDP) is received on.
+    pub(super) fn esp_port(&self) -> u16 {
+        self.bind.port()
+    }
+
     /// The local address the sockets are bound to (may be the wildcard).
     pub fn local_ip(&self) -> IpAddr {
         self.bind.ip()

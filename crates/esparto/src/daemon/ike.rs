@@ -543,9 +543,19 @@ impl Ike {
     /// timers (jittered, RFC 7296 §2.8) that replace the configured
     /// lifetimes the table filled in.
     pub fn annotate(&self, now: Instant, sas: &mut [IkeSaStatus]) {
+        self.annotate_as(now, sas, false);
+    }
+
+    /// [`annotate`](Self::annotate); `exact`: with what the engine knows
+    /// of each IKE SA itself, not of its successor if it was rekeyed.
+    pub(super) fn annotate_as(&self, now: Instant, sas: &mut [IkeSaStatus], exact: bool) {
         let left = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(now).as_secs_f64());
         for s in sas {
-            let Some(info) = u64::from_str_radix(&s.id, 16).ok().and_then(|id| self.ep.ike_sa_info(IkeSaId(id))) else {
+            let info = u64::from_str_radix(&s.id, 16).ok().and_then(|id| match exact {
+                true => self.ep.ike_sa_info_exact(IkeSaId(id)),
+                false => self.ep.ike_sa_info(IkeSaId(id)),
+            });
+            let Some(info) = info else {
                 continue;
             };
             s.proposal = info.proposal;

@@ -48,6 +48,7 @@ impl Ike {
             return;
         }
         file_watch_lines(gw);
+        let after = self.events_before(now, gw, &ev);
         match ev {
             Event::IkeSaEstablished { ike_sa, connection, local, remote, local_id, remote_id, initiator } => {
                 let up = IkeSaUp { local, remote, local_id: local_id.to_string(), remote_id: remote_id.to_string(), initiator };
@@ -98,6 +99,9 @@ impl Ike {
                 info!(%ike_sa, %local, %remote, "peer address changed");
                 gw.table.peer_address_changed(ike_sa, local, remote);
             }
+        }
+        if let Some(after) = after {
+            self.events_after(now, gw, after);
         }
         file_watch_lines(gw);
     }

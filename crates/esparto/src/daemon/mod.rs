@@ -21,6 +21,7 @@ mod notify;
 mod reload;
 mod router;
 mod run;
+mod sa_events;
 mod seqstate;
 pub(crate) mod table;
 pub mod watch;

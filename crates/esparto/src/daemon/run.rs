@@ -566,6 +566,17 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
                 }
             }
         }
+        Request::Events { log } => match watch::global().subscribe(log) {
+            Some(id) => {
+                // The first line a follower of the log gets.
+                info!(log, "a control client follows the daemon's events");
+                Answer::Stream(id)
+            }
+            None => Answer::Reply(Response::Error(format!(
+                "{} clients follow the daemon's events already; try again later",
+                watch::MAX_SUBSCRIPTIONS
+            ))),
+        },
         req => Answer::Reply(answer(gw, ike, config, req)),
     }
 }
@@ -598,6 +609,8 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
         Request::Certs => Response::Certs(certs_of(config)),
+        // Streamed by `handle`; a client that asks here gets the reason.
+        Request::Events { .. } => Response::Error("events are a stream".into()),
         Request::ListConns => {
             Response::Conns(config.connections.iter().map(|c| crate::status::ConnStatus::from_config(c)).collect())
         }

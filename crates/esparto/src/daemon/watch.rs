@@ -56,6 +56,11 @@ pub const WATCH_LIMIT: Duration = Duration::from_secs(600);
 /// Lines queued between two filings ([`Watches::file`]); more are
 /// dropped and counted.
 pub const PENDING_LINES: usize = 1024;
+/// Event subscriptions open at once ([`Watches::subscribe`]): each holds
+/// a control client, and the control socket serves 32.
+pub const MAX_SUBSCRIPTIONS: usize = 16;
+/// Items queued per subscription; more are dropped and counted.
+pub const SUBSCRIPTION_ITEMS: usize = 1024;
 
 /// One log line as the client prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,10 +100,31 @@ struct Pending {
     ike_sas: SmallVec<[IkeSaId; 2]>,
 }
 
+/// A client following SA events (and log lines): VICI's event
+/// registrations. It lasts until the client leaves.
+struct Subscription {
+    id: u64,
+    log: bool,
+    items: VecDeque<StreamItem>,
+    dropped: u64,
+    started: bool,
+}
+
+impl Subscription {
+    fn push(&mut self, item: StreamItem) {
+        if self.items.len() >= SUBSCRIPTION_ITEMS {
+            self.dropped += 1;
+        } else {
+            self.items.push_back(item);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     next: u64,
     watches: Vec<Watch>,
+    subscriptions: Vec<Subscription>,
     /// Lines not filed yet, in the order they were logged.
     pending: VecDeque<Pending>,
     /// Lines that found `pending` full since the last filing.
@@ -109,6 +135,9 @@ struct Inner {
 #[derive(Default)]
 pub struct Watches {
     active: AtomicUsize,
+    /// Subscriptions open, and those with log lines.
+    subscribed: AtomicUsize,
+    logging: AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -154,11 +183,50 @@ impl Watches {
         Some(id)
     }
 
-    /// Closes watch `id` (its client left, or it was written out).
+    /// Opens a subscription to SA events ([`publish`](Self::publish)),
+    /// and with `log` to every log line; `None` when
+    /// [`MAX_SUBSCRIPTIONS`] are open.
+    pub fn subscribe(&self, log: bool) -> Option<u64> {
+        let mut g = self.lock();
+        if g.subscriptions.len() >= MAX_SUBSCRIPTIONS {
+            return None;
+        }
+        g.next += 1;
+        let id = g.next;
+        g.subscriptions.push(Subscription { id, log, items: VecDeque::new(), dropped: 0, started: false });
+        self.count_subscriptions(&g);
+        Some(id)
+    }
+
+    fn count_subscriptions(&self, g: &Inner) {
+        self.subscribed.store(g.subscriptions.len(), Ordering::Relaxed);
+        self.logging.store(g.subscriptions.iter().filter(|s| s.log).count(), Ordering::Relaxed);
+    }
+
+    /// Whether anyone follows SA events: the caller builds an event only
+    /// then.
+    pub fn subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Relaxed) > 0
+    }
+
+    /// Hands `event` to every subscription.
+    pub fn publish(&self, event: &crate::control::SaEvent) {
+        if !self.subscribed() {
+            return;
+        }
+        for sub in &mut self.lock().subscriptions {
+            sub.push(StreamItem::Event { event: Box::new(event.clone()) });
+        }
+    }
+
+    /// Closes watch or subscription `id` (its client left, or it was
+    /// written out).
     pub fn cancel(&self, id: u64) {
         let mut g = self.lock();
         g.watches.retain(|w| w.id != id);
+        g.subscriptions.retain(|s| s.id != id);
         self.active.store(g.watches.len(), Ordering::Relaxed);
+        self.count_subscriptions(&g);
     }
 
     /// Files the lines queued since the last call with the watches they
@@ -210,14 +278,28 @@ impl Watches {
     /// error; an unknown `id` counts as ended.
     pub fn take(&self, id: u64, now: Instant, out: &mut Vec<u8>) -> Taken {
         let mut g = self.lock();
-        let Some(w) = g.watches.iter_mut().find(|w| w.id == id) else {
-            return Taken::Ended;
-        };
         let mut push = |item: &StreamItem| {
             if let Ok(mut v) = serde_json::to_vec(item) {
                 v.push(b'\n');
                 out.extend_from_slice(&v);
             }
+        };
+        if let Some(sub) = g.subscriptions.iter_mut().find(|s| s.id == id) {
+            if !sub.started {
+                push(&StreamItem::Started { started: "events".into() });
+                sub.started = true;
+            }
+            if sub.dropped > 0 {
+                push(&StreamItem::Dropped { dropped: sub.dropped });
+                sub.dropped = 0;
+            }
+            for item in sub.items.drain(..) {
+                push(&item);
+            }
+            return Taken::Open;
+        }
+        let Some(w) = g.watches.iter_mut().find(|w| w.id == id) else {
+            return Taken::Ended;
         };
         if !w.started {
             push(&StreamItem::Started { started: w.connection.clone() });
@@ -241,6 +323,13 @@ impl Watches {
                 Taken::Ended
             }
             None => Taken::Open,
+        }
+    }
+
+    /// Hands a log line to the subscriptions that take them.
+    fn log(&self, line: &LogLine) {
+        for sub in self.lock().subscriptions.iter_mut().filter(|s| s.log) {
+            sub.push(StreamItem::Log { log: line.clone() });
         }
     }
 
@@ -313,12 +402,14 @@ pub struct WatchLayer(pub &'static Watches);
 
 impl<S: Subscriber> Layer<S> for WatchLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if self.0.active.load(Ordering::Relaxed) == 0 {
+        let watching = self.0.active.load(Ordering::Relaxed) > 0;
+        let logging = self.0.logging.load(Ordering::Relaxed) > 0;
+        if !watching && !logging {
             return;
         }
         let mut f = Fields::default();
         event.record(&mut f);
-        if f.connection.is_none() && f.ike_sas.is_empty() {
+        if !logging && f.connection.is_none() && f.ike_sas.is_empty() {
             return;
         }
         let rest = std::mem::take(&mut f.rest);
@@ -332,11 +423,13 @@ impl<S: Subscriber> Layer<S> for WatchLayer {
             f.text.push('…');
         }
         let m = event.metadata();
-        self.0.queue(Pending {
-            line: LogLine { level: m.level().as_str().to_string(), target: m.target().to_string(), message: f.text },
-            connection: f.connection,
-            ike_sas: f.ike_sas,
-        });
+        let line = LogLine { level: m.level().as_str().to_string(), target: m.target().to_string(), message: f.text };
+        if logging {
+            self.0.log(&line);
+        }
+        if watching && (f.connection.is_some() || !f.ike_sas.is_empty()) {
+            self.0.queue(Pending { line, connection: f.connection, ike_sas: f.ike_sas });
+        }
     }
 }
 
@@ -476,6 +569,42 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(w.take(id, t0 + WATCH_LIMIT, &mut out), Taken::Ended);
         assert!(matches!(&items(&out)[..], [StreamItem::End(Response::Error(e))] if e.contains("no outcome")));
+    }
+
+    #[test]
+    fn a_subscription_gets_events_and_every_line_bounded_until_it_is_cancelled() {
+        let w: &'static Watches = Box::leak(Box::default());
+        let t0 = Instant::now();
+        let event = crate::control::SaEvent { kind: "ike-updown".into(), up: true, sa: Default::default(), old: None };
+        w.publish(&event);
+        let quiet = w.subscribe(false).unwrap();
+        let logs = w.subscribe(true).unwrap();
+        assert!(w.subscribed());
+        with_layer(w, || {
+            tracing::info!("no fields: still a line for who takes log lines");
+            for i in 0..SUBSCRIPTION_ITEMS {
+                tracing::debug!(i, "many");
+            }
+        });
+        w.publish(&event);
+        let mut out = Vec::new();
+        assert_eq!(w.take(quiet, t0, &mut out), Taken::Open);
+        let got = items(&out);
+        assert_eq!(got, [StreamItem::Started { started: "events".into() }, StreamItem::Event { event: Box::new(event.clone()) }]);
+        let mut out = Vec::new();
+        assert_eq!(w.take(logs, t0 + WATCH_LIMIT, &mut out), Taken::Open, "no time limit");
+        let got = items(&out);
+        assert_eq!(got[1], StreamItem::Dropped { dropped: 2 }, "the queue kept its first {SUBSCRIPTION_ITEMS}");
+        let StreamItem::Log { log } = &got[2] else { panic!("{:?}", got[2]) };
+        assert_eq!(log.message, "no fields: still a line for who takes log lines");
+        assert_eq!(got.len(), 2 + SUBSCRIPTION_ITEMS);
+        w.cancel(quiet);
+        w.cancel(logs);
+        assert!(!w.subscribed());
+        assert_eq!(w.logging.load(Ordering::Relaxed), 0);
+        let ids: Vec<u64> = (0..MAX_SUBSCRIPTIONS).map(|_| w.subscribe(false).unwrap()).collect();
+        assert_eq!(w.subscribe(true), None);
+        w.cancel(ids[0]);
     }
 
     #[test]

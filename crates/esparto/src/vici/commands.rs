@@ -23,9 +23,26 @@ use crate::control::{self, ClientError, Request, Response, StreamItem};
 use crate::status::{ChildSaStatus, ConnStatus, IkeSaStatus, Status};
 
 /// Events a client may register for: the ones this server raises.
-/// Registering for another (`log`, `ike-updown`, …) answers
+/// Registering for another (`ike-update`, `alert`, …) answers
 /// `EVENT_UNKNOWN`, so a client learns it will not get them.
-pub const EVENTS: &[&str] = &["control-log", "list-sa", "list-conn", "list-policy", "list-cert", "list-authority"];
+pub const EVENTS: &[&str] = &[
+    "control-log",
+    "list-sa",
+    "list-conn",
+    "list-policy",
+    "list-cert",
+    "list-authority",
+    "ike-updown",
+    "child-updown",
+    "ike-rekey",
+    "child-rekey",
+    "log",
+];
+
+/// The events of [`EVENTS`] the daemon raises by itself, not in answer to
+/// a command: a client registered for one follows the daemon's event
+/// stream ([`Request::Events`]).
+pub const DAEMON_EVENTS: &[&str] = &["ike-updown", "child-updown", "ike-rekey", "child-rekey", "log"];
 
 /// strongSwan commands Esparto does not implement, with why.
 pub const UNSUPPORTED: &[(&str, &str)] = &[
@@ -587,8 +604,14 @@ fn ike_sa_keys(b: &mut Builder, sa: &IkeSaStatus, uniqueid: u32) {
 
 /// One Child SA's section of a `list-sa` event.
 fn child_sa(b: &mut Builder, c: &ChildSaStatus, uniqueid: u32, reqid: u32) {
-    b.begin(&format!("{}-{uniqueid}", c.child))
-        .kv("name", &c.child)
+    b.begin(&format!("{}-{uniqueid}", c.child));
+    child_sa_keys(b, c, uniqueid, reqid);
+    b.end();
+}
+
+/// The keys of one Child SA's section.
+fn child_sa_keys(b: &mut Builder, c: &ChildSaStatus, uniqueid: u32, reqid: u32) {
+    b.kv("name", &c.child)
         .kv_display("uniqueid", uniqueid)
         .kv_display("reqid", reqid)
         .kv("state", "INSTALLED")
@@ -637,7 +660,6 @@ fn child_sa(b: &mut Builder, c: &ChildSaStatus, uniqueid: u32, reqid: u32) {
     }
     b.kv("install-time", secs(c.age_s));
     b.list("local-ts", &c.local_ts).list("remote-ts", &c.remote_ts);
-    b.end();
 }
 
 /// A number in a request (`ike-id = 3`); `Err` names a bad one.
@@ -891,13 +913,7 @@ fn initiate(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
             },
             _ => return,
         };
-        // strongSwan's levels: 0 (errors, audit) … 4; ours map onto them.
-        let lvl = match line.level.as_str() {
-            "ERROR" | "WARN" => 0,
-            "INFO" => 1,
-            "DEBUG" => 2,
-            _ => 3,
-        };
+        let lvl = level_of(&line.level);
         if lvl > level {
             return;
         }
@@ -911,6 +927,111 @@ fn initiate(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
         Response::Error(e) => failure(&e),
         _ => finish(success()),
     }
+}
+
+/// strongSwan's log level (0: errors and audit … 4) of one of ours.
+fn level_of(level: &str) -> i64 {
+    match level {
+        "ERROR" | "WARN" => 0,
+        "INFO" => 1,
+        "DEBUG" => 2,
+        _ => 3,
+    }
+}
+
+/// strongSwan's log group of the module that logged a line.
+fn group_of(target: &str) -> &'static str {
+    if target.contains("ike") {
+        "IKE"
+    } else if target.contains("config") || target.contains("reload") || target.contains("vici") {
+        "CFG"
+    } else if target.contains("esp") || target.contains("datapath") || target.contains("io") {
+        "NET"
+    } else {
+        "DMN"
+    }
+}
+
+/// A `log` event of one of the daemon's log lines.
+fn log_event(line: &crate::daemon::watch::LogLine) -> Option<Vec<u8>> {
+    let mut b = Builder::new();
+    b.kv("group", group_of(&line.target)).kv_display("level", level_of(&line.level)).kv("thread", "0").kv("msg", &line.message);
+    b.finish().ok()
+}
+
+/// The VICI event of one item of the daemon's event stream
+/// ([`Request::Events`]): its name and message; `None` for what VICI has
+/// no event for.
+pub fn daemon_event(item: &StreamItem, ids: &Mutex<Ids>) -> Option<(&'static str, Vec<u8>)> {
+    match item {
+        StreamItem::Event { event } => sa_event(event, ids),
+        StreamItem::Log { log } => Some(("log", log_event(log)?)),
+        StreamItem::Dropped { dropped } => {
+            let line = crate::daemon::watch::LogLine {
+                level: "WARN".into(),
+                target: "esparto::vici".into(),
+                message: format!("{dropped} events or log lines dropped: this client read too slowly"),
+            };
+            Some(("log", log_event(&line)?))
+        }
+        StreamItem::Started { .. } | StreamItem::End(_) => None,
+    }
+}
+
+/// `ike-updown`, `child-updown`, `ike-rekey` or `child-rekey`, as
+/// charon's vici plugin builds them.
+fn sa_event(ev: &control::SaEvent, ids: &Mutex<Ids>) -> Option<(&'static str, Vec<u8>)> {
+    let sa = &ev.sa;
+    let mut ids = ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut b = Builder::new();
+    let name = match ev.kind.as_str() {
+        "ike-updown" => {
+            if ev.up {
+                b.kv("up", "yes");
+            }
+            b.begin(&sa.connection);
+            ike_sa_keys(&mut b, sa, ids.ike(&sa.id));
+            b.end();
+            "ike-updown"
+        }
+        "child-updown" => {
+            if ev.up {
+                b.kv("up", "yes");
+            }
+            b.begin(&sa.connection);
+            ike_sa_keys(&mut b, sa, ids.ike(&sa.id));
+            b.begin("child-sas");
+            for c in &sa.children {
+                let (id, reqid) = (ids.child(&c.in_spi), ids.reqid(&sa.connection, &c.child));
+                child_sa(&mut b, c, id, reqid);
+            }
+            b.end().end();
+            "child-updown"
+        }
+        "ike-rekey" => {
+            let old = ev.old.as_ref()?;
+            b.begin(&old.connection).begin("old");
+            ike_sa_keys(&mut b, old, ids.ike(&old.id));
+            b.end().begin("new");
+            ike_sa_keys(&mut b, sa, ids.ike(&sa.id));
+            b.end().end();
+            "ike-rekey"
+        }
+        "child-rekey" => {
+            let [old, new] = sa.children.as_slice() else { return None };
+            let reqid = ids.reqid(&sa.connection, &old.child);
+            b.begin(&sa.connection);
+            ike_sa_keys(&mut b, sa, ids.ike(&sa.id));
+            b.begin("child-sas").begin(&old.child).begin("old");
+            child_sa_keys(&mut b, old, ids.child(&old.in_spi), reqid);
+            b.end().begin("new");
+            child_sa_keys(&mut b, new, ids.child(&new.in_spi), reqid);
+            b.end().end().end().end();
+            "child-rekey"
+        }
+        _ => return None,
+    };
+    Some((name, b.finish().ok()?))
 }
 
 /// The connection of IKE SA number `id`, and of the IKE SA holding Child

@@ -15,7 +15,7 @@ use esparto_wire::vici::{self, Packet, PacketType, Section};
 use tracing::{debug, warn};
 
 use super::commands::{self, ControlBackend, Cx, Ids, Outcome};
-use crate::control::{bind_socket, remove_socket};
+use crate::control::{Request, Response, StreamItem, bind_socket, remove_socket};
 use crate::daemon::log_limit::TRAFFIC;
 
 /// Clients served at once; more are closed as they connect.
@@ -211,12 +211,141 @@ fn read_exact(s: &mut UnixStream, buf: &mut [u8], what: &str) -> Result<(), End>
     })
 }
 
+/// The daemon's event stream ([`Request::Events`]), followed while the
+/// client is registered for one of [`commands::DAEMON_EVENTS`].
+struct Follow {
+    stream: UnixStream,
+    /// With log lines (`log` is registered).
+    log: bool,
+    /// Bytes read after the last complete line.
+    buf: Vec<u8>,
+}
+
+/// How long the daemon may take to accept a subscription.
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Follow {
+    /// Subscribes, and waits for the daemon to accept.
+    fn open(control: &Path, log: bool) -> Result<Self, String> {
+        let mut stream = UnixStream::connect(control).map_err(|e| format!("cannot reach the daemon: {e}"))?;
+        let mut req = serde_json::to_vec(&Request::Events { log }).map_err(|e| e.to_string())?;
+        req.push(b'\n');
+        stream.set_write_timeout(Some(FOLLOW_TIMEOUT)).map_err(|e| e.to_string())?;
+        stream.set_read_timeout(Some(FOLLOW_TIMEOUT)).map_err(|e| e.to_string())?;
+        stream.write_all(&req).map_err(|e| e.to_string())?;
+        let mut f = Follow { stream, log, buf: Vec::new() };
+        let mut chunk = [0u8; 4096];
+        while !f.buf.contains(&b'\n') {
+            match f.stream.read(&mut chunk) {
+                Ok(0) => return Err("the daemon closed the event stream".into()),
+                Ok(n) => f.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("no answer from the daemon: {e}")),
+            }
+        }
+        // The first line says whether it was accepted; what follows it is
+        // read with the rest.
+        let end = f.buf.iter().position(|&b| b == b'\n').unwrap_or(f.buf.len());
+        let first: Result<StreamItem, _> = serde_json::from_slice(&f.buf[..end]);
+        f.buf.drain(..(end + 1).min(f.buf.len()));
+        match first {
+            Ok(StreamItem::Started { .. }) => {}
+            Ok(StreamItem::End(Response::Error(e))) => return Err(e),
+            _ => return Err("unexpected answer from the daemon".into()),
+        }
+        f.stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(f)
+    }
+
+    /// The complete lines read so far, parsed (a line that does not parse
+    /// is skipped).
+    fn lines(&mut self) -> Vec<StreamItem> {
+        let Some(end) = self.buf.iter().rposition(|&b| b == b'\n') else { return Vec::new() };
+        let rest = self.buf.split_off(end + 1);
+        let done = std::mem::replace(&mut self.buf, rest);
+        done.split(|&b| b == b'\n').filter(|l| !l.is_empty()).filter_map(|l| serde_json::from_slice(l).ok()).collect()
+    }
+
+    /// What the daemon sent since; `Err` when the stream ended.
+    fn read(&mut self) -> io::Result<Vec<StreamItem>> {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let items = self.lines();
+        if items.iter().any(|i| matches!(i, StreamItem::End(_))) {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(items)
+    }
+}
+
+/// The events stream the client's registrations call for: none, or one
+/// with or without log lines.
+fn wanted(events: &HashSet<&'static str>) -> Option<bool> {
+    commands::DAEMON_EVENTS.iter().any(|e| events.contains(e)).then(|| events.contains("log"))
+}
+
+/// Waits until the client sends (`true`), forwarding the daemon's events
+/// to it meanwhile; the stream is dropped if it ends.
+fn wait_for_client(s: &mut UnixStream, follow: &mut Option<Follow>, events: &HashSet<&'static str>, ids: &Mutex<Ids>) -> Result<(), End> {
+    use rustix::event::{PollFd, PollFlags, poll};
+    while let Some(f) = follow.as_mut() {
+        // Lines read already (with the stream's first one) go out first.
+        let early = f.lines();
+        forward(s, &early, events, ids)?;
+        let (client, daemon) = {
+            let mut fds = [PollFd::new(&*s, PollFlags::IN), PollFd::new(&f.stream, PollFlags::IN)];
+            match poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(End::Io(e.into())),
+            }
+            (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+        };
+        if daemon {
+            match f.read() {
+                Ok(items) => forward(s, &items, events, ids)?,
+                Err(e) => {
+                    debug!(error = %e, "vici: the daemon's event stream ended");
+                    *follow = None;
+                }
+            }
+        }
+        if client {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Sends the client the VICI events of `items` it registered for.
+fn forward(s: &mut UnixStream, items: &[StreamItem], events: &HashSet<&'static str>, ids: &Mutex<Ids>) -> Result<(), End> {
+    let mut out = Vec::new();
+    for (name, msg) in items.iter().filter_map(|i| commands::daemon_event(i, ids)) {
+        if events.contains(name) {
+            if let Err(e) = (Packet { kind: PacketType::Event, name, message: &msg }).emit(&mut out) {
+                warn!(target: TRAFFIC, "vici: {name} event left out: {e}");
+            }
+        }
+    }
+    if out.is_empty() { Ok(()) } else { write_all(s, &out) }
+}
+
 fn session(s: &mut UnixStream, shared: &Shared) -> Result<(), End> {
     s.set_write_timeout(Some(WRITE_TIMEOUT)).map_err(End::Io)?;
     let mut events: HashSet<&'static str> = HashSet::new();
     let mut backend = ControlBackend::new(&shared.control);
+    let mut follow: Option<Follow> = None;
     let mut first = true;
     loop {
+        wait_for_client(s, &mut follow, &events, &shared.ids)?;
         // Idle between packets is allowed; before the first one it is not.
         s.set_read_timeout(first.then_some(FIRST_PACKET_TIMEOUT)).map_err(End::Io)?;
         let mut header = [0u8; vici::HEADER_LEN];
@@ -292,12 +421,33 @@ fn session(s: &mut UnixStream, shared: &Shared) -> Result<(), End> {
             PacketType::EventRegister | PacketType::EventUnregister => {
                 let kind = match commands::EVENTS.iter().find(|e| **e == p.name) {
                     Some(e) => {
-                        if p.kind == PacketType::EventRegister {
+                        let register = p.kind == PacketType::EventRegister;
+                        if register {
                             events.insert(e);
                         } else {
                             events.remove(e);
                         }
-                        PacketType::EventConfirm
+                        let want = wanted(&events);
+                        if follow.as_ref().map(|f| f.log) != want {
+                            follow = None;
+                        }
+                        match want.filter(|_| follow.is_none()).map(|log| Follow::open(&shared.control, log)) {
+                            Some(Err(why)) if register => {
+                                // The protocol cannot say why: the log does.
+                                warn!(target: TRAFFIC, "vici: {e} events refused: {why}");
+                                events.remove(e);
+                                PacketType::EventUnknown
+                            }
+                            Some(Err(why)) => {
+                                warn!(target: TRAFFIC, "vici: the daemon's events lost: {why}");
+                                PacketType::EventConfirm
+                            }
+                            Some(Ok(f)) => {
+                                follow = Some(f);
+                                PacketType::EventConfirm
+                            }
+                            None => PacketType::EventConfirm,
+                        }
                     }
                     None => PacketType::EventUnknown,
                 };

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use esparto_esp::{Direction, GroupId, SaStats};
+use esparto_ike::IkeSaId;
 
 use super::{SaId, Table};
 use super::child::Role;
@@ -114,8 +115,12 @@ impl Table {
     pub(crate) fn ike_sas_status(&self, now: Instant, counters: &Counters, esp_port: u16) -> Vec<IkeSaStatus> {
         let mut ids: Vec<_> = self.ike_sas.keys().copied().collect();
         ids.sort_unstable();
-        ids.iter()
-            .filter_map(|id| self.ike_sas.get(id).map(|r| (id, r)))
+        ids.into_iter().filter_map(|id| self.ike_sa_status(id, now, counters, esp_port)).collect()
+    }
+
+    /// One IKE SA with its Child SAs and each one's traffic.
+    pub(crate) fn ike_sa_status(&self, id: IkeSaId, now: Instant, counters: &Counters, esp_port: u16) -> Option<IkeSaStatus> {
+        self.ike_sas.get(&id).map(|r| (&id, r))
             .map(|(id, r)| IkeSaStatus {
                 id: id.to_string(),
                 connection: self
@@ -145,7 +150,6 @@ impl Table {
                 },
                 children: r.sas.iter().map(|sid| self.child_sa_status(now, counters, *sid)).collect(),
             })
-            .collect()
     }
 
     /// One Child SA of an IKE SA, with its traffic.

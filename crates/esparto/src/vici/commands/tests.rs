@@ -475,3 +475,43 @@ fn credentials_reach_the_daemon_as_swanctl_sends_them() {
     assert_eq!(ev.len(), 1);
     assert_eq!((ev[0].0, ev[0].1.section("site-ca").unwrap().str("cacert")), ("list-authority", Some("CN=root")));
 }
+
+#[test]
+fn the_daemons_events_become_charons() {
+    let ids = Mutex::new(Ids::default());
+    let sa = fake().sas.remove(0);
+    let ev = |kind: &str, up: bool, sa: IkeSaStatus, old: Option<IkeSaStatus>| {
+        let item = StreamItem::Event { event: Box::new(control::SaEvent { kind: kind.into(), up, sa, old }) };
+        let (name, m) = daemon_event(&item, &ids).unwrap();
+        (name, Section::parse(&m).unwrap())
+    };
+    let (name, m) = ev("ike-updown", true, sa.clone(), None);
+    assert_eq!((name, m.str("up")), ("ike-updown", Some("yes")));
+    assert_eq!(m.section("site").unwrap().str("state"), Some("ESTABLISHED"));
+    assert!(m.section("site").unwrap().section("child-sas").is_none(), "list_ike only, as charon");
+    let mut one = sa.clone();
+    one.children.truncate(1);
+    let (name, m) = ev("child-updown", false, one.clone(), None);
+    assert_eq!((name, m.str("up")), ("child-updown", None));
+    let children = m.section("site").unwrap().section("child-sas").unwrap();
+    assert_eq!(children.entries.len(), 1);
+    let mut two = sa.clone();
+    two.children.truncate(2);
+    let (name, m) = ev("child-rekey", false, two.clone(), None);
+    assert_eq!(name, "child-rekey");
+    let lan = m.section("site").unwrap().section("child-sas").unwrap().section("lan").unwrap();
+    assert_eq!(lan.section("old").unwrap().str("spi-in"), Some(two.children[0].in_spi.as_str()));
+    assert_eq!(lan.section("new").unwrap().str("spi-in"), Some(two.children[1].in_spi.as_str()));
+    assert!(daemon_event(&StreamItem::Event { event: Box::new(control::SaEvent { kind: "child-rekey".into(), up: false, sa: one, old: None }) }, &ids).is_none(), "a rekey needs both");
+    let mut new = sa.clone();
+    new.id = "00000000000000ff".into();
+    let (name, m) = ev("ike-rekey", false, new, Some(sa));
+    assert_eq!(name, "ike-rekey");
+    let site = m.section("site").unwrap();
+    assert_ne!(site.section("old").unwrap().str("uniqueid"), site.section("new").unwrap().str("uniqueid"));
+    let line = LogLine { level: "WARN".into(), target: "esparto::daemon::ike_events".into(), message: "IKE authentication failed".into() };
+    let (name, m) = daemon_event(&StreamItem::Log { log: line }, &ids).unwrap();
+    let m = Section::parse(&m).unwrap();
+    assert_eq!((name, m.str("group"), m.str("level"), m.str("msg")), ("log", Some("IKE"), Some("0"), Some("IKE authentication failed")));
+    assert!(daemon_event(&StreamItem::Started { started: "events".into() }, &ids).is_none());
+}
