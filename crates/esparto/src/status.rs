@@ -534,6 +534,10 @@ pub struct ChildConnStatus {
     pub esp_proposals: Vec<String>,
     /// "none", "trap" or "start" ("" for static children).
     pub start_action: String,
+    /// A trap policy is installed now (`start_action = "trap"`, or VICI
+    /// `install`), as the daemon says; `from_config` leaves it false.
+    #[serde(default)]
+    pub trap: bool,
     /// RFC 9611 sub-SAs: "no", "eager", "on-demand".
     pub per_cpu_sas: String,
     /// Seconds between rekeys (`None`: never, or static).
@@ -583,6 +587,7 @@ impl ConnStatus {
                     remote_ts: selectors(&ch.remote_ts),
                     esp_proposals: esp,
                     start_action: start,
+                    trap: false,
                     per_cpu_sas: match ch.per_cpu_sas {
                         esparto_ike::PerCpuSas::No => "no",
                         esparto_ike::PerCpuSas::Eager => "eager",

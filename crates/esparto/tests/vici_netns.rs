@@ -5,7 +5,8 @@
 //! `--version`, `--stats`, `--list-algs`, `--list-conns`, `--initiate
 //! --child` (the negotiation's log streams, exit 0), `--list-sas` (plain,
 //! `--raw`, `--pretty`), `--rekey --child`, `--terminate --child` and
-//! `--ike`, `--list-pols`, `--counters` (and `--reset`), and what Esparto
+//! `--ike`, `--list-pols`, `--counters` (and `--reset`), `--log`,
+//! `--install` and `--uninstall` of a trap, and what Esparto
 //! refuses (counters per connection) fails with Esparto's reason.
 //! Then the clients that misbehave: one that sends nothing, one that
 //! announces a 4 GiB segment, one that sends garbage, 64 idle ones at
@@ -214,6 +215,20 @@ fn swanctl_drives_esparto() {
     assert!(t.contains("terminate completed successfully"), "{t}");
     wait("the IKE SA to go", 20, || west.sas().unwrap().is_empty() && east.sas().unwrap().is_empty());
     assert!(ok(&west, &["--stats"]).contains("IKE_SAs: 0 total"));
+
+    // A trap installed over VICI: listed, and traffic brings the tunnel
+    // up; uninstalled, it is no longer listed.
+    let i = ok(&west, &["--install", "--child", "lan"]);
+    assert!(i.contains("install completed successfully"), "{i}");
+    let pols = ok(&west, &["--list-pols"]);
+    assert!(pols.contains("site/lan, TUNNEL") && pols.contains("local:  10.1.0.0/24"), "{pols}");
+    let (good, _, err) = swanctl(&west, &["--install", "--child", "lan"]);
+    assert!(!good && err.contains("a trap policy is installed already"), "{err}");
+    wait("the trap to bring the tunnel up", 20, || ping_through(&topo));
+    assert!(ok(&west, &["--uninstall", "--child", "lan"]).contains("uninstall completed successfully"));
+    assert!(ok(&west, &["--list-pols"]).trim().is_empty());
+    let (good, _, err) = swanctl(&west, &["--uninstall", "--child", "lan"]);
+    assert!(!good && err.contains("no trap policy is installed"), "{err}");
     west.stop().unwrap();
     east.stop().unwrap();
 }

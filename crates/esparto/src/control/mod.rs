@@ -101,6 +101,21 @@ pub enum Request {
         #[serde(default)]
         ike: bool,
     },
+    /// Install a child's trap policy (VICI `install`): traffic for it
+    /// starts its negotiation.
+    Install {
+        /// Connection name.
+        name: String,
+        /// Child name.
+        child: String,
+    },
+    /// Take a child's trap policy away (VICI `uninstall`).
+    Uninstall {
+        /// Connection name.
+        name: String,
+        /// Child name.
+        child: String,
+    },
     /// Read the configuration file again and apply what changed.
     Reload,
     /// The loaded connections (`esparto list-conns`).

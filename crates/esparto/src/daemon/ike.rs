@@ -203,6 +203,25 @@ impl Ike {
         Ok(())
     }
 
+    /// Installs the trap policy of a child of a negotiated connection
+    /// (VICI `install`), as `start_action = "trap"` would.
+    pub(super) fn install_trap(&mut self, gw: &mut Gateway, config: &Config, name: &str, child: &str) -> Result<String, String> {
+        let conn = config.connections.iter().find(|c| c.name == name).ok_or_else(|| format!("{name}: no such connection"))?;
+        let ike_conn = conn.ike.as_ref().ok_or_else(|| format!("{name}: statically keyed; nothing to negotiate"))?;
+        if ike_conn.child(child).is_none() {
+            return Err(format!("{name}/{child}: no such child"));
+        }
+        if conn.remote_addrs.is_empty() {
+            return Err(format!("{name}/{child}: a trap needs remote_addrs"));
+        }
+        let id = gw.table.child_id(name, child).ok_or_else(|| format!("{name}/{child}: no such child"))?;
+        if gw.table.child(id).is_some_and(|c| c.trap) {
+            return Err(format!("{name}/{child}: a trap policy is installed already"));
+        }
+        self.arm_trap(gw, id).map_err(|e| format!("{name}/{child}: {e:#}"))?;
+        Ok(format!("{name}/{child}: trap policy installed"))
+    }
+
     /// Arms (or re-arms) the trap policy of a child.
     pub(super) fn arm_trap(&mut self, gw: &mut Gateway, child: ChildId) -> Result<()> {
         gw.table.arm_trap(child);

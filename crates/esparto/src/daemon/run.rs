@@ -611,9 +611,34 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
         Request::Certs => Response::Certs(certs_of(config)),
         // Streamed by `handle`; a client that asks here gets the reason.
         Request::Events { .. } => Response::Error("events are a stream".into()),
-        Request::ListConns => {
-            Response::Conns(config.connections.iter().map(|c| crate::status::ConnStatus::from_config(c)).collect())
-        }
+        Request::ListConns => Response::Conns(
+            config
+                .connections
+                .iter()
+                .map(|c| {
+                    let mut s = crate::status::ConnStatus::from_config(c);
+                    for ch in &mut s.children {
+                        ch.trap = gw.table.child_id(&c.name, &ch.name).and_then(|id| gw.table.child(id)).is_some_and(|t| t.trap);
+                    }
+                    s
+                })
+                .collect(),
+        ),
+        Request::Install { name, child } => match ike {
+            Some(ike) => ike.install_trap(gw, config, &name, &child).map_or_else(Response::Error, Response::Done),
+            None => Response::Error(format!("{name}: no IKE connections are configured")),
+        },
+        Request::Uninstall { name, child } => match gw.table.child_id(&name, &child) {
+            Some(id) if gw.table.disarm_trap(id) => match gw.apply() {
+                Ok(()) => {
+                    info!(connection = %name, %child, "trap policy uninstalled");
+                    Response::Done(format!("{name}/{child}: trap policy uninstalled"))
+                }
+                Err(e) => Response::Error(format!("{name}/{child}: {e:#}")),
+            },
+            Some(_) => Response::Error(format!("{name}/{child}: no trap policy is installed")),
+            None => Response::Error(format!("{name}/{child}: no such child")),
+        },
         Request::Reload => match super::reload::reload(config, gw, ike, "esparto reload") {
             Ok(r) => Response::Reload(Box::new(r)),
             Err(e) => {

@@ -48,8 +48,6 @@ pub const DAEMON_EVENTS: &[&str] = &["ike-updown", "child-updown", "ike-rekey", 
 pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("reload-settings", "Esparto has no strongswan.conf; `esparto reload` reads its configuration again"),
     ("redirect", "Esparto does not redirect IKE SAs (RFC 5685)"),
-    ("install", "installing trap policies over VICI is not supported yet; use start_action = \"trap\""),
-    ("uninstall", "uninstalling trap policies over VICI is not supported yet"),
     ("load-token", "Esparto has no smartcard support"),
     ("load-pool", "Esparto assigns no virtual IPs (site-to-site only)"),
     ("unload-pool", "Esparto assigns no virtual IPs (site-to-site only)"),
@@ -253,6 +251,8 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         "get-keys" => super::creds::get(cx, false),
         "get-authorities" => super::creds::get(cx, true),
         "get-pools" => Vec::new(),
+        "install" => trap(req, cx, true),
+        "uninstall" => trap(req, cx, false),
         "initiate" => initiate(req, cx, emit),
         "terminate" => terminate(req, cx),
         "rekey" => rekey(req, cx),
@@ -844,7 +844,7 @@ fn list_policies(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8>
         all.iter()
             .filter(|c| ike.is_none_or(|n| n == c.name))
             .flat_map(|c| c.children.iter().map(move |ch| (c, ch)))
-            .filter(|(_, ch)| ch.start_action == "trap" && child.is_none_or(|n| n == ch.name))
+            .filter(|(_, ch)| ch.trap && child.is_none_or(|n| n == ch.name))
             .map(|(c, ch)| (c, ch, ids.reqid(&c.name, &ch.name)))
             .collect()
     };
@@ -881,6 +881,24 @@ fn connection_of(req: &Section, cx: &mut Cx<'_>) -> Result<String, String> {
         (Some(c), None) => Ok(c.name.clone()),
         (Some(_), Some(_)) => Err(format!("CHILD_SA config '{child}' is in several connections; name the connection with ike")),
         (None, _) => Err(format!("CHILD_SA config '{child}' not found")),
+    }
+}
+
+/// `install` / `uninstall`: `{ child = …, ike = … }`, a child's trap
+/// policy.
+fn trap(req: &Section, cx: &mut Cx<'_>, install: bool) -> Vec<u8> {
+    let name = match connection_of(req, cx) {
+        Ok(n) => n,
+        Err(e) => return failure(&e),
+    };
+    let child = text(req, &["child"]).unwrap_or_default().to_string();
+    let r = match install {
+        true => cx.backend.request(&Request::Install { name, child }),
+        false => cx.backend.request(&Request::Uninstall { name, child }),
+    };
+    match r {
+        Response::Error(e) => failure(&e),
+        _ => finish(success()),
     }
 }
 

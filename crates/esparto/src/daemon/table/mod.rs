@@ -505,6 +505,32 @@ impl Table {
         self.retire_policies(ids);
     }
 
+    /// Takes `child`'s group (and its policies) out of every worker.
+    fn remove_group(&mut self, child: ChildId) {
+        self.remove_policies(child);
+        let Some(g) = self.children[child.0].group.take() else { return };
+        self.groups.remove(&g.id);
+        for k in 0..self.workers {
+            self.emit(Effect::Worker(k, Command::RemoveGroup(g.id)));
+        }
+        self.count_routes(&g.remote_ts, -1);
+    }
+
+    /// Takes `child`'s trap policy away (VICI `uninstall`): no more
+    /// acquires, and with no Child SA using them, its policies and group
+    /// go too (its traffic then meets no policy and is dropped). False if
+    /// it had no trap.
+    pub(crate) fn disarm_trap(&mut self, child: ChildId) -> bool {
+        let Some(c) = self.children.get_mut(child.0) else { return false };
+        if !std::mem::replace(&mut c.trap, false) {
+            return false;
+        }
+        if c.sas.is_empty() {
+            self.remove_group(child);
+        }
+        true
+    }
+
     /// Takes policies out of every worker's SPD and frees their ids.
     fn retire_policies(&mut self, ids: Vec<PolicyId>) {
         for pid in ids {
@@ -540,14 +566,8 @@ impl Table {
         for id in self.children[child.0].sas.clone() {
             self.remove_sa(id);
         }
+        self.remove_group(child);
         let c = self.children.remove(child.0);
-        if let Some(g) = c.group {
-            self.groups.remove(&g.id);
-            for k in 0..self.workers {
-                self.emit(Effect::Worker(k, Command::RemoveGroup(g.id)));
-            }
-            self.count_routes(&g.remote_ts, -1);
-        }
         self.count_routes(&c.settings.remote_ts, -1);
         if let Some(conn) = self.conns.get_mut(c.conn.0) {
             conn.children.retain(|x| *x != child);

@@ -497,6 +497,34 @@ fn an_ike_sa_rekey_moves_its_child_sas() {
 }
 
 #[test]
+fn an_uninstalled_trap_takes_its_policy_unless_an_sa_uses_it() {
+    let mut h = Harness::new(2);
+    let child = h.conn("a", true, "10.2.0.0/16");
+    assert!(!h.table.disarm_trap(child), "no trap to take");
+    h.table.arm_trap(child);
+    h.apply();
+    let g = h.group(child);
+    assert!(h.table.disarm_trap(child));
+    h.apply();
+    for k in 0..2 {
+        assert_eq!(h.workers[k].spd().len(), 0, "policy gone with the trap");
+        assert!(h.workers[k].group(g).is_none(), "group gone");
+    }
+    assert_eq!(h.table.acquire(h.now, g, None), None);
+    // Armed again, an SA arrives, then the trap goes: the SA keeps its policy.
+    h.table.arm_trap(child);
+    h.apply();
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    let g = h.group(child);
+    assert!(h.table.disarm_trap(child));
+    h.apply();
+    for k in 0..2 {
+        assert_eq!(h.workers[k].spd().len(), 1, "the SA's policy stays");
+    }
+    assert_eq!(h.table.acquire(h.now + ACQUIRE_PENDING, g, None), None, "no trap, no acquire");
+}
+
+#[test]
 fn a_trap_raises_one_acquire_until_its_sa_arrives() {
     let mut h = Harness::new(2);
     let child = h.conn("a", true, "10.2.0.0/16");

@@ -34,6 +34,8 @@ impl Backend for Fake {
             Request::Rekey { name, ike: true } => Response::Done(format!("rekeying 1 IKE SA(s) of {name}")),
             Request::Up { name, .. } if self.conns.iter().any(|c| &c.name == name) => Response::Done("initiating".into()),
             Request::Certs => Response::Certs(self.certs.clone()),
+            Request::Install { name, child } => Response::Done(format!("{name}/{child}: trap policy installed")),
+            Request::Uninstall { name, child } => Response::Error(format!("{name}/{child}: no trap policy is installed")),
             Request::Loaded => Response::Loaded(crate::control::Loaded {
                 conns: vec!["vici-site".into()],
                 authorities: self.authorities.clone(),
@@ -98,7 +100,7 @@ fn fake() -> Fake {
         ike: Some(IkeConnStatus { local_id: "west".into(), remote_id: "east".into(), rekey_time_s: Some(14_400), ..IkeConnStatus::default() }),
         children: vec![
             ChildConnStatus { name: "lan".into(), local_ts: vec!["10.1.0.0/24".into()], ..ChildConnStatus::default() },
-            ChildConnStatus { name: "dmz".into(), start_action: "trap".into(), remote_ts: vec!["10.3.0.0/24".into()], ..ChildConnStatus::default() },
+            ChildConnStatus { name: "dmz".into(), start_action: "trap".into(), trap: true, remote_ts: vec!["10.3.0.0/24".into()], ..ChildConnStatus::default() },
         ],
     };
     Fake { sas: vec![sa], conns: vec![conn], ..Fake::default() }
@@ -244,6 +246,11 @@ fn trap_children_are_the_policies() {
     assert_eq!(p.list("remote-ts").unwrap(), &[b"10.3.0.0/24".to_vec()]);
     assert!(run(&mut f, &ids, "list-policies", &[("drop", "yes")]).1.is_empty(), "no drop policies");
     assert!(run(&mut f, &ids, "list-policies", &[("trap", "yes"), ("child", "lan")]).1.is_empty());
+    // install / uninstall name the child's connection.
+    assert_eq!(reply(run(&mut f, &ids, "install", &[("child", "lan")]).0).str("success"), Some("yes"));
+    assert_eq!(f.asked.last(), Some(&Request::Install { name: "site".into(), child: "lan".into() }));
+    let r = reply(run(&mut f, &ids, "uninstall", &[("child", "lan"), ("ike", "site")]).0);
+    assert_eq!((r.str("success"), r.str("errmsg")), (Some("no"), Some("site/lan: no trap policy is installed")));
 }
 
 #[test]
