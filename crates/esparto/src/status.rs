@@ -517,6 +517,9 @@ pub struct IkeConnStatus {
     pub rekey_time_s: Option<u64>,
     /// Seconds of silence before a liveness check (`None`: off).
     pub dpd_delay_s: Option<u64>,
+    /// How each side authenticates: "psk" or "pubkey" (ours, theirs).
+    #[serde(default)]
+    pub auth: (String, String),
 }
 
 /// A loaded child.
@@ -556,6 +559,10 @@ impl ConnStatus {
             proposals: proposal_names(&i.proposals, true),
             rekey_time_s: i.rekey_time.map(|d| d.as_secs()),
             dpd_delay_s: i.dpd_delay.map(|d| d.as_secs()),
+            auth: (
+                if i.local.credential.is_some() { "pubkey" } else { "psk" }.into(),
+                if i.remote.trust.is_some() { "pubkey" } else { "psk" }.into(),
+            ),
         });
         let children = c
             .children

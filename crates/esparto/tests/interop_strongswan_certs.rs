@@ -438,6 +438,8 @@ fn swanctl_load_all_of_a_certificate_swanctl_conf() {
     let listed = list_certs(&gw_west, &[]);
     assert!(listed.contains("subject:  \"CN=west.example\"") && listed.contains("has private key"), "{listed}");
     assert!(listed.contains("subject:  \"CN=root\""), "{listed}");
+    let (good, conns) = swanctl(&gw_west, &["--list-conns"]);
+    assert!(good && conns.contains("local public key authentication:") && conns.contains("id: west.example"), "{conns}");
     let (good, auths) = swanctl(&gw_west, &["--list-authorities"]);
     assert!(good && auths.contains("site-ca:") && auths.contains("cacert: CN=root"), "{auths}");
     let (good, keys) = swanctl(&gw_west, &["--load-creds", "--raw", "--noprompt", "--file", &file]);

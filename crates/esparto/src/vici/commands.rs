@@ -543,6 +543,15 @@ fn secs(s: f64) -> String {
     format!("{}", s.max(0.0) as u64)
 }
 
+/// An identity as charon prints it (`%Y`): an FQDN without Esparto's
+/// `@`, a DN without quotes; the others as they are.
+fn charon_id(id: &str) -> &str {
+    if let Some(fqdn) = id.strip_prefix('@').filter(|r| !r.starts_with('#')) {
+        return fqdn;
+    }
+    id.strip_prefix('"').and_then(|r| r.strip_suffix('"')).unwrap_or(id)
+}
+
 /// The IKE SA's keys of a `list-sa` event, without `child-sas`.
 fn ike_sa_keys(b: &mut Builder, sa: &IkeSaStatus, uniqueid: u32) {
     let (lh, lp) = host_port(&sa.local);
@@ -554,10 +563,10 @@ fn ike_sa_keys(b: &mut Builder, sa: &IkeSaStatus, uniqueid: u32) {
         .kv("state", sa.state.to_ascii_uppercase())
         .kv("local-host", lh)
         .kv("local-port", lp)
-        .kv("local-id", &sa.local_id)
+        .kv("local-id", charon_id(&sa.local_id))
         .kv("remote-host", rh)
         .kv("remote-port", rp)
-        .kv("remote-id", &sa.remote_id)
+        .kv("remote-id", charon_id(&sa.remote_id))
         .kv_bool("initiator", sa.initiator)
         .kv("initiator-spi", spi_i)
         .kv("responder-spi", spi_r);
@@ -599,7 +608,7 @@ fn ike_sa_keys(b: &mut Builder, sa: &IkeSaStatus, uniqueid: u32) {
             b.kv("rekey-time", secs(r));
         }
     }
-    b.list::<&str>("local-vips", []).list::<&str>("remote-vips", []);
+    // No virtual IPs (site to site): charon leaves the empty lists out.
 }
 
 /// One Child SA's section of a `list-sa` event.
@@ -806,8 +815,10 @@ fn list_conns(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
         b.kv_display("remote_port", c.remote_port);
         if let Some(ike) = &c.ike {
             b.kv_display("reauth_time", 0).kv_display("rekey_time", ike.rekey_time_s.unwrap_or(0));
-            b.begin("local-1").kv("class", "pre-shared key").kv("id", &ike.local_id).end();
-            b.begin("remote-1").kv("class", "pre-shared key").kv("id", &ike.remote_id).end();
+            // charon's names of the authentication classes.
+            let class = |auth: &str| if auth == "pubkey" { "public key" } else { "pre-shared key" };
+            b.begin("local-1").kv("class", class(&ike.auth.0)).kv("id", charon_id(&ike.local_id)).end();
+            b.begin("remote-1").kv("class", class(&ike.auth.1)).kv("id", charon_id(&ike.remote_id)).end();
         }
         b.begin("children");
         for ch in &c.children {
