@@ -25,6 +25,16 @@
 //! for a VICI client. [`commands`] maps each VICI command to control
 //! requests and their answers back to the keys strongSwan documents.
 //!
+//! # Events
+//!
+//! The list events and `control-log` answer a command and go out before
+//! its answer. `ike-updown`, `child-updown`, `ike-rekey`, `child-rekey`
+//! and `log` come from the daemon at any time: a client registered for
+//! one of them opens the daemon's event stream (a control request,
+//! `events`), and its thread waits for either the client or that stream
+//! (`poll(2)`), forwarding the events between commands. The daemon keeps
+//! at most a bounded queue per stream and counts what a slow client lost.
+//!
 //! # Timeouts
 //!
 //! A client must send its first packet within [`FIRST_PACKET_TIMEOUT`],
