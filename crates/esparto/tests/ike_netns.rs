@@ -2,7 +2,8 @@
 //! the initiator's `start_action = start` brings the tunnel up, hosts ping
 //! through it both ways (IPv4 and IPv6), `esparto sas` lists the IKE SA and
 //! its Child SA on both sides, `esparto down` deletes them on both sides,
-//! `esparto up` brings them back, a wrong PSK never installs anything, and a
+//! `esparto up` brings them back (and, when they are up, starts nothing
+//! unless `--force`), a wrong PSK never installs anything, and a
 //! Child SA past its hard packet limit is deleted on both sides. `up` shows
 //! the negotiation as it happens and its outcome (an installed Child SA, a
 //! failed authentication, a proposal mismatch), `sas --json` the timers,
@@ -126,6 +127,20 @@ fn esparto_to_esparto_with_ikev2_psk() {
     assert_eq!(last["ok"].as_bool(), Some(true), "{out}");
     let sas: Vec<IkeSaStatus> = serde_json::from_value(last["sas"].clone()).unwrap();
     assert!(sas.iter().any(|s| s.state == "established" && !s.children.is_empty()), "{out}");
+
+    // `up` of a connection that is up starts nothing and says so;
+    // `--force` starts another IKE SA.
+    let first = west.sas().unwrap();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (ok, out) = west.cli(&["up", "site"]).unwrap();
+    assert!(!ok && out.contains("site: already up (IKE SA") && out.contains("--force"), "{out}");
+    assert_eq!(west.sas().unwrap().len(), 1, "no second IKE SA");
+    let (ok, out) = west.cli(&["up", "site", "--force"]).unwrap();
+    assert!(ok, "{out}");
+    assert!(
+        west.sas().unwrap().iter().any(|s| s.id != first[0].id && s.state == "established"),
+        "a second IKE SA: {out}"
+    );
 
     let control = west.control_path().to_path_buf();
     west.stop().unwrap();

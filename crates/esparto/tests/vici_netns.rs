@@ -211,6 +211,17 @@ fn swanctl_drives_esparto() {
     });
     assert!(ok(&west, &["--list-sas"]).contains("site: #1, ESTABLISHED"));
 
+    // Initiating the child again negotiates it within that IKE SA; once
+    // it is up, initiating starts nothing and says so.
+    let init = ok(&west, &["--initiate", "--child", "lan", "--timeout", "20"]);
+    assert!(init.contains("initiate completed successfully"), "{init}");
+    let sas = west.sas().unwrap();
+    assert_eq!((sas.len(), sas[0].children.is_empty()), (1, false), "{sas:?}");
+    assert!(ok(&west, &["--list-sas"]).contains("site: #1, ESTABLISHED"), "the same IKE SA");
+    let (good, out, err) = swanctl(&west, &["--initiate", "--child", "lan", "--timeout", "20"]);
+    assert!(!good && format!("{out}{err}").contains("site: already up (IKE SA"), "{out}{err}");
+    assert_eq!(west.sas().unwrap().len(), 1, "no second IKE SA");
+
     // Terminate the IKE SA by name.
     let t = ok(&west, &["--terminate", "--ike", "site"]);
     assert!(t.contains("terminate completed successfully"), "{t}");

@@ -33,6 +33,9 @@ pub struct IkeSaInfo {
     pub rekey_at: Option<Instant>,
     /// Its Child SAs.
     pub children: Vec<ChildSaInfo>,
+    /// It is being deleted (a Delete of it is queued or in flight), or a
+    /// rekey replaced it.
+    pub closing: bool,
 }
 
 /// One Child SA's timers.
@@ -77,6 +80,9 @@ impl Endpoint {
                     expire_at: c.expire_at,
                 })
                 .collect(),
+            closing: sa.superseded
+                || sa.pending.iter().any(|p| matches!(p.task, crate::exchange::Task::DeleteIke))
+                || sa.queue.iter().any(|t| matches!(t, crate::exchange::Task::DeleteIke)),
         })
     }
 }

@@ -61,6 +61,11 @@ pub(super) struct UpDownArgs {
     /// `up`: do not show the negotiation's log lines, only the outcome.
     #[arg(long, short = 'q')]
     pub(super) quiet: bool,
+    /// `up`: start another IKE SA even if one is up or being negotiated
+    /// (else only the children without a Child SA are negotiated, and
+    /// nothing starts if none is missing).
+    #[arg(long)]
+    pub(super) force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -151,7 +151,11 @@ pub(super) fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
         return up_streamed(&a, &sock, timeout);
     }
     let rpc = Duration::from_secs(5);
-    let req = if up { Request::Up { name: a.name.clone(), watch: false } } else { Request::Down { name: a.name.clone() } };
+    let req = if up {
+        Request::Up { name: a.name.clone(), watch: false, force: a.force }
+    } else {
+        Request::Down { name: a.name.clone() }
+    };
     let first = match ask(&sock, &req, rpc)? {
         Response::Done(msg) => msg,
         r => return Err(refused(r)),
@@ -198,7 +202,7 @@ pub(super) fn up_down(a: UpDownArgs, up: bool) -> Result<ExitCode> {
 /// (`--json`: one JSON object per line), then the outcome and the SAs.
 fn up_streamed(a: &UpDownArgs, sock: &Socket, timeout: Duration) -> Result<ExitCode> {
     use std::io::Write as _;
-    let req = Request::Up { name: a.name.clone(), watch: true };
+    let req = Request::Up { name: a.name.clone(), watch: true, force: a.force };
     let json = a.output.json;
     let mut started = false;
     let mut each = |item: control::StreamItem| {

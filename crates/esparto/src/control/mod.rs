@@ -71,7 +71,10 @@ pub enum Request {
     Status,
     /// The SAs only (`esparto sas`).
     Sas,
-    /// Bring a connection up (initiate IKE).
+    /// Bring a connection up (initiate IKE). With an IKE SA up already,
+    /// only the children without a Child SA are negotiated, within it; if
+    /// none is missing, or an IKE SA is being negotiated, nothing starts
+    /// (an error says so) unless `force`.
     Up {
         /// Connection name.
         name: String,
@@ -79,6 +82,9 @@ pub enum Request {
         /// ([`StreamItem`]s), instead of one answer.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         watch: bool,
+        /// Start another IKE SA even if one is up or being negotiated.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
     },
     /// Take a connection down (delete its SAs).
     Down {
@@ -423,6 +429,7 @@ mod tests {
             serde_json::to_string(&Request::Up {
                 name: "site".into(),
                 watch: false,
+                force: false,
             })
             .unwrap(),
             r#"{"cmd":"up","name":"site"}"#
@@ -456,7 +463,7 @@ mod tests {
         assert_eq!(serde_json::to_string(&Request::Reload).unwrap(), r#"{"cmd":"reload"}"#);
         assert_eq!(
             serde_json::from_str::<Request>(r#"{"cmd":"up","name":"s","watch":true}"#).unwrap(),
-            Request::Up { name: "s".into(), watch: true }
+            Request::Up { name: "s".into(), watch: true, force: false }
         );
         let log = crate::daemon::watch::LogLine { level: "INFO".into(), target: "t".into(), message: "m".into() };
         for item in [

@@ -527,7 +527,7 @@ mod tests {
             r => panic!("{r:?}"),
         }
         assert_eq!(
-            request(&path, &Request::Up { name: "a".into(), watch: false }, T).unwrap(),
+            request(&path, &Request::Up { name: "a".into(), watch: false, force: false }, T).unwrap(),
             Response::Done("a up".into())
         );
         assert_eq!(
@@ -708,7 +708,7 @@ mod tests {
         let p = path.clone();
         let asker = thread::spawn(move || {
             let mut items = Vec::new();
-            let end = stream(&p, &Request::Up { name: "a".into(), watch: true }, T, &mut |i| items.push(i));
+            let end = stream(&p, &Request::Up { name: "a".into(), watch: true, force: false }, T, &mut |i| items.push(i));
             (end, items)
         });
         let mut script = Script::default();

@@ -28,6 +28,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -358,13 +359,48 @@ impl Ike {
     }
 
     /// `esparto up NAME`.
-    pub fn up(&mut self, now: Instant, gw: &mut Gateway, name: &str) -> Result<String, String> {
+    pub fn up(&mut self, now: Instant, gw: &mut Gateway, name: &str, force: bool) -> Result<String, String> {
+        if !force {
+            if let Some(up) = self.already_up(now, gw, name)? {
+                self.flush(now, gw);
+                return Ok(up);
+            }
+        }
         let r = self.ep.initiate(now, name, None).map_err(|e| format!("{name}: {e}"));
         if let (Ok(ike_sa), Some(conn)) = (&r, gw.table.conn_id(name)) {
             gw.table.ike_sa_initiated(*ike_sa, conn);
         }
         self.flush(now, gw);
         r.map(|id| format!("initiating IKE SA {id} for {name}"))
+    }
+
+    /// `up` of a connection with an IKE SA: the children without a Child
+    /// SA are negotiated within the established one (`Some`, what it
+    /// does); none missing, or an IKE SA still being negotiated, is an
+    /// error that says so. `None`: no IKE SA, go ahead.
+    fn already_up(&mut self, now: Instant, gw: &Gateway, name: &str) -> Result<Option<String>, String> {
+        let Some(conn) = gw.table.conn_id(name).and_then(|c| gw.table.conn(c)) else { return Ok(None) };
+        // One going away (`esparto down` just now) does not count.
+        let open = |id: IkeSaId| self.ep.ike_sa_info(id).is_some_and(|i| !i.closing);
+        let established = conn.ike_sas.iter().copied().find(|id| gw.table.ike_sa(*id).is_some_and(|r| r.established) && open(*id));
+        let Some(ike_sa) = established else {
+            return match conn.initiating.iter().find(|id| open(**id)) {
+                Some(id) => Err(format!(
+                    "{name}: IKE SA {id} is being negotiated already; `esparto up --force {name}` starts another"
+                )),
+                None => Ok(None),
+            };
+        };
+        let missing: Vec<Arc<str>> =
+            conn.children.iter().filter_map(|c| gw.table.child(*c)).filter(|c| c.sas.is_empty()).map(|c| c.name.clone()).collect();
+        if missing.is_empty() {
+            return Err(format!("{name}: already up (IKE SA {ike_sa}); `esparto up --force {name}` starts another IKE SA"));
+        }
+        for child in &missing {
+            self.ep.acquire(now, name, child, None).map_err(|e| format!("{name}/{child}: {e:?}"))?;
+        }
+        let names: Vec<&str> = missing.iter().map(|c| &**c).collect();
+        Ok(Some(format!("{name}: IKE SA {ike_sa} is up; negotiating {} within it", names.join(", "))))
     }
 
     /// `esparto down NAME`.

@@ -547,7 +547,7 @@ impl Streams for WatchStreams {
 
 fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Request) -> Answer {
     match req {
-        Request::Up { name, watch: true } => {
+        Request::Up { name, watch: true, force } => {
             let Some(ike) = ike else {
                 return Answer::Reply(Response::Error(format!("{name}: no IKE connections are configured")));
             };
@@ -558,7 +558,7 @@ fn handle(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
                     watch::MAX_WATCHES
                 )));
             };
-            match ike.up(Instant::now(), gw, &name) {
+            match ike.up(Instant::now(), gw, &name, force) {
                 Ok(_) => Answer::Stream(id),
                 Err(e) => {
                     watch::global().cancel(id);
@@ -592,8 +592,8 @@ fn answer(gw: &mut Gateway, ike: Option<&mut Ike>, config: &mut Config, req: Req
             Ok(s) => Response::Sas(s.ike_sas),
             Err(e) => Response::Error(format!("{e:#}")),
         },
-        Request::Up { name, .. } => match ike {
-            Some(ike) => ike.up(now, gw, &name).map_or_else(Response::Error, Response::Done),
+        Request::Up { name, force, .. } => match ike {
+            Some(ike) => ike.up(now, gw, &name, force).map_or_else(Response::Error, Response::Done),
             None => Response::Error(format!("{name}: no IKE connections are configured")),
         },
         Request::Down { name } => match ike {

@@ -89,7 +89,7 @@ impl Backend for ControlBackend {
     }
 
     fn up(&mut self, name: &str, timeout: Duration, each: &mut dyn FnMut(StreamItem)) -> Response {
-        let req = Request::Up { name: name.to_string(), watch: true };
+        let req = Request::Up { name: name.to_string(), watch: true, force: false };
         match control::stream(&self.path, &req, timeout, each) {
             Ok(r) => r,
             Err(ClientError::Timeout(_)) => Response::Error(format!(
@@ -922,7 +922,7 @@ fn initiate(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
     let timeout: i64 = req.str("timeout").and_then(|t| t.trim().parse().ok()).unwrap_or(0);
     let level: i64 = req.str("loglevel").and_then(|t| t.trim().parse().ok()).unwrap_or(1);
     if timeout < 0 {
-        return match cx.backend.request(&Request::Up { name: name.clone(), watch: false }) {
+        return match cx.backend.request(&Request::Up { name: name.clone(), watch: false, force: false }) {
             Response::Error(e) => failure(&e),
             _ => finish(success()),
         };

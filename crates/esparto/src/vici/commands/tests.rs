@@ -49,7 +49,7 @@ impl Backend for Fake {
     }
 
     fn up(&mut self, name: &str, _timeout: Duration, each: &mut dyn FnMut(StreamItem)) -> Response {
-        self.asked.push(Request::Up { name: name.into(), watch: true });
+        self.asked.push(Request::Up { name: name.into(), watch: true, force: false });
         for l in &self.log {
             each(StreamItem::Log { log: l.clone() });
         }
@@ -263,12 +263,12 @@ fn initiate_streams_the_log_at_the_level_asked() {
     let msgs: Vec<_> = ev.iter().map(|(n, m)| (*n, m.str("msg").unwrap().to_string())).collect();
     assert_eq!(msgs, [("control-log", "initiating IKE_SA".into()), ("control-log", "retransmit".into())]);
     assert_eq!(ev[0].1.str("ikesa-name"), Some("site"));
-    assert_eq!(f.asked.last(), Some(&Request::Up { name: "site".into(), watch: true }), "the child's connection");
+    assert_eq!(f.asked.last(), Some(&Request::Up { name: "site".into(), watch: true, force: false }), "the child's connection");
     let (_, ev) = run(&mut f, &ids, "initiate", &[("ike", "site"), ("loglevel", "2")]);
     assert_eq!(ev.len(), 3);
     let (out, ev) = run(&mut f, &ids, "initiate", &[("ike", "site"), ("timeout", "-1")]);
     assert_eq!((reply(out).str("success"), ev.len()), (Some("yes"), 0));
-    assert_eq!(f.asked.last(), Some(&Request::Up { name: "site".into(), watch: false }));
+    assert_eq!(f.asked.last(), Some(&Request::Up { name: "site".into(), watch: false, force: false }));
     let r = reply(run(&mut f, &ids, "initiate", &[("child", "nope")]).0);
     assert_eq!((r.str("success"), r.str("errmsg")), (Some("no"), Some("CHILD_SA config 'nope' not found")));
 }
