@@ -74,8 +74,8 @@ const KEYS: &[&str] = &[
 
 const UNSUPPORTED: &[(&str, &str)] = &[
     ("ah_proposals", "AH is not implemented (ESP only)"),
-    ("rand_bytes", "rekey jitter is not implemented"),
-    ("rand_packets", "rekey jitter is not implemented"),
+    ("rand_bytes", "jitter of byte limits is not implemented (rand_time jitters the rekey time)"),
+    ("rand_packets", "jitter of packet limits is not implemented (rand_time jitters the rekey time)"),
     ("updown", "updown scripts are not implemented"),
     ("hostaccess", "updown scripts are not implemented"),
     ("inactivity", "inactivity timeouts are not implemented"),

@@ -89,9 +89,9 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "childless",
         "childless IKE SAs (RFC 6023) are not implemented",
     ),
-    ("send_certreq", "certificates are not supported (PSK only)"),
-    ("send_cert", "certificates are not supported (PSK only)"),
-    ("ocsp", "certificates are not supported (PSK only)"),
+    ("send_certreq", "Esparto always sends CERTREQ naming its CAs when it authenticates with a certificate"),
+    ("send_cert", "Esparto always sends its certificate and local.certs intermediates (strongSwan's `always`)"),
+    ("ocsp", "OCSP is not supported: revocation is checked with CRLs (remote.crls, [authorities] crl)"),
     ("ppk_id", "post-quantum PPKs (RFC 8784) are not implemented"),
     (
         "ppk_required",
@@ -118,8 +118,8 @@ const AUTH_UNSUPPORTED: &[(&str, &str)] = &[
     ("ca_id", "name the CA with cacerts"),
     ("cert_policy", "certificate policies are not checked"),
     ("revocation", "only CRL files are checked (crls, [authorities] crl)"),
-    ("eap_id", "EAP is not supported (PSK only)"),
-    ("aaa_id", "EAP is not supported (PSK only)"),
+    ("eap_id", "EAP is not supported (PSK or certificates only)"),
+    ("aaa_id", "EAP is not supported (PSK or certificates only)"),
     ("xauth_id", "XAuth is IKEv1"),
     ("groups", "group membership is not supported"),
     (

@@ -205,13 +205,42 @@ pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
     }
     if let Some(f) = t.field(&path, "log") {
         if let Some(s) = cx.str(&f) {
-            match tracing_subscriber::EnvFilter::try_new(s) {
-                Ok(_) => d.log = s.to_string(),
-                Err(e) => cx.err_at(&f, format!("'{s}' is not a log filter: {e}")),
+            match check_log(s) {
+                Ok(()) => d.log = s.to_string(),
+                Err(e) => cx.err_at(&f, e),
             }
         }
     }
     d
+}
+
+/// Log levels, as `log` takes them alone.
+const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace", "off"];
+
+/// Targets `log` may name without a level (`esparto_ike` is
+/// `esparto_ike=trace`), besides any `crate::module` path.
+const LOG_TARGETS: &[&str] = &["esparto", "esparto_ike", "esparto_esp", "esparto_io", "esparto_wire", "esparto_crypto"];
+
+/// A `log` filter: a level, or directives such as `info,esparto_ike=debug`.
+/// A bare word that is neither a level nor one of Esparto's targets is a
+/// typo (`debgu`), not a filter on a target of that name.
+fn check_log(s: &str) -> Result<(), String> {
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(s) {
+        return Err(format!("'{s}' is not a log filter: {e}"));
+    }
+    for d in s.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !d.contains(['=', '[', ':']);
+        if bare && !LOG_LEVELS.contains(&d.to_ascii_lowercase().as_str()) && !LOG_TARGETS.contains(&d) {
+            let hint = super::tree::suggest(&d.to_ascii_lowercase(), LOG_LEVELS)
+                .map_or_else(String::new, |l| format!(" (did you mean '{l}'?)"));
+            return Err(format!(
+                "'{d}' is not a log level{hint}: levels are {}; or give directives such as \
+                 \"info,esparto_ike=debug\"",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `[daemon] control` alone, for a client looking for the daemon: the path
@@ -296,11 +325,21 @@ fn interface_name(cx: &mut Cx<'_>, f: &Field<'_>) -> Option<String> {
     Some(s.to_string())
 }
 
-/// `port` and `ike_port`, which must differ.
+/// `port` and `ike_port`, which must differ, written or not.
 fn ports(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, d: &mut Daemon) {
     if let Some(f) = t.field(path, "port") {
         if let Some(p) = cx.int::<u16>(&f, 1..=65535) {
             d.port = p;
+            if p == d.ike_port && t.field(path, "ike_port").is_none() {
+                cx.err_at(
+                    &f,
+                    format!(
+                        "port = {p} is IKE's port (ike_port, {p} by default): the NAT-T port frames IKE \
+                         differently (RFC 3948 §2.2); use another port for ESP in UDP (4500 is the standard \
+                         one), or move IKE with ike_port"
+                    ),
+                );
+            }
         }
     }
     let Some(f) = t.field(path, "ike_port") else {

@@ -520,17 +520,26 @@ pub(crate) fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
         .map(|(_, k)| k)
 }
 
-/// Levenshtein distance over characters (keys are short; O(n·m) is fine).
+/// Edit distance over characters, a swap of two neighbours counting as
+/// one edit (optimal string alignment: `debgu` is one edit from `debug`).
+/// Keys are short; O(n·m) is fine.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // Rows i-2, i-1 and i of the table.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
+    for i in 0..a.len() {
         cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        for j in 0..b.len() {
+            let sub = prev[j] + usize::from(a[i] != b[j]);
+            let mut d = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] {
+                d = d.min(before[j - 1] + 1);
+            }
+            cur[j + 1] = d;
         }
+        std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
@@ -578,6 +587,9 @@ mod tests {
         assert_eq!(suggest("chilren", &known), Some("children"));
         assert_eq!(suggest("mobike", &known), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("debgu", "debug"), 1, "a swap of neighbours is one edit");
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("abc", "ca"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
     }
 
