@@ -89,13 +89,38 @@ pub struct ProposalError {
     pub proposal: String,
     /// What is wrong with it.
     pub reason: &'static str,
+    /// The offending word and the valid ones, where that helps ("" if not).
+    pub detail: String,
 }
 
 impl fmt::Display for ProposalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "proposal {:?}: {}", self.proposal, self.reason)
+        write!(f, "proposal {:?}: {}{}", self.proposal, self.reason, self.detail)
     }
 }
+
+/// Every algorithm keyword a proposal takes, by strongSwan's names.
+pub fn keywords() -> Vec<&'static str> {
+    let mut k: Vec<&'static str> = IkeEncr::ALL.iter().map(|e| e.name()).collect();
+    k.extend(Integ::ALL.iter().map(|i| i.name()));
+    k.extend(Prf::ALL.iter().map(|p| p.name()));
+    k.extend(KeGroup::ALL.iter().map(|g| g.name()));
+    k.extend(["x25519", "esn", "noesn"]);
+    k
+}
+
+/// ` 'WORD' (did you mean 'W'?); known: …` for an unknown keyword.
+fn unknown_detail(word: &str) -> String {
+    let known = keywords();
+    let close = known
+        .iter()
+        .map(|k| (crate::diag::edit_distance(word, k), *k))
+        .filter(|(d, k)| *d <= 2 && *d < k.len() / 2 + 1)
+        .min_by_key(|(d, _)| *d)
+        .map_or_else(String::new, |(_, k)| format!(" (did you mean '{k}'?)"));
+    format!(" '{word}'{close}; known: {}", known.join(", "))
+}
+
 
 impl std::error::Error for ProposalError {}
 
@@ -139,6 +164,7 @@ impl Proposal {
         let err = |reason| ProposalError {
             proposal: s.to_string(),
             reason,
+            detail: String::new(),
         };
         let mut p = Proposal {
             protocol,
@@ -149,7 +175,8 @@ impl Proposal {
             esn: vec![],
         };
         for word in s.trim().split('-') {
-            match keyword(&word.to_ascii_lowercase()).ok_or_else(|| err("unknown algorithm"))? {
+            let unknown = || ProposalError { detail: unknown_detail(word), ..err("unknown algorithm") };
+            match keyword(&word.to_ascii_lowercase()).ok_or_else(unknown)? {
                 Keyword::Encr(e) => push_unique(&mut p.encr, e),
                 Keyword::Integ(i) => push_unique(&mut p.integ, i),
                 Keyword::Prf(f) => push_unique(&mut p.prf, f),

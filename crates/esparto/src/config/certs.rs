@@ -35,6 +35,8 @@ const AUTHORITY_KEYS: &[&str] = &["cacert", "crl"];
 pub(crate) struct Authorities {
     pub(crate) cas: Vec<Vec<u8>>,
     pub(crate) crls: Vec<Vec<u8>>,
+    /// Entries written, whether their files loaded or not.
+    pub(crate) entries: usize,
 }
 
 /// The contents of the file `name` names, or in a tree loaded over VICI
@@ -90,6 +92,7 @@ pub(crate) fn authorities(cx: &mut Cx<'_>, root: &Node) -> Authorities {
         return out;
     };
     let Some(t) = cx.table(&f) else { return out };
+    out.entries = t.entries().len();
     for e in t.entries() {
         let path = f.path.key(&e.key);
         let Some(n) = cx.table(&Field { node: &e.value, path: path.clone() }) else {
@@ -208,7 +211,10 @@ pub(crate) fn remote_trust(
             cas
         }
         None if auth.cas.is_empty() => {
-            cx.err_at(side, "auth = \"pubkey\" needs 'cacerts' here or an [authorities] entry");
+            // An entry whose CA did not load has its own error.
+            if auth.entries == 0 {
+                cx.err_at(side, "auth = \"pubkey\" needs 'cacerts' here or an [authorities] entry");
+            }
             return None;
         }
         None => auth.cas.clone(),

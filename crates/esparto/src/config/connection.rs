@@ -297,7 +297,10 @@ fn parse_one(
             children.ike,
         )
     } else {
-        for k in IKE_KEYS {
+        // Without any child, the missing children are the error; the IKE
+        // settings are not "ignored" ones on top.
+        let has_children = node.get("children").is_some_and(|c| !c.value.entries().is_empty());
+        for k in IKE_KEYS.iter().filter(|_| has_children) {
             if let Some(e) = node.get(k) {
                 cx.err(&e.key_span, &path.key(k), "IKE setting on a connection whose children are all statically keyed (it would be ignored)");
             }
@@ -403,6 +406,7 @@ fn ike_settings(
     remote_addrs: &[IpAddr],
     children: Vec<esparto_ike::ChildConfig>,
 ) -> Option<esparto_ike::ConnectionConfig> {
+    let errors_before = cx.error_count();
     check_version(cx, node, path);
     let proposals = ike_proposals(cx, node, path);
     let encap = match node.field(path, "encap") {
@@ -456,9 +460,13 @@ fn ike_settings(
         rand_time,
     };
     // What the engine checks when `run` adds the connection (children
-    // with errors are missing here, and already reported).
+    // with errors are missing here, and already reported; a proposal
+    // with an error is missing too, and "without proposals" would be a
+    // second error for it).
     if let (false, Err(e)) = (conn.children.is_empty(), conn.validate()) {
-        cx.err(&node.span, path, e.to_string());
+        if cx.error_count() == errors_before {
+            cx.err(&node.span, path, e.to_string());
+        }
         return None;
     }
     Some(conn)

@@ -138,7 +138,15 @@ fn read(path: &Path) -> Result<String, ConfigErrors> {
         Ok(_) => {}
         Err(e) => return Err(fail(format!("cannot read: {e}"))),
     }
-    std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))
+    let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| {
+        // Where: the byte, and its line and column.
+        let at = e.utf8_error().valid_up_to();
+        let good = &e.as_bytes()[..at];
+        let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = good.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+        fail(format!("not UTF-8 at byte {at} (line {line}, column {column}): a TOML file is UTF-8 text"))
+    })
 }
 
 /// The directory relative paths in the file at `path` are resolved against.

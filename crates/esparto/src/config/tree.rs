@@ -121,11 +121,33 @@ pub(crate) struct SyntaxError {
 /// Parse `text` into a tree. A syntax error stops everything (TOML has no
 /// recovery), so there is at most one.
 pub(crate) fn parse(text: &str) -> Result<Node, SyntaxError> {
-    let doc = toml_edit::Document::parse(text).map_err(|e| SyntaxError {
-        span: e.span().unwrap_or(0..0),
-        message: e.message().trim().to_string(),
+    let doc = toml_edit::Document::parse(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let mut message = e.message().trim().to_string();
+        // toml_edit names neither the key nor that it was given before.
+        if message == "duplicate key" {
+            if let Some(key) = text.get(span.clone()).map(str::trim).filter(|k| !k.is_empty()) {
+                message = format!("duplicate key '{key}': it is set earlier in the same table");
+            }
+        }
+        if looks_like_swanctl(text) {
+            message.push_str(
+                "; this looks like swanctl.conf syntax (`name {`): Esparto's file is TOML (docs/CONFIG.md); \
+                 load a swanctl.conf with `swanctl --load-all --uri unix:///run/esparto/charon.vici`",
+            );
+        }
+        SyntaxError { span, message }
     })?;
     Ok(table_node(doc.as_table(), 0..0))
+}
+
+/// A line that opens a section as swanctl.conf does (`connections {`).
+fn looks_like_swanctl(text: &str) -> bool {
+    text.lines().map(str::trim).any(|l| {
+        l.strip_suffix('{').map(str::trim_end).is_some_and(|name| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+    })
 }
 
 fn table_node(t: &toml_edit::Table, fallback: Span) -> Node {
@@ -520,29 +542,9 @@ pub(crate) fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
         .map(|(_, k)| k)
 }
 
-/// Edit distance over characters, a swap of two neighbours counting as
-/// one edit (optimal string alignment: `debgu` is one edit from `debug`).
-/// Keys are short; O(n·m) is fine.
+/// Edit distance, a swap of neighbours counting as one edit.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    // Rows i-2, i-1 and i of the table.
-    let mut before: Vec<usize> = vec![0; b.len() + 1];
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for i in 0..a.len() {
-        cur[0] = i + 1;
-        for j in 0..b.len() {
-            let sub = prev[j] + usize::from(a[i] != b[j]);
-            let mut d = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] {
-                d = d.min(before[j - 1] + 1);
-            }
-            cur[j + 1] = d;
-        }
-        std::mem::swap(&mut before, &mut prev);
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
+    esparto_ike::diag::edit_distance(a, b)
 }
 
 #[cfg(test)]

@@ -795,3 +795,50 @@ fn static_children_refuse_negotiation_keys() {
     assert!(keys.iter().any(|k| k.ends_with(".rand_time")) && keys.iter().any(|k| k.ends_with(".dpd_action")) && keys.iter().any(|k| k.ends_with(".close_action")), "{}", ConfigErrors(errs.clone()));
     assert!(errs.iter().all(|e| e.message.contains("statically keyed")), "{}", ConfigErrors(errs.clone()));
 }
+
+/// One error per root cause, naming the token and the valid choices.
+#[test]
+fn errors_name_their_cause_once() {
+    let ike = |extra: &str| {
+        format!(
+            "[daemon]\nworkers = 2\n[connections.site]\nlocal_addrs = [\"192.0.2.1\"]\nremote_addrs = [\"192.0.2.2\"]\n\
+             local = {{ auth = \"psk\", id = \"@west\" }}\nremote = {{ auth = \"psk\", id = \"@east\" }}\n{extra}\
+             [secrets.s]\nids = [\"@west\", \"@east\"]\nsecret = \"a long enough secret for the test here\"\n"
+        )
+    };
+    // No child: that error alone, not "IKE setting … ignored" for each key.
+    let e = errors_of(&ike(""));
+    assert_eq!(e.len(), 1, "{}", ConfigErrors(e.clone()));
+    assert!(e[0].message.contains("a connection needs at least one child"), "{}", e[0]);
+    // An unknown algorithm: which word, the nearest one, every known one.
+    let e = errors_of(&ike(
+        "proposals = [\"aes256gcm16-prfsha256-x2551\"]\n[connections.site.children.lan]\nlocal_ts = [\"10.1.0.0/24\"]\nremote_ts = [\"10.2.0.0/24\"]\n",
+    ));
+    assert_eq!(e.len(), 1, "{}", ConfigErrors(e.clone()));
+    assert!(e[0].message.contains("unknown algorithm 'x2551' (did you mean 'x25519'?); known: aes256gcm16,"), "{}", e[0]);
+    assert!(e[0].message.contains("modp2048") && e[0].message.contains("noesn"), "{}", e[0]);
+    // A key given twice names the key.
+    let e = errors_of("[daemon]\nworkers = 2\nworkers = 3\n");
+    assert_eq!((e[0].line, e[0].message.as_str()), (3, "TOML syntax: duplicate key 'workers': it is set earlier in the same table"));
+    // swanctl.conf given by mistake says so.
+    let e = errors_of("connections {\n    site {\n        remote_addrs = 192.0.2.2\n    }\n}\n");
+    assert!(e[0].message.contains("this looks like swanctl.conf syntax") && e[0].message.contains("swanctl --load-all"), "{}", e[0]);
+    // An authority whose CA does not load: its error, not "needs an
+    // [authorities] entry" at every connection that would use it.
+    let e = errors_of(&ike("[authorities.ca]\ncacert = \"/nonexistent/ca.crt\"\n").replace(
+        "remote = { auth = \"psk\", id = \"@east\" }",
+        "remote = { auth = \"pubkey\", id = \"@east\" }\n[connections.site.children.lan]\nlocal_ts = [\"10.1.0.0/24\"]\nremote_ts = [\"10.2.0.0/24\"]",
+    ));
+    let all = ConfigErrors(e.clone()).to_string();
+    assert!(all.contains("cannot read '/nonexistent/ca.crt'"), "{all}");
+    assert!(!all.contains("needs 'cacerts' here"), "{all}");
+}
+
+#[test]
+fn a_file_that_is_not_utf8_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("west.toml");
+    std::fs::write(&p, b"[daemon]\nworkers = 2\nlog = \"info\xff\"\n").unwrap();
+    let e = load(&p).unwrap_err().to_string();
+    assert!(e.contains("not UTF-8 at byte 32 (line 3, column 12)"), "{e}");
+}
