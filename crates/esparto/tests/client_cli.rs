@@ -59,3 +59,48 @@ fn a_bad_option_value_is_a_usage_error() {
     let e = json_error(&["sas", "--json", "--timeout", "0", "--control", "/nonexistent/esparto.sock"], "usage");
     assert!(e.contains("--timeout"), "{e}");
 }
+
+/// `check-config` takes `-c FILE` as the other commands do, and with
+/// `--json` says everything as one object: each error and warning with
+/// file, line, column, key, message and severity.
+#[test]
+fn check_config_takes_dash_c_and_answers_in_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[daemon]\nworkrs = 2\nlog = \"debgu\"\n").unwrap();
+    let path = bad.display().to_string();
+    let (ok, out, err) = esparto(&["check-config", "-c", &path]);
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(err.contains("bad.toml:2:1: daemon.workrs: unknown key (did you mean 'workers'?)"), "{err}");
+    let (ok, out, err) = esparto(&["check-config", "-c", &path, "--json"]);
+    assert!(!ok && err.is_empty(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["ok"], false, "{v}");
+    let problems = v["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 2, "{v}");
+    assert_eq!((problems[0]["line"].as_u64(), problems[0]["column"].as_u64()), (Some(2), Some(1)), "{v}");
+    assert_eq!((problems[0]["key"].as_str(), problems[0]["severity"].as_str()), (Some("daemon.workrs"), Some("error")), "{v}");
+    assert!(problems[1]["message"].as_str().unwrap().contains("did you mean 'debug'?"), "{v}");
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[daemon]\nworkers = 2\n").unwrap();
+    let (ok, out, _) = esparto(&["check-config", &good.display().to_string(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(ok && v["ok"] == true, "{v}");
+    assert_eq!(v["problems"][0]["severity"], "warning", "a file without connections is warned about: {v}");
+    assert_eq!(v["summary"]["connections"], 0, "{v}");
+}
+
+/// Help into a pipe wraps at 80 columns, and lists the operator's commands
+/// before the benchmarks.
+#[test]
+fn help_wraps_and_puts_the_operators_commands_first() {
+    for args in [&["--help"][..], &["run", "--help"], &["up", "--help"], &["check-config", "--help"]] {
+        let (ok, out, _) = esparto(args);
+        assert!(ok, "{args:?}");
+        let widest = out.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(widest <= 80, "{args:?}: a line of {widest} columns:\n{out}");
+    }
+    let (_, out, _) = esparto(&["--help"]);
+    let at = |cmd: &str| out.find(&format!("\n  {cmd} ")).unwrap_or_else(|| panic!("{cmd} not listed:\n{out}"));
+    assert!(at("run") < at("status") && at("status") < at("bench") && at("reload") < at("bench"), "{out}");
+}

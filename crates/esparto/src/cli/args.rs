@@ -70,12 +70,26 @@ pub(super) struct UpDownArgs {
 
 #[derive(Debug, Args)]
 pub(super) struct CheckConfigArgs {
+    /// The configuration file (TOML); `-c FILE` as for the other commands.
+    #[arg(conflicts_with = "config")]
+    pub(super) file: Option<PathBuf>,
     /// The configuration file (TOML).
-    #[arg(default_value = config::DEFAULT_CONFIG)]
-    pub(super) file: PathBuf,
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub(super) config: Option<PathBuf>,
     /// Fail (exit 1) on warnings too.
     #[arg(long)]
     pub(super) strict: bool,
+    /// One JSON object on stdout: `ok`, and every error and warning as an
+    /// object with `file`, `line`, `column`, `key`, `message`, `severity`.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+impl CheckConfigArgs {
+    /// The file to check.
+    pub(super) fn path(&self) -> PathBuf {
+        self.config.clone().or_else(|| self.file.clone()).unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG))
+    }
 }
 
 #[derive(Debug, Args)]

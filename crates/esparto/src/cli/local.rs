@@ -20,34 +20,55 @@ fn host_routing() -> config::Host {
 }
 
 pub(super) fn check_config(a: CheckConfigArgs) -> Result<ExitCode> {
-    match config::load_on(&a.file, &host_routing()) {
+    let file = a.path();
+    let shown = file.display().to_string();
+    let as_json = |e: &config::ConfigError, severity: &str| {
+        serde_json::json!({
+            "file": e.file, "line": e.line, "column": e.column, "key": e.key, "message": e.message, "severity": severity,
+        })
+    };
+    let report = |ok: bool, problems: Vec<serde_json::Value>, summary: serde_json::Value| {
+        println!("{}", serde_json::json!({ "ok": ok, "file": shown, "problems": problems, "summary": summary }));
+    };
+    match config::load_on(&file, &host_routing()) {
         Ok(c) => {
+            let mut warnings: Vec<serde_json::Value> = c.warnings.iter().map(|w| as_json(&w.0, "warning")).collect();
             if let Err(e) = daemon::check_static_keys(&c) {
-                eprintln!("{}: {e}", a.file.display());
+                if a.json {
+                    let e = config::ConfigError { file: shown.clone(), line: 0, column: 0, key: String::new(), message: e.to_string() };
+                    warnings.push(as_json(&e, "error"));
+                    report(false, warnings, serde_json::Value::Null);
+                } else {
+                    eprintln!("{shown}: {e}");
+                }
                 return Ok(ExitCode::FAILURE);
+            }
+            let (n, m, w) = (c.connections.len(), c.child_count(), c.warnings.len());
+            let failed = a.strict && w > 0;
+            if a.json {
+                report(!failed, warnings, serde_json::json!({ "connections": n, "children": m, "warnings": w }));
+                return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
             }
             for w in &c.warnings {
                 eprintln!("{w}");
             }
-            let (n, m, w) = (c.connections.len(), c.child_count(), c.warnings.len());
             let plural = |k: usize| if k == 1 { "" } else { "s" };
             let warned = if w == 0 { String::new() } else { format!(", {w} warning{}", plural(w)) };
-            if a.strict && w > 0 {
-                eprintln!("{}: {w} warning{} (--strict)", a.file.display(), plural(w));
+            if failed {
+                eprintln!("{shown}: {w} warning{} (--strict)", plural(w));
                 return Ok(ExitCode::FAILURE);
             }
-            println!(
-                "{}: OK ({n} connection{}, {m} child{}{warned})",
-                a.file.display(),
-                plural(n),
-                if m == 1 { "" } else { "ren" }
-            );
+            println!("{shown}: OK ({n} connection{}, {m} child{}{warned})", plural(n), if m == 1 { "" } else { "ren" });
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
+            if a.json {
+                report(false, errors.iter().map(|e| as_json(e, "error")).collect(), serde_json::Value::Null);
+                return Ok(ExitCode::FAILURE);
+            }
             eprintln!("{errors}");
             let k = errors.len();
-            eprintln!("{}: {k} error{}", a.file.display(), if k == 1 { "" } else { "s" });
+            eprintln!("{shown}: {k} error{}", if k == 1 { "" } else { "s" });
             Ok(ExitCode::FAILURE)
         }
     }

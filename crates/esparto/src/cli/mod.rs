@@ -44,8 +44,8 @@ pub use client::Failure;
         control socket ([daemon] control) unless given -c FILE.\n\n\
         /run/esparto/: the control socket (esparto.sock) and the lock files of running daemons.\n\n\
         /var/lib/esparto/: the sequence numbers of statically keyed SAs ([daemon] state_dir).\n\n\
-        The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` sends SIGHUP, \
-        which reloads the configuration as `esparto reload` does. \
+        The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` runs `esparto \
+        reload`, which fails with the errors if the file is refused (SIGHUP reloads too, without an answer). \
         Every configuration key: /usr/share/doc/esparto/CONFIG.md (docs/CONFIG.md in the source)."
 )]
 pub struct Cli {
@@ -55,7 +55,17 @@ pub struct Cli {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    use std::io::IsTerminal;
+    // Help wraps to the terminal, or to 80 columns into a pipe or a file.
+    let mut cmd = Cli::command();
+    if !std::io::stdout().is_terminal() {
+        cmd = cmd.term_width(80);
+    }
+    let cli = match Cli::from_arg_matches(&cmd.get_matches()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let json = cli.command.json();
     match dispatch(cli) {
         Ok(code) => code,
@@ -74,14 +84,6 @@ pub fn main() -> ExitCode {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Measure the data plane on this machine.
-    #[command(subcommand)]
-    Bench(BenchCmd),
-    /// Plan from this machine's saved measurements: VoIP calls per codec, cores per link.
-    #[command(subcommand)]
-    Plan(PlanCmd),
-    /// Validate a configuration file: every error with file, line, column and key.
-    CheckConfig(CheckConfigArgs),
     /// Run the gateway (in the foreground).
     ///
     /// Reads the configuration (refusing to start on any error), checks its
@@ -121,6 +123,14 @@ enum Cmd {
     Rekey(RekeyArgs),
     /// Re-read the daemon's configuration file and apply what changed (as SIGHUP does).
     Reload(ReloadArgs),
+    /// Validate a configuration file: every error with file, line, column and key.
+    CheckConfig(CheckConfigArgs),
+    /// Measure the data plane on this machine.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Plan from this machine's saved measurements: VoIP calls per codec, cores per link.
+    #[command(subcommand)]
+    Plan(PlanCmd),
 }
 
 impl Cmd {
@@ -132,7 +142,8 @@ impl Cmd {
             Cmd::Rekey(a) => a.output.json,
             Cmd::Reload(a) => a.output.json,
             Cmd::Bench(b) => b.json(),
-            Cmd::Plan(_) | Cmd::CheckConfig(_) | Cmd::Run(_) => false,
+            Cmd::CheckConfig(a) => a.json,
+            Cmd::Plan(_) | Cmd::Run(_) => false,
         }
     }
 }
