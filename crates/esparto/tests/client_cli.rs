@@ -104,3 +104,29 @@ fn help_wraps_and_puts_the_operators_commands_first() {
     let at = |cmd: &str| out.find(&format!("\n  {cmd} ")).unwrap_or_else(|| panic!("{cmd} not listed:\n{out}"));
     assert!(at("run") < at("status") && at("status") < at("bench") && at("reload") < at("bench"), "{out}");
 }
+
+/// Each kind of failure has its exit status (`esparto --help` lists
+/// them), and a usage error is JSON too when `--json` was asked.
+#[test]
+fn failures_exit_with_distinct_statuses() {
+    let bin = env!("CARGO_BIN_EXE_esparto");
+    let code = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    let nowhere = "/nonexistent/esparto.sock";
+    let out = code(&["status", "--control", nowhere]);
+    assert_eq!(out.status.code(), Some(4), "no daemon");
+    let out = code(&["status", "--json", "--control", nowhere, "--timeout", "abc"]);
+    assert_eq!(out.status.code(), Some(2), "usage");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["ok"].as_bool(), v["kind"].as_str()), (Some(false), Some("usage")), "{v}");
+    assert!(v["error"].as_str().unwrap().contains("invalid value 'abc' for '--timeout"), "{v}");
+    let out = code(&["status", "--control", nowhere, "--timeout", "abc"]);
+    assert_eq!(out.status.code(), Some(2), "usage without --json: clap's text");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'abc'"));
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[daemon\n").unwrap();
+    let out = code(&["status", "-c", &broken.display().to_string()]);
+    assert_eq!(out.status.code(), Some(6), "the file does not say where the socket is");
+    let (_, help, _) = esparto(&["--help"]);
+    assert!(help.contains("4 no daemon at the control socket"), "{help}");
+}

@@ -38,6 +38,21 @@ impl std::fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
+/// The exit status of a client command that failed with `kind`, as
+/// `esparto --help` documents them.
+pub(super) fn exit_status(kind: &str) -> u8 {
+    match kind {
+        "usage" => 2,
+        "refused" => 3,
+        "no_daemon" => 4,
+        "timeout" => 5,
+        "config" => 6,
+        "protocol" | "io" => 7,
+        // A negotiation that failed, or anything else.
+        _ => 1,
+    }
+}
+
 fn fail(kind: &'static str, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Failure { kind, message: message.into() })
 }

@@ -46,7 +46,13 @@ pub use client::Failure;
         /var/lib/esparto/: the sequence numbers of statically keyed SAs ([daemon] state_dir).\n\n\
         The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` runs `esparto \
         reload`, which fails with the errors if the file is refused (SIGHUP reloads too, without an answer). \
-        Every configuration key: /usr/share/doc/esparto/CONFIG.md (docs/CONFIG.md in the source)."
+        Every configuration key: /usr/share/doc/esparto/CONFIG.md (docs/CONFIG.md in the source).\n\n\
+        Exit status of the client commands (status, sas, list-conns, up, down, rekey, reload): 0 done; 1 \
+        failed (a negotiation that failed, a reload applied with problems); 2 usage; 3 refused by the daemon \
+        (an unknown connection, an invalid file to reload, …); 4 no daemon at the control socket; 5 no \
+        answer or outcome within --timeout; 6 the configuration does not say where the control socket is; 7 \
+        a broken exchange with the daemon. With --json the error is one object on stdout, its `kind` naming \
+        the case."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -62,22 +68,36 @@ pub fn main() -> ExitCode {
     if !std::io::stdout().is_terminal() {
         cmd = cmd.term_width(80);
     }
-    let cli = match Cli::from_arg_matches(&cmd.get_matches()) {
+    let usage = |e: clap::Error| -> ExitCode {
+        // With --json a usage error is JSON too, like every other error.
+        let asked_json = std::env::args_os().any(|a| a == "--json");
+        match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => e.exit(),
+            _ if asked_json => {
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
+                println!("{}", serde_json::json!({ "ok": false, "error": first, "kind": "usage" }));
+                ExitCode::from(client::exit_status("usage"))
+            }
+            _ => e.exit(),
+        }
+    };
+    let cli = match cmd.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(c) => c,
-        Err(e) => e.exit(),
+        Err(e) => return usage(e),
     };
     let json = cli.command.json();
     match dispatch(cli) {
         Ok(code) => code,
-        Err(e) if json => {
-            // The error is the command's output: stdout, like a result.
-            let kind = e.downcast_ref::<Failure>().map_or("error", |f| f.kind);
-            println!("{}", serde_json::json!({ "ok": false, "error": format!("{e:#}"), "kind": kind }));
-            ExitCode::FAILURE
-        }
         Err(e) => {
-            eprintln!("esparto: {e:#}");
-            ExitCode::FAILURE
+            let kind = e.downcast_ref::<Failure>().map_or("error", |f| f.kind);
+            if json {
+                // The error is the command's output: stdout, like a result.
+                println!("{}", serde_json::json!({ "ok": false, "error": format!("{e:#}"), "kind": kind }));
+            } else {
+                eprintln!("esparto: {e:#}");
+            }
+            ExitCode::from(client::exit_status(kind))
         }
     }
 }
@@ -114,8 +134,9 @@ enum Cmd {
     /// --initiate` does; --quiet hides them).
     ///
     /// Exit status: 0 once a Child SA is installed; 1 if the negotiation
-    /// failed (the reason is the last line), the daemon refused, or the
-    /// timeout passed.
+    /// failed (the reason is the last line); 3 if the daemon refused (an
+    /// unknown connection, or one that is up already); 5 if the timeout
+    /// passed; the others as `esparto --help` lists them.
     Up(UpDownArgs),
     /// Take a connection down (delete its IKE SA and Child SAs) and wait.
     Down(UpDownArgs),
