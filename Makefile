@@ -31,6 +31,9 @@ PREFIX ?= /usr/local
 SBINDIR ?= $(PREFIX)/sbin
 MANDIR ?= $(PREFIX)/share/man
 DOCDIR ?= $(PREFIX)/share/doc/esparto
+# The operator's documents, installed in the source's layout (as the
+# Debian package does: crates/esparto/Cargo.toml, assets).
+INSTALLED_DOCS = CONFIG.md SERVICE.md OPERATIONS.md METRICS.md PLANNING.md BENCHMARKS.md
 # systemd reads units from /usr/local/lib/systemd/system and /usr/lib/systemd/system.
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
@@ -91,9 +94,11 @@ install: esparto man
 	else \
 	    $(INSTALL) -m 0600 packaging/esparto.toml $(DESTDIR)$(SYSCONFDIR)/esparto/esparto.toml; \
 	fi
-	$(INSTALL) -d $(DESTDIR)$(DOCDIR)/examples
-	$(INSTALL) -m 0644 README.md docs/CONFIG.md docs/SERVICE.md packaging/esparto.toml $(DESTDIR)$(DOCDIR)/
-	$(INSTALL) -m 0644 examples/*.toml $(DESTDIR)$(DOCDIR)/examples/
+	$(INSTALL) -d $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR)/docs/img
+	$(INSTALL) -m 0644 README.md packaging/esparto.toml $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 0644 $(addprefix docs/,$(INSTALLED_DOCS)) $(DESTDIR)$(DOCDIR)/docs/
+	$(INSTALL) -m 0644 docs/img/*.svg $(DESTDIR)$(DOCDIR)/docs/img/
+	$(INSTALL) -m 0644 examples/*.toml examples/*.json $(DESTDIR)$(DOCDIR)/examples/
 	@echo "installed; next: systemctl daemon-reload, connections into $(SYSCONFDIR)/esparto/esparto.toml, systemctl enable --now esparto"
 
 uninstall:

@@ -46,7 +46,7 @@ pub use client::Failure;
         /var/lib/esparto/: the sequence numbers of statically keyed SAs ([daemon] state_dir).\n\n\
         The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` runs `esparto \
         reload`, which fails with the errors if the file is refused (SIGHUP reloads too, without an answer). \
-        Every configuration key: /usr/share/doc/esparto/CONFIG.md (docs/CONFIG.md in the source).\n\n\
+        Every configuration key: /usr/share/doc/esparto/docs/CONFIG.md; troubleshooting: docs/OPERATIONS.md there.\n\n\
         Exit status of the client commands (status, sas, list-conns, up, down, rekey, reload): 0 done; 1 \
         failed (a negotiation that failed, a reload applied with problems); 2 usage; 3 refused by the daemon \
         (an unknown connection, an invalid file to reload, …); 4 no daemon at the control socket; 5 no \
