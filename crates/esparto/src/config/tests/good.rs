@@ -367,3 +367,53 @@ secret = "0x00112233445566778899"
     let c = parse_str(text, "moon.toml").unwrap();
     assert!(c.connections[0].ike.as_ref().unwrap().children[0].ipcomp);
 }
+
+/// Each example comes with both sides, and the east side is the west side
+/// mirrored: addresses, identities and selectors swapped; proposals, the
+/// PSK and the CA the same.
+#[test]
+fn the_examples_have_both_sides_mirrored() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let read = |f: &str| -> toml_edit::Document<String> { std::fs::read_to_string(dir.join(f)).unwrap().parse().unwrap() };
+    let strs = |item: &toml_edit::Item| -> Vec<String> {
+        match item.as_array() {
+            Some(a) => a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect(),
+            None => item.as_str().map(|s| vec![s.to_string()]).unwrap_or_default(),
+        }
+    };
+    for (west, east) in [
+        ("site-to-site-psk.toml", "site-to-site-psk-east.toml"),
+        ("site-to-site-certs.toml", "site-to-site-certs-east.toml"),
+        ("static-west.toml", "static-east.toml"),
+    ] {
+        let (w, e) = (read(west), read(east));
+        let (wc, ec) = (w["connections"].as_table().unwrap(), e["connections"].as_table().unwrap());
+        assert_eq!(wc.iter().map(|(k, _)| k).collect::<Vec<_>>(), ec.iter().map(|(k, _)| k).collect::<Vec<_>>(), "{east}");
+        for (name, wconn) in wc.iter() {
+            let econn = &ec[name];
+            let at = |c: &toml_edit::Item, path: &[&str]| path.iter().fold(c.clone(), |i, k| i.get(k).cloned().unwrap_or_default());
+            for (a, b) in [("local_addrs", "remote_addrs"), ("remote_addrs", "local_addrs")] {
+                assert_eq!(strs(&at(econn, &[a])), strs(&at(wconn, &[b])), "{east}: {name}.{a}");
+            }
+            if wconn.get("local").is_some() {
+                assert_eq!(strs(&at(econn, &["local", "id"])), strs(&at(wconn, &["remote", "id"])), "{east}: {name}.local.id");
+                assert_eq!(strs(&at(econn, &["remote", "id"])), strs(&at(wconn, &["local", "id"])), "{east}: {name}.remote.id");
+            }
+            assert_eq!(strs(&at(econn, &["proposals"])), strs(&at(wconn, &["proposals"])), "{east}: {name}.proposals");
+            let children = wconn["children"].as_table().unwrap();
+            for (child, wch) in children.iter() {
+                let ech = &econn["children"][child];
+                assert_eq!(strs(&ech["local_ts"]), strs(&wch["remote_ts"]), "{east}: {name}.{child}.local_ts");
+                assert_eq!(strs(&ech["remote_ts"]), strs(&wch["local_ts"]), "{east}: {name}.{child}.remote_ts");
+                assert_eq!(strs(&at(ech, &["esp_proposals"])), strs(&at(wch, &["esp_proposals"])), "{east}: {name}.{child}");
+            }
+        }
+        for key in ["secrets", "authorities"] {
+            assert_eq!(w.get(key).is_some(), e.get(key).is_some(), "{east}: [{key}]");
+        }
+    }
+    // The PSK examples load as they are.
+    for f in ["site-to-site-psk.toml", "site-to-site-psk-east.toml"] {
+        parse_str(&std::fs::read_to_string(dir.join(f)).unwrap(), f).unwrap();
+    }
+}
