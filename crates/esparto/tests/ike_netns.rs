@@ -7,7 +7,8 @@
 //! Child SA past its hard packet limit is deleted on both sides. `up` shows
 //! the negotiation as it happens and its outcome (an installed Child SA, a
 //! failed authentication, a proposal mismatch), `sas --json` the timers,
-//! NAT state and last packets, and with `--json` every error is JSON.
+//! NAT state and last packets, `esparto log` the log and the SA events as
+//! they happen, and with `--json` every error is JSON.
 //! Needs root: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -95,9 +96,40 @@ fn esparto_to_esparto_with_ikev2_psk() {
     let r = traffic::ping(host, Topology::addr(Node::HostEast, Net::Lan, Family::V4), 2, Duration::from_millis(100)).unwrap();
     assert_eq!(r.received, 0, "no tunnel, no traffic");
 
+    // `esparto log` follows the daemon from now on: its log lines and the
+    // SA events.
+    let log_file = west.dir().path().join("esparto-log.txt");
+    struct Follower(std::process::Child);
+    impl Drop for Follower {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let follower = Follower(
+        std::process::Command::new(bin)
+            .args(["log", "--control"])
+            .arg(west.control_path())
+            .stdout(std::fs::File::create(&log_file).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let logged = |what: &str| std::fs::read_to_string(&log_file).is_ok_and(|l| l.contains(what));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !logged("a control client follows the daemon's events") {
+        assert!(Instant::now() < deadline, "esparto log shows nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
     // And up again, the negotiation's log lines shown as they happen.
     let (ok, out) = west.cli(&["up", "site"]).unwrap();
     assert!(ok, "{out}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(logged("event: site: IKE SA up #") && logged("event: site: Child SA up #") && logged("IKE SA established")) {
+        assert!(Instant::now() < deadline, "esparto log: {}", std::fs::read_to_string(&log_file).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(follower);
     for line in [
         "sending IKE_SA_INIT request, proposals: IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519",
         "IKE_SA_INIT response received: selected proposal IKE:AES_GCM_16_256/PRF_HMAC_SHA2_256/CURVE_25519",

@@ -103,6 +103,14 @@ pub(super) struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+pub(super) struct LogArgs {
+    #[command(flatten)]
+    pub(super) target: Target,
+    #[command(flatten)]
+    pub(super) output: Json,
+}
+
+#[derive(Debug, Args)]
 pub(super) struct StatusArgs {
     #[command(flatten)]
     pub(super) target: Target,

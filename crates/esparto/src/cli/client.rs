@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::args::{RekeyArgs, ReloadArgs, StatusArgs, Target, UpDownArgs};
+use super::args::{LogArgs, RekeyArgs, ReloadArgs, StatusArgs, Target, UpDownArgs};
 use crate::control::{self, ClientError, Request, Response, Socket};
 use crate::render;
 
@@ -279,6 +279,54 @@ pub(super) fn reload(a: ReloadArgs) -> Result<ExitCode> {
             }
             Ok(if r.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
+        r => Err(refused(r)),
+    }
+}
+
+/// `log`: the daemon's log lines and SA events, until interrupted or the
+/// daemon goes.
+pub(super) fn log(a: LogArgs) -> Result<ExitCode> {
+    use std::io::Write as _;
+    // As long as the daemon runs; the daemon ends nothing by time.
+    const FOREVER: Duration = Duration::from_secs(10 * 365 * 86_400);
+    let sock = a.target.socket()?;
+    let json = a.output.json;
+    let mut each = |item: control::StreamItem| {
+        let mut out = std::io::stdout().lock();
+        let _ = match &item {
+            _ if json => writeln!(out, "{}", serde_json::to_string(&item).unwrap_or_default()),
+            control::StreamItem::Started { .. } | control::StreamItem::End(_) => Ok(()),
+            control::StreamItem::Log { log } => writeln!(out, "{log}"),
+            control::StreamItem::Dropped { dropped } => {
+                writeln!(out, "… {dropped} line(s) dropped (this client read too slowly)")
+            }
+            control::StreamItem::Event { event } => {
+                let what = match (event.kind.as_str(), event.up) {
+                    ("ike-updown", true) => "IKE SA up",
+                    ("ike-updown", false) => "IKE SA down",
+                    ("child-updown", true) => "Child SA up",
+                    ("child-updown", false) => "Child SA down",
+                    ("ike-rekey", _) => "IKE SA rekeyed",
+                    _ => "Child SA rekeyed",
+                };
+                let children: Vec<String> =
+                    event.sa.children.iter().map(|c| format!("{} {}_i {}_o", c.child, c.in_spi, c.out_spi)).collect();
+                writeln!(
+                    out,
+                    "event: {}: {what} #{} {}...{}{}",
+                    event.sa.connection,
+                    event.sa.id,
+                    event.sa.local,
+                    event.sa.remote,
+                    if children.is_empty() { String::new() } else { format!(" [{}]", children.join(", ")) }
+                )
+            }
+        };
+        let _ = out.flush();
+    };
+    let end = control::stream(&sock.path, &Request::Events { log: true }, FOREVER, &mut each).map_err(|e| client_error(&sock, e))?;
+    match end {
+        Response::Error(e) => Err(fail("refused", e)),
         r => Err(refused(r)),
     }
 }

@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand};
 use esparto_bench::bench::BenchCmd;
 use esparto_bench::plan::PlanCmd;
 
-use args::{CheckConfigArgs, RekeyArgs, ReloadArgs, RunArgs, StatusArgs, UpDownArgs};
+use args::{CheckConfigArgs, LogArgs, RekeyArgs, ReloadArgs, RunArgs, StatusArgs, UpDownArgs};
 pub use client::Failure;
 
 /// Esparto: a site-to-site IPsec gateway in userspace.
@@ -47,7 +47,7 @@ pub use client::Failure;
         The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` runs `esparto \
         reload`, which fails with the errors if the file is refused (SIGHUP reloads too, without an answer). \
         Every configuration key: /usr/share/doc/esparto/docs/CONFIG.md; troubleshooting: docs/OPERATIONS.md there.\n\n\
-        Exit status of the client commands (status, sas, list-conns, up, down, rekey, reload): 0 done; 1 \
+        Exit status of the client commands (status, sas, list-conns, up, down, rekey, reload, log): 0 done; 1 \
         failed (a negotiation that failed, a reload applied with problems); 2 usage; 3 refused by the daemon \
         (an unknown connection, an invalid file to reload, …); 4 no daemon at the control socket; 5 no \
         answer or outcome within --timeout; 6 the configuration does not say where the control socket is; 7 \
@@ -144,6 +144,13 @@ enum Cmd {
     Rekey(RekeyArgs),
     /// Re-read the daemon's configuration file and apply what changed (as SIGHUP does).
     Reload(ReloadArgs),
+    /// Follow the running daemon's log, and its SAs coming up, going down
+    /// and being rekeyed, as they happen (as `swanctl --log` does), until
+    /// interrupted.
+    ///
+    /// The lines are those the daemon's `[daemon] log` filter lets
+    /// through. A client that reads too slowly loses lines, counted.
+    Log(LogArgs),
     /// Validate a configuration file: every error with file, line, column and key.
     CheckConfig(CheckConfigArgs),
     /// Measure the data plane on this machine.
@@ -162,6 +169,7 @@ impl Cmd {
             Cmd::Up(a) | Cmd::Down(a) => a.output.json,
             Cmd::Rekey(a) => a.output.json,
             Cmd::Reload(a) => a.output.json,
+            Cmd::Log(a) => a.output.json,
             Cmd::Bench(b) => b.json(),
             Cmd::CheckConfig(a) => a.json,
             Cmd::Plan(_) | Cmd::Run(_) => false,
@@ -182,5 +190,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Down(a) => client::up_down(a, false),
         Cmd::Rekey(a) => client::rekey(a),
         Cmd::Reload(a) => client::reload(a),
+        Cmd::Log(a) => client::log(a),
     }
 }
