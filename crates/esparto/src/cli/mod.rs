@@ -37,7 +37,10 @@ pub use client::Failure;
     version,
     about = "A site-to-site IPsec gateway in userspace (ESP data plane, IKEv2)",
     long_about = None,
-    after_help = "The demo and the end-to-end benchmarks (two gateways in network namespaces) are \
+    after_help = "strongSwan's swanctl drives the daemon too, over its VICI socket: `swanctl --list-certs`, \
+                  `--list-pols`, `--list-algs`, `--counters`, `--load-all` … `--uri \
+                  unix:///run/esparto/charon.vici`.\n\n\
+                  The demo and the end-to-end benchmarks (two gateways in network namespaces) are \
                   `esparto-testbed demo` and `esparto-testbed bench tunnel|setup` (`make demo`).",
     after_long_help = "Files:\n\n\
         /etc/esparto/esparto.toml: the configuration `run` reads, and where the other commands find the \
