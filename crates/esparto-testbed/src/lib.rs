@@ -48,6 +48,7 @@ pub mod cpu;
 pub mod demo;
 pub mod emodel;
 pub mod esparto;
+pub mod follow;
 pub mod mem;
 pub mod pinger;
 pub mod plot;

@@ -98,25 +98,11 @@ fn esparto_to_esparto_with_ikev2_psk() {
 
     // `esparto log` follows the daemon from now on: its log lines and the
     // SA events.
-    let log_file = west.dir().path().join("esparto-log.txt");
-    struct Follower(std::process::Child);
-    impl Drop for Follower {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let follower = Follower(
-        std::process::Command::new(bin)
-            .args(["log", "--control"])
-            .arg(west.control_path())
-            .stdout(std::fs::File::create(&log_file).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let logged = |what: &str| std::fs::read_to_string(&log_file).is_ok_and(|l| l.contains(what));
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(["log", "--control"]).arg(west.control_path());
+    let follower = esparto_testbed::follow::Follower::spawn(cmd, &west.dir().path().join("esparto-log.txt")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !logged("a control client follows the daemon's events") {
+    while !follower.has_line("a control client follows the daemon's events") {
         assert!(Instant::now() < deadline, "esparto log shows nothing");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -125,8 +111,8 @@ fn esparto_to_esparto_with_ikev2_psk() {
     let (ok, out) = west.cli(&["up", "site"]).unwrap();
     assert!(ok, "{out}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !(logged("event: site: IKE SA up #") && logged("event: site: Child SA up #") && logged("IKE SA established")) {
-        assert!(Instant::now() < deadline, "esparto log: {}", std::fs::read_to_string(&log_file).unwrap_or_default());
+    while !["event: site: IKE SA up #", "event: site: Child SA up #", "IKE SA established"].iter().all(|l| follower.has_line(l)) {
+        assert!(Instant::now() < deadline, "esparto log: {}", follower.output());
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(follower);

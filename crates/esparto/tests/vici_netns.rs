@@ -121,24 +121,11 @@ fn swanctl_drives_esparto() {
 
     // `swanctl --log` follows the daemon's log from now on (the daemon
     // logs that it does, the first line the follower gets).
-    let log_out = west.dir().path().join("swanctl-log.txt");
-    struct Follower(std::process::Child);
-    impl Drop for Follower {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let follower = Follower(
-        // Line-buffered: swanctl's stdout to a file is block-buffered.
-        Command::new("stdbuf")
-            .args(["-oL", "swanctl", "--log", "--uri", &format!("unix://{}", vici.display())])
-            .stdout(std::fs::File::create(&log_out).unwrap())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let logged = |what: &str| std::fs::read_to_string(&log_out).is_ok_and(|l| l.lines().any(|l| l.starts_with("00[") && l.contains(what)));
+    // Line-buffered: swanctl's stdout to a file is block-buffered.
+    let mut cmd = Command::new("stdbuf");
+    cmd.args(["-oL", "swanctl", "--log", "--uri", &format!("unix://{}", vici.display())]);
+    let follower = esparto_testbed::follow::Follower::spawn(cmd, &west.dir().path().join("swanctl-log.txt")).unwrap();
+    let logged = |what: &str| follower.output().lines().any(|l| l.starts_with("00[") && l.contains(what));
     wait("swanctl --log to follow", 10, || logged("follows the daemon's events"));
 
     // Initiate the child: swanctl prints the negotiation's log and exits 0.
@@ -147,7 +134,7 @@ fn swanctl_drives_esparto() {
     assert!(init.contains("[IKE] "), "the log streams as control-log events: {init}");
     wait("traffic through what swanctl brought up", 20, || ping_through(&topo));
     wait("the daemon's log in swanctl --log", 10, || logged("IKE SA established"));
-    assert!(std::fs::read_to_string(&log_out).unwrap().contains("00[IKE] "), "IKE lines in the IKE group");
+    assert!(follower.output().contains("00[IKE] "), "IKE lines in the IKE group");
     drop(follower);
 
     let sas = ok(&west, &["--list-sas"]);

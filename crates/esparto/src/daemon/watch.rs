@@ -59,8 +59,10 @@ pub const PENDING_LINES: usize = 1024;
 /// Event subscriptions open at once ([`Watches::subscribe`]): each holds
 /// a control client, and the control socket serves 32.
 pub const MAX_SUBSCRIPTIONS: usize = 16;
-/// Items queued per subscription; more are dropped and counted.
-pub const SUBSCRIPTION_ITEMS: usize = 1024;
+/// Items queued per subscription; more are dropped and counted. A line is
+/// at most [`MAX_LINE`] bytes and an event about as much: a client that
+/// never reads costs the daemon well under 1 MiB.
+pub const SUBSCRIPTION_ITEMS: usize = 256;
 
 /// One log line as the client prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
