@@ -120,6 +120,24 @@ fn esparto_cfg(initiator: bool, local_id: &str, certs: CertFiles) -> EspartoConf
     c
 }
 
+/// Esparto at gw-east, answering with its certificate: the peer of an
+/// Esparto west.
+fn east_cfg(certs: CertFiles) -> EspartoConfig {
+    let mut c = EspartoConfig::site(
+        Node::GwEast,
+        Keying::Ike {
+            proposal: IKE.into(),
+            local_id: "@east.example".into(),
+            remote_id: "@west.example".into(),
+            psk: String::new(),
+            initiator: false,
+        },
+    )
+    .unwrap();
+    c.certs = Some(certs);
+    c
+}
+
 fn swan_cfg(initiator: bool, local_id: &str, certs: CertFiles) -> SwanConfig {
     let mut c = SwanConfig::site(Node::GwEast, "unused", IKE, "aes256gcm16").unwrap();
     c.initiator = initiator;
@@ -299,19 +317,7 @@ fn esparto_to_esparto_ed25519() {
         &esparto_cfg(true, "@west.example", files(west, vec![], &root.file, None)),
     )
     .unwrap();
-    let mut ecfg = EspartoConfig::site(
-        Node::GwEast,
-        Keying::Ike {
-            proposal: IKE.into(),
-            local_id: "@east.example".into(),
-            remote_id: "@west.example".into(),
-            psk: String::new(),
-            initiator: false,
-        },
-    )
-    .unwrap();
-    ecfg.certs = Some(files(east, vec![], &root.file, None));
-    let gw_east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).unwrap();
+    let gw_east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg(files(east, vec![], &root.file, None))).unwrap();
     let up = established(&gw_west, Duration::from_secs(20)) && established(&gw_east, Duration::from_secs(5));
     let back = Topology::addr(Node::HostWest, Net::Lan, Family::V4);
     let ok = up
@@ -385,19 +391,7 @@ fn swanctl_load_all_of_a_certificate_swanctl_conf() {
     let west = issue(d, &root, "west.example", p256, 1, (-1, 365));
     let east = issue(d, &root, "east.example", p256, 2, (-1, 365));
     let topo = Topology::new().unwrap();
-    let mut ecfg = EspartoConfig::site(
-        Node::GwEast,
-        Keying::Ike {
-            proposal: IKE.into(),
-            local_id: "@east.example".into(),
-            remote_id: "@west.example".into(),
-            psk: String::new(),
-            initiator: false,
-        },
-    )
-    .unwrap();
-    ecfg.certs = Some(files(east, vec![], &root.file, None));
-    let gw_east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &ecfg).unwrap();
+    let gw_east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg(files(east, vec![], &root.file, None))).unwrap();
     let gw_west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, "esparto0", |control| {
         format!("[daemon]\nworkers = 2\ncontrol = \"{}\"\nstate_dir = \"{}\"\n", control.display(), control.with_file_name("state").display())
     })
