@@ -122,6 +122,18 @@ fn plan_voip_without_results_says_so_and_bad_names_list_the_known_ones() {
     assert!(err.contains("unknown ESP suite '3des-md5'; known: aes256gcm16, aes128gcm16, chacha20poly1305"), "{err}");
     let (ok, _, err) = esparto(&["plan", "capacity", "--suite", "rot13"]);
     assert!(!ok && err.contains("unknown ESP suite 'rot13'"), "{err}");
+    // Nothing measured: one line saying what to run, and a failure, not
+    // an empty table.
+    for json in [false, true] {
+        let mut args = vec!["plan", "capacity", "--results", missing.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        let (ok, out, err) = esparto(&args);
+        assert!(!ok && out.is_empty(), "{out}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("no results directory") && err.contains("esparto bench dataplane --save"), "{err}");
+    }
 }
 
 #[test]

@@ -167,8 +167,10 @@ pub fn main(a: &Args) -> Result<ExitCode> {
             notes.push(format!("{s}: not measured on this machine (`esparto bench dataplane --suite {s} --save`)"));
         }
     }
+    // Nothing to plan from: say what to run, and fail, rather than print
+    // an empty table.
     if rows.is_empty() {
-        notes.push(super::how_to_measure(&found));
+        bail!("{}", super::how_to_measure(&found));
     }
     let p = Plan { mix, links_mbps: mbps, rows, notes, ignored: found.ignored.clone() };
     if a.common.output.json {
