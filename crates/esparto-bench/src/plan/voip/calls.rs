@@ -91,6 +91,10 @@ pub struct Row {
     pub calls: Option<u64>,
     /// The lower bound of the rate makes `calls` a lower bound.
     pub calls_lower_bound: bool,
+    /// The rate is bench tunnel's, not one measured with call traffic:
+    /// for calls `calls` is an upper bound, and `--calls N` at or below
+    /// it is not answered "yes" (`fit` is `None`).
+    pub calls_upper_bound: bool,
     /// Which of the two set `calls`.
     pub limit: Option<Limit>,
     /// `--calls N`: whether they fit.
@@ -258,6 +262,17 @@ fn codec_row(inp: &Inputs<'_>, c: &Codec, ip_header: usize, src: &Sources) -> Ro
         (None, None) => (None, None),
     };
     let calls_lower_bound = limit == Some(Limit::Gateway) && zero_loss.is_some_and(|e| e.lower_bound);
+    let calls_upper_bound = limit == Some(Limit::Gateway) && zero_loss.is_some() && src.call_rates.is_none();
+    // `--calls N`: settled by a figure that is not an upper bound, or by
+    // an upper bound (the gateway's, or the link's alone) that N exceeds.
+    let fit = match (inp.calls, calls_exact.zip(limit)) {
+        (Some(n), Some((e, l))) if gateway_calls.is_some() => {
+            let f = fit(n, e, l);
+            (!(calls_upper_bound && f.fits)).then_some(f)
+        }
+        (Some(n), Some((e, Limit::Link))) if n > whole(e, Limit::Link) => Some(fit(n, e, Limit::Link)),
+        _ => None,
+    };
     Row {
         codec: *c,
         pps_per_call: pps,
@@ -273,9 +288,9 @@ fn codec_row(inp: &Inputs<'_>, c: &Codec, ip_header: usize, src: &Sources) -> Ro
         link_calls: link,
         calls: calls_exact.zip(limit).map(|(e, l)| whole(e, l)),
         calls_lower_bound,
+        calls_upper_bound,
         limit,
-        // With only the link known, "fits" would ignore the gateway.
-        fit: inp.calls.zip(calls_exact.filter(|_| gateway_calls.is_some()).zip(limit)).map(|(n, (e, l))| fit(n, e, l)),
+        fit,
         in_process_bound: src.bound.as_ref().map(|b| b.at(ip_bytes).value / pps),
     }
 }
@@ -528,14 +543,40 @@ mod tests {
         let f = r.fit.unwrap();
         assert!(!f.fits && f.headroom < 0.0);
         assert!(render(&p).contains("no, 94 fit"), "{}", render(&p));
-        // Without the link the gateway limits, and 200 fit with 80 % headroom.
-        let p = plan(&Inputs { link_mbps: None, ..inp }, "test");
+        // Without the link the gateway limits: 1,000 calls from bench
+        // tunnel's rate, an upper bound for calls, so 200 is no "yes".
+        let p = plan(&Inputs { link_mbps: None, codecs: inp.codecs.clone(), ..inp }, "test");
         let r = row(&p, "g711-20");
-        assert_eq!((r.calls, r.limit), (Some(1000), Some(Limit::Gateway)));
+        assert_eq!((r.calls, r.limit, r.calls_upper_bound), (Some(1000), Some(Limit::Gateway), true));
+        assert_eq!(r.fit, None);
+        let text = render(&p);
+        assert!(text.contains("at most 1,000: an upper bound"), "{text}");
+        assert!(!text.contains("yes,"), "{text}");
+        // More than the upper bound: settled, no.
+        let p = plan(&Inputs { link_mbps: None, calls: Some(1200), codecs: inp.codecs.clone(), ..inp }, "test");
+        assert!(!row(&p, "g711-20").fit.unwrap().fits);
+        // With a call-traffic rate the answer is yes, with its headroom.
+        let c = loaded(Kind::CallRate, call_rate_data(&[(200, 100_000.0, false)]));
+        let p = plan(&Inputs { link_mbps: None, call_rate: Some(&c), ..inp }, "test");
+        let r = row(&p, "g711-20");
+        assert!(!r.calls_upper_bound);
         let f = r.fit.unwrap();
         assert!(f.fits && (f.headroom - 0.8).abs() < 1e-9);
-        let text = render(&p);
-        assert!(text.contains("yes, 80 % headroom"), "{text}");
+        assert!(render(&p).contains("yes, 80 % headroom"), "{}", render(&p));
+    }
+
+    #[test]
+    fn a_link_that_settles_the_answer_settles_it() {
+        // No gateway figure at all; a 2 Mbit/s link holds 18 G.711/20 ms calls.
+        let inp = Inputs { link_mbps: Some(2.0), calls: Some(100), ..inputs(None, None) };
+        let p = plan(&inp, "test");
+        let r = row(&p, "g711-20");
+        assert_eq!(r.gateway_calls, None);
+        assert!(!r.fit.unwrap().fits, "the link alone says no");
+        assert!(render(&p).contains("no, 18 fit"), "{}", render(&p));
+        // Within the link, the unknown gateway leaves it open.
+        let p = plan(&Inputs { calls: Some(10), codecs: inp.codecs.clone(), ..inp }, "test");
+        assert_eq!(row(&p, "g711-20").fit, None);
     }
 
     #[test]

@@ -123,6 +123,10 @@ fn line(p: &Plan, r: &Row) -> String {
 /// Whether `--calls N` fit, in words.
 fn fit_text(r: &Row) -> String {
     match (r.fit, r.calls) {
+        (None, Some(c)) if r.calls_upper_bound => format!(
+            "at most {}: an upper bound (measure call traffic: esparto-testbed bench voip --save)",
+            thousands(c as f64)
+        ),
         (Some(Fit { fits: true, headroom }), _) if headroom < 0.0 => {
             format!("yes, rounded ({:.1} % short of the measured rate)", -headroom * 100.0)
         }
