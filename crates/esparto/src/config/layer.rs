@@ -42,7 +42,7 @@ use super::model::Connection;
 use super::tree::{Cx, Entry, Kind, Node, Span};
 
 /// A value given over VICI, where every scalar is a string.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Value {
     /// A key's value.
@@ -138,8 +138,7 @@ impl Layer {
     /// Adds a certificate (DER) unless it is loaded already; its id
     /// (SHA-256, hex).
     pub fn add_cert(&mut self, der: Vec<u8>, ca: bool) -> Arc<str> {
-        let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &der);
-        let id: Arc<str> = d.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>().into();
+        let id: Arc<str> = hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &der).as_ref()).into();
         if self.certs.iter().any(|(i, c)| *i == id && c.ca == ca) {
             return id;
         }
@@ -405,7 +404,7 @@ pub(crate) fn fingerprint(text: &str, dir: &std::path::Path, layer: &Layer) -> u
     dir.hash(&mut h);
     for (name, value) in layer.authorities.iter().chain(&layer.ca_authorities) {
         name.hash(&mut h);
-        format!("{value:?}").hash(&mut h);
+        value.hash(&mut h);
     }
     for (id, _) in &layer.keys {
         id.hash(&mut h);
@@ -420,12 +419,16 @@ pub const INLINE: &str = "vici-data:";
 
 /// `data` as a grafted tree writes it ([`INLINE`]).
 pub fn inline(data: &[u8]) -> String {
-    let mut s = String::with_capacity(INLINE.len() + 2 * data.len());
-    s.push_str(INLINE);
-    for b in data {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("{INLINE}{}", hex(data))
+}
+
+/// `data` in lower-case hex.
+fn hex(data: &[u8]) -> String {
+    use std::fmt::Write as _;
+    data.iter().fold(String::with_capacity(2 * data.len()), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// The bytes of an [`inline`] value; `None` if `s` is not one, `Some(Err)`

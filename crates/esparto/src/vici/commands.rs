@@ -246,10 +246,7 @@ pub fn handle(cmd: &str, req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) ->
         "flush-certs" => super::creds::flush_certs(),
         // What was loaded over VICI (strongSwan's meaning of these), not
         // what the TOML file holds. Esparto has no address pools.
-        "get-conns" => super::load::loaded(cx, false),
-        "get-shared" => super::load::loaded(cx, true),
-        "get-keys" => super::creds::get(cx, false),
-        "get-authorities" => super::creds::get(cx, true),
+        "get-conns" | "get-shared" | "get-keys" | "get-authorities" => super::load::get(cx, cmd),
         "get-pools" => Vec::new(),
         "install" => trap(req, cx, true),
         "uninstall" => trap(req, cx, false),

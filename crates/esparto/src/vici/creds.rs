@@ -1,5 +1,6 @@
 //! Credentials over VICI: `load-cert`, `load-key`, `unload-key`,
-//! `get-keys`, `load-authority`, `unload-authority`, `get-authorities`,
+//! `load-authority`, `unload-authority` (`get-keys` and `get-authorities`
+//! answer with `get-conns` in `load.rs`),
 //! `list-authorities`, `clear-creds`, `flush-certs` — what `swanctl
 //! --load-creds` and `--load-authorities` send from `x509/`, `x509ca/`,
 //! `private/`, `rsa/`, `ecdsa/`, `pkcs8/` and the `authorities` section.
@@ -22,7 +23,7 @@ use esparto_wire::vici::{Builder, Section, Value};
 
 use super::commands::{Cx, Emit, failure, finish, raise, success};
 use crate::config::{LayerValue, inline};
-use crate::control::{Loaded, Request, Response};
+use crate::control::{Request, Response};
 
 /// `load-cert`: `{ type = X509, flag = NONE|CA, data = … }`.
 pub(super) fn load_cert(req: &Section, cx: &mut Cx<'_>) -> Vec<u8> {
@@ -145,34 +146,10 @@ pub(super) fn clear_creds(cx: &mut Cx<'_>) -> Vec<u8> {
     super::load::applied(cx.backend.request(&Request::ClearCreds))
 }
 
-fn loaded(cx: &mut Cx<'_>) -> Result<Loaded, String> {
-    match cx.backend.request(&Request::Loaded) {
-        Response::Loaded(l) => Ok(l),
-        Response::Error(e) => Err(e),
-        _ => Err("unexpected answer from the daemon".into()),
-    }
-}
-
-/// `get-keys` (`{ keys = [ … ] }`) or `get-authorities`
-/// (`{ authorities = [ … ] }`): what was loaded over VICI.
-pub(super) fn get(cx: &mut Cx<'_>, authorities: bool) -> Vec<u8> {
-    let l = match loaded(cx) {
-        Ok(l) => l,
-        Err(e) => return failure(&e),
-    };
-    let mut b = Builder::new();
-    if authorities {
-        b.list("authorities", l.authorities.iter().map(|(n, _)| n));
-    } else {
-        b.list("keys", &l.keys);
-    }
-    finish(b)
-}
-
 /// `list-authorities` (`{ name = … }`): a `list-authority` event per
 /// authority loaded over VICI, its CA certificate by subject.
 pub(super) fn list_authorities(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
-    let l = match loaded(cx) {
+    let l = match super::load::fetch_loaded(cx) {
         Ok(l) => l,
         Err(e) => return failure(&e),
     };

@@ -29,7 +29,7 @@ use esparto_wire::vici::{Builder, Section, Value};
 
 use super::commands::{Cx, failure, finish, success};
 use crate::config::{LayerValue, inline};
-use crate::control::{Request, Response};
+use crate::control::{Loaded, Request, Response};
 use crate::status::ReloadReport;
 
 /// `load-conn`: `{ NAME = { … } }`.
@@ -75,18 +75,30 @@ pub(super) fn unload_shared(req: &Section, cx: &mut Cx<'_>) -> Vec<u8> {
     applied(cx.backend.request(&Request::UnloadShared { id: id.to_string() }))
 }
 
-/// `get-conns` (`{ conns = [ … ] }`) or `get-shared` (`{ keys = [ … ] }`):
-/// what was loaded over VICI, not what the TOML file holds.
-pub(super) fn loaded(cx: &mut Cx<'_>, shared: bool) -> Vec<u8> {
-    let loaded = match cx.backend.request(&Request::Loaded) {
-        Response::Loaded(l) => l,
-        Response::Error(e) => return failure(&e),
-        _ => return failure("unexpected answer from the daemon"),
+/// What was loaded over VICI, as the daemon says.
+pub(super) fn fetch_loaded(cx: &mut Cx<'_>) -> Result<Loaded, String> {
+    match cx.backend.request(&Request::Loaded) {
+        Response::Loaded(l) => Ok(l),
+        Response::Error(e) => Err(e),
+        _ => Err("unexpected answer from the daemon".into()),
+    }
+}
+
+/// `get-conns` (`{ conns = [ … ] }`), `get-shared` (`{ keys = [ … ] }`:
+/// PSK ids), `get-keys` (`{ keys = [ … ] }`: private key ids) or
+/// `get-authorities` (`{ authorities = [ … ] }`): what was loaded over
+/// VICI, not what the TOML file holds.
+pub(super) fn get(cx: &mut Cx<'_>, cmd: &str) -> Vec<u8> {
+    let l = match fetch_loaded(cx) {
+        Ok(l) => l,
+        Err(e) => return failure(&e),
     };
     let mut b = Builder::new();
-    match shared {
-        false => b.list("conns", &loaded.conns),
-        true => b.list("keys", &loaded.shared),
+    match cmd {
+        "get-conns" => b.list("conns", &l.conns),
+        "get-shared" => b.list("keys", &l.shared),
+        "get-keys" => b.list("keys", &l.keys),
+        _ => b.list("authorities", l.authorities.iter().map(|(n, _)| n)),
     };
     finish(b)
 }
