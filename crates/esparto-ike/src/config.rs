@@ -20,7 +20,7 @@
 
 use crate::cert::{LocalCredential, TrustStore};
 use crate::identity::Identity;
-pub use crate::lifetime::{AfterDeath, CloseAction, DpdAction, PerCpuSas, Recover};
+pub use crate::lifetime::{AfterDeath, CloseAction, DpdAction, PerCpuSas, Recover, Unique};
 use crate::proposal::{Proposal, ProposalError, Protocol};
 use crate::ts::{TrafficSelector, TsConfig, TsError};
 use core::net::IpAddr;
@@ -179,6 +179,9 @@ pub struct ConnectionConfig {
     /// What ESP for an unknown SPI from the peer makes us do while we hold
     /// no IKE SA with it (we restarted).
     pub recover: Recover,
+    /// What a new IKE SA with the same identities does to the ones up
+    /// (swanctl `unique`).
+    pub unique: Unique,
     /// Rekey the IKE SA this long after it was created (swanctl
     /// `rekey_time`, default 4 h), minus a random part of up to
     /// `rand_time` (RFC 7296 §2.8). `None`: never.
@@ -207,6 +210,7 @@ impl Default for ConnectionConfig {
             dpd_action: DpdAction::Clear,
             close_action: CloseAction::None,
             recover: Recover::Notify,
+            unique: Unique::No,
             rekey_time: Some(crate::lifetime::IKE_REKEY_TIME),
             rand_time: None,
         }

@@ -5,7 +5,8 @@
 //! one SA handles a datagram or a timeout it borrows those through a
 //! [`Ctx`], so SA code never reaches into the endpoint and two SAs never
 //! touch each other. What does concern other SAs — an IKE SA born from a
-//! rekey, Child SAs moving to it, INITIAL_CONTACT deleting stale SAs, a
+//! rekey, Child SAs moving to it, INITIAL_CONTACT or the `unique` policy
+//! deleting other SAs, a
 //! connection to initiate again after its IKE SA died — the
 //! SA asks for as an [`Action`], which the endpoint carries out after the
 //! step.
@@ -48,6 +49,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) actions: &'a mut Vec<Action>,
     /// The endpoint's counters.
     pub(crate) stats: &'a mut crate::endpoint::Stats,
+    /// Which IKE SAs are up, by connection and identities (read only: the
+    /// endpoint refiles SAs after each step).
+    pub(crate) sa_index: &'a crate::endpoint::sa_index::SaIndex,
 }
 
 /// Something an SA needs done to other SAs of the endpoint.
@@ -63,11 +67,17 @@ pub(crate) enum Action {
         /// Our SPI of the new one.
         to: u64,
     },
-    /// INITIAL_CONTACT arrived on `keep` (§2.4): delete every other IKE SA
-    /// with the same pair of identities, without Delete payloads.
-    InitialContact {
-        /// The SA that carried it.
+    /// `keep` was just authenticated and others with the same identities
+    /// may have to go: with INITIAL_CONTACT (§2.4) every other IKE SA
+    /// with the same pair of identities, deleted without Delete payloads
+    /// (unless the connection's `unique` is `never`); without it, as a
+    /// responder with `unique = replace`, the connection's others, with a
+    /// Delete.
+    Duplicates {
+        /// The new SA.
         keep: u64,
+        /// The peer sent INITIAL_CONTACT.
+        initial_contact: bool,
     },
     /// An IKE SA of this connection ended in a way that calls for
     /// initiating it again ([`crate::lifetime::AfterDeath::Initiate`]):

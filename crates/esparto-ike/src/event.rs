@@ -172,6 +172,9 @@ pub enum AuthFailure {
     /// No certificate, an unusable one, or a signature algorithm we do not
     /// implement.
     CertInvalid,
+    /// Authenticated, but refused by `unique = keep`: an IKE SA of the
+    /// connection with the same identities is up from another address.
+    UniqueKeep,
 }
 
 impl From<&crate::cert::CertRefusal> for AuthFailure {
@@ -209,6 +212,7 @@ impl AuthFailure {
             AuthFailure::IdentityNotInCert => "identity_not_in_cert",
             AuthFailure::BadSignature => "bad_signature",
             AuthFailure::CertInvalid => "cert_invalid",
+            AuthFailure::UniqueKeep => "unique_keep",
         }
     }
 }

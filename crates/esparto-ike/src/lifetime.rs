@@ -110,6 +110,56 @@ pub enum Recover {
     Initiate,
 }
 
+/// What a new IKE SA with the same pair of identities, authenticated as
+/// responder, does to the connection's IKE SAs already up (swanctl
+/// `unique`, decided as charon decides it). INITIAL_CONTACT (RFC 7296
+/// §2.4) replaces them under every policy but `Never`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unique {
+    /// Several may coexist; INITIAL_CONTACT deletes the others.
+    #[default]
+    No,
+    /// Several may coexist, and INITIAL_CONTACT is ignored.
+    Never,
+    /// The first one stays: a new one from another address is refused
+    /// (AUTHENTICATION_FAILED); one from the same address is taken for a
+    /// reauthentication and allowed.
+    Keep,
+    /// The new one wins: the others are deleted with a Delete, or, from
+    /// the same address (a reauthentication), [`REPLACE_DELAY`] later so
+    /// that the new Child SAs carry traffic first.
+    Replace,
+}
+
+impl Unique {
+    /// swanctl's names.
+    pub const NAMES: [(&'static str, Unique); 4] = [
+        ("no", Unique::No),
+        ("never", Unique::Never),
+        ("keep", Unique::Keep),
+        ("replace", Unique::Replace),
+    ];
+
+    /// The swanctl name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, u)| *u == self).map_or("no", |(n, _)| n)
+    }
+
+    /// charon's name (`list-conns`: `UNIQUE_NO`, …).
+    pub fn charon_name(self) -> &'static str {
+        match self {
+            Unique::No => "UNIQUE_NO",
+            Unique::Never => "UNIQUE_NEVER",
+            Unique::Keep => "UNIQUE_KEEP",
+            Unique::Replace => "UNIQUE_REPLACE",
+        }
+    }
+}
+
+/// How long an IKE SA replaced by a reauthentication from the same peer
+/// address (`unique = replace`) lives on (charon's delay).
+pub const REPLACE_DELAY: Duration = Duration::from_secs(10);
+
 /// What follows the end of an IKE SA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterDeath {

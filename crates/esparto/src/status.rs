@@ -520,6 +520,9 @@ pub struct IkeConnStatus {
     /// How each side authenticates: "psk" or "pubkey" (ours, theirs).
     #[serde(default)]
     pub auth: (String, String),
+    /// The `unique` policy: "no", "never", "keep" or "replace".
+    #[serde(default)]
+    pub unique: String,
 }
 
 /// A loaded child.
@@ -563,6 +566,7 @@ impl ConnStatus {
                 if i.local.credential.is_some() { "pubkey" } else { "psk" }.into(),
                 if i.remote.trust.is_some() { "pubkey" } else { "psk" }.into(),
             ),
+            unique: i.unique.name().into(),
         });
         let children = c
             .children

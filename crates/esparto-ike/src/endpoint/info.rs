@@ -80,9 +80,7 @@ impl Endpoint {
                     expire_at: c.expire_at,
                 })
                 .collect(),
-            closing: sa.superseded
-                || sa.pending.iter().any(|p| matches!(p.task, crate::exchange::Task::DeleteIke))
-                || sa.queue.iter().any(|t| matches!(t, crate::exchange::Task::DeleteIke)),
+            closing: sa.closing(),
         })
     }
 }

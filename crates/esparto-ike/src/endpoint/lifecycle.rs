@@ -15,6 +15,7 @@ use crate::ctx::{Action, Ctx};
 use crate::event::{IkeSaId, Reason};
 use crate::exchange::Task;
 use crate::exchange::rekey_ike::RekeyIke;
+use crate::lifetime::{REPLACE_DELAY, Unique};
 use crate::sa::{IkeSa, State};
 use std::cmp::Reverse;
 use std::time::Instant;
@@ -232,8 +233,11 @@ impl Endpoint {
                         touched.push(from);
                         touched.push(to);
                     }
-                    Action::InitialContact { keep } => {
-                        touched.extend(self.initial_contact(now, keep));
+                    Action::Duplicates {
+                        keep,
+                        initial_contact,
+                    } => {
+                        touched.extend(self.duplicates(now, keep, initial_contact));
                     }
                     Action::Reinitiate {
                         connection,
@@ -269,6 +273,64 @@ impl Endpoint {
             }
         }
         self.sas.insert(from, old);
+    }
+
+    /// IKE SA `keep` was just authenticated: INITIAL_CONTACT and the
+    /// connection's `unique` policy decide what becomes of the other IKE
+    /// SAs with the same identities (charon's rules). Returns the SAs
+    /// touched.
+    fn duplicates(&mut self, now: Instant, keep: u64, initial_contact: bool) -> Vec<u64> {
+        let Some(k) = self.sas.get(&keep) else {
+            return Vec::new();
+        };
+        let policy = k.conn.unique;
+        if initial_contact {
+            if policy == Unique::Never {
+                tracing::debug!(ike_sa = %k.id, "INITIAL_CONTACT ignored (unique = never)");
+                return Vec::new();
+            }
+            return self.initial_contact(now, keep);
+        }
+        if policy != Unique::Replace || k.is_initiator() {
+            return Vec::new();
+        }
+        let (Some(lid), Some(rid)) = (k.local_id.clone(), k.remote_id.clone()) else {
+            return Vec::new();
+        };
+        let (conn, from) = (k.conn.clone(), k.remote.ip());
+        let others: Vec<(u64, core::net::IpAddr)> = self
+            .sa_index
+            .up_with(&conn, &lid, &rid)
+            .filter(|(id, _)| *id != keep)
+            .collect();
+        let mut touched = Vec::new();
+        for (id, ip) in others {
+            let mut ctx = ctx!(self, now);
+            let Some(sa) = self.sas.get_mut(&id) else {
+                continue;
+            };
+            if sa.state != State::Established
+                || sa.local_id.as_ref() != Some(&lid)
+                || sa.remote_id.as_ref() != Some(&rid)
+            {
+                continue;
+            }
+            if ip == from {
+                // A reauthentication: the peer makes the new Child SAs
+                // before it deletes the old ones; give it the time.
+                tracing::info!(ike_sa = %sa.id, identity = %rid,
+                    "deleting the duplicate IKE_SA in {:?} (unique = replace, same address: a reauthentication)",
+                    REPLACE_DELAY);
+                sa.retire_at = Some(now + REPLACE_DELAY);
+            } else {
+                tracing::info!(ike_sa = %sa.id, identity = %rid, peer = %sa.remote,
+                    "deleting the duplicate IKE_SA (unique = replace)");
+                sa.superseded = true;
+                sa.start_task(&mut ctx, Task::DeleteIke);
+            }
+            touched.push(id);
+        }
+        touched
     }
 
     /// §2.4: "The INITIAL_CONTACT notification asserts that this IKE SA is

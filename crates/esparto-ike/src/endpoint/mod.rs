@@ -291,6 +291,7 @@ macro_rules! ctx {
             ike_spis: &mut $self.ike_spis,
             actions: &mut $self.actions,
             stats: &mut $self.stats,
+            sa_index: &$self.sa_index,
         }
     };
 }

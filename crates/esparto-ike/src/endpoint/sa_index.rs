@@ -6,6 +6,11 @@
 //!   the connection's IKE SA: both look up the connection's SAs.
 //! * An INITIAL_CONTACT received deletes every other IKE SA "between the
 //!   authenticated identities" (§2.4): a lookup by identity pair.
+//! * A responder applying the connection's `unique` policy asks which IKE
+//!   SAs of the connection with the same identity pair are up, and from
+//!   which address ([`SaIndex::up_with`]). It asks while it handles its own
+//!   request, when the other SAs cannot be borrowed, so the index keeps
+//!   what that needs: each SA's peer address and whether it is closing.
 //!
 //! A hub whose every spoke sends INITIAL_CONTACT would otherwise walk all
 //! its SAs on every set-up (quadratic in tunnels). The index maps the
@@ -20,6 +25,7 @@
 
 use crate::identity::Identity;
 use crate::sa::IkeSa;
+use core::net::IpAddr;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 
@@ -30,6 +36,19 @@ pub(crate) struct Filed {
     conn: usize,
     /// The identity pair's hash, if filed.
     ids: Option<u64>,
+    /// What [`Peer`] holds for the SA, as last filed.
+    peer: Option<Peer>,
+}
+
+/// An SA filed under an identity pair: what a `unique` check needs of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Peer {
+    /// The connection's address.
+    conn: usize,
+    /// The peer's address.
+    remote: IpAddr,
+    /// Being deleted or replaced by a rekey.
+    closing: bool,
 }
 
 /// The SAs under one key. The set is boxed on purpose: a bucket is most
@@ -105,9 +124,11 @@ impl<K: std::hash::Hash + Eq> Multi<K> {
 
 /// IKE SAs by connection and by identity pair.
 #[derive(Debug, Default)]
-pub(super) struct SaIndex {
+pub(crate) struct SaIndex {
     by_conn: Multi<usize>,
     by_ids: Multi<u64>,
+    /// The SAs filed under an identity pair.
+    peers: HashMap<u64, Peer>,
     hasher: RandomState,
 }
 
@@ -138,6 +159,17 @@ impl SaIndex {
                 sa.filed.ids = Some(k);
             }
         }
+        if sa.filed.ids.is_some() {
+            let peer = Peer {
+                conn,
+                remote: sa.remote.ip(),
+                closing: sa.closing(),
+            };
+            if sa.filed.peer != Some(peer) {
+                self.peers.insert(id, peer);
+                sa.filed.peer = Some(peer);
+            }
+        }
     }
 
     /// Take a removed SA out of the index.
@@ -147,6 +179,7 @@ impl SaIndex {
         }
         if let Some(k) = sa.filed.ids {
             self.by_ids.remove(&k, id);
+            self.peers.remove(&id);
         }
         sa.filed = Filed::default();
     }
@@ -160,7 +193,7 @@ impl SaIndex {
     }
 
     /// The SAs that may join `local` and `remote` (check their identities).
-    pub(super) fn of_ids<'a>(
+    pub(crate) fn of_ids<'a>(
         &'a self,
         local: &Identity,
         remote: &Identity,
@@ -168,9 +201,29 @@ impl SaIndex {
         self.by_ids.get(&self.ids_key(local, remote))
     }
 
+    /// The IKE SAs of connection `conn` between `local` and `remote` that
+    /// are up and not closing, with the peer address of each. The pair is
+    /// matched by its keyed 64-bit hash, not compared: a stranger's SA
+    /// shows here only if its identities collide with these under the
+    /// process's random key (odds of 2^-64 per pair), which a peer cannot
+    /// aim at.
+    pub(crate) fn up_with<'a>(
+        &'a self,
+        conn: &std::sync::Arc<crate::config::ConnectionConfig>,
+        local: &Identity,
+        remote: &Identity,
+    ) -> impl Iterator<Item = (u64, IpAddr)> + use<'a> {
+        let conn = std::sync::Arc::as_ptr(conn) as usize;
+        self.of_ids(local, remote).filter_map(move |id| {
+            let p = self.peers.get(&id)?;
+            (p.conn == conn && !p.closing).then_some((id, p.remote))
+        })
+    }
+
     /// Entries filed (for tests: nothing leaks).
     #[cfg(test)]
     pub(super) fn len(&self) -> (usize, usize) {
+        debug_assert_eq!(self.peers.len(), self.by_ids.len());
         (self.by_conn.len(), self.by_ids.len())
     }
 }

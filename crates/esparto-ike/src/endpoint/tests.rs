@@ -406,3 +406,4 @@ fn start_all_initiates_children_with_start_action_start() {
 mod bad_input;
 mod hub;
 mod mismatch;
+mod unique;

@@ -304,6 +304,13 @@ impl IkeSa {
         self.handshake.as_ref()?.half_open_key
     }
 
+    /// Replaced by a rekey, or being deleted.
+    pub(crate) fn closing(&self) -> bool {
+        self.superseded
+            || self.pending.iter().any(|p| matches!(p.task, Task::DeleteIke))
+            || self.queue.iter().any(|t| matches!(t, Task::DeleteIke))
+    }
+
     /// Are we the original initiator?
     pub(crate) fn is_initiator(&self) -> bool {
         self.role == Role::Initiator

@@ -52,6 +52,7 @@ const KEYS: &[&str] = &[
     "rekey_time",
     "rand_time",
     "recover",
+    "unique",
     "local",
     "remote",
     "children",
@@ -98,7 +99,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "post-quantum PPKs (RFC 8784) are not implemented",
     ),
     ("keyingtries", "retransmission is configured globally"),
-    ("unique", "the uniqueness policy is not configurable"),
     ("aggressive", "aggressive mode is IKEv1"),
     ("pull", "mode config is not implemented"),
     ("vips", "virtual IPs are not implemented"),
@@ -431,6 +431,7 @@ fn ike_settings(
     }
     let (dpd_action, close_action) = after_death(cx, node, path, &children);
     let recover = recover(cx, node, path, remote_addrs);
+    let unique = unique(cx, node, path);
     let local = auth(cx, node, path, "local", authorities);
     let remote = auth(cx, node, path, "remote", authorities);
     if let (Some(cred), Some(f)) = (&local.credential, node.field(path, "local")) {
@@ -456,6 +457,7 @@ fn ike_settings(
         dpd_action,
         close_action,
         recover,
+        unique,
         rekey_time,
         rand_time,
     };
@@ -600,6 +602,23 @@ fn recover(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, remote_addrs: &[IpAddr]
             esparto_ike::Recover::Notify
         }
         None => esparto_ike::Recover::Notify,
+    }
+}
+
+/// `unique`: what a new IKE SA with the same identities does to the ones
+/// up (swanctl's values and default).
+fn unique(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) -> esparto_ike::Unique {
+    let Some(f) = node.field(path, "unique") else {
+        return esparto_ike::Unique::No;
+    };
+    let v = cx.str(&f).unwrap_or("no");
+    match esparto_ike::Unique::NAMES.iter().find(|(n, _)| *n == v) {
+        Some((_, u)) => *u,
+        None => {
+            let names: Vec<&str> = esparto_ike::Unique::NAMES.iter().map(|(n, _)| *n).collect();
+            cx.err_at(&f, format!("'{v}': expected {}", names.join(", ")));
+            esparto_ike::Unique::No
+        }
     }
 }
 

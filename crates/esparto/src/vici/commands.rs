@@ -811,7 +811,9 @@ fn list_conns(req: &Section, cx: &mut Cx<'_>, emit: &mut Emit<'_>) -> Vec<u8> {
         b.kv("version", "IKEv2");
         b.kv_display("remote_port", c.remote_port);
         if let Some(ike) = &c.ike {
+            let unique = esparto_ike::Unique::NAMES.iter().find(|(n, _)| *n == ike.unique).map_or(esparto_ike::Unique::No, |(_, u)| *u);
             b.kv_display("reauth_time", 0).kv_display("rekey_time", ike.rekey_time_s.unwrap_or(0));
+            b.kv("unique", unique.charon_name());
             // charon's names of the authentication classes.
             let class = |auth: &str| if auth == "pubkey" { "public key" } else { "pre-shared key" };
             b.begin("local-1").kv("class", class(&ike.auth.0)).kv("id", charon_id(&ike.local_id)).end();

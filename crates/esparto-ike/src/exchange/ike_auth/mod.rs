@@ -31,14 +31,16 @@
 //! Responder ([`IkeSa::respond_ike_auth`]). The connection is chosen by the
 //! identity the peer proves, not just claims (`proof.rs`). A failed
 //! authentication is answered with AUTHENTICATION_FAILED (§2.21.2) and
-//! ends the IKE SA; otherwise the answer carries our proof and the first
-//! Child SA, or the notify refusing it.
+//! ends the IKE SA, and so does a refusal by the connection's `unique =
+//! keep` (an IKE SA with the same identities is up from another address);
+//! otherwise the answer carries our proof and the first Child SA, or the
+//! notify refusing it. With `unique = replace` the others then go.
 //!
 //! Both, once authenticated: SET_WINDOW_SIZE (§2.3: "The window size is
 //! always one until the initial exchanges complete"), INITIAL_CONTACT acted
-//! on (§2.4: the peer "MAY use this information to delete any other IKE SAs
-//! it has to the same authenticated identity without waiting for a
-//! timeout"), SA_RESOURCE_INFO with a per-CPU child, whose first SA is its
+//! on unless `unique = never` (§2.4: the peer "MAY use this information to
+//! delete any other IKE SAs it has to the same authenticated identity
+//! without waiting for a timeout"), SA_RESOURCE_INFO with a per-CPU child, whose first SA is its
 //! group's fallback SA (RFC 9611).
 
 mod proof;
@@ -51,7 +53,7 @@ use crate::cert::CERT_ENCODING_X509;
 use crate::ctx::{Action, Ctx};
 use crate::event::{AuthFailure, Event, Reason};
 use crate::identity::Identity;
-use crate::lifetime::{MAX_WINDOW, rekey_deadline};
+use crate::lifetime::{MAX_WINDOW, Unique, rekey_deadline};
 use crate::sa::{IkeSa, Refusal, State, notify, peer_window, window_notify};
 use core::net::SocketAddr;
 use esparto_wire::ike::{
@@ -165,9 +167,34 @@ impl IkeSa {
         self.remote_id = Some(remote_id);
         self.peer_window = peer_window(window);
         self.rekey_at = rekey_deadline(ctx, self.conn.rekey_time, self.conn.jitter());
-        if initial_contact {
-            ctx.actions.push(Action::InitialContact { keep: self.id.0 });
+        let replace = !self.is_initiator() && self.conn.unique == Unique::Replace;
+        if initial_contact || replace {
+            ctx.actions.push(Action::Duplicates {
+                keep: self.id.0,
+                initial_contact,
+            });
         }
+    }
+
+    /// A responder's `unique = keep` (charon's rule): an authenticated
+    /// initiator without INITIAL_CONTACT is refused while an IKE SA of the
+    /// connection with the same identities is up from another address (one
+    /// from the same address is taken for a reauthentication). The
+    /// address of the SA kept, if refused.
+    fn kept_instead(
+        &self,
+        ctx: &Ctx<'_>,
+        v: &Verified<'_>,
+        from: SocketAddr,
+        initial_contact: bool,
+    ) -> Option<core::net::IpAddr> {
+        if v.conn.unique != Unique::Keep || initial_contact {
+            return None;
+        }
+        ctx.sa_index
+            .up_with(&v.conn, &v.local_id, &v.peer_id)
+            .find(|(id, ip)| *id != self.id.0 && *ip != from.ip())
+            .map(|(_, ip)| ip)
     }
 }
 
@@ -314,6 +341,13 @@ impl IkeSa {
                 return self.fail_auth(ctx, mid, from, to, identity, reason);
             }
         };
+        if let Some(kept) = self.kept_instead(ctx, &verified, from, m.initial_contact) {
+            tracing::info!(ike_sa = %self.id, peer = %from, identity = %verified.peer_id, %kept,
+                connection = %verified.conn.name,
+                "refusing a second IKE_SA for this identity (unique = keep): one is up from another address");
+            let identity = Some(verified.peer_id.clone());
+            return self.fail_auth(ctx, mid, from, to, identity, AuthFailure::UniqueKeep);
+        }
         let Some(proof) = self.prove_responder(ctx, &verified) else {
             return;
         };

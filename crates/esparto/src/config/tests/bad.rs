@@ -763,6 +763,18 @@ secret = "x"
 }
 
 #[test]
+fn unique_takes_swanctls_values() {
+    let text = "[connections.gw]\nremote_addrs = \"198.51.100.7\"\nunique = \"replace-all\"\n[connections.gw.children.a]\n[secrets.s]\nsecret = \"x\"\n";
+    let errs = errors_of(text);
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_eq!((errs[0].line, errs[0].key.as_str()), (3, "connections.gw.unique"));
+    assert!(errs[0].message.contains("'replace-all': expected no, never, keep, replace"), "{}", errs[0].message);
+    let ok = text.replace("replace-all", "never");
+    let c = parse_str(&ok, "t.toml").unwrap();
+    assert_eq!(c.connections[0].ike.as_ref().unwrap().unique, esparto_ike::Unique::Never);
+}
+
+#[test]
 fn a_missing_psk_is_an_error() {
     let text = "[connections.gw]\nremote_addrs = \"198.51.100.7\"\nlocal.id = \"@moon\"\nremote.id = \"@sun\"\n[connections.gw.children.host]\n";
     let errs = errors_of(text);

@@ -216,6 +216,7 @@ dpd_delay = "10s"
 dpd_timeout = "40s"
 rekey_time = "2h"
 rand_time = "5m"
+unique = "keep"
 [connections.gw.children.c]
 rekey_time = "5s"
 rand_time = "1s"
@@ -239,6 +240,7 @@ secret = "x"
     assert_eq!(ch.rekey_bytes, 1_000_000);
     assert_eq!((ch.per_cpu_sas, ch.per_cpu_max), (esparto_ike::PerCpuSas::Eager, 4));
     assert_eq!(ike.close_action, esparto_ike::CloseAction::None, "swanctl's default");
+    assert_eq!(ike.unique, esparto_ike::Unique::Keep);
     ike.validate().unwrap();
 }
 

@@ -231,6 +231,7 @@ fn list_conns_streams_each_connection() {
     assert_eq!(ev[0].0, "list-conn");
     assert_eq!(c.list("remote_addrs").unwrap(), &[b"192.0.2.2".to_vec()]);
     assert_eq!((c.str("version"), c.str("rekey_time")), (Some("IKEv2"), Some("14400")));
+    assert_eq!(c.str("unique"), Some("UNIQUE_NO"), "swanctl's default, in charon's name");
     assert_eq!(c.section("local-1").unwrap().str("id"), Some("west"));
     assert_eq!(c.section("children").unwrap().section("lan").unwrap().str("mode"), Some("TUNNEL"));
     assert!(run(&mut f, &ids, "list-conns", &[("ike", "nope")]).1.is_empty());
