@@ -87,7 +87,9 @@ install: esparto man
 	$(INSTALL) -d $(DESTDIR)$(UNITDIR)
 	sed -e 's|/usr/sbin/esparto|$(SBINDIR)/esparto|' -e 's|/etc/esparto/|$(SYSCONFDIR)/esparto/|' \
 	    packaging/esparto.service > $(DESTDIR)$(UNITDIR)/esparto.service
-	chmod 0644 $(DESTDIR)$(UNITDIR)/esparto.service
+	sed -e 's|/usr/sbin/esparto|$(SBINDIR)/esparto|' \
+	    packaging/esparto@.service > $(DESTDIR)$(UNITDIR)/esparto@.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/esparto.service $(DESTDIR)$(UNITDIR)/esparto@.service
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/esparto
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/esparto/esparto.toml ]; then \
 	    echo "keeping $(DESTDIR)$(SYSCONFDIR)/esparto/esparto.toml (the example is $(DESTDIR)$(DOCDIR)/esparto.toml)"; \
@@ -102,7 +104,7 @@ install: esparto man
 	@echo "installed; next: systemctl daemon-reload, connections into $(SYSCONFDIR)/esparto/esparto.toml, systemctl enable --now esparto"
 
 uninstall:
-	rm -f $(DESTDIR)$(SBINDIR)/esparto $(DESTDIR)$(UNITDIR)/esparto.service
+	rm -f $(DESTDIR)$(SBINDIR)/esparto $(DESTDIR)$(UNITDIR)/esparto.service $(DESTDIR)$(UNITDIR)/esparto@.service
 	rm -f $(DESTDIR)$(MANDIR)/man8/esparto.8 $(DESTDIR)$(MANDIR)/man8/esparto-*.8
 	rm -rf $(DESTDIR)$(DOCDIR)
 	@echo "kept $(DESTDIR)$(SYSCONFDIR)/esparto/esparto.toml and /var/lib/esparto (remove them by hand if unwanted)"

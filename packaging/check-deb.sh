@@ -15,6 +15,9 @@
 #     same daemon has loaded it, and fails (the daemon running on) for a
 #     broken file; `systemctl stop` removes its device,
 #     socket, routes and rules;
+#   - an instance of the template, esparto@v6, with an IPv6 peer beside
+#     it: its own device, sockets and state directory from its name,
+#     reloaded and stopped apart from the first;
 #   - without CAP_NET_ADMIN in the unit: the start fails with status 78,
 #     the log names the capability, nothing is created, no restart;
 #   - `dpkg -r` stops the daemon and keeps the configuration; `dpkg -P`
@@ -62,6 +65,7 @@ set -uo pipefail
 fail() {
   echo "FAIL: $*"
   journalctl -u esparto --no-pager -n 60
+  journalctl -u "esparto@*" --no-pager -n 30
   echo FAIL >/check/result
   exit 1
 }
@@ -161,6 +165,47 @@ journalctl -u esparto --no-pager -o cat | grep -q "workrs: unknown key" || fail 
 mv /etc/esparto/esparto.toml.good /etc/esparto/esparto.toml
 ok "a broken file: systemctl reload fails with the error, the daemon runs on"
 
+# A second daemon beside it: the instance v6 of esparto@.service, an IPv6
+# peer, its own routing table and rule priorities; socket, device and
+# state directory from its name.
+cat >/etc/esparto/v6.toml <<'TOML'
+[daemon]
+workers = 1
+routing_table = 221
+routing_table_prio = 223
+[connections.site6]
+remote_addrs = ["fd00:99::2"]
+local.auth = "psk"
+local.id = "@west6.example"
+remote.auth = "psk"
+remote.id = "@east6.example"
+[connections.site6.children.lan]
+local_ts = ["fd00:1::/64"]
+remote_ts = ["fd00:2::/64"]
+[secrets.site6]
+ids = ["@west6.example", "@east6.example"]
+secret = "a check of the instance, not a real secret"
+TOML
+chmod 600 /etc/esparto/v6.toml
+iprop() { systemctl show -p "$1" --value esparto@v6; }
+systemd-analyze verify --man=no esparto@v6.service || fail "systemd-analyze verify esparto@v6.service"
+esparto --instance v6 check-config || fail "check-config of instance v6"
+systemctl start esparto@v6 || { journalctl -u esparto@v6 --no-pager -n 40; fail "systemctl start esparto@v6"; }
+[[ $(iprop StatusText) == "running: 1 connection(s), 1 worker(s), TUN device esp-v6" ]] || fail "esparto@v6 STATUS=: $(iprop StatusText)"
+ip link show esp-v6 >/dev/null || fail "no TUN device esp-v6"
+[[ -S /run/esparto/v6/esparto.sock && -S /run/esparto/v6/charon.vici ]] || fail "instance sockets: $(ls -la /run/esparto/v6)"
+[[ -d /var/lib/esparto/v6 ]] || fail "no state directory /var/lib/esparto/v6"
+ss -Huln | grep -qF '[::]:500 ' || fail "instance v6: UDP 500 (IPv6) not bound"
+esparto --instance v6 status --json | grep -q '"tun":"esp-v6"' || fail "esparto --instance v6 status"
+esparto status --json | grep -q '"tun":"esparto0"' || fail "the first daemon after the instance started"
+systemctl reload esparto@v6 || fail "systemctl reload esparto@v6"
+[[ $(prop ActiveState) == active && $(prop MainPID) == "$pid" ]] || fail "the first daemon changed when the instance started"
+systemctl stop esparto@v6 || fail "systemctl stop esparto@v6"
+ip link show esp-v6 >/dev/null 2>&1 && fail "TUN device esp-v6 left after stop"
+[[ -e /run/esparto/v6/esparto.sock ]] && fail "instance control socket left after stop"
+systemctl start esparto@v6 || fail "esparto@v6 again, for dpkg -r"
+ok "instance v6 (esparto@v6): beside esparto, IPv6 peer, esp-v6, /run/esparto/v6, /var/lib/esparto/v6; reloaded, stopped"
+
 systemctl stop esparto || fail "systemctl stop"
 [[ $(prop ActiveState) == inactive && $(prop Result) == success && $(prop ExecMainStatus) == 0 ]] \
   || fail "stop: $(prop ActiveState) $(prop Result) status $(prop ExecMainStatus)"
@@ -193,11 +238,14 @@ ok "without CAP_NET_ADMIN: refused with status 78, not restarted, nothing create
 
 systemctl start esparto || fail "start before removal"
 dpkg -r esparto || fail "dpkg -r"
-wait_until 10 eval '! running' || fail "daemon still running after dpkg -r"
+wait_until 10 eval '! running' || fail "daemon or instance still running after dpkg -r"
 ip link show esparto0 >/dev/null 2>&1 && fail "TUN device left after dpkg -r"
-[[ -f /etc/esparto/esparto.toml ]] || fail "dpkg -r removed the configuration"
+ip link show esp-v6 >/dev/null 2>&1 && fail "instance TUN device left after dpkg -r"
+[[ -f /etc/esparto/esparto.toml && -f /etc/esparto/v6.toml ]] || fail "dpkg -r removed a configuration"
 [[ -e /usr/sbin/esparto ]] && fail "binary left after dpkg -r"
-ok "removed: daemon stopped, configuration kept"
+ok "removed: daemon and instance stopped, configurations kept"
+# The instance's file is the operator's, not the package's: purge keeps it.
+rm /etc/esparto/v6.toml
 
 dpkg -P esparto || fail "dpkg -P"
 after=$(snapshot)

@@ -3,7 +3,9 @@
 //! anything, naming the first one's pid, and the first carries traffic on
 //! with its routes intact); after set-up it holds `CAP_NET_ADMIN` alone
 //! (its workers nothing) with `no_new_privs`; and a route the kernel
-//! flushed comes back when the child is installed again (an IKE rekey).
+//! flushed comes back when the child is installed again (an IKE rekey);
+//! an instance (`--instance NAME`) takes its socket, device and state
+//! directory from its name.
 //! Needs root, iproute2, ping: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -71,12 +73,13 @@ fn a_second_daemon_is_refused_and_the_first_runs_on() {
     // TUN device on the same port.
     let mut other_tun = west_cfg.clone();
     other_tun.tun = "esparto1".into();
-    for (cfg, held) in [(&west_cfg, "TUN device esparto0"), (&other_tun, "UDP port 4500 (IPv4)")] {
+    for (cfg, held, key) in [(&west_cfg, "TUN device esparto0", "tun"), (&other_tun, "UDP port 4500 (IPv4)", "port")] {
         let second = run_to_exit(gw, bin, cfg, &[], Duration::from_secs(20)).unwrap();
         let status = second.status.expect("the second daemon exits by itself");
         assert!(!status.success(), "{status}: {}", second.log);
         let want = format!("another esparto (pid {}) is running with {held}", west.pid());
         assert!(second.log.contains(&want), "{want:?} not in: {}", second.log);
+        assert!(second.log.contains("to run beside it, give this daemon") && second.log.contains(&format!("another [daemon] {key}")), "no hint naming {key}: {}", second.log);
         assert!(!second.log.contains("data plane up"), "it touched the data plane: {}", second.log);
     }
 
@@ -199,4 +202,68 @@ fn only_cap_net_admin_is_kept_and_flushed_routes_come_back() {
     assert!(pings(&topo), "no traffic after the routes came back");
     west.stop().unwrap();
     east.stop().unwrap();
+}
+
+/// `esparto --instance NAME`: what the file leaves out defaults to the
+/// instance's control socket (`/run/esparto/NAME/esparto.sock`), TUN
+/// device (`esp-NAME`) and state directory (`/var/lib/esparto/NAME`), and
+/// a client finds the daemon by the name alone.
+#[test]
+fn an_instance_takes_its_defaults_from_its_name() {
+    if skip("daemon_process_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let gw = topo.ns(Node::GwWest);
+    // Unique to this run (instance names are at most 11 bytes).
+    let name = format!("t{}", std::process::id() % 10_000_000);
+    let (run, state) = (Path::new("/run/esparto").join(&name), Path::new("/var/lib/esparto").join(&name));
+    assert!(!run.exists() && !state.exists(), "{} or {} is someone else's", run.display(), state.display());
+    let cfg = EspartoConfig::site(Node::GwWest, Keying::Static(vec![pair()])).unwrap();
+    let text: String = cfg
+        .to_toml(Path::new("/unused"))
+        .lines()
+        .filter(|l| !["control =", "state_dir =", "tun ="].iter().any(|k| l.starts_with(k)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("west.toml");
+    std::fs::write(&file, text).unwrap();
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let mut daemon = std::process::Command::new("ip")
+        .args(["netns", "exec", gw.name()])
+        .arg(bin)
+        .args(["--instance", &name, "run", "--config"])
+        .arg(&file)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let status = |with_file: bool| {
+        let mut c = std::process::Command::new(bin);
+        c.args(["--instance", &name, "status", "--json"]);
+        if with_file {
+            c.arg("-c").arg(&file);
+        }
+        c.output().unwrap()
+    };
+    let socket = run.join("esparto.sock");
+    wait_for("the instance's control socket", || socket.exists() && status(true).status.success());
+    let s: serde_json::Value = serde_json::from_slice(&status(true).stdout).unwrap();
+    let tun = format!("esp-{name}");
+    assert_eq!(s["tun"], tun.as_str(), "{s}");
+    assert!(gw.ip(&["link", "show", &tun]).unwrap().status.success(), "no device {tun}");
+    // Without -c: /etc/esparto/NAME.toml is absent, so the instance's default socket.
+    let bare = status(false);
+    assert!(bare.status.success(), "{}", String::from_utf8_lossy(&bare.stderr));
+    assert!(state.is_dir(), "no state directory {}", state.display());
+
+    let _ = std::process::Command::new("kill").arg(s["pid"].to_string()).status();
+    let exited = daemon.wait().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    assert!(exited.success(), "{exited}: {log}");
+    assert!(!socket.exists(), "control socket left");
+    let _ = std::fs::remove_dir_all(&run);
+    let _ = std::fs::remove_dir_all(&state);
 }

@@ -14,7 +14,8 @@ use crate::config;
 pub(super) struct Target {
     /// The daemon's configuration: talk to the control socket its
     /// `[daemon] control` names [default: /etc/esparto/esparto.toml if it
-    /// exists, else the socket /run/esparto/esparto.sock]
+    /// exists, else the socket /run/esparto/esparto.sock; with --instance
+    /// NAME, /etc/esparto/NAME.toml and /run/esparto/NAME/esparto.sock]
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub(super) config: Option<PathBuf>,
     /// The control socket itself, instead of the one a configuration names.
@@ -88,15 +89,16 @@ pub(super) struct CheckConfigArgs {
 impl CheckConfigArgs {
     /// The file to check.
     pub(super) fn path(&self) -> PathBuf {
-        self.config.clone().or_else(|| self.file.clone()).unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG))
+        self.config.clone().or_else(|| self.file.clone()).unwrap_or_else(|| config::instance::Defaults::current().config)
     }
 }
 
 #[derive(Debug, Args)]
 pub(super) struct RunArgs {
-    /// The configuration file (TOML).
-    #[arg(long, short = 'c', value_name = "FILE", default_value = config::DEFAULT_CONFIG)]
-    pub(super) config: PathBuf,
+    /// The configuration file (TOML) [default: /etc/esparto/esparto.toml;
+    /// with --instance NAME, /etc/esparto/NAME.toml]
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub(super) config: Option<PathBuf>,
     /// Control socket path (default: daemon.control from the file, else /run/esparto/esparto.sock).
     #[arg(long, value_name = "SOCKET")]
     pub(super) control: Option<PathBuf>,

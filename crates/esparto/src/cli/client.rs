@@ -100,7 +100,7 @@ fn client_error(sock: &Socket, e: ClientError) -> anyhow::Error {
         ClientError::NoDaemon(p) => fail(
             "no_daemon",
             format!(
-                "no esparto daemon at {} ({}): is esparto running? (another daemon: -c CONFIG or --control SOCKET)",
+                "no esparto daemon at {} ({}): is esparto running? (another daemon: --instance NAME, -c CONFIG or --control SOCKET)",
                 p.display(),
                 sock.source
             ),

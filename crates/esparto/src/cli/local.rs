@@ -82,20 +82,21 @@ pub(super) fn check_config(a: CheckConfigArgs) -> Result<ExitCode> {
 
 pub(super) fn run(a: RunArgs) -> Result<ExitCode> {
     let refused = ExitCode::from(daemon::EXIT_REFUSED);
-    if !a.config.exists() && a.config == std::path::Path::new(config::DEFAULT_CONFIG) {
+    let path = a.config.clone().unwrap_or_else(|| config::instance::Defaults::current().config);
+    if a.config.is_none() && !path.exists() {
         eprintln!(
             "esparto: {}: no such file: write the configuration there (docs/CONFIG.md; examples in \
              /usr/share/doc/esparto/examples) or give another with --config FILE",
-            a.config.display()
+            path.display()
         );
         return Ok(refused);
     }
     // Refuse to start on an invalid configuration: every error, then exit.
-    let config = match config::load_on(&a.config, &host_routing()) {
+    let config = match config::load_on(&path, &host_routing()) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{errors}");
-            eprintln!("esparto: {}: invalid configuration, not starting", a.config.display());
+            eprintln!("esparto: {}: invalid configuration, not starting", path.display());
             return Ok(refused);
         }
     };

@@ -46,6 +46,8 @@ pub use client::Failure;
         /etc/esparto/esparto.toml: the configuration `run` reads, and where the other commands find the \
         control socket ([daemon] control) unless given -c FILE.\n\n\
         /run/esparto/: the control socket (esparto.sock) and the lock files of running daemons.\n\n\
+        /etc/esparto/NAME.toml, /run/esparto/NAME/, /var/lib/esparto/NAME/: those of instance NAME \
+        (--instance NAME; the unit esparto@NAME.service).\n\n\
         /var/lib/esparto/: the sequence numbers of statically keyed SAs ([daemon] state_dir).\n\n\
         The systemd unit esparto.service runs `esparto run`; `systemctl reload esparto` runs `esparto \
         reload`, which fails with the errors if the file is refused (SIGHUP reloads too, without an answer). \
@@ -58,6 +60,13 @@ pub use client::Failure;
         the case."
 )]
 pub struct Cli {
+    /// Be, or talk to, the daemon instance NAME: its configuration is
+    /// /etc/esparto/NAME.toml, and what that file does not set defaults to
+    /// the control socket /run/esparto/NAME/esparto.sock (VICI beside it),
+    /// the TUN device esp-NAME and the state directory /var/lib/esparto/NAME
+    /// (the unit esparto@NAME.service runs `esparto --instance NAME run`).
+    #[arg(long, global = true, value_name = "NAME")]
+    instance: Option<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -90,6 +99,12 @@ pub fn main() -> ExitCode {
         Err(e) => return usage(e),
     };
     let json = cli.command.json();
+    if let Some(name) = &cli.instance {
+        if let Err(e) = crate::config::instance::set(name) {
+            let e = clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("--instance: {e}\n"));
+            return usage(e.with_cmd(&Cli::command()));
+        }
+    }
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

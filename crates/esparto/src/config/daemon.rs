@@ -12,7 +12,8 @@ use super::error::KeyPath;
 use super::model::{Daemon, IkeLimits, Routing, ViciSocket};
 use super::tree::{Cx, Field, Kind, Node};
 
-/// Default control socket path.
+/// Default control socket path (of the unnamed daemon: an instance's
+/// defaults are [`super::instance::Defaults`]).
 pub const DEFAULT_CONTROL: &str = "/run/esparto/esparto.sock";
 /// File name of the default VICI socket, in the control socket's
 /// directory (`/run/esparto/charon.vici` by default; charon's own is
@@ -127,18 +128,19 @@ fn cpu_list(cx: &mut Cx<'_>, f: &Field<'_>) -> Vec<usize> {
 
 /// Parse `[daemon]` (absent: all defaults).
 pub(crate) fn parse(cx: &mut Cx<'_>, root: &Node) -> Daemon {
+    let defaults = super::instance::Defaults::current();
     let mut d = Daemon {
         workers: default_workers(),
         cpus: Vec::new(),
-        control: PathBuf::from(DEFAULT_CONTROL),
+        control: defaults.control,
         vici: ViciSocket::Default,
-        tun: DEFAULT_TUN.to_string(),
+        tun: defaults.tun,
         port: DEFAULT_PORT,
         ike_port: DEFAULT_IKE_PORT,
         path_mtu: DEFAULT_PATH_MTU,
         tun_queue_len: DEFAULT_TUN_QUEUE_LEN,
         log: DEFAULT_LOG.to_string(),
-        state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+        state_dir: defaults.state_dir,
         ike: IkeLimits::default(),
         routing: Routing::default(),
         metrics: None,

@@ -26,6 +26,7 @@ mod connection;
 mod daemon;
 mod error;
 mod hygiene;
+pub mod instance;
 mod layer;
 pub mod model;
 mod routing;

@@ -424,7 +424,20 @@ fn claim(config: &Config) -> Result<InstanceLock> {
     if config.connections.iter().any(|c| c.ike.is_some()) {
         claims.push(Claim::Udp { v6, port: config.daemon.ike_port });
     }
-    let lock = InstanceLock::acquire(Path::new(instance::RUN_DIR), &claims)?;
+    let lock = InstanceLock::acquire(Path::new(instance::RUN_DIR), &claims).map_err(|e| {
+        // Which key gives this daemon its own, to run beside the other.
+        let key = match &e {
+            instance::InstanceError::Held { claim, .. } => match claim {
+                Claim::Tun(_) => "tun",
+                Claim::Udp { port, .. } if *port == config.daemon.port => "port",
+                Claim::Udp { .. } => "ike_port",
+                Claim::RouteTable(_) => "routing_table",
+                Claim::RulePriority(_) => "routing_table_prio",
+            },
+            _ => return anyhow!(e),
+        };
+        anyhow!("{e}; to run beside it, give this daemon ({}) another [daemon] {key}", config.path.display())
+    })?;
     instance::check_tun_free(&config.daemon.tun)?;
     Ok(lock)
 }
