@@ -182,6 +182,8 @@ pub struct ConnectionConfig {
     /// What a new IKE SA with the same identities does to the ones up
     /// (swanctl `unique`).
     pub unique: Unique,
+    /// IKE fragmentation (swanctl `fragmentation`).
+    pub fragmentation: Fragmentation,
     /// Rekey the IKE SA this long after it was created (swanctl
     /// `rekey_time`, default 4 h), minus a random part of up to
     /// `rand_time` (RFC 7296 §2.8). `None`: never.
@@ -211,6 +213,7 @@ impl Default for ConnectionConfig {
             close_action: CloseAction::None,
             recover: Recover::Notify,
             unique: Unique::No,
+            fragmentation: Fragmentation::Yes,
             rekey_time: Some(crate::lifetime::IKE_REKEY_TIME),
             rand_time: None,
         }
@@ -583,6 +586,41 @@ pub struct EndpointConfig {
     /// its workers). `per_cpu_sas = eager` negotiates one per-resource
     /// Child SA for each, up to the child's `per_cpu_max`.
     pub resources: u16,
+    /// Largest IP datagram an IKE message of ours may fill before it is
+    /// sent in fragments, where the peer supports them (RFC 7383; IP and
+    /// UDP headers and the non-ESP marker count). strongSwan's
+    /// `charon.fragment_size`, 1280 by default.
+    pub fragment_size: usize,
+}
+
+/// [`EndpointConfig::fragment_size`]'s default (strongSwan's).
+pub const DEFAULT_FRAGMENT_SIZE: usize = 1280;
+/// The smallest `fragment_size`: every IPv4 host takes 576-octet datagrams
+/// (RFC 791), and RFC 7383 §2.5.1 names 576 for IPv4.
+pub const MIN_FRAGMENT_SIZE: usize = 576;
+
+/// IKE fragmentation (RFC 7383), per connection as swanctl's
+/// `fragmentation`. Fragments the peer sends are accepted whatever the
+/// value, as strongSwan does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fragmentation {
+    /// Announced (IKEV2_FRAGMENTATION_SUPPORTED), and our messages above
+    /// `fragment_size` are sent in fragments if the peer announced it too.
+    #[default]
+    Yes,
+    /// Announced, but our messages are never fragmented.
+    Accept,
+    /// Not announced: the peer does not fragment towards us, nor we.
+    No,
+}
+
+impl Fragmentation {
+    /// swanctl's names (`force` is IKEv1's).
+    pub const NAMES: [(&'static str, Fragmentation); 3] = [
+        ("yes", Fragmentation::Yes),
+        ("accept", Fragmentation::Accept),
+        ("no", Fragmentation::No),
+    ];
 }
 
 impl Default for EndpointConfig {
@@ -606,6 +644,7 @@ impl Default for EndpointConfig {
             cookie_grace: Duration::from_secs(10),
             window_size: 8,
             resources: 1,
+            fragment_size: DEFAULT_FRAGMENT_SIZE,
         }
     }
 }

@@ -121,7 +121,7 @@ pub mod ts;
 pub use activity::{InboundActivity, NoActivity};
 pub use config::{
     AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction, Recover,
-    EndpointConfig, PerCpuSas, RetransmitConfig, Secrets, StartAction, Unique,
+    EndpointConfig, Fragmentation, PerCpuSas, RetransmitConfig, Secrets, StartAction, Unique,
 };
 pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, Messages, NewConnection, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};

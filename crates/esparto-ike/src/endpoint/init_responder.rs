@@ -369,6 +369,9 @@ impl Endpoint {
         sa.suite = Some(choice.selected);
         sa.keys = Some(keys);
         sa.nat = NatState::detect(spi_i, 0, &m.nat_src, m.nat_dst, remote, local);
+        if m.fragmentation && sa.conn.fragmentation != crate::config::Fragmentation::No {
+            sa.fragmentation = Some(self.config.fragment_size);
+        }
         sa.expected_mid = 1;
         let packet =
             ike_init::response(&mut sa, &mut *self.rng, choice.group, &public, &nr, m.sig_hash)

@@ -135,6 +135,18 @@ pub struct Stats {
     /// Initiations that waited because `initiating_per_peer` of our IKE
     /// SAs to the same peer address were being set up.
     pub initiations_paced: u64,
+    /// IKE fragments (RFC 7383) authenticated and kept for reassembly.
+    pub fragments_received: u64,
+    /// Authenticated fragments not kept: duplicates, a smaller Total
+    /// Fragments than before, reassembly bounds broken.
+    pub fragments_dropped: u64,
+    /// Messages of the peer put back together from fragments.
+    pub messages_reassembled: u64,
+    /// Fragments of ours sent (retransmissions included).
+    pub fragments_sent: u64,
+    /// Plaintext octets of partial messages held now, over all IKE SAs
+    /// (bounded by `sa::fragments::MAX_FRAGMENT_BYTES`).
+    pub fragment_bytes_held: usize,
     /// IKE messages received (parsed) and sent, by exchange and kind.
     pub messages: Messages,
 }
@@ -395,7 +407,20 @@ impl Endpoint {
         } else {
             &t.data
         };
-        self.stats.messages.count_sent(ike);
+        // A fragmented message counts once, with its first fragment (the
+        // header's Next Payload is SKF; Fragment Number follows the SKF
+        // generic header).
+        let fragment = (ike.get(16) == Some(&esparto_wire::ike::PayloadType::SKF.0))
+            .then(|| ike.get(32..34).map(|n| u16::from_be_bytes([n[0], n[1]])));
+        match fragment {
+            Some(number) => {
+                self.stats.fragments_sent += 1;
+                if number == Some(1) {
+                    self.stats.messages.count_sent(ike);
+                }
+            }
+            None => self.stats.messages.count_sent(ike),
+        }
         Some(t)
     }
 

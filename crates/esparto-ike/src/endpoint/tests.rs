@@ -166,7 +166,7 @@ fn notifies(p: &Pair, t: &Transmit) -> Vec<(NotifyType, Vec<u8>)> {
     let data = t.data.strip_prefix(&[0, 0, 0, 0]).unwrap_or(&t.data);
     let msg = Message::parse(data).unwrap();
     assert!(msg.header.response);
-    let opened = sa.open(data, &msg).unwrap();
+    let opened = sa.decrypt(data, &msg).unwrap();
     opened
         .payloads()
         .unwrap()
@@ -266,7 +266,7 @@ fn delete_for_unknown_spi_gets_an_empty_answer() {
         .strip_prefix(&[0, 0, 0, 0])
         .unwrap_or(&out[0].data);
     let msg = Message::parse(data).unwrap();
-    assert!(sa.open(data, &msg).unwrap().payloads().unwrap().is_empty());
+    assert!(sa.decrypt(data, &msg).unwrap().payloads().unwrap().is_empty());
     assert!(p.r.poll_event().is_none(), "nothing deleted");
 }
 
@@ -355,7 +355,7 @@ fn strip_padding_and_inner_parse_helpers_agree() {
         .strip_prefix(&[0, 0, 0, 0])
         .unwrap_or(&out[0].data);
     let msg = Message::parse(data).unwrap();
-    let o = sa.open(data, &msg).unwrap();
+    let o = sa.decrypt(data, &msg).unwrap();
     let plain = &o.buf[o.inner.clone()];
     assert!(parse_payloads(o.first, plain).unwrap().is_empty());
     assert!(strip_padding(&[0]).unwrap().is_empty());
@@ -405,5 +405,6 @@ fn start_all_initiates_children_with_start_action_start() {
 
 mod bad_input;
 mod hub;
+mod fragments;
 mod mismatch;
 mod unique;

@@ -28,7 +28,7 @@
 
 use super::ike_auth::IkeAuth;
 use super::{Outcome, Received, reason_for};
-use crate::config::ConnectionConfig;
+use crate::config::{ConnectionConfig, Fragmentation};
 use crate::ctx::Ctx;
 use crate::diag;
 use crate::event::Reason;
@@ -61,6 +61,8 @@ pub(crate) struct InitPayloads<'a> {
     pub(crate) nat_dst: Option<&'a [u8]>,
     /// SIGNATURE_HASH_ALGORITHMS (RFC 7427 §4) was sent.
     pub(crate) sig_hash: bool,
+    /// IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383 §2.3) was sent.
+    pub(crate) fragmentation: bool,
 }
 
 impl<'a> InitPayloads<'a> {
@@ -72,6 +74,7 @@ impl<'a> InitPayloads<'a> {
             nat_src: Vec::new(),
             nat_dst: None,
             sig_hash: false,
+            fragmentation: false,
         };
         for p in payloads {
             match p {
@@ -86,6 +89,9 @@ impl<'a> InitPayloads<'a> {
                 }
                 PayloadRepr::Notify(n) if n.kind == NotifyType::SIGNATURE_HASH_ALGORITHMS => {
                     m.sig_hash = true
+                }
+                PayloadRepr::Notify(n) if n.kind == NotifyType::IKEV2_FRAGMENTATION_SUPPORTED => {
+                    m.fragmentation = true
                 }
                 _ => {}
             }
@@ -185,6 +191,13 @@ impl IkeInit {
                 &hashes,
             )));
         }
+        if sa.conn.fragmentation != Fragmentation::No {
+            // RFC 7383 §2.3: announced in IKE_SA_INIT, empty.
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
+                &[],
+            )));
+        }
         let packet = sa.encode(ExchangeType::IKE_SA_INIT, false, 0, &payloads)?;
         if let Some(PayloadRepr::Sa(offer)) = payloads.iter().find(|p| matches!(p, PayloadRepr::Sa(_))) {
             tracing::info!(
@@ -216,6 +229,9 @@ impl IkeInit {
         }
         let hs = sa.handshake_mut();
         hs.init_response = rx.raw.to_vec();
+        if m.fragmentation && sa.conn.fragmentation != Fragmentation::No {
+            sa.fragmentation = Some(ctx.config.fragment_size);
+        }
         sa.nat = NatState::detect(
             rx.header.spi_i,
             rx.header.spi_r,
@@ -461,6 +477,13 @@ pub(crate) fn response(
         payloads.push(PayloadRepr::Notify(NotifyRepr::new(
             NotifyType::SIGNATURE_HASH_ALGORITHMS,
             &hashes,
+        )));
+    }
+    if sa.fragmentation.is_some() {
+        // RFC 7383 §2.3: only if the initiator announced it.
+        payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+            NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
+            &[],
         )));
     }
     let certreq = sa.conn.remote.trust.as_ref().map(|t| t.certreq());

@@ -287,7 +287,11 @@ pub(crate) fn on_response(
     let payloads = if h.exchange == ExchangeType::IKE_SA_INIT {
         msg.payloads.clone()
     } else {
-        opened = sa.open(data, msg).map_err(|_| Ignored::Integrity)?;
+        opened = match sa.open(ctx, data, msg).map_err(|_| Ignored::Integrity)? {
+            Some(o) => o,
+            // A fragment kept: the response is not whole yet.
+            None => return Ok(()),
+        };
         match opened.payloads() {
             Ok(p) => p,
             Err(e) => {

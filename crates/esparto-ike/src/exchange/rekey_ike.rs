@@ -120,6 +120,7 @@ impl IkeSa {
         n.keys = Some(keys);
         n.suite = Some(suite);
         n.nat = self.nat;
+        n.fragmentation = self.fragmentation;
         n.local_id = self.local_id.clone();
         n.remote_id = self.remote_id.clone();
         n.announced = true;

@@ -25,6 +25,7 @@
 //! untouched, and nothing is processed before the ICV has verified.
 
 mod children;
+pub(crate) mod fragments;
 mod requests;
 mod resources;
 mod timers;
@@ -34,7 +35,7 @@ pub(crate) use requests::{Dropped, Refusal, notify};
 use crate::child::ChildSa;
 use crate::config::{ConnectionConfig, EndpointConfig};
 use crate::ctx::Ctx;
-use crate::event::{Event, IkeSaId, Reason, Transmit};
+use crate::event::{Event, IkeSaId, Reason};
 use crate::exchange::Task;
 use crate::identity::Identity;
 use crate::keys::IkeKeys;
@@ -45,9 +46,11 @@ use core::net::SocketAddr;
 use core::ops::Range;
 use esparto_crypto::ike::IkeCipher;
 use esparto_wire::espinudp::NON_ESP_MARKER;
+use crate::config::Fragmentation;
 use esparto_wire::ike::{
-    ExchangeType, HeaderRepr, Message, PayloadRepr, PayloadType, SkLayout, emit_encrypted,
-    emit_message, parse_payloads, strip_padding,
+    ExchangeType, GENERIC_HEADER_LEN, HEADER_LEN, HeaderRepr, Message, PayloadRepr, PayloadType,
+    SkLayout, emit_encrypted, emit_fragments, emit_message, parse_payloads, payloads_len,
+    strip_padding,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -179,6 +182,12 @@ pub(crate) struct IkeSa {
     pub(crate) waiting: bool,
     /// The peer address whose pacing slot this SA holds while being set up.
     pub(crate) pace_slot: Option<core::net::IpAddr>,
+    /// Both sides announced IKE fragmentation in IKE_SA_INIT (RFC 7383):
+    /// the largest datagram before ours are fragmented (`fragment_size`).
+    /// A rekeyed IKE SA keeps its predecessor's.
+    pub(crate) fragmentation: Option<usize>,
+    /// The peer's fragmented messages in progress.
+    pub(crate) reassembly: fragments::Reassembly,
 }
 
 /// The part of an IKE SA that only IKE_SA_INIT and IKE_AUTH need (RFC
@@ -286,6 +295,8 @@ impl IkeSa {
             filed: Default::default(),
             waiting: false,
             pace_slot: None,
+            fragmentation: None,
+            reassembly: fragments::Reassembly::default(),
         }
     }
 
@@ -367,21 +378,77 @@ impl IkeSa {
             emit_message(&h, payloads, &mut out).map_err(|_| Reason::Local("message too large"))?;
             return Ok(out);
         }
-        let seed = self.iv_seed;
         let cipher = self
             .out_cipher()
             .ok_or(Reason::Local("no keys to protect a message"))?;
-        let off = emit_encrypted(&h, payloads, &layout(&cipher), &mut out)
+        let layout = layout(&cipher);
+        if let Some(max) = self.fragment_len() {
+            let whole = HEADER_LEN + GENERIC_HEADER_LEN + layout.body_len(payloads_len(payloads));
+            if whole > max {
+                let frags = emit_fragments(&h, payloads, &layout, max, &mut out)
+                    .map_err(|_| Reason::Local("message too large"))?;
+                for (range, off) in frags {
+                    cipher
+                        .seal_sk(&mut out[range], off, self.iv_seed)
+                        .map_err(|_| Reason::Local("sealing failed"))?;
+                    self.iv_seed += 1;
+                }
+                return Ok(out);
+            }
+        }
+        let off = emit_encrypted(&h, payloads, &layout, &mut out)
             .map_err(|_| Reason::Local("message too large"))?;
         cipher
-            .seal_sk(&mut out, off, seed)
+            .seal_sk(&mut out, off, self.iv_seed)
             .map_err(|_| Reason::Local("sealing failed"))?;
         self.iv_seed += 1;
         Ok(out)
     }
 
-    /// Verify and decrypt a received message's SK payload in a private copy.
-    pub(crate) fn open(&self, data: &[u8], msg: &Message<'_>) -> Result<Opened, Drop> {
+    /// The longest IKE message of ours that goes out whole, if the peer
+    /// takes fragments and the connection sends them: `fragment_size`
+    /// less the IP and UDP headers and the non-ESP marker (RFC 7383
+    /// §2.5.1; the marker is counted on port 500 too, where it is not
+    /// sent: four octets of slack).
+    fn fragment_len(&self) -> Option<usize> {
+        let size = self.fragmentation?;
+        if self.conn.fragmentation != Fragmentation::Yes {
+            return None;
+        }
+        let ip = if self.remote.is_ipv6() { 40 } else { 20 };
+        Some(size.saturating_sub(ip + 8 + NON_ESP_MARKER.len()))
+    }
+
+    /// Verify and decrypt a received message's SK payload in a private
+    /// copy. A fragment (SKF) is kept until its message is whole: `None`
+    /// until then.
+    pub(crate) fn open(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        data: &[u8],
+        msg: &Message<'_>,
+    ) -> Result<Option<Opened>, Drop> {
+        let o = self.decrypt(data, msg)?;
+        let Some(f) = msg.sk.and_then(|s| s.fragment) else {
+            return Ok(Some(o));
+        };
+        match self
+            .reassembly
+            .add(ctx.now, ctx.stats, &msg.header, f, o.first, &o.buf[o.inner])
+        {
+            fragments::Step::Kept => Ok(None),
+            fragments::Step::Complete(o) => Ok(Some(o)),
+            fragments::Step::Dropped(why) => {
+                tracing::debug!(ike_sa = %self.id, mid = msg.header.message_id,
+                    fragment = f.number, total = f.total, "IKE fragment dropped: {why}");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Verify and decrypt one datagram's SK payload, or SKF fragment, in a
+    /// private copy.
+    pub(crate) fn decrypt(&self, data: &[u8], msg: &Message<'_>) -> Result<Opened, Drop> {
         let sk = msg.sk.ok_or(Drop::NotProtected)?;
         let cipher = self.in_cipher().ok_or(Drop::NotProtected)?;
         sk.check(&layout(&cipher)).map_err(|_| Drop::Integrity)?;
@@ -399,19 +466,10 @@ impl IkeSa {
         })
     }
 
-    /// Queue a datagram to the peer, with the non-ESP marker on the NAT-T port.
+    /// Queue a packet to the peer — one message, or a fragmented one's
+    /// fragments, a datagram each — with the non-ESP marker on the NAT-T port.
     pub(crate) fn transmit(&self, ctx: &mut Ctx<'_>, packet: &[u8]) {
-        let mut data = Vec::with_capacity(packet.len() + NON_ESP_MARKER.len());
-        if self.local.port() == ctx.config.natt_port {
-            // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
-            data.extend_from_slice(&NON_ESP_MARKER);
-        }
-        data.extend_from_slice(packet);
-        ctx.transmits.push_back(Transmit {
-            local: self.local,
-            remote: self.remote,
-            data,
-        });
+        self.transmit_to(ctx, self.local, self.remote, packet);
     }
 
     /// Move IKE to the NAT-T port: once NAT detection finds a NAT (or we
@@ -436,6 +494,7 @@ impl IkeSa {
         if self.state == State::Dead {
             return;
         }
+        self.reassembly.clear(ctx.stats);
         self.after_death(ctx, reason);
         if self.successor.is_some() {
             // Rekeyed: the successor inherits the Child SAs and the tasks

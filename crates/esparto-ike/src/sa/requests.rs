@@ -136,16 +136,20 @@ impl IkeSa {
         remote: SocketAddr,
         packet: &[u8],
     ) {
-        let mut data = Vec::with_capacity(packet.len() + NON_ESP_MARKER.len());
-        if local.port() == ctx.config.natt_port {
-            data.extend_from_slice(&NON_ESP_MARKER);
+        // A packet is one message, or a fragmented one's fragments.
+        for m in esparto_wire::ike::messages(packet) {
+            let mut data = Vec::with_capacity(m.len() + NON_ESP_MARKER.len());
+            if local.port() == ctx.config.natt_port {
+                // RFC 3948 §2.2: IKE on the NAT-T port starts with four zero octets.
+                data.extend_from_slice(&NON_ESP_MARKER);
+            }
+            data.extend_from_slice(m);
+            ctx.transmits.push_back(Transmit {
+                local,
+                remote,
+                data,
+            });
         }
-        data.extend_from_slice(packet);
-        ctx.transmits.push_back(Transmit {
-            local,
-            remote,
-            data,
-        });
     }
 
     /// Is `mid` a request we have not answered, within our window (§2.3)?
@@ -264,9 +268,12 @@ impl IkeSa {
             // §2.2: IDs never wrap; the peer should have rekeyed.
             return Err(RequestDrop::OutOfWindow);
         }
-        // §2.1: a retransmitted request gets the same response again.
+        // §2.1: a retransmitted request gets the same response again; a
+        // fragmented one once, on its first fragment (RFC 7383 §2.6.1).
         if let Some((_, p)) = self.responses.iter().find(|(m, _)| *m == h.message_id) {
-            self.transmit_to(ctx, to, from, p);
+            if msg.sk.and_then(|s| s.fragment).is_none_or(|f| f.number == 1) {
+                self.transmit_to(ctx, to, from, p);
+            }
             return Ok(());
         }
         if !self.in_window(h.message_id) {
@@ -277,7 +284,10 @@ impl IkeSa {
         {
             return Err(RequestDrop::State);
         }
-        let opened = self.open(data, msg).map_err(|_| RequestDrop::Integrity)?;
+        let Some(opened) = self.open(ctx, data, msg).map_err(|_| RequestDrop::Integrity)? else {
+            // A fragment kept: the request is not whole yet.
+            return Ok(());
+        };
         // Authenticated by the IKE SA keys from here on.
         self.last_heard = ctx.now;
         self.track_address(ctx, from, to);

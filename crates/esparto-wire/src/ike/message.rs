@@ -28,7 +28,8 @@ use super::notify::NotifyRepr;
 use super::payload::{GENERIC_HEADER_LEN, PayloadIter, RawPayload, emit_generic_header};
 use super::sa::SaRepr;
 use super::simple::{AuthRepr, IdRepr, KeRepr, NonceRepr, VendorIdRepr};
-use super::sk::{SkLayout, SkLocation};
+use super::sk::{FRAGMENT_FIELDS_LEN, Fragment, SkLayout, SkLocation};
+use core::ops::Range;
 use super::ts::TsRepr;
 
 /// One parsed payload.
@@ -205,7 +206,10 @@ impl<'a> Message<'a> {
                     offset: HEADER_LEN + raw.offset,
                     first_inner: raw.next,
                     body_len: raw.body.len(),
+                    fragment: None,
                 });
+            } else if raw.payload_type == PayloadType::SKF {
+                sk = Some(parse_skf(&raw)?);
             } else {
                 payloads.push(PayloadRepr::parse(&raw)?);
             }
@@ -216,6 +220,24 @@ impl<'a> Message<'a> {
             sk,
         })
     }
+}
+
+/// An SKF payload's location (RFC 7383 §2.5): "Fragment Number [...] MUST
+/// be between 1 and Total Fragments"; past the first fragment, Next Payload
+/// "MUST be set to zero" and is not looked at.
+fn parse_skf(raw: &RawPayload<'_>) -> Result<SkLocation> {
+    let f = raw.body.get(..FRAGMENT_FIELDS_LEN).ok_or(Error::Truncated)?;
+    let number = u16::from_be_bytes([f[0], f[1]]);
+    let total = u16::from_be_bytes([f[2], f[3]]);
+    if number == 0 || total == 0 || number > total {
+        return Err(Error::Malformed("fragment number not within 1 to Total Fragments"));
+    }
+    Ok(SkLocation {
+        offset: HEADER_LEN + raw.offset + FRAGMENT_FIELDS_LEN,
+        first_inner: if number == 1 { raw.next } else { PayloadType::NONE },
+        body_len: raw.body.len() - FRAGMENT_FIELDS_LEN,
+        fragment: Some(Fragment { number, total }),
+    })
 }
 
 /// Octets needed for a chain of payloads, generic headers included.
@@ -313,6 +335,93 @@ pub fn emit_encrypted(
     Ok(sk_offset)
 }
 
+/// A message whose `inner` payloads travel as SKF fragments (RFC 7383
+/// §2.5): the payload chain is cut into pieces, each sent as a message of
+/// at most `max_len` octets with an SKF payload laid out as
+/// [`emit_encrypted`] lays out SK (zeroed IV, the piece, zero padding, Pad
+/// Length, zeroed ICV), back to back in `out`. Only the first fragment's
+/// Next Payload names the first inner payload. Returns, per fragment, its
+/// range in `out` and the offset within it to pass to `IkeCipher::seal_sk`
+/// (the SK header as the cipher sees it: [`FRAGMENT_FIELDS_LEN`] past the
+/// SKF generic header, see [`super::sk`]).
+pub fn emit_fragments(
+    header: &HeaderRepr,
+    inner: &[PayloadRepr<'_>],
+    layout: &SkLayout,
+    max_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<Vec<(Range<usize>, usize)>> {
+    let inner_len = payloads_len(inner);
+    if inner_len > limits::MAX_MESSAGE_LEN {
+        return Err(Error::Limit("message longer than MAX_MESSAGE_LEN"));
+    }
+    let mut plain = vec![0u8; inner_len];
+    emit_chain(inner, &mut plain, PayloadType::NONE)?;
+    let head = HEADER_LEN + GENERIC_HEADER_LEN + FRAGMENT_FIELDS_LEN;
+    let bs = layout.block_size.max(1);
+    // A full fragment's piece and its Pad Length fill whole blocks.
+    let room = max_len
+        .saturating_sub(head + layout.iv_len + layout.icv_len)
+        / bs
+        * bs;
+    if room < 2 {
+        return Err(Error::Limit("fragment size too small for the cipher"));
+    }
+    let piece = room - 1;
+    let total = inner_len.div_ceil(piece).max(1);
+    if total > limits::MAX_FRAGMENTS {
+        return Err(Error::Limit("more fragments than MAX_FRAGMENTS"));
+    }
+    let total16 = total as u16;
+    let first = first_type(inner, PayloadType::NONE);
+    out.clear();
+    let mut frags = Vec::with_capacity(total);
+    for i in 0..total {
+        let part = &plain[(i * piece).min(inner_len)..((i + 1) * piece).min(inner_len)];
+        let body = layout.body_len(part.len());
+        let len = head + body;
+        let start = out.len();
+        out.resize(start + len, 0);
+        let m = &mut out[start..];
+        emit_header(header, PayloadType::SKF, len, m)?;
+        let next = if i == 0 { first } else { PayloadType::NONE };
+        emit_generic_header(&mut m[HEADER_LEN..], next, FRAGMENT_FIELDS_LEN + body)?;
+        let number = (i + 1) as u16;
+        m[HEADER_LEN + GENERIC_HEADER_LEN..head].copy_from_slice(&[
+            (number >> 8) as u8,
+            number as u8,
+            (total16 >> 8) as u8,
+            total16 as u8,
+        ]);
+        let p = head + layout.iv_len;
+        m[p..p + part.len()].copy_from_slice(part);
+        let pad = layout.padding_for(part.len());
+        m[p + part.len() + pad] = pad as u8;
+        frags.push((start..start + len, HEADER_LEN + FRAGMENT_FIELDS_LEN));
+    }
+    Ok(frags)
+}
+
+/// The messages in `packet`: one IKE message, or several back to back (a
+/// fragmented one, [`emit_fragments`]), each as long as its header's
+/// Length says. A length that does not fit ends the walk with the rest.
+pub fn messages(packet: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = packet;
+    core::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let len = rest
+            .get(24..HEADER_LEN)
+            .map(|l| u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize)
+            .filter(|l| (HEADER_LEN..=rest.len()).contains(l))
+            .unwrap_or(rest.len());
+        let (m, r) = rest.split_at(len);
+        rest = r;
+        Some(m)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -374,6 +483,65 @@ mod tests {
         let end = sk.offset + 4 + sk.body_len - layout.icv_len;
         let plain = strip_padding(&out[start..end]).unwrap();
         assert_eq!(parse_payloads(sk.first_inner, plain).unwrap(), inner);
+    }
+
+    /// Fragments: each a whole message within the size, numbered, only the
+    /// first naming the inner chain's first payload; their plaintexts, in
+    /// order, are the chain.
+    #[test]
+    fn fragments_round_trip() {
+        let data = [0x5a_u8; 3000];
+        let inner = vec![
+            PayloadRepr::Notify(NotifyRepr::new(NotifyType::COOKIE, &data)),
+            PayloadRepr::Notify(NotifyRepr::new(NotifyType::INITIAL_CONTACT, &[])),
+        ];
+        for (layout, max) in [
+            (SkLayout { iv_len: 16, icv_len: 12, block_size: 16 }, 1000),
+            (SkLayout { iv_len: 8, icv_len: 16, block_size: 1 }, 576),
+        ] {
+            let mut out = Vec::new();
+            let frags = emit_fragments(&header(), &inner, &layout, max, &mut out).unwrap();
+            let total = frags.len();
+            assert_eq!(total, payloads_len(&inner).div_ceil(frags[0].0.len() - (28 + 8 + layout.iv_len + layout.icv_len + 1)));
+            let walked: Vec<&[u8]> = messages(&out).collect();
+            assert_eq!(walked.len(), total);
+            let mut plain = Vec::new();
+            for (i, ((range, off), m)) in frags.iter().zip(walked).enumerate() {
+                assert_eq!(&out[range.clone()], m);
+                assert!(m.len() <= max, "{} > {max}", m.len());
+                let msg = Message::parse(m).unwrap();
+                assert_eq!(msg.header.next_payload, PayloadType::SKF);
+                let sk = msg.sk.unwrap();
+                assert_eq!(sk.offset, *off);
+                assert_eq!(sk.fragment, Some(Fragment { number: i as u16 + 1, total: total as u16 }));
+                let first = if i == 0 { PayloadType::NOTIFY } else { PayloadType::NONE };
+                assert_eq!((sk.first_inner, m[28]), (first, first.0));
+                sk.check(&layout).unwrap();
+                let start = sk.iv_offset() + layout.iv_len;
+                plain.extend_from_slice(strip_padding(&m[start..m.len() - layout.icv_len]).unwrap());
+            }
+            assert_eq!(parse_payloads(PayloadType::NOTIFY, &plain).unwrap(), inner);
+        }
+    }
+
+    #[test]
+    fn fragment_numbers_are_checked() {
+        let layout = SkLayout { iv_len: 8, icv_len: 16, block_size: 1 };
+        let mut out = Vec::new();
+        let inner = [PayloadRepr::Notify(NotifyRepr::new(NotifyType::COOKIE, &[1; 100]))];
+        emit_fragments(&header(), &inner, &layout, 100, &mut out).unwrap();
+        let first = messages(&out).next().unwrap().to_vec();
+        assert!(Message::parse(&first).is_ok());
+        for (number, total) in [(0u16, 3u16), (4, 3), (1, 0)] {
+            let mut m = first.clone();
+            m[32..34].copy_from_slice(&number.to_be_bytes());
+            m[34..36].copy_from_slice(&total.to_be_bytes());
+            assert!(Message::parse(&m).is_err(), "{number}/{total}");
+        }
+        // Too small a size for the cipher, too many fragments.
+        assert!(emit_fragments(&header(), &inner, &layout, 40, &mut out).is_err());
+        let big = [PayloadRepr::Notify(NotifyRepr::new(NotifyType::COOKIE, &[1; 9000]))];
+        assert!(emit_fragments(&header(), &big, &layout, 100, &mut out).is_err());
     }
 
     #[test]

@@ -45,13 +45,14 @@ pub use delete::DeleteRepr;
 pub use error::{Error, Result};
 pub use header::{HEADER_LEN, Header, HeaderRepr};
 pub use message::{
-    Message, PayloadRepr, emit_encrypted, emit_message, parse_payloads, payloads_len,
+    Message, PayloadRepr, emit_encrypted, emit_fragments, emit_message, messages, parse_payloads,
+    payloads_len,
 };
 pub use notify::NotifyRepr;
 pub use payload::{GENERIC_HEADER_LEN, PayloadIter, RawPayload};
 pub use sa::{ProposalRepr, SaRepr, Spi, TransformRepr};
 pub use simple::{AuthRepr, IdRepr, KeRepr, NonceRepr, VendorIdRepr};
-pub use sk::{SkLayout, SkLocation, strip_padding};
+pub use sk::{FRAGMENT_FIELDS_LEN, Fragment, SkLayout, SkLocation, strip_padding};
 pub use ts::{TrafficSelectorRepr, TsRepr};
 
 /// Every bound the IKE parser enforces, in one place (WireGuard habit).
@@ -60,6 +61,10 @@ pub mod limits {
     /// default `charon.max_packet` is 10000; a PSK handshake with MODP-3072
     /// fits in well under 2000.
     pub const MAX_MESSAGE_LEN: usize = 10_000;
+    /// Fragments of one message (RFC 7383), sent or reassembled: at the
+    /// smallest fragment size (576-octet datagrams) a message of
+    /// [`MAX_MESSAGE_LEN`] takes about twenty.
+    pub const MAX_FRAGMENTS: usize = 64;
     /// Payloads per chain (outer or inside SK).
     pub const MAX_PAYLOADS: usize = 64;
     /// Proposals per SA payload.

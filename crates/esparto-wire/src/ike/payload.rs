@@ -106,9 +106,10 @@ impl<'a> PayloadIter<'a> {
             offset: self.pos,
         };
         self.pos += len;
-        if self.next == PayloadType::SK {
+        if self.next == PayloadType::SK || self.next == PayloadType::SKF {
             // RFC 7296 §3.14: "the Encrypted payload, if present in a message,
-            // MUST be the last payload in the message."
+            // MUST be the last payload in the message"; RFC 7383 §2.5 the
+            // same of the Encrypted Fragment payload.
             if self.pos != self.buf.len() {
                 return Err(Error::Malformed(
                     "Encrypted payload is not the last payload",

@@ -1,4 +1,5 @@
-//! The Encrypted and Authenticated payload, SK (RFC 7296 §3.14).
+//! The Encrypted and Authenticated payload, SK (RFC 7296 §3.14), and its
+//! fragment, SKF (RFC 7383 §2.5).
 //!
 //! ```text
 //! | Next Payload  |C|  RESERVED   |         Payload Length        |
@@ -20,6 +21,21 @@
 //! from a decrypted plaintext. Emitting is in [`super::message`], which lays
 //! out header, SK header, IV space, payloads, padding and ICV space in one
 //! buffer so the cipher can work in place.
+//!
+//! An SKF payload is an SK payload with two more fields before the IV:
+//!
+//! ```text
+//! | Next Payload  |C|  RESERVED   |         Payload Length        |
+//! |        Fragment Number        |        Total Fragments        |
+//! |                     Initialization Vector                     |
+//! ~                      Encrypted content                        ~
+//! ```
+//!
+//! RFC 7383 §2.5.3 authenticates the IKE header and the SKF header "up to
+//! and including the Total Fragments field" as associated data, which is
+//! what the cipher covers when told that the SK header starts
+//! [`FRAGMENT_FIELDS_LEN`] octets later: a fragment's [`SkLocation`] has
+//! its `offset` there, and the cipher seals and opens it like any SK.
 
 use super::consts::PayloadType;
 use super::error::{Error, Result};
@@ -53,17 +69,35 @@ impl SkLayout {
     }
 }
 
+/// Fragment Number and Total Fragments, between the SKF generic header
+/// and the IV.
+pub const FRAGMENT_FIELDS_LEN: usize = 4;
+
+/// Which fragment of how many an SKF payload is (RFC 7383 §2.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fragment {
+    /// 1 to `total`.
+    pub number: u16,
+    /// At least 1.
+    pub total: u16,
+}
+
 /// Where the SK payload sits in a received message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SkLocation {
     /// Offset of the SK generic payload header from the start of the
-    /// message (what `IkeCipher::open_sk` calls `sk_offset`).
+    /// message (what `IkeCipher::open_sk` calls `sk_offset`). For an SKF
+    /// payload, [`FRAGMENT_FIELDS_LEN`] past its generic header, so that
+    /// the cipher's associated data ends with Total Fragments.
     pub offset: usize,
     /// Type of the first payload inside the ciphertext (the SK payload's
-    /// Next Payload field, §3.14).
+    /// Next Payload field, §3.14; a fragment's, if it is the first).
     pub first_inner: PayloadType,
-    /// Length of the SK body (IV, ciphertext, ICV), without the generic header.
+    /// Length of the SK body (IV, ciphertext, ICV), without the generic
+    /// header (and the fragment fields).
     pub body_len: usize,
+    /// Set for an SKF payload.
+    pub fragment: Option<Fragment>,
 }
 
 impl SkLocation {
@@ -140,6 +174,7 @@ mod tests {
             offset: 28,
             first_inner: PayloadType::IDI,
             body_len: n,
+            fragment: None,
         };
         assert!(loc(16 + 12 + 16).check(&cbc).is_ok());
         assert!(loc(16 + 12).check(&cbc).is_err());

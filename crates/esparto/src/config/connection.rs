@@ -53,6 +53,7 @@ const KEYS: &[&str] = &[
     "rand_time",
     "recover",
     "unique",
+    "fragmentation",
     "local",
     "remote",
     "children",
@@ -82,10 +83,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     ("local_port", "the local IKE port is daemon.ike_port"),
     ("mobike", "MOBIKE (RFC 4555) is not implemented"),
-    (
-        "fragmentation",
-        "IKE fragmentation (RFC 7383) is not implemented",
-    ),
     (
         "childless",
         "childless IKE SAs (RFC 6023) are not implemented",
@@ -432,6 +429,7 @@ fn ike_settings(
     let (dpd_action, close_action) = after_death(cx, node, path, &children);
     let recover = recover(cx, node, path, remote_addrs);
     let unique = unique(cx, node, path);
+    let fragmentation = fragmentation(cx, node, path);
     let local = auth(cx, node, path, "local", authorities);
     let remote = auth(cx, node, path, "remote", authorities);
     if let (Some(cred), Some(f)) = (&local.credential, node.field(path, "local")) {
@@ -458,6 +456,7 @@ fn ike_settings(
         close_action,
         recover,
         unique,
+        fragmentation,
         rekey_time,
         rand_time,
     };
@@ -618,6 +617,30 @@ fn unique(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) -> esparto_ike::Unique {
             let names: Vec<&str> = esparto_ike::Unique::NAMES.iter().map(|(n, _)| *n).collect();
             cx.err_at(&f, format!("'{v}': expected {}", names.join(", ")));
             esparto_ike::Unique::No
+        }
+    }
+}
+
+/// `fragmentation`: IKE fragmentation (RFC 7383), swanctl's values but
+/// IKEv1's `force`; `true`/`false` as swanctl's `yes`/`no`.
+fn fragmentation(cx: &mut Cx<'_>, node: &Node, path: &KeyPath) -> esparto_ike::Fragmentation {
+    use esparto_ike::Fragmentation;
+    let Some(f) = node.field(path, "fragmentation") else {
+        return Fragmentation::Yes;
+    };
+    if let super::tree::Kind::Bool(b) = f.node.kind {
+        return if b { Fragmentation::Yes } else { Fragmentation::No };
+    }
+    let v = cx.str(&f).unwrap_or("yes");
+    match Fragmentation::NAMES.iter().find(|(n, _)| *n == v) {
+        Some((_, x)) => *x,
+        None if v == "force" => {
+            cx.err_at(&f, "'force' fragments IKEv1's first message; IKEv2 fragments only encrypted messages (RFC 7383): use yes");
+            Fragmentation::Yes
+        }
+        None => {
+            cx.err_at(&f, format!("'{v}': expected yes, accept or no"));
+            Fragmentation::Yes
         }
     }
 }

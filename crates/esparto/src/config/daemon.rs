@@ -71,6 +71,7 @@ const KEYS: &[&str] = &[
     "tun_queue_len",
     "log",
     "window_size",
+    "fragment_size",
     "cookie_threshold",
     "cookie_threshold_per_source",
     "half_open_per_source",
@@ -440,6 +441,11 @@ fn ike_limits(cx: &mut Cx<'_>, t: &Node, path: &KeyPath, ike: &mut IkeLimits) {
     if let Some(f) = t.field(path, "window_size") {
         if let Some(v) = cx.int::<u32>(&f, 1..=64) {
             ike.window_size = v;
+        }
+    }
+    if let Some(f) = t.field(path, "fragment_size") {
+        if let Some(v) = cx.int::<usize>(&f, esparto_ike::config::MIN_FRAGMENT_SIZE as i64..=65_535) {
+            ike.fragment_size = v;
         }
     }
 }

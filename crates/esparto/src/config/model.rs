@@ -163,6 +163,9 @@ pub struct IkeLimits {
     pub initiating_per_peer: usize,
     /// IKE requests in flight per IKE SA (SET_WINDOW_SIZE).
     pub window_size: u32,
+    /// Largest datagram an IKE message fills before it is fragmented
+    /// (RFC 7383), IP and UDP headers included.
+    pub fragment_size: usize,
 }
 
 impl Default for IkeLimits {
@@ -177,6 +180,7 @@ impl Default for IkeLimits {
             max_half_open: e.max_half_open,
             initiating_per_peer: e.initiating_per_peer,
             window_size: e.window_size,
+            fragment_size: e.fragment_size,
         }
     }
 }

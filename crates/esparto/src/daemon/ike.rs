@@ -142,6 +142,7 @@ impl Ike {
             half_open_per_peer: limits.half_open_per_peer,
             max_half_open: limits.max_half_open,
             initiating_per_peer: limits.initiating_per_peer,
+            fragment_size: limits.fragment_size,
             ..EndpointConfig::default()
         };
         let mut ep = Endpoint::new(ep_cfg, Box::new(SystemRng), Box::new(SteeringSpiAllocator::new(gw.workers(), crate::datapath::spi_for_worker, crate::datapath::spi_to_worker)));
@@ -586,6 +587,11 @@ impl Ike {
             ("liveness_checks", s.liveness_checks),
             ("recoveries", s.recoveries),
             ("initiations_paced", s.initiations_paced),
+            ("fragments_sent", s.fragments_sent),
+            ("fragments_received", s.fragments_received),
+            ("fragments_dropped", s.fragments_dropped),
+            ("messages_reassembled", s.messages_reassembled),
+            ("fragment_bytes_held", s.fragment_bytes_held as u64),
             ("ike_sas", self.ep.ike_sa_count() as u64),
         ]
         .into_iter()

@@ -167,6 +167,7 @@ fn daemon_changes(old: &Daemon, new: &Daemon) -> Vec<String> {
         "max_half_open": |d: &Daemon| d.ike.max_half_open;
         "initiating_per_peer": |d: &Daemon| d.ike.initiating_per_peer;
         "window_size": |d: &Daemon| d.ike.window_size;
+        "fragment_size": |d: &Daemon| d.ike.fragment_size;
         "routing_table": |d: &Daemon| d.routing.table;
         "routing_table_prio": |d: &Daemon| d.routing.priority;
         "routing_mark": |d: &Daemon| d.routing.mark;

@@ -131,6 +131,26 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "esparto_ike_cert_payloads_skipped",
         "CERT payloads of encodings other than X.509 certificate, skipped.",
     ),
+    (
+        "fragments_sent",
+        "esparto_ike_fragments_sent",
+        "IKE fragments sent (RFC 7383), retransmissions included.",
+    ),
+    (
+        "fragments_received",
+        "esparto_ike_fragments_received",
+        "IKE fragments of the peers authenticated and kept for reassembly.",
+    ),
+    (
+        "fragments_dropped",
+        "esparto_ike_fragments_dropped",
+        "Authenticated IKE fragments not kept: duplicates, a smaller Total Fragments, reassembly bounds.",
+    ),
+    (
+        "messages_reassembled",
+        "esparto_ike_messages_reassembled",
+        "IKE messages of the peers put back together from fragments.",
+    ),
 ];
 
 /// A worker's I/O counter: metric name (without `_total`), help, and
@@ -183,8 +203,9 @@ const WORKER_IO: [IoCounter; 9] = [
     ),
 ];
 
-/// `status.ike` keys exported otherwise (`ike_sas` as `esparto_ike_sas`).
-const IKE_NOT_COUNTERS: &[&str] = &["ike_sas"];
+/// `status.ike` keys exported otherwise (`ike_sas` as `esparto_ike_sas`,
+/// `fragment_bytes_held` as a gauge).
+const IKE_NOT_COUNTERS: &[&str] = &["ike_sas", "fragment_bytes_held"];
 
 /// The exposition of `scrape`, with the process `facts`: OpenMetrics text
 /// (ending in `# EOF`) or the Prometheus text format 0.0.4.
@@ -717,6 +738,15 @@ impl Exposition {
             if let Some(n) = s.ike.get(*key) {
                 counter(e, name, help, None, *n)?;
             }
+        }
+        if let Some(n) = s.ike.get("fragment_bytes_held") {
+            gauge(
+                e,
+                "esparto_ike_fragment_bytes_held",
+                "Plaintext octets of the peers' partial fragmented IKE messages held now.",
+                None,
+                *n,
+            )?;
         }
         // Counters the engine may gain later: exported under their own name.
         let known = |k: &str| {

@@ -62,7 +62,7 @@ fn answer(p: &Pair, t: &Transmit) -> (Vec<(NotifyType, Spi)>, bool) {
     let sa = &p.i.sas[&p.ike.0];
     let data = t.data.strip_prefix(&[0, 0, 0, 0]).unwrap_or(&t.data);
     let msg = Message::parse(data).unwrap();
-    let opened = sa.open(data, &msg).unwrap();
+    let opened = sa.decrypt(data, &msg).unwrap();
     let payloads = opened.payloads().unwrap();
     let n = payloads
         .iter()

@@ -763,6 +763,24 @@ secret = "x"
 }
 
 #[test]
+fn fragmentation_and_fragment_size() {
+    let text = "[daemon]\nfragment_size = 500\n[connections.gw]\nremote_addrs = \"198.51.100.7\"\nfragmentation = \"force\"\n[connections.gw.children.a]\n[connections.b]\nremote_addrs = \"198.51.100.8\"\nfragmentation = \"maybe\"\n[connections.b.children.a]\nlocal_ts = \"10.9.0.0/24\"\n[secrets.s]\nsecret = \"x\"\n";
+    let errs = errors_of(text);
+    let got: Vec<(usize, &str)> = errs.iter().map(|e| (e.line, e.key.as_str())).collect();
+    assert_eq!(got, [(2, "daemon.fragment_size"), (5, "connections.gw.fragmentation"), (9, "connections.b.fragmentation")], "{}", ConfigErrors(errs.clone()));
+    assert!(errs[0].message.contains("576"), "{}", errs[0].message);
+    assert!(errs[1].message.contains("IKEv1"), "{}", errs[1].message);
+    assert!(errs[2].message.contains("expected yes, accept or no"), "{}", errs[2].message);
+    let ok = text.replace("500", "1400").replace("\"force\"", "false").replace("maybe", "accept");
+    let c = parse_str(&ok, "t.toml").unwrap();
+    assert_eq!(c.daemon.ike.fragment_size, 1400);
+    let f: Vec<_> = c.connections.iter().map(|c| c.ike.as_ref().unwrap().fragmentation).collect();
+    assert_eq!(f, [esparto_ike::Fragmentation::No, esparto_ike::Fragmentation::Accept]);
+    let d = parse_str(&text.replace("fragmentation = \"force\"\n", "").replace("fragmentation = \"maybe\"\n", "").replace("fragment_size = 500\n", ""), "t.toml").unwrap();
+    assert_eq!((d.daemon.ike.fragment_size, d.connections[0].ike.as_ref().unwrap().fragmentation), (1280, esparto_ike::Fragmentation::Yes), "strongSwan's defaults");
+}
+
+#[test]
 fn unique_takes_swanctls_values() {
     let text = "[connections.gw]\nremote_addrs = \"198.51.100.7\"\nunique = \"replace-all\"\n[connections.gw.children.a]\n[secrets.s]\nsecret = \"x\"\n";
     let errs = errors_of(text);
