@@ -116,6 +116,8 @@ mod ratelimit;
 pub mod rules;
 mod sa;
 pub mod spi;
+/// IKE fragmentation (RFC 7383): reassembly of the peer's fragments.
+pub use sa::fragments;
 pub mod ts;
 
 pub use activity::{InboundActivity, NoActivity};

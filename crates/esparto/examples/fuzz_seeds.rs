@@ -20,7 +20,7 @@
 //! - `config_parse`: `examples/*.toml` and variants, valid and not;
 //! - `wire_vici`, `vici_request`: VICI packets as swanctl sends them (each
 //!   command with its keys, registrations, a `load-conn`) and answers;
-//! - `esp_decapsulate`, `ike_responder`, `ike_cookie`, `tun_gro`: inputs in
+//! - `esp_decapsulate`, `ike_responder`, `ike_cookie`, `ike_reassembly`, `tun_gro`: inputs in
 //!   each target's own format (see the targets' module comments) that
 //!   deliver packets, run exchanges and fill batches.
 //!
@@ -83,6 +83,20 @@ fn write(dir: &Path, corpus: &Corpus) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Fragment streams in the `ike_reassembly` target's format (flags, ID,
+/// number, total, length / 64, seconds): a message in order, one out of
+/// order with a duplicate, a retransmission with a larger total, one that
+/// never completes, one too large.
+fn reassembly_streams() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("in_order", vec![0, 1, 1, 3, 8, 0, 0, 1, 2, 3, 8, 0, 0, 1, 3, 3, 2, 0]),
+        ("shuffled_duplicate", vec![1, 2, 2, 2, 4, 0, 1, 2, 2, 2, 4, 0, 1, 2, 1, 2, 4, 1]),
+        ("larger_total", vec![0, 1, 1, 2, 10, 0, 0, 1, 1, 3, 6, 0, 0, 1, 2, 2, 6, 0, 0, 1, 2, 3, 6, 0, 0, 1, 3, 3, 6, 0]),
+        ("never_completes", vec![0, 3, 1, 5, 8, 0, 0, 3, 2, 5, 8, 39, 0, 3, 3, 5, 8, 0]),
+        ("too_large", vec![0, 1, 1, 2, 100, 0, 0, 1, 2, 2, 100, 0]),
+    ]
 }
 
 /// IPComp payloads as they arrive inside ESP: header and DEFLATE data of
@@ -193,6 +207,9 @@ fn generate() -> Corpus {
     }
     for (name, input) in ike_cert_inputs() {
         add("ike_cert", &name, input);
+    }
+    for (name, records) in reassembly_streams() {
+        add("ike_reassembly", name, records);
     }
     for (name, packet) in vici_packets() {
         add("wire_vici", &name, packet.clone());

@@ -22,17 +22,16 @@
 //! fragment with a larger Total Fragments starts the message anew, one
 //! with a smaller is dropped.
 
-use super::Opened;
 use crate::endpoint::Stats;
 use esparto_wire::ike::{ExchangeType, Fragment, HeaderRepr, PayloadType, limits};
 use std::time::{Duration, Instant};
 
 /// Plaintext of partial messages all IKE SAs of an endpoint may hold: a
 /// thousand half-open SAs each holding a message of the largest size.
-pub(crate) const MAX_FRAGMENT_BYTES: usize = 1_000 * limits::MAX_MESSAGE_LEN;
+pub const MAX_FRAGMENT_BYTES: usize = 1_000 * limits::MAX_MESSAGE_LEN;
 /// How long after its first fragment a message may take to complete
 /// (strongSwan's reassembly timeout is 30 s too).
-pub(crate) const REASSEMBLY_TIMEOUT: Duration = Duration::from_secs(30);
+pub const REASSEMBLY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One message being put back together.
 #[derive(Debug)]
@@ -51,16 +50,23 @@ struct Partial {
 
 /// The peer's fragmented messages in progress: `[request, response]`.
 #[derive(Debug, Default)]
-pub(crate) struct Reassembly {
+pub struct Reassembly {
     slots: [Option<Box<Partial>>; 2],
 }
 
 /// What one authenticated fragment led to.
-pub(crate) enum Step {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
     /// Kept; more are needed.
     Kept,
-    /// The last one: the whole message's plaintext.
-    Complete(Opened),
+    /// The last one: the whole message's inner payloads (plaintext) and
+    /// the type of the first.
+    Complete {
+        /// From fragment 1's Next Payload.
+        first: PayloadType,
+        /// The fragments' plaintexts in order.
+        plain: Vec<u8>,
+    },
     /// Not kept (a duplicate, a smaller Total Fragments, a bound broken).
     Dropped(&'static str),
 }
@@ -68,7 +74,7 @@ pub(crate) enum Step {
 impl Reassembly {
     /// Add fragment `f` of the message with header `h`, its plaintext
     /// `plain` (padding stripped) and, for fragment 1, `first`.
-    pub(crate) fn add(
+    pub fn add(
         &mut self,
         now: Instant,
         stats: &mut Stats,
@@ -136,23 +142,18 @@ impl Reassembly {
         let first = p.first;
         release(stats, slot);
         stats.messages_reassembled += 1;
-        Step::Complete(Opened {
-            inner: 0..buf.len(),
-            buf,
-            first,
-        })
+        Step::Complete { first, plain: buf }
     }
 
     /// Drop whatever is held (the SA ends).
-    pub(crate) fn clear(&mut self, stats: &mut Stats) {
+    pub fn clear(&mut self, stats: &mut Stats) {
         for slot in &mut self.slots {
             release(stats, slot);
         }
     }
 
-    /// Octets held, for tests.
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
+    /// Plaintext octets held.
+    pub fn held(&self) -> usize {
         self.slots.iter().flatten().map(|p| p.bytes).sum()
     }
 }
@@ -198,10 +199,8 @@ mod tests {
         assert!(matches!(r.add(now, &mut s, &h, frag(1, 3), PayloadType::IDI, b"ab"), Step::Kept));
         assert!(matches!(r.add(now, &mut s, &h, frag(1, 3), PayloadType::IDI, b"ab"), Step::Dropped("duplicate fragment")));
         assert_eq!(s.fragment_bytes_held, 4);
-        let Step::Complete(o) = r.add(now, &mut s, &h, frag(2, 3), PayloadType::NONE, b"cd") else {
-            panic!("not complete");
-        };
-        assert_eq!((&o.buf[o.inner.clone()], o.first), (&b"abcdef"[..], PayloadType::IDI));
+        let step = r.add(now, &mut s, &h, frag(2, 3), PayloadType::NONE, b"cd");
+        assert_eq!(step, Step::Complete { first: PayloadType::IDI, plain: b"abcdef".to_vec() });
         assert_eq!((s.fragment_bytes_held, r.held()), (0, 0));
         assert_eq!((s.fragments_received, s.fragments_dropped, s.messages_reassembled), (3, 1, 1));
     }
@@ -216,7 +215,7 @@ mod tests {
         assert_eq!(s.fragment_bytes_held, 2, "the old fragments went");
         assert!(matches!(r.add(now, &mut s, &h, frag(2, 2), PayloadType::NONE, b"cd"), Step::Dropped(_)));
         r.add(now, &mut s, &h, frag(2, 3), PayloadType::NONE, b"cd");
-        assert!(matches!(r.add(now, &mut s, &h, frag(3, 3), PayloadType::NONE, b"e"), Step::Complete(_)));
+        assert!(matches!(r.add(now, &mut s, &h, frag(3, 3), PayloadType::NONE, b"e"), Step::Complete { .. }));
     }
 
     #[test]

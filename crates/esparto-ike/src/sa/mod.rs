@@ -25,7 +25,7 @@
 //! untouched, and nothing is processed before the ICV has verified.
 
 mod children;
-pub(crate) mod fragments;
+pub mod fragments;
 mod requests;
 mod resources;
 mod timers;
@@ -434,10 +434,14 @@ impl IkeSa {
         };
         match self
             .reassembly
-            .add(ctx.now, ctx.stats, &msg.header, f, o.first, &o.buf[o.inner])
+            .add(ctx.now, ctx.stats, &msg.header, f, o.first, &o.buf[o.inner.clone()])
         {
             fragments::Step::Kept => Ok(None),
-            fragments::Step::Complete(o) => Ok(Some(o)),
+            fragments::Step::Complete { first, plain } => Ok(Some(Opened {
+                inner: 0..plain.len(),
+                buf: plain,
+                first,
+            })),
             fragments::Step::Dropped(why) => {
                 tracing::debug!(ike_sa = %self.id, mid = msg.header.message_id,
                     fragment = f.number, total = f.total, "IKE fragment dropped: {why}");
