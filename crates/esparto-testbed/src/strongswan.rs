@@ -108,6 +108,9 @@ pub struct SwanConfig {
     pub log_level: i8,
     /// Authenticate with certificates instead of the PSK (both ways).
     pub certs: Option<CertFiles>,
+    /// IKE fragmentation (`fragmentation`: `yes`, `accept`, `no`; `None`:
+    /// strongSwan's default, `yes`).
+    pub fragmentation: Option<String>,
 }
 
 impl SwanConfig {
@@ -151,6 +154,7 @@ impl SwanConfig {
             dpd_delay: None,
             log_level: 1,
             certs: None,
+            fragmentation: None,
         })
     }
 
@@ -192,6 +196,9 @@ impl SwanConfig {
         }
         if let Some(d) = &self.dpd_delay {
             let _ = writeln!(c, "    dpd_delay = {d}");
+        }
+        if let Some(f) = &self.fragmentation {
+            let _ = writeln!(c, "    fragmentation = {f}");
         }
         if self.certs.is_some() {
             let _ = writeln!(
