@@ -10,7 +10,9 @@
 #
 # Installing the gateway (the test bed stays out):
 #
-#   make install [PREFIX=/usr/local] [DESTDIR=]   binary, systemd unit, configuration, man pages, docs
+#   make esparto man                              build the gateway and its manual pages (as yourself)
+#   sudo make install [PREFIX=/usr/local] [DESTDIR=]  install what they built: binary, systemd units,
+#                                                 configuration, man pages, docs (it builds nothing)
 #   make uninstall [PREFIX=…]                     all of that but /etc/esparto/esparto.toml
 #   make deb                                      target/debian/esparto_*.deb, built with cargo-deb
 #   make deb-check                                that package installed, started, reloaded, stopped and
@@ -80,7 +82,15 @@ esparto:
 man:
 	$(CARGO) run --release --quiet -p esparto-man -- target/release/man
 
-install: esparto man
+# Installs what `make esparto man` built and builds nothing itself: run
+# with sudo, a build would leave root's files in target/ and root's
+# toolchain in charge.
+install:
+	@if [ ! -x target/release/esparto ] || ! ls target/release/man/*.8 >/dev/null 2>&1; then \
+	    echo "make install: nothing built to install: run 'make esparto man' first (as yourself), then 'sudo make install'" >&2; \
+	    exit 1; \
+	fi
+	@echo "installing target/release/esparto ($$(target/release/esparto --version)) and its manual pages"
 	$(INSTALL) -D -m 0755 target/release/esparto $(DESTDIR)$(SBINDIR)/esparto
 	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man8
 	$(INSTALL) -m 0644 target/release/man/*.8 $(DESTDIR)$(MANDIR)/man8/

@@ -54,8 +54,8 @@ pub struct Impairment {
     pub source: String,
 }
 
-/// The impairment of a codec by its `esparto plan voip` key (`g711-20`,
-/// `g729-30`, …), matched on the part before the dash.
+/// The impairment of a codec by its `esparto plan voip` key (`g711-20ms`,
+/// `g729-30ms`, …), matched on the part before the dash.
 pub fn impairment(codec_key: &str) -> Impairment {
     let family = codec_key.split('-').next().unwrap_or(codec_key).to_ascii_lowercase();
     match family.as_str() {
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn g711_and_g729_without_and_with_loss() {
-        let g711 = impairment("g711-20");
+        let g711 = impairment("g711-20ms");
         let g729 = impairment("G729-30");
         assert_eq!((g711.ie, g711.bpl), (0.0, 25.1));
         assert_eq!((g729.ie, g729.bpl), (11.0, 19.0));
@@ -167,6 +167,6 @@ mod tests {
         // All packets lost: Ie,eff = 95, R far below zero.
         assert!((effective_equipment_impairment(&g711, 100.0) - 95.0 * 100.0 / 125.1).abs() < 1e-9);
         assert_eq!(mos(r_factor(&g729, 500.0, 100.0)), 1.0);
-        assert!(impairment("opus-24").source.starts_with("assumed"));
+        assert!(impairment("opus-24k-20ms").source.starts_with("assumed"));
     }
 }

@@ -26,7 +26,7 @@ fn small_run_of_both_pairs() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_esparto-testbed"));
     cmd.args([
-        "bench", "voip", "--codecs", "g729-30", "--seconds", "0.5", "--start-calls", "8", "--max-calls", "32",
+        "bench", "voip", "--codecs", "g729-30ms", "--seconds", "0.5", "--start-calls", "8", "--max-calls", "32",
         "--workers", "2", "--json", "--save", "--results",
     ]);
     cmd.arg(dir.path());
@@ -44,7 +44,7 @@ fn small_run_of_both_pairs() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.codecs.len(), 1);
     let c = &r.codecs[0];
-    assert_eq!((c.key.as_str(), c.ip_bytes, c.ptime_ms), ("g729-30", 70, 30));
+    assert_eq!((c.key.as_str(), c.ip_bytes, c.ptime_ms), ("g729-30ms", 70, 30));
     let want: Vec<Peer> = if swan { vec![Peer::Strongswan, Peer::Esparto] } else { vec![Peer::Esparto] };
     assert_eq!(c.peers.iter().map(|p| p.peer).collect::<Vec<_>>(), want);
     for p in &c.peers {

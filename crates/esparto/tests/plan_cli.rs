@@ -57,7 +57,7 @@ fn plan_voip_reads_the_newest_results_of_this_machine() {
     std::fs::write(d.join("old.json"), old.to_string()).unwrap();
 
     let dir_s = d.to_str().unwrap();
-    let (ok, out, err) = esparto(&["plan", "voip", "--results", dir_s, "--codec", "g729-30,g711-20"]);
+    let (ok, out, err) = esparto(&["plan", "voip", "--results", dir_s, "--codecs", "g729-30ms,g711-20ms"]);
     assert!(ok, "{out}\n{err}");
     // G.729 30 ms: a 70-byte IP packet; between 8,192 pps at 64 B and 9,216 at 128 B the
     // time per packet gives 8,278 pps: 8,278 / (2 × 33.3) = 124.2 calls.
@@ -85,7 +85,7 @@ fn plan_voip_reads_the_newest_results_of_this_machine() {
 
     // Does 100 fit? With a 10 Mbit/s link?
     let (ok, out, _) =
-        esparto(&["plan", "voip", "--results", dir_s, "--codec", "g711-20", "--calls", "100", "--link-mbps", "10"]);
+        esparto(&["plan", "voip", "--results", dir_s, "--codec", "g711-20ms", "--calls", "100", "--link-mbps", "10"]);
     assert!(ok);
     let g711 = line(&out, "G.711 20 ms");
     // The link holds 10 Mbit/s ÷ (264 B × 8 × 50/s) = 94 calls, the gateway 92.4: the gateway
@@ -93,7 +93,7 @@ fn plan_voip_reads_the_newest_results_of_this_machine() {
     assert!(g711.contains(" 94 ") && g711.contains("gateway") && g711.contains("no, 92 fit"), "{g711}");
 
     // JSON carries the same figures.
-    let (ok, out, _) = esparto(&["plan", "voip", "--results", dir_s, "--codec", "g729-30", "--json"]);
+    let (ok, out, _) = esparto(&["plan", "voip", "--results", dir_s, "--codecs", "g729-30ms", "--json"]);
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["rows"][0]["calls"], 124);
@@ -114,9 +114,10 @@ fn plan_voip_without_results_says_so_and_bad_names_list_the_known_ones() {
     assert!(out.contains("no results directory") && out.contains("--calibrate"), "{out}");
     assert!(!out.contains("zero-loss rates:"), "{out}");
 
+    // `--codec` and the earlier codec names are still taken.
     let (ok, _, err) = esparto(&["plan", "voip", "--codec", "g711-20,ilbc"]);
     assert!(!ok);
-    assert!(err.contains("unknown codec 'ilbc'; known: g711-10, g711-20") && err.contains("opus-64"), "{err}");
+    assert!(err.contains("unknown codec 'ilbc'; known: g711-10ms, g711-20ms") && err.contains("opus-64k-20ms"), "{err}");
     let (ok, _, err) = esparto(&["plan", "voip", "--suite", "3des-md5"]);
     assert!(!ok);
     assert!(err.contains("unknown ESP suite '3des-md5'; known: aes256gcm16, aes128gcm16, chacha20poly1305"), "{err}");

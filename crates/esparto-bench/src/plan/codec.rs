@@ -29,8 +29,12 @@ pub const UDP_HEADER: usize = 8;
 /// One codec at one packetisation time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Codec {
-    /// What `--codec` takes.
+    /// What `--codecs` takes: the codec, its bit rate where it has
+    /// several (`k`: kbit/s), and its packet time (`ms`).
     pub key: &'static str,
+    /// The earlier name, still accepted.
+    #[serde(skip)]
+    pub alias: &'static str,
     /// As printed.
     pub name: &'static str,
     /// Milliseconds of speech per packet.
@@ -53,24 +57,24 @@ impl Codec {
     }
 }
 
-const fn codec(key: &'static str, name: &'static str, ptime_ms: u32, nominal_bps: u32, payload: usize) -> Codec {
-    Codec { key, name, ptime_ms, nominal_bps, payload }
+const fn codec(key: &'static str, alias: &'static str, name: &'static str, ptime_ms: u32, nominal_bps: u32, payload: usize) -> Codec {
+    Codec { key, alias, name, ptime_ms, nominal_bps, payload }
 }
 
 /// Every codec `esparto plan voip` knows, in the order it prints them.
 pub const CODECS: &[Codec] = &[
-    codec("g711-10", "G.711 10 ms", 10, 64_000, 80),
-    codec("g711-20", "G.711 20 ms", 20, 64_000, 160),
-    codec("g711-30", "G.711 30 ms", 30, 64_000, 240),
-    codec("g729-20", "G.729 20 ms", 20, 8_000, 20),
-    codec("g729-30", "G.729 30 ms", 30, 8_000, 30),
-    codec("g726-20", "G.726-32 20 ms", 20, 32_000, 80),
-    codec("g726-30", "G.726-32 30 ms", 30, 32_000, 120),
-    codec("g722-20", "G.722 20 ms", 20, 64_000, 160),
-    codec("opus-24", "Opus 24k 20 ms", 20, 24_000, 60),
-    codec("opus-32", "Opus 32k 20 ms", 20, 32_000, 80),
-    codec("opus-64", "Opus 64k 20 ms", 20, 64_000, 160),
-    codec("amrwb-23.85", "AMR-WB 23.85 20 ms", 20, 23_850, 61),
+    codec("g711-10ms", "g711-10", "G.711 10 ms", 10, 64_000, 80),
+    codec("g711-20ms", "g711-20", "G.711 20 ms", 20, 64_000, 160),
+    codec("g711-30ms", "g711-30", "G.711 30 ms", 30, 64_000, 240),
+    codec("g729-20ms", "g729-20", "G.729 20 ms", 20, 8_000, 20),
+    codec("g729-30ms", "g729-30", "G.729 30 ms", 30, 8_000, 30),
+    codec("g726-32k-20ms", "g726-20", "G.726-32 20 ms", 20, 32_000, 80),
+    codec("g726-32k-30ms", "g726-30", "G.726-32 30 ms", 30, 32_000, 120),
+    codec("g722-20ms", "g722-20", "G.722 20 ms", 20, 64_000, 160),
+    codec("opus-24k-20ms", "opus-24", "Opus 24k 20 ms", 20, 24_000, 60),
+    codec("opus-32k-20ms", "opus-32", "Opus 32k 20 ms", 20, 32_000, 80),
+    codec("opus-64k-20ms", "opus-64", "Opus 64k 20 ms", 20, 64_000, 160),
+    codec("amrwb-23.85k-20ms", "amrwb-23.85", "AMR-WB 23.85 20 ms", 20, 23_850, 61),
 ];
 
 /// The codecs named in `keys` (all of them for none), or an error listing
@@ -82,7 +86,7 @@ pub fn select(keys: &[String]) -> Result<Vec<Codec>, String> {
     keys.iter()
         .map(|k| {
             let k = k.trim();
-            CODECS.iter().find(|c| c.key.eq_ignore_ascii_case(k)).copied().ok_or_else(|| {
+            CODECS.iter().find(|c| c.key.eq_ignore_ascii_case(k) || c.alias.eq_ignore_ascii_case(k)).copied().ok_or_else(|| {
                 let known: Vec<&str> = CODECS.iter().map(|c| c.key).collect();
                 format!("unknown codec '{k}'; known: {}", known.join(", "))
             })
@@ -113,8 +117,10 @@ mod tests {
                 assert!((kbps * 1000.0 - f64::from(c.nominal_bps)).abs() < 1e-6, "{}", c.name);
             }
         }
-        let keys: std::collections::HashSet<_> = CODECS.iter().map(|c| c.key).collect();
-        assert_eq!(keys.len(), CODECS.len(), "keys are unique");
+        let keys: std::collections::HashSet<_> = CODECS.iter().flat_map(|c| [c.key, c.alias]).collect();
+        assert_eq!(keys.len(), 2 * CODECS.len(), "names and aliases are unique");
+        // The earlier names still select the same codecs.
+        assert_eq!(select(&["g711-20".into(), "opus-24".into()]).unwrap(), select(&["g711-20ms".into(), "opus-24k-20ms".into()]).unwrap());
     }
 
     /// The LANCOM techpaper's Table 1: voice bytes, packets per second and
@@ -122,10 +128,10 @@ mod tests {
     #[test]
     fn lancom_table_1_voice_and_ip() {
         for (key, pps, voice, ip, ip_kbps) in [
-            ("g729-30", 33.3, 30, 70, 18.7),
-            ("g726-30", 33.3, 120, 160, 42.7),
-            ("g711-30", 33.3, 240, 280, 74.7),
-            ("g711-20", 50.0, 160, 200, 80.0),
+            ("g729-30ms", 33.3, 30, 70, 18.7),
+            ("g726-32k-30ms", 33.3, 120, 160, 42.7),
+            ("g711-30ms", 33.3, 240, 280, 74.7),
+            ("g711-20ms", 50.0, 160, 200, 80.0),
         ] {
             let c = by(key);
             assert_eq!((c.payload, c.ip_bytes(20)), (voice, ip), "{key}");
@@ -133,15 +139,15 @@ mod tests {
             let kbps = c.ip_bytes(20) as f64 * 8.0 * c.pps() / 1000.0;
             assert!((kbps - ip_kbps).abs() < 0.05, "{key}: {kbps}");
         }
-        assert_eq!(by("g711-20").ip_bytes(40), 220);
+        assert_eq!(by("g711-20ms").ip_bytes(40), 220);
     }
 
     #[test]
     fn unknown_codecs_list_the_known_ones() {
         assert_eq!(select(&[]).unwrap().len(), CODECS.len());
         assert_eq!(by("G711-20").name, "G.711 20 ms");
-        let e = select(&["g711-20".into(), "speex".into()]).unwrap_err();
-        assert!(e.starts_with("unknown codec 'speex'; known: g711-10, g711-20"), "{e}");
-        assert!(e.contains("amrwb-23.85"), "{e}");
+        let e = select(&["g711-20ms".into(), "speex".into()]).unwrap_err();
+        assert!(e.starts_with("unknown codec 'speex'; known: g711-10ms, g711-20ms"), "{e}");
+        assert!(e.contains("amrwb-23.85k-20ms"), "{e}");
     }
 }

@@ -137,7 +137,7 @@ fn run_peer(peer: Peer, bin: &Path, o: &Options, sizes: &[usize], ptime_ms: u32,
         let ramp = Ramp { start: o.start_calls, max: o.max_calls, resolution: o.resolution };
         let duration = Duration::from_secs_f64(o.trial_seconds);
         // The MOS is not a criterion here; any impairment serves `judge`.
-        let imp = emodel::impairment("g711-20");
+        let imp = emodel::impairment("g711-20ms");
         let ip_udp = Family::V4.ip_udp_overhead();
         let mut out = Vec::new();
         for &size in sizes {
@@ -336,7 +336,7 @@ mod tests {
     }
 
     fn search(knee: u32, gen_max: u32) -> (Vec<Step>, Found) {
-        let imp = emodel::impairment("g711-20");
+        let imp = emodel::impairment("g711-20ms");
         let ramp = Ramp { start: 64, max: 20_000, resolution: 0.05 };
         search_zero_loss(&ramp, |n| Ok(Step::judge(voip::tests::trial(n, knee, gen_max), 20, &imp))).unwrap()
     }

@@ -87,8 +87,8 @@ impl Peer {
 /// The command line of `esparto-testbed bench voip`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Codecs, comma separated (default: all of `esparto plan voip`'s), e.g. g711-20,g729-30.
-    #[arg(long, value_delimiter = ',')]
+    /// Codecs, comma separated (default: all of `esparto plan voip`'s), e.g. g711-20ms,g729-30.
+    #[arg(long, alias = "codec", value_delimiter = ',')]
     pub codecs: Vec<String>,
     /// Gateway pairs to measure, in this order, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "strongswan,esparto")]
@@ -854,7 +854,7 @@ pub fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(o, "\ntargets (measured side by side in this run):");
-    for key in ["g711-20", "g729-30"] {
+    for key in ["g711-20ms", "g729-30ms"] {
         let get = |peer| r.summary.iter().find(|s| s.codec == key && s.peer == peer);
         let line = match (get(Peer::Esparto), get(Peer::Strongswan)) {
             (Some(e), Some(s)) => match (e.mos_calls, s.mos_calls) {
@@ -1037,7 +1037,7 @@ pub(crate) mod tests {
     #[test]
     fn g729_loses_its_mos_with_its_first_lost_packets() {
         // 2 % loss takes G.729 below MOS 4, so both figures are the knee's.
-        let (steps, zero, mos) = run(1000, 1_000_000, "g729-30", 20_000);
+        let (steps, zero, mos) = run(1000, 1_000_000, "g729-30ms", 20_000);
         assert_eq!(zero.limit, Limit::Gateway);
         assert!(zero.calls <= 1000 && zero.calls as f64 >= 1000.0 * 0.95, "{zero:?}");
         assert_eq!(mos, zero);
@@ -1049,7 +1049,7 @@ pub(crate) mod tests {
     #[test]
     fn g711_keeps_its_mos_through_small_loss() {
         // G.711 with PLC at 2 % loss: Ie,eff = 95·2/27.1 = 7.0, R ≈ 85: still good.
-        let (_, zero, mos) = run(1000, 1_000_000, "g711-20", 5_000);
+        let (_, zero, mos) = run(1000, 1_000_000, "g711-20ms", 5_000);
         assert_eq!(zero.limit, Limit::Gateway);
         assert_eq!(mos, Found { calls: 5_000, limit: Limit::Cap });
         assert_eq!(mos.text(), "≥ 5,000");
@@ -1057,14 +1057,14 @@ pub(crate) mod tests {
 
     #[test]
     fn the_generator_is_never_taken_for_the_gateway() {
-        let (steps, zero, mos) = run(100_000, 3_000, "g729-30", 20_000);
+        let (steps, zero, mos) = run(100_000, 3_000, "g729-30ms", 20_000);
         assert_eq!(zero.limit, Limit::Generator);
         assert_eq!(mos.limit, Limit::Generator);
         assert!(zero.calls <= 3_000 && zero.calls >= 2_850, "{zero:?}");
         assert!(steps.iter().filter(|s| s.trial.generator_limited).all(|s| !s.zero_loss && !s.mos_ok));
         assert!(zero.text().starts_with("≥ "));
         // Nothing passes: 0 calls, the gateway's doing.
-        let (_, zero, _) = run(0, 1_000_000, "g729-30", 20_000);
+        let (_, zero, _) = run(0, 1_000_000, "g729-30ms", 20_000);
         assert_eq!(zero, Found { calls: 0, limit: Limit::Gateway });
     }
 
@@ -1072,7 +1072,7 @@ pub(crate) mod tests {
     fn delay_can_cost_the_mos_before_any_loss() {
         // Above 500 calls the path queues (300 ms at the 99th percentile):
         // G.729 falls below MOS 4 with nothing lost; above 1000 it loses.
-        let imp = emodel::impairment("g729-30");
+        let imp = emodel::impairment("g729-30ms");
         let ramp = Ramp { start: 16, max: 20_000, resolution: 0.05 };
         let (_, zero, mos) = search(&ramp, |n| {
             let mut t = trial(n, 1000, 1_000_000);
@@ -1089,7 +1089,7 @@ pub(crate) mod tests {
 
     #[test]
     fn judging_a_trial() {
-        let imp = emodel::impairment("g711-20");
+        let imp = emodel::impairment("g711-20ms");
         let s = Step::judge(trial(10, 100, 100), 20, &imp);
         assert!(s.zero_loss && s.mos_ok);
         // Mouth-to-ear: 20 ms ptime + 2 ms p99 + the allowance.
@@ -1118,10 +1118,10 @@ pub(crate) mod tests {
         let o = parse(&["--workers", "2"]).unwrap();
         assert_eq!(o.peers, [Peer::Strongswan, Peer::Esparto]);
         assert_eq!(o.codecs.len(), codec::CODECS.len());
-        let o = parse(&["--codecs", "g711-20,g729-30", "--peers", "esparto", "--workers", "1"]).unwrap();
-        assert_eq!((o.codecs.as_slice(), o.peers.as_slice()), (&["g711-20".to_string(), "g729-30".into()][..], &[Peer::Esparto][..]));
+        let o = parse(&["--codecs", "g711-20ms,g729-30ms", "--peers", "esparto", "--workers", "1"]).unwrap();
+        assert_eq!((o.codecs.as_slice(), o.peers.as_slice()), (&["g711-20ms".to_string(), "g729-30ms".into()][..], &[Peer::Esparto][..]));
         let e = parse(&["--codecs", "speex"]).unwrap_err().to_string();
-        assert!(e.contains("known: g711-10"), "{e}");
+        assert!(e.contains("known: g711-10ms"), "{e}");
         assert!(parse(&["--seconds", "0"]).is_err());
         assert!(parse(&["--start-calls", "100", "--max-calls", "10"]).is_err());
         assert!(parse(&["--peers", "racoon"]).is_err());
@@ -1129,7 +1129,7 @@ pub(crate) mod tests {
 
     #[test]
     fn summary_and_render() {
-        let imp = emodel::impairment("g711-20");
+        let imp = emodel::impairment("g711-20ms");
         let steps = vec![Step::judge(trial(16, 100, 100), 20, &imp)];
         let peer = |p, calls, limit| PeerResult {
             peer: p,
@@ -1140,7 +1140,7 @@ pub(crate) mod tests {
             error: None,
         };
         let codec = CodecResult {
-            key: "g711-20".into(),
+            key: "g711-20ms".into(),
             name: "G.711 20 ms".into(),
             ptime_ms: 20,
             ip_bytes: 200,
@@ -1194,7 +1194,7 @@ pub(crate) mod tests {
         crate::plot::voip_calls(&svg, &chart_note(&r), &bars).unwrap();
         assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
         let text = render(&r);
-        assert!(text.contains("g711-20 calls at MOS ≥ 4.0, Esparto / strongSwan ≥ 10: 1500 / 100 = 15.0 — met"), "{text}");
+        assert!(text.contains("g711-20ms calls at MOS ≥ 4.0, Esparto / strongSwan ≥ 10: 1500 / 100 = 15.0 — met"), "{text}");
         assert!(text.contains("the generator could not offer more"), "{text}");
         let j = serde_json::to_string(&r).unwrap();
         let back: Report = serde_json::from_str(&j).unwrap();

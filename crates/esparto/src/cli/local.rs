@@ -32,23 +32,7 @@ pub(super) fn check_config(a: CheckConfigArgs) -> Result<ExitCode> {
     };
     match config::load_on(&file, &host_routing()) {
         Ok(c) => {
-            let mut warnings: Vec<serde_json::Value> = c.warnings.iter().map(|w| as_json(&w.0, "warning")).collect();
-            if let Err(e) = daemon::check_static_keys(&c) {
-                // The warnings first: one of them places a reused key.
-                if !a.json {
-                    for w in &c.warnings {
-                        eprintln!("{w}");
-                    }
-                }
-                if a.json {
-                    let e = config::ConfigError { file: shown.clone(), line: 0, column: 0, key: String::new(), message: e.to_string() };
-                    warnings.push(as_json(&e, "error"));
-                    report(false, warnings, serde_json::Value::Null);
-                } else {
-                    eprintln!("{shown}: {e}");
-                }
-                return Ok(ExitCode::FAILURE);
-            }
+            let warnings: Vec<serde_json::Value> = c.warnings.iter().map(|w| as_json(&w.0, "warning")).collect();
             let (n, m, w) = (c.connections.len(), c.child_count(), c.warnings.len());
             let failed = a.strict && w > 0;
             if a.json {

@@ -71,6 +71,9 @@ pub(crate) struct ChildSeen {
     pub(crate) in_spis: Vec<Located<u32>>,
     /// Outbound SPIs of static SAs.
     pub(crate) out_spis: Vec<Located<u32>>,
+    /// The keys of static SAs, in file order, by an id that reveals
+    /// nothing of them (`key_id`).
+    pub(crate) keys: Vec<Located<[u8; 16]>>,
 }
 
 /// Would one packet match both (local, remote) pairs?
@@ -280,6 +283,31 @@ fn report_overlap(cx: &mut Cx<'_>, a: &ChildSeen, b: &ChildSeen) {
                         cx.err(&lb.span, &lb.path, msg);
                         return;
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Refuse a static key used twice in the file: by two SAs, or in both
+/// directions of one. Both ends would encrypt under one key with the same
+/// sequence numbers, so AES-GCM nonces repeat (RFC 4106 §8.1), and
+/// `esparto run` refuses it too.
+pub(crate) fn static_keys(cx: &mut Cx<'_>, children: &[Arc<ChildSeen>]) {
+    let mut seen: HashMap<[u8; 16], (Span, KeyPath)> = HashMap::new();
+    for c in children {
+        for k in &c.keys {
+            match seen.get(&k.value) {
+                Some((span, path)) => {
+                    let msg = format!(
+                        "the same key as {} (at {}): both ends would encrypt under one key with the same sequence numbers, so nonces repeat and the traffic can be read and forged (RFC 4106 §8.1); give every SA and each direction its own random key",
+                        path.as_str(),
+                        cx.position(span)
+                    );
+                    cx.err(&k.span, &k.path, msg);
+                }
+                None => {
+                    seen.insert(k.value, (k.span.clone(), k.path.clone()));
                 }
             }
         }
@@ -526,6 +554,7 @@ mod tests {
                 .collect(),
             in_spis: vec![],
             out_spis: vec![],
+            keys: vec![],
         }
     }
 

@@ -151,6 +151,7 @@ pub(crate) fn parse(
         remote: vec![],
         in_spis: vec![],
         out_spis: vec![],
+        keys: vec![],
     };
     let (local_cfg, remote_cfg) = traffic_selectors(cx, conn, node, path, is_static, &mut seen);
     let proposals = esp_proposals(cx, node, path, is_static);

@@ -211,6 +211,7 @@ fn parse_in(
     let secrets = secrets::parse(&mut cx, &root, &grafted);
     layer.check_overlaps(&mut cx, &parsed.seen);
     check::spis(&mut cx, &parsed.seen);
+    check::static_keys(&mut cx, &parsed.seen);
     if !parsed.psk_needs.is_empty() {
         let psks = layer.psk_index(&secrets);
         let known = layer.psks_known(&psks, &parsed.connections);

@@ -451,8 +451,10 @@ mod tests {
     use esparto_io::routing::PROTOCOL;
     use esparto_io::rule::Action;
 
-    const K36: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223";
-    const K36B: &str = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f40414243";
+    /// A 36-byte key of its own for connection `i`, direction `dir`.
+    fn k36(i: usize, dir: usize) -> String {
+        format!("{:02x}", 2 * i + dir + 1).repeat(36)
+    }
 
     /// One static connection per (name, peer, local, remote).
     fn file(daemon: &str, conns: &[(&str, &str, &str, &str)]) -> String {
@@ -461,8 +463,10 @@ mod tests {
             t.push_str(&format!(
                 "\n[connections.{name}]\nlocal_addrs = [\"192.0.2.1\"]\nremote_addrs = [\"{peer}\"]\n\
                  \n[connections.{name}.children.lan]\nlocal_ts = [{local}]\nremote_ts = [{remote}]\nesp_proposals = [\"aes256gcm16\"]\n\
-                 \n[[connections.{name}.children.lan.static_sas]]\nin_spi = {}\nout_spi = 0xc0000201\nin_key = \"{K36}\"\nout_key = \"{K36B}\"\n",
-                0xc000_0101u32 + i as u32
+                 \n[[connections.{name}.children.lan.static_sas]]\nin_spi = {}\nout_spi = 0xc0000201\nin_key = \"{}\"\nout_key = \"{}\"\n",
+                0xc000_0101u32 + i as u32,
+                k36(i, 0),
+                k36(i, 1),
             ));
         }
         t

@@ -49,8 +49,6 @@ pub(crate) fn parse(
         cx.err_at(f, "no SA pairs");
     }
     let mut pairs = Vec::with_capacity(items.len());
-    // Every key so far in this child: (key, its path, where).
-    let mut used: Vec<(SecretBytes, KeyPath, String)> = Vec::new();
     for (i, n) in items.iter().enumerate() {
         let p = f.path.index(i);
         let Some(t) = cx.table(&Field {
@@ -64,9 +62,14 @@ pub(crate) fn parse(
         let out_spi = spi(cx, t, &p, "out_spi", &mut seen.out_spis);
         let in_key = key(cx, t, &p, "in", suite);
         let out_key = key(cx, t, &p, "out", suite);
+        // A key used twice in the file is refused once all are read
+        // (`check::static_keys`).
         for (k, f) in in_key.iter().chain(&out_key) {
-            reused_key(cx, k, f, &used);
-            used.push((SecretBytes::from_slice(k.as_slice()), f.path.clone(), cx.position(&f.node.span)));
+            seen.keys.push(Located {
+                value: crate::daemon::key_id(k.as_slice()),
+                span: f.node.span.clone(),
+                path: f.path.clone(),
+            });
         }
         if let (Some(in_spi), Some(out_spi), Some((in_key, _)), Some((out_key, _))) =
             (in_spi, out_spi, in_key, out_key)
@@ -138,24 +141,6 @@ fn spi(
         path: f.path.clone(),
     });
     Some(v)
-}
-
-/// Warn if `key` (at `f`) was already used in this child (`used`): in the
-/// other direction of its own pair, or by an earlier pair.
-fn reused_key(
-    cx: &mut Cx<'_>,
-    key: &SecretBytes,
-    f: &Field<'_>,
-    used: &[(SecretBytes, KeyPath, String)],
-) {
-    let Some((_, path, at)) = used.iter().find(|(k, _, _)| k.as_slice() == key.as_slice()) else {
-        return;
-    };
-    let msg = format!(
-        "the same key as {} (at {at}): both ends would encrypt under one key with the same sequence numbers, so nonces repeat and the traffic can be read and forged (RFC 4106 §8.1); give every direction its own random key",
-        path.as_str()
-    );
-    cx.warn(&f.node.span, &f.path, msg);
 }
 
 /// `in_key`/`in_key_file` (or `out_…`): hex KEYMAT of exactly the suite's

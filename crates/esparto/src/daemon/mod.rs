@@ -29,4 +29,5 @@ pub mod watch;
 pub use caps::{EXIT_REFUSED, Refused};
 pub use gateway::{Gateway, Gathered};
 pub use run::run;
-pub use seqstate::{MAX_SEQ, STATE_FILE, STEP, STEP_ESN, check_static_keys};
+pub use seqstate::{MAX_SEQ, STATE_FILE, STEP, STEP_ESN};
+pub(crate) use seqstate::key_id;

@@ -251,7 +251,6 @@ fn apply_new(
 ) -> Result<ReloadReport, String> {
     let file = file.to_string();
     let refuse = |reason: String| format!("{file}: not reloaded, the running configuration stays as it was: {reason}");
-    super::check_static_keys(&new).map_err(|e| refuse(format!("{e:#}")))?;
     let secrets = std::mem::take(&mut new.secrets);
     let plan = Plan::new(running, &new);
     let changes = check(running, &new, &plan, gw, ike.is_some()).map_err(refuse)?;

@@ -436,20 +436,20 @@ mod tests {
         let c = loaded(Kind::CallRate, call_rate_data(&[(70, 30_000.0, false), (280, 24_000.0, false)]));
         let p = plan(&Inputs { call_rate: Some(&c), ..inputs(Some(&t), None) }, "test");
         // G.729/30 ms is 70 B: 30,000 ÷ (2 × 33.3) = 450 calls.
-        let g729 = row(&p, "g729-30");
+        let g729 = row(&p, "g729-30ms");
         assert_eq!(g729.calls, Some(450));
         assert!(!g729.calls_lower_bound);
         // G.711/30 ms is 280 B: 24,000 ÷ (2 × 33.3) = 360.
-        assert_eq!(row(&p, "g711-30").calls, Some(360));
+        assert_eq!(row(&p, "g711-30ms").calls, Some(360));
         // G.711/20 ms is 200 B, between: below 70 B's rate, above 280 B's.
-        let g711 = row(&p, "g711-20").gateway_calls.unwrap();
+        let g711 = row(&p, "g711-20ms").gateway_calls.unwrap();
         assert!(g711 < 300.0 && g711 > 240.0, "{g711}");
         let text = render(&p);
         assert!(text.contains("/results/callrate.json") && text.contains("call-like traffic"), "{text}");
         assert!(!text.contains("upper bound"), "{text}");
 
         let p = plan(&inputs(Some(&t), None), "test");
-        assert_eq!(row(&p, "g729-30").calls, Some(3000));
+        assert_eq!(row(&p, "g729-30ms").calls, Some(3000));
         let text = render(&p);
         assert!(text.contains("/results/tunnel.json") && text.contains("upper bound"), "{text}");
     }
@@ -460,8 +460,8 @@ mod tests {
     fn generator_limited_call_rate_gives_lower_bounds() {
         let c = loaded(Kind::CallRate, call_rate_data(&[(70, 30_000.0, true), (280, 24_000.0, false)]));
         let p = plan(&Inputs { call_rate: Some(&c), ..inputs(None, None) }, "test");
-        assert!(row(&p, "g729-30").calls_lower_bound);
-        assert!(!row(&p, "g711-30").calls_lower_bound);
+        assert!(row(&p, "g729-30ms").calls_lower_bound);
+        assert!(!row(&p, "g711-30ms").calls_lower_bound);
         let text = render(&p);
         assert!(text.contains("≥ 450") && text.contains("generator-limited"), "{text}");
     }
@@ -497,7 +497,7 @@ mod tests {
     /// call is 0.1 % short of its packets, which `--calls` shows.
     #[test]
     fn known_answer_8192_pps() {
-        let g729 = codec::select(&["g729-30".into()]).unwrap()[0];
+        let g729 = codec::select(&["g729-30ms".into()]).unwrap()[0];
         let exact = full_duplex_calls(8192.0, g729.pps());
         assert!((exact - 122.88).abs() < 1e-9, "{exact}");
         assert_eq!(exact.round(), 123.0);
@@ -508,7 +508,7 @@ mod tests {
         assert!(g(123).headroom < 0.0 && g(122).headroom > 0.0);
         let t = loaded(Kind::Tunnel, tunnel_data(&[(64, 8192.0), (128, 8192.0)]));
         let p = plan(&inputs(Some(&t), None), "test");
-        let r = row(&p, "g729-30");
+        let r = row(&p, "g729-30ms");
         assert_eq!((r.ip_bytes, r.calls, r.limit), (70, Some(123), Some(Limit::Gateway)));
         assert!(render(&p).contains("/results/tunnel.json"));
     }
@@ -519,7 +519,7 @@ mod tests {
     fn lancom_table_1_bit_rates() {
         let framing =
             Framing { suite: EspSuite::AesCbc { key_bits: 128, integ: Integ::HmacSha1_96 }, udp_encap: false, ..gcm() };
-        let codecs = codec::select(&["g729-30".into(), "g726-30".into(), "g711-30".into(), "g711-20".into()]).unwrap();
+        let codecs = codec::select(&["g729-30ms".into(), "g726-32k-30ms".into(), "g711-30ms".into(), "g711-20ms".into()]).unwrap();
         let p = plan(&Inputs { framing, codecs, ..inputs(None, None) }, "test");
         let got: Vec<_> = p.rows.iter().map(|r| (r.ip_bytes, r.ipsec_bytes, r.ipsec_kbps.round())).collect();
         assert_eq!(got, [(70, 136, 36.0), (160, 232, 62.0), (280, 344, 92.0), (200, 264, 106.0)]);
@@ -535,7 +535,7 @@ mod tests {
         let p = plan(&inp, "test");
         // G.711 20 ms: 200 B inner, 20 + 8 + 8 + 8 + 200 + 2 (pad) + 2 + 16 = 264 B on the
         // wire, 105.6 kbit/s each way: a 10 Mbit/s link holds 94 calls; the gateway 1,000.
-        let r = row(&p, "g711-20");
+        let r = row(&p, "g711-20ms");
         assert_eq!((r.ipsec_bytes, r.ipsec_padding), (264, 2));
         assert!((r.gateway_calls.unwrap() - 1000.0).abs() < 1e-9);
         assert!((r.link_calls.unwrap() - 10e6 / (264.0 * 8.0 * 50.0)).abs() < 1e-9);
@@ -546,7 +546,7 @@ mod tests {
         // Without the link the gateway limits: 1,000 calls from bench
         // tunnel's rate, an upper bound for calls, so 200 is no "yes".
         let p = plan(&Inputs { link_mbps: None, codecs: inp.codecs.clone(), ..inp }, "test");
-        let r = row(&p, "g711-20");
+        let r = row(&p, "g711-20ms");
         assert_eq!((r.calls, r.limit, r.calls_upper_bound), (Some(1000), Some(Limit::Gateway), true));
         assert_eq!(r.fit, None);
         let text = render(&p);
@@ -554,11 +554,11 @@ mod tests {
         assert!(!text.contains("yes,"), "{text}");
         // More than the upper bound: settled, no.
         let p = plan(&Inputs { link_mbps: None, calls: Some(1200), codecs: inp.codecs.clone(), ..inp }, "test");
-        assert!(!row(&p, "g711-20").fit.unwrap().fits);
+        assert!(!row(&p, "g711-20ms").fit.unwrap().fits);
         // With a call-traffic rate the answer is yes, with its headroom.
         let c = loaded(Kind::CallRate, call_rate_data(&[(200, 100_000.0, false)]));
         let p = plan(&Inputs { link_mbps: None, call_rate: Some(&c), ..inp }, "test");
-        let r = row(&p, "g711-20");
+        let r = row(&p, "g711-20ms");
         assert!(!r.calls_upper_bound);
         let f = r.fit.unwrap();
         assert!(f.fits && (f.headroom - 0.8).abs() < 1e-9);
@@ -570,13 +570,13 @@ mod tests {
         // No gateway figure at all; a 2 Mbit/s link holds 18 G.711/20 ms calls.
         let inp = Inputs { link_mbps: Some(2.0), calls: Some(100), ..inputs(None, None) };
         let p = plan(&inp, "test");
-        let r = row(&p, "g711-20");
+        let r = row(&p, "g711-20ms");
         assert_eq!(r.gateway_calls, None);
         assert!(!r.fit.unwrap().fits, "the link alone says no");
         assert!(render(&p).contains("no, 18 fit"), "{}", render(&p));
         // Within the link, the unknown gateway leaves it open.
         let p = plan(&Inputs { calls: Some(10), codecs: inp.codecs.clone(), ..inp }, "test");
-        assert_eq!(row(&p, "g711-20").fit, None);
+        assert_eq!(row(&p, "g711-20ms").fit, None);
     }
 
     #[test]
@@ -585,9 +585,9 @@ mod tests {
         data.zero_loss[0].lower_bound = true;
         let t = loaded(Kind::Tunnel, data);
         let p = plan(&inputs(Some(&t), None), "test");
-        let r = row(&p, "g711-20");
+        let r = row(&p, "g711-20ms");
         assert!(r.zero_loss_pps.unwrap().source.extrapolated());
-        let r = row(&p, "g729-20");
+        let r = row(&p, "g729-20ms");
         assert!(r.calls_lower_bound);
         let text = render(&p);
         assert!(text.contains("≥ "), "{text}");

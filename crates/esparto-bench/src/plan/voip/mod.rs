@@ -78,8 +78,8 @@ pub struct Args {
     /// ESP straight over IP rather than in UDP, as other gateways publish their figures (Esparto always sends ESP-in-UDP).
     #[arg(long)]
     pub raw_esp: bool,
-    /// Codecs, comma separated (default: all), e.g. g711-20,g729-30.
-    #[arg(long, value_delimiter = ',')]
+    /// Codecs, comma separated (default: all), e.g. g711-20ms,g729-30.
+    #[arg(long = "codecs", alias = "codec", value_delimiter = ',')]
     pub codec: Vec<String>,
     /// Whether this many concurrent calls fit, and with what headroom.
     #[arg(long, value_name = "N")]

@@ -222,7 +222,7 @@ fn bad_configs_name_line_column_and_key() {
             3,
             1,
             "daemon.bogus".into(),
-            "unknown key (known here: workers, cpus, control, vici, state_dir, tun, port, ike_port, path_mtu, tun_queue_len, log, window_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, cookie_threshold_per_peer, half_open_per_peer, max_half_open, initiating_per_peer, routing_table, routing_table_prio, routing_mark, metrics)",
+            "unknown key (known here: workers, cpus, control, vici, state_dir, tun, port, ike_port, path_mtu, tun_queue_len, log, window_size, fragment_size, cookie_threshold, cookie_threshold_per_source, half_open_per_source, cookie_threshold_per_peer, half_open_per_peer, max_half_open, initiating_per_peer, routing_table, routing_table_prio, routing_mark, metrics)",
         ),
         (
             "workers = 2",
@@ -619,7 +619,7 @@ fn inbound_spis_are_unique_across_the_file() {
 #[test]
 fn outbound_spis_are_unique_towards_a_peer() {
     let pair2 = format!(
-        "\n[[connections.site.children.lan.static_sas]]\nin_spi = 0xc0000102\nout_spi = 0xc0000201\nin_key = \"{K36}\"\nout_key = \"{K36}\"\n"
+        "\n[[connections.site.children.lan.static_sas]]\nin_spi = 0xc0000102\nout_spi = 0xc0000201\nin_key = \"{K36C}\"\nout_key = \"{K36D}\"\n"
     );
     let errs = errors_of(&(base() + &pair2));
     assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));

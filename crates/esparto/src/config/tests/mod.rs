@@ -12,8 +12,12 @@ use proptest::prelude::*;
 
 use super::*;
 
-/// A 36-byte key (AES-256-GCM KEYMAT), hex.
+/// 36-byte keys (AES-256-GCM KEYMAT), hex: no two SAs or directions may
+/// share one (`check::static_keys`).
 const K36: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223";
+const K36B: &str = "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f60616263";
+const K36C: &str = "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9fa0a1a2a3";
+const K36D: &str = "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3";
 
 /// A valid static configuration; the line numbers in the table refer to it.
 fn base() -> String {
@@ -34,7 +38,7 @@ esp_proposals = ["aes256gcm16"]
 in_spi = 0xc0000101
 out_spi = 0xc0000201
 in_key = "0x{K36}"
-out_key = "0x{K36}"
+out_key = "0x{K36B}"
 "#
     )
 }
@@ -55,8 +59,8 @@ esp_proposals = ["aes256gcm16"]
 [[connections.other.children.net.static_sas]]
 in_spi = {in_spi}
 out_spi = 0xc0000301
-in_key = "{K36}"
-out_key = "{K36}"
+in_key = "{K36C}"
+out_key = "{K36D}"
 "#
     )
 }

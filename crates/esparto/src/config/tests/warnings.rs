@@ -77,7 +77,7 @@ fn secret_files_readable_by_others_are_warned_at_their_key() {
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let text = base().replace(&format!("in_key = \"0x{K36}\""), "in_key_file = \"in.key\"");
     let other = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f40414243";
-    let text = text.replace(&format!("out_key = \"0x{K36}\""), &format!("out_key = \"{other}\""));
+    let text = text.replace(&format!("out_key = \"0x{K36B}\""), &format!("out_key = \"{other}\""));
     std::fs::write(&file, &text).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let w = warnings(&load(&file).unwrap());
@@ -105,29 +105,33 @@ fn a_config_holding_a_secret_inline_must_be_private_too() {
     assert!(load(&file).unwrap().warnings.is_empty());
 }
 
+/// A static key used twice in the file is an error at the second use,
+/// naming the first (both ends would encrypt under one key: nonces
+/// repeat), whether in one pair, across pairs or across connections.
 #[test]
-fn a_static_key_used_in_both_directions_or_twice_is_warned() {
-    // base() uses one key both ways.
-    let w = warnings(&parse_str(&base(), "west.toml").unwrap());
-    assert_eq!(w.len(), 1, "{w:?}");
-    assert!(
-        w[0].starts_with(&format!("west.toml:17:11: {L}.static_sas[0].out_key: warning: the same key as {L}.static_sas[0].in_key (at west.toml:16:10)")),
-        "{}",
-        w[0]
-    );
-    assert!(w[0].contains("nonces repeat"), "{}", w[0]);
-    assert!(!w[0].contains(K36), "a key was quoted: {}", w[0]);
+fn a_static_key_used_in_both_directions_or_twice_is_refused_where_it_is() {
+    let same_pair = base().replace(&format!("out_key = \"0x{K36B}\""), &format!("out_key = \"0x{K36}\""));
+    let e = errors_of(&same_pair);
+    assert_eq!(e.len(), 1, "{}", ConfigErrors(e.clone()));
+    assert_eq!((e[0].line, e[0].column, e[0].key.as_str()), (17, 11, format!("{L}.static_sas[0].out_key").as_str()));
+    assert!(e[0].message.starts_with(&format!("the same key as {L}.static_sas[0].in_key (at west.toml:16:10)")), "{}", e[0].message);
+    assert!(e[0].message.contains("nonces repeat"), "{}", e[0].message);
+    assert!(!e[0].message.contains(K36), "a key was quoted: {}", e[0].message);
     // Distinct keys in one pair, but a second pair reusing the first's.
-    let other = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f40414243";
-    let text = base().replace(&format!("out_key = \"0x{K36}\""), &format!("out_key = \"{other}\""));
-    assert!(parse_str(&text, "west.toml").unwrap().warnings.is_empty());
     let text = format!(
-        "{text}\n[[connections.site.children.lan.static_sas]]\nin_spi = 0xc0000102\nout_spi = 0xc0000202\nin_key = \"{other}\"\nout_key = \"0x{K36}\"\n"
+        "{}\n[[connections.site.children.lan.static_sas]]\nin_spi = 0xc0000102\nout_spi = 0xc0000202\nin_key = \"{K36B}\"\nout_key = \"0x{K36}\"\n",
+        base()
     );
-    let w = warnings(&parse_str(&text, "west.toml").unwrap());
-    assert_eq!(w.len(), 2, "{w:?}");
-    assert!(w[0].contains("static_sas[1].in_key: warning: the same key as connections.site.children.lan.static_sas[0].out_key"), "{}", w[0]);
-    assert!(w[1].contains("static_sas[1].out_key: warning: the same key as connections.site.children.lan.static_sas[0].in_key"), "{}", w[1]);
+    let e = errors_of(&text);
+    assert_eq!(e.len(), 2, "{}", ConfigErrors(e.clone()));
+    assert!(e[0].key.ends_with("static_sas[1].in_key") && e[0].message.contains("the same key as connections.site.children.lan.static_sas[0].out_key"), "{}", e[0]);
+    assert!(e[1].key.ends_with("static_sas[1].out_key") && e[1].message.contains("the same key as connections.site.children.lan.static_sas[0].in_key"), "{}", e[1]);
+    // Across connections too, with its line.
+    let other = base() + &second("10.5.0.0/16", "10.6.0.0/16", "0xc0000102").replace(K36D, K36);
+    let e = errors_of(&other);
+    assert_eq!(e.len(), 1, "{}", ConfigErrors(e.clone()));
+    assert_eq!((e[0].line, e[0].key.as_str()), (32, "connections.other.children.net.static_sas[0].out_key"));
+    assert!(e[0].message.contains("(at west.toml:16:10)"), "{}", e[0].message);
 }
 
 #[test]
