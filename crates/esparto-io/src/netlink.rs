@@ -334,6 +334,119 @@ fn kind_name(k: &InfoKind) -> String {
     }
 }
 
+/// `RTNLGRP_IPV4_IFADDR`, `RTNLGRP_IPV6_IFADDR` (`<linux/rtnetlink.h>`).
+const ADDRESS_GROUPS: [u32; 2] = [5, 9];
+
+/// The address an `RTM_NEWADDR`/`RTM_DELADDR` is about: `IFA_LOCAL` (an
+/// IPv4 point-to-point link's `IFA_ADDRESS` is its peer's), else
+/// `IFA_ADDRESS`.
+fn address_of(m: &netlink_packet_route::address::AddressMessage) -> Option<std::net::IpAddr> {
+    use netlink_packet_route::address::AddressAttribute as A;
+    let local = m.attributes.iter().find_map(|a| if let A::Local(ip) = a { Some(*ip) } else { None });
+    local.or_else(|| m.attributes.iter().find_map(|a| if let A::Address(ip) = a { Some(*ip) } else { None }))
+}
+
+impl Rtnetlink {
+    /// Every address of the host, both families (`ip address`).
+    pub fn addresses(&mut self) -> io::Result<Vec<std::net::IpAddr>> {
+        let msgs = self.dump(RouteNetlinkMessage::GetAddress(Default::default()))?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) => address_of(a),
+                _ => None,
+            })
+            .collect())
+    }
+}
+
+/// An address of the host that came or went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressChange {
+    /// Added (`RTM_NEWADDR`; also sent when an address changes).
+    Added(std::net::IpAddr),
+    /// Removed (`RTM_DELADDR`).
+    Removed(std::net::IpAddr),
+    /// Events were lost (the socket's buffer overflowed): ask
+    /// [`Rtnetlink::addresses`] what is there now.
+    Lost,
+}
+
+/// The host's addresses coming and going, as the kernel announces them:
+/// a netlink socket subscribed to the address groups of both families,
+/// read without blocking (poll its descriptor). In the network namespace
+/// of the thread that opened it.
+pub struct AddressWatch {
+    socket: Socket,
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for AddressWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddressWatch").finish_non_exhaustive()
+    }
+}
+
+impl std::os::fd::AsFd for AddressWatch {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl AddressWatch {
+    /// Subscribes in the calling thread's network namespace.
+    pub fn open() -> io::Result<Self> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        for g in ADDRESS_GROUPS {
+            socket.add_membership(g)?;
+        }
+        socket.set_non_blocking(true)?;
+        Ok(Self { socket, buf: Vec::with_capacity(RECV_BUF_LEN) })
+    }
+
+    /// Everything announced since the last call, in order (empty if
+    /// nothing was).
+    pub fn changes(&mut self) -> io::Result<Vec<AddressChange>> {
+        let mut out = Vec::new();
+        loop {
+            self.buf.clear();
+            self.buf.reserve(RECV_BUF_LEN);
+            match self.socket.recv(&mut self.buf, 0) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(out),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    out.push(AddressChange::Lost);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            let mut off = 0;
+            while off < self.buf.len() {
+                let rest = &self.buf[off..];
+                let Ok(msg) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest) else {
+                    break;
+                };
+                let len = msg.header.length as usize;
+                if len < NLMSGHDR_LEN || len > rest.len() {
+                    break;
+                }
+                off += len.next_multiple_of(4);
+                match msg.payload {
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(a)) => {
+                        out.extend(address_of(&a).map(AddressChange::Added));
+                    }
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(a)) => {
+                        out.extend(address_of(&a).map(AddressChange::Removed));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

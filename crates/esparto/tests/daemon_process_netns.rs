@@ -267,3 +267,45 @@ fn an_instance_takes_its_defaults_from_its_name() {
     let _ = std::fs::remove_dir_all(&run);
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// The daemon's log so far.
+fn log_of(gw: &EspartoGateway) -> String {
+    std::fs::read_to_string(gw.dir().join("esparto.log")).unwrap_or_default()
+}
+
+/// A local address that is not on the host yet (a WAN address from
+/// PPPoE or DHCP): the daemon starts anyway, says so, says when the
+/// address arrives, then carries IKE and traffic from it; and says when
+/// it leaves.
+#[test]
+fn a_local_address_that_arrives_late() {
+    if skip("daemon_process_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let late = "192.0.2.11";
+    let mut west_cfg = EspartoConfig::site(Node::GwWest, ike(false, true)).unwrap();
+    west_cfg.local_addr = late.parse().unwrap();
+    let mut east_cfg = EspartoConfig::site(Node::GwEast, ike(true, false)).unwrap();
+    east_cfg.remote_addr = late.parse().unwrap();
+    let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &west_cfg).unwrap();
+    let log = log_of(&west);
+    assert!(log.contains("the local address is not on this host yet: bound anyway (IP_FREEBIND)") && log.contains("local=192.0.2.11"), "{log}");
+
+    let gw = topo.ns(Node::GwWest);
+    assert!(gw.ip(&["addr", "add", &format!("{late}/24"), "dev", "wan0"]).unwrap().status.success());
+    wait_for("the arrival logged", || log_of(&west).contains("local address is on the host now"));
+    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg).unwrap();
+    wait_for("the tunnel from the late address", || {
+        west.sas().is_ok_and(|s| s.iter().any(|sa| sa.state == "established" && !sa.children.is_empty()))
+    });
+    wait_for("traffic", || pings(&topo));
+    let sas = west.sas().unwrap();
+    assert!(sas.iter().any(|s| s.local.starts_with(late)), "{sas:?}");
+
+    assert!(gw.ip(&["addr", "del", &format!("{late}/24"), "dev", "wan0"]).unwrap().status.success());
+    wait_for("the departure logged", || log_of(&west).contains("local address left the host"));
+    west.stop().unwrap();
+    east.stop().unwrap();
+}

@@ -85,6 +85,9 @@ pub struct UdpConfig {
     /// tunnels ([`crate::routing`]). Needs `CAP_NET_ADMIN` at creation;
     /// `None`: unmarked.
     pub mark: Option<u32>,
+    /// `IP_FREEBIND` / `IPV6_FREEBIND`: bind an address the host does not
+    /// have (yet); datagrams flow once it does. No privilege needed.
+    pub freebind: bool,
 }
 
 impl Default for UdpConfig {
@@ -96,6 +99,7 @@ impl Default for UdpConfig {
             gso: true,
             steering: None,
             mark: None,
+            freebind: false,
         }
     }
 }
@@ -183,6 +187,11 @@ impl UdpSocket {
             sys::setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int).map_err(|e| {
                 io::Error::new(e.kind(), format!("setting SO_MARK {mark:#x} (needs CAP_NET_ADMIN): {e}"))
             })?;
+        }
+        if cfg.freebind {
+            // <linux/in.h> IP_FREEBIND, <linux/in6.h> IPV6_FREEBIND.
+            let (level, opt) = if addr.is_ipv6() { (libc::IPPROTO_IPV6, 78) } else { (libc::IPPROTO_IP, libc::IP_FREEBIND) };
+            sys::setsockopt_int(raw, level, opt, 1)?;
         }
         sys::bind(raw, &addr)?;
         let local = sys::local_addr(raw)?;

@@ -241,7 +241,12 @@ impl Gateway {
         let steering = tun.steering().0;
         let bind = bind_addr(cfg)?;
         // Marked: the daemon's own ESP and IKE skip the tunnel's rules.
-        let udp = UdpConfig { steering: Some(SPI_STEERING), mark: Some(cfg.daemon.routing.mark), ..UdpConfig::default() };
+        let udp = UdpConfig {
+            steering: Some(SPI_STEERING),
+            mark: Some(cfg.daemon.routing.mark),
+            freebind: super::local_addrs::freebind(bind.ip(), "ESP-in-UDP"),
+            ..UdpConfig::default()
+        };
         let group = UdpGroup::bind(bind, n, &udp)
             .with_context(|| format!("binding {n}+1 UDP sockets to {bind} (is another esparto or an IKE daemon running?)"))?;
         let (ev_tx, events) = datapath::event_channel();

@@ -152,7 +152,11 @@ impl Ike {
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
         // Marked like the NAT-T sockets: IKE to a peer skips the tunnel.
-        let udp = UdpConfig { mark: Some(cfg.daemon.routing.mark), ..UdpConfig::default() };
+        let udp = UdpConfig {
+            mark: Some(cfg.daemon.routing.mark),
+            freebind: super::local_addrs::freebind(bind.ip(), "IKE"),
+            ..UdpConfig::default()
+        };
         let sock500 = esparto_io::UdpSocket::bind(bind, &udp, false)
             .with_context(|| format!("binding IKE socket {bind} (is another IKE daemon running?)"))?;
         let mut ike = Self {

@@ -16,6 +16,7 @@ pub mod fault;
 mod gateway;
 pub mod ike;
 mod ike_events;
+mod local_addrs;
 pub mod log_limit;
 mod notify;
 mod reload;

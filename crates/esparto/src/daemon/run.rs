@@ -115,8 +115,20 @@ pub fn run(mut config: Config, control: &Path) -> Result<()> {
         pid = std::process::id(), capabilities = %kept, "esparto running"
     );
     notify::ready(&config, &gw);
-    let mut daemon =
-        Daemon { config, gw, ike, server, vici, metrics, signals, throttle, started: Instant::now(), heap: HeapTrim::new() };
+    let local_addrs = super::local_addrs::LocalAddrs::new(&config);
+    let mut daemon = Daemon {
+        config,
+        gw,
+        ike,
+        server,
+        vici,
+        metrics,
+        signals,
+        throttle,
+        started: Instant::now(),
+        heap: HeapTrim::new(),
+        local_addrs,
+    };
     match daemon.serve()? {
         Stop::Signal => {
             daemon.shut_down();
@@ -139,6 +151,8 @@ struct Daemon {
     throttle: Throttle,
     started: Instant,
     heap: HeapTrim,
+    /// The configured local addresses coming and going.
+    local_addrs: super::local_addrs::LocalAddrs,
 }
 
 /// Gives freed heap back to the system after a large removal (thousands of
@@ -198,6 +212,8 @@ struct Readable {
     ike: bool,
     /// The metrics endpoint's wake-up socket.
     metrics: bool,
+    /// The host's address events.
+    addrs: bool,
 }
 
 impl Daemon {
@@ -217,6 +233,9 @@ impl Daemon {
             }
             if readable.hup {
                 self.reload_on_sighup();
+            }
+            if readable.addrs {
+                self.local_addrs.on_readable(&self.config);
             }
             self.serve_ike(now, readable.ike);
             self.gw.keep_reservations();
@@ -256,6 +275,7 @@ impl Daemon {
             }
         }
         let metrics = self.metrics.as_ref().map(|m| poller.add(m.fd()));
+        let addrs = self.local_addrs.fd().map(|fd| poller.add(fd));
         // Workers' events (a barrier's answer is waited for).
         poller.add(self.gw.wake_fd());
         let ike_first = poller.add(self.gw.udp_control().as_raw_fd());
@@ -277,6 +297,7 @@ impl Daemon {
             hup: poller.readable(hup),
             ike: (ike_first..ike_last).any(|i| poller.readable(i)),
             metrics: metrics.is_some_and(|i| poller.readable(i)),
+            addrs: addrs.is_some_and(|i| poller.readable(i)),
         })
     }
 
