@@ -207,7 +207,6 @@ systemctl reload esparto@v6 || fail "systemctl reload esparto@v6"
 systemctl stop esparto@v6 || fail "systemctl stop esparto@v6"
 ip link show esp-v6 >/dev/null 2>&1 && fail "TUN device esp-v6 left after stop"
 [[ -e /run/esparto/v6/esparto.sock ]] && fail "instance control socket left after stop"
-systemctl start esparto@v6 || fail "esparto@v6 again, for dpkg -r"
 ok "instance v6 (esparto@v6): beside esparto, IPv6 peer, esp-v6, /run/esparto/v6, /var/lib/esparto/v6; reloaded, stopped"
 
 systemctl stop esparto || fail "systemctl stop"
@@ -241,6 +240,7 @@ systemctl reset-failed esparto
 ok "without CAP_NET_ADMIN: refused with status 78, not restarted, nothing created"
 
 systemctl start esparto || fail "start before removal"
+systemctl start esparto@v6 || fail "esparto@v6 start before removal"
 dpkg -r esparto || fail "dpkg -r"
 wait_until 10 eval '! running' || fail "daemon or instance still running after dpkg -r"
 ip link show esparto0 >/dev/null 2>&1 && fail "TUN device left after dpkg -r"

@@ -125,7 +125,7 @@ pub use config::{
     AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction, Recover,
     EndpointConfig, Fragmentation, PerCpuSas, RetransmitConfig, Secrets, StartAction, Unique,
 };
-pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, Messages, NewConnection, Stats};
+pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, Messages, NewConnection, SourceChooser, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};
 pub use identity::Identity;
 /// Wall-clock time (seconds since the Unix epoch), as the caller reads it:

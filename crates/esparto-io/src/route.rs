@@ -385,6 +385,25 @@ impl Rtnetlink {
     /// firewall mark `mark`, through every policy rule (`ip route get DST
     /// from SRC mark M`); `Ok(None)` if it has none (unreachable).
     pub fn route_get(&mut self, dst: IpAddr, src: Option<IpAddr>, mark: u32) -> io::Result<Option<RouteEntry>> {
+        Ok(self.get_route(dst, src, mark)?.as_ref().and_then(RouteEntry::parse))
+    }
+
+    /// The source address the kernel would pick for a packet to `dst`
+    /// carrying mark `mark` (`ip route get DST mark M`: its `src`), or
+    /// `None` without a route.
+    pub fn source_towards(&mut self, dst: IpAddr, mark: u32) -> io::Result<Option<IpAddr>> {
+        let Some(m) = self.get_route(dst, None, mark)? else {
+            return Ok(None);
+        };
+        Ok(m.attributes.iter().find_map(|a| match a {
+            RouteAttribute::PrefSource(RouteAddress::Inet(a)) => Some(IpAddr::V4(*a)),
+            RouteAttribute::PrefSource(RouteAddress::Inet6(a)) => Some(IpAddr::V6(*a)),
+            _ => None,
+        }))
+    }
+
+    /// The kernel's answer to `ip route get DST [from SRC] [mark M]`.
+    fn get_route(&mut self, dst: IpAddr, src: Option<IpAddr>, mark: u32) -> io::Result<Option<RouteMessage>> {
         let mut m = RouteMessage::default();
         let full = if dst.is_ipv6() { 128 } else { 32 };
         m.header.address_family = if dst.is_ipv6() {
@@ -402,8 +421,8 @@ impl Rtnetlink {
             m.attributes.push(RouteAttribute::Mark(mark));
         }
         match self.query(RouteNetlinkMessage::GetRoute(m)) {
-            Ok(msgs) => Ok(msgs.iter().find_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => RouteEntry::parse(r),
+            Ok(msgs) => Ok(msgs.into_iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(r),
                 _ => None,
             })),
             Err(e) if matches!(errno(&e), Some(libc::ENETUNREACH | libc::EHOSTUNREACH)) => Ok(None),

@@ -309,3 +309,34 @@ fn a_local_address_that_arrives_late() {
     west.stop().unwrap();
     east.stop().unwrap();
 }
+
+/// A connection without `local_addrs` (swanctl's `%any`) initiates from
+/// the address the routing table gives towards the peer, as strongSwan
+/// does: the tunnel comes up from the gateway's WAN address and carries
+/// traffic.
+#[test]
+fn a_connection_without_local_addrs_initiates_from_the_routes_source() {
+    if skip("daemon_process_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let west_cfg = EspartoConfig::site(Node::GwWest, ike(false, true)).unwrap();
+    let east_cfg = EspartoConfig::site(Node::GwEast, ike(false, false)).unwrap();
+    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg).unwrap();
+    let tun = west_cfg.tun.clone();
+    let west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, &tun, |control| {
+        let text = west_cfg.to_toml(control);
+        assert!(text.contains("local_addrs = ["), "{text}");
+        text.lines().filter(|l| !l.starts_with("local_addrs")).map(|l| format!("{l}\n")).collect()
+    })
+    .unwrap();
+    let (up, out) = west.cli(&["up", "site", "--quiet"]).unwrap();
+    assert!(up, "{out}");
+    let sas = west.sas().unwrap();
+    let wan = Topology::addr(Node::GwWest, Net::Transit, Family::V4).to_string();
+    assert!(sas.iter().any(|s| s.state == "established" && s.local.starts_with(&wan)), "{wan}: {sas:?}");
+    wait_for("traffic", || pings(&topo));
+    west.stop().unwrap();
+    east.stop().unwrap();
+}

@@ -56,7 +56,7 @@ use crate::psk::Psks;
 use crate::sa::{Dropped, IkeSa, Role, State};
 use crate::activity::{InboundActivity, NoActivity};
 use crate::spi::{SpiAllocator, ike_spi};
-use core::net::SocketAddr;
+use core::net::{IpAddr, SocketAddr};
 use esparto_crypto::Rng;
 use esparto_crypto::ike::KeGroup;
 use esparto_wire::espinudp::{Datagram, Kind, NON_ESP_MARKER};
@@ -211,6 +211,10 @@ pub struct IkeSaStates {
     pub waiting: usize,
 }
 
+/// Picks our address towards a peer (see [`Endpoint::set_source_chooser`]);
+/// `None`: no route to it.
+pub type SourceChooser = Box<dyn FnMut(IpAddr) -> Option<IpAddr> + Send>;
+
 /// Why `initiate`/`acquire`/`terminate` refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InitiateError {
@@ -242,7 +246,9 @@ impl core::fmt::Display for InitiateError {
         match self {
             InitiateError::UnknownConnection(n) => write!(f, "no connection {n:?}"),
             InitiateError::UnknownChild(n) => write!(f, "no child {n:?}"),
-            InitiateError::NoLocalAddress => f.write_str("connection has no local address"),
+            InitiateError::NoLocalAddress => {
+                f.write_str("connection has no local address (local_addrs), and no route gives one towards the peer")
+            }
             InitiateError::NoRemoteAddress => f.write_str("connection has no remote address"),
             InitiateError::UnknownIkeSa(id) => write!(f, "no IKE SA {id}"),
             InitiateError::TooManySas => f.write_str("IKE SA limit reached"),
@@ -266,6 +272,8 @@ pub struct Endpoint {
     spis: Box<dyn SpiAllocator + Send>,
     /// The data plane's last-packet times (liveness without a check).
     activity: Box<dyn InboundActivity + Send>,
+    /// Our address towards a peer, for a connection without `local_addrs`.
+    source: Option<SourceChooser>,
     /// Boxed: a table of SAs inline would hold up to twice their size in
     /// empty slots as it grows, and move them on every growth.
     sas: HashMap<u64, Box<IkeSa>>,
@@ -333,6 +341,7 @@ impl Endpoint {
             rng,
             spis,
             activity: Box::new(NoActivity),
+            source: None,
             sas: HashMap::new(),
             sa_index: sa_index::SaIndex::default(),
             half_open: init_responder::HalfOpen::default(),
@@ -354,6 +363,14 @@ impl Endpoint {
     /// [`crate::activity`]). Without one, only IKE messages count.
     pub fn set_inbound_activity(&mut self, activity: Box<dyn InboundActivity + Send>) {
         self.activity = activity;
+    }
+
+    /// How to pick our address towards a peer when a connection we
+    /// initiate names no `local_addrs` (swanctl's `%any`): the driver asks
+    /// the routing table, as strongSwan does. Without one, initiating such
+    /// a connection fails with [`InitiateError::NoLocalAddress`].
+    pub fn set_source_chooser(&mut self, choose: SourceChooser) {
+        self.source = Some(choose);
     }
 
     /// Add a connection (validated; its name must be new). O(1): the
@@ -513,14 +530,19 @@ impl Endpoint {
                 .name
                 .clone(),
         };
-        let local_ip = *conn
-            .local_addrs
-            .first()
-            .ok_or(InitiateError::NoLocalAddress)?;
         let remote_ip = *conn
             .remote_addrs
             .first()
             .ok_or(InitiateError::NoRemoteAddress)?;
+        let local_ip = match conn.local_addrs.first() {
+            Some(a) => *a,
+            None => self
+                .source
+                .as_mut()
+                .and_then(|choose| choose(remote_ip))
+                .filter(|a| a.is_ipv4() == remote_ip.is_ipv4())
+                .ok_or(InitiateError::NoLocalAddress)?,
+        };
         let sas = &self.sas;
         let spi_i = ike_spi(&mut *self.rng, |s| sas.contains_key(&s));
         let group = conn

@@ -160,8 +160,11 @@ pub(super) fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
     if remotes.iter().chain(&locals).any(|a| a.is_ipv6() != v6) {
         bail!("connections mix IPv4 and IPv6 outer addresses; one daemon serves one outer family (run two daemons)");
     }
+    // One address only if every connection names it: one without
+    // local_addrs (`%any`) may be reached at, and send from, any.
+    let every = cfg.connections.iter().all(|c| !c.local_addrs.is_empty());
     let ip = match locals.first() {
-        Some(first) if locals.iter().all(|a| a == first) => *first,
+        Some(first) if every && locals.iter().all(|a| a == first) => *first,
         _ if v6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
         _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
     };

@@ -149,6 +149,18 @@ impl Ike {
         // ESP from the peer counts as liveness (dpd_delay asks for a check
         // only after that long without it, too).
         ep.set_inbound_activity(Box::new(gw.table.last_packets()));
+        // A connection without local_addrs (`%any`) initiates from the
+        // address the routing table picks towards the peer, asked with the
+        // daemon's own mark (as its IKE goes: past the tunnel's rules).
+        let mark = cfg.daemon.routing.mark;
+        let mut nl = esparto_io::netlink::Rtnetlink::open().context("opening rtnetlink for source address lookups")?;
+        ep.set_source_chooser(Box::new(move |peer| match nl.source_towards(peer, mark) {
+            Ok(src) => src,
+            Err(e) => {
+                warn!(%peer, error = %e, "no source address towards the peer: route lookup failed");
+                None
+            }
+        }));
         *ep.secrets_mut() = std::mem::take(&mut cfg.secrets);
         let bind = SocketAddr::new(gw.local_ip(), cfg.daemon.ike_port);
         // Marked like the NAT-T sockets: IKE to a peer skips the tunnel.
