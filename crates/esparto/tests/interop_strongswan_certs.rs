@@ -40,7 +40,11 @@ fn now() -> time::OffsetDateTime {
 const DAY: Duration = Duration::from_secs(86_400);
 
 fn ca(dir: &Path, name: &str, parent: Option<&Ca>, alg: &'static SignatureAlgorithm) -> Ca {
-    let key = KeyPair::generate_for(alg).unwrap();
+    ca_keyed(dir, name, parent, KeyPair::generate_for(alg).unwrap())
+}
+
+/// A CA with key `key`.
+fn ca_keyed(dir: &Path, name: &str, parent: Option<&Ca>, key: KeyPair) -> Ca {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name.push(DnType::CommonName, name);
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -58,7 +62,11 @@ fn ca(dir: &Path, name: &str, parent: Option<&Ca>, alg: &'static SignatureAlgori
 
 /// An end entity for `dns` issued by `ca`: (certificate, key) files.
 fn issue(dir: &Path, ca: &Ca, dns: &str, alg: &'static SignatureAlgorithm, serial: u64, days: (i64, i64)) -> (PathBuf, PathBuf) {
-    let key = KeyPair::generate_for(alg).unwrap();
+    issue_keyed(dir, ca, dns, KeyPair::generate_for(alg).unwrap(), serial, days)
+}
+
+/// An end entity for `dns` with key `key`, issued by `ca`.
+fn issue_keyed(dir: &Path, ca: &Ca, dns: &str, key: KeyPair, serial: u64, days: (i64, i64)) -> (PathBuf, PathBuf) {
     let mut p = CertificateParams::new(vec![dns.to_string()]).unwrap();
     p.distinguished_name.push(DnType::CommonName, dns);
     p.serial_number = Some(SerialNumber::from(serial));
@@ -464,39 +472,9 @@ fn swanctl_load_all_of_a_certificate_swanctl_conf() {
     gw_east.stop().unwrap();
 }
 
-/// A CA whose key is RSA-4096.
-fn ca_rsa4096(dir: &Path, name: &str, parent: Option<&Ca>) -> Ca {
-    let key = KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_4096).unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    params.not_before = now() - DAY;
-    params.not_after = now() + DAY * 3650;
-    let cert = match parent {
-        None => params.self_signed(&key).unwrap(),
-        Some(p) => params.signed_by(&key, &Issuer::from_params(&p.params, &p.key)).unwrap(),
-    };
-    let file = dir.join(format!("{name}.crt"));
-    std::fs::write(&file, cert.pem()).unwrap();
-    Ca { params, key, file }
-}
-
-/// An RSA-4096 end entity for `dns` issued by `ca`: (certificate, key).
-fn issue_rsa4096(dir: &Path, ca: &Ca, dns: &str, serial: u64) -> (PathBuf, PathBuf) {
-    let key = KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_4096).unwrap();
-    let mut p = CertificateParams::new(vec![dns.to_string()]).unwrap();
-    p.distinguished_name.push(DnType::CommonName, dns);
-    p.serial_number = Some(SerialNumber::from(serial));
-    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    p.not_before = now() - DAY;
-    p.not_after = now() + DAY * 365;
-    let cert = p.signed_by(&key, &Issuer::from_params(&ca.params, &ca.key)).unwrap();
-    let (c, k) = (dir.join(format!("{dns}.crt")), dir.join(format!("{dns}.key")));
-    std::fs::write(&c, cert.pem()).unwrap();
-    std::fs::write(&k, key.serialize_pem()).unwrap();
-    std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).unwrap();
-    (c, k)
+/// A fresh RSA-4096 key.
+fn rsa4096() -> KeyPair {
+    KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_4096).unwrap()
 }
 
 /// The WAN between the gateways as a path that neither carries datagrams
@@ -540,12 +518,12 @@ fn fragmented_ike_auth_with_an_rsa_4096_chain_on_a_path_that_drops_ip_fragments(
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let pki = tempfile::tempdir().unwrap();
     let d = pki.path();
-    let root = ca_rsa4096(d, "root4096", None);
-    let inter1 = ca_rsa4096(d, "inter1", Some(&root));
-    let inter2 = ca_rsa4096(d, "inter2", Some(&inter1));
+    let root = ca_keyed(d, "root4096", None, rsa4096());
+    let inter1 = ca_keyed(d, "inter1", Some(&root), rsa4096());
+    let inter2 = ca_keyed(d, "inter2", Some(&inter1), rsa4096());
     let chain = vec![inter2.file.clone(), inter1.file.clone()];
-    let west = files(issue_rsa4096(d, &inter2, "west.example", 1), chain.clone(), &root.file, None);
-    let east = files(issue_rsa4096(d, &inter2, "east.example", 2), chain, &root.file, None);
+    let west = files(issue_keyed(d, &inter2, "west.example", rsa4096(), 1, (-1, 365)), chain.clone(), &root.file, None);
+    let east = files(issue_keyed(d, &inter2, "east.example", rsa4096(), 2, (-1, 365)), chain, &root.file, None);
     let topo = Topology::new().unwrap();
     small_path_without_ip_fragments(&topo, d);
 
