@@ -321,7 +321,8 @@ fn a_connection_without_local_addrs_initiates_from_the_routes_source() {
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
-    let west_cfg = EspartoConfig::site(Node::GwWest, ike(false, true)).unwrap();
+    // start_action = "start": initiated when the daemon starts.
+    let west_cfg = EspartoConfig::site(Node::GwWest, ike(true, true)).unwrap();
     let east_cfg = EspartoConfig::site(Node::GwEast, ike(false, false)).unwrap();
     let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg).unwrap();
     let tun = west_cfg.tun.clone();
@@ -331,8 +332,7 @@ fn a_connection_without_local_addrs_initiates_from_the_routes_source() {
         text.lines().filter(|l| !l.starts_with("local_addrs")).map(|l| format!("{l}\n")).collect()
     })
     .unwrap();
-    let (up, out) = west.cli(&["up", "site", "--quiet"]).unwrap();
-    assert!(up, "{out}");
+    wait_for("the tunnel", || west.sas().is_ok_and(|s| s.iter().any(|sa| sa.state == "established" && !sa.children.is_empty())));
     let sas = west.sas().unwrap();
     let wan = Topology::addr(Node::GwWest, Net::Transit, Family::V4).to_string();
     assert!(sas.iter().any(|s| s.state == "established" && s.local.starts_with(&wan)), "{wan}: {sas:?}");

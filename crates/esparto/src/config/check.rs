@@ -395,32 +395,21 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Arc<Connecti
             }
             // Not written: the default, `none`.
             let Some((span, p)) = at(&conn.name, &["children", &child.name, "start_action"]) else { continue };
-            let missing = |l: bool, r: bool| match (l, r) {
-                (true, true) => Some("local_addrs and remote_addrs"),
-                (true, false) => Some("local_addrs"),
-                (false, true) => Some("remote_addrs"),
-                (false, false) => None,
-            };
-            let (l, r) = (conn.local_addrs.is_empty(), conn.remote_addrs.is_empty());
+            // Without local_addrs, the initiator sends from the source the
+            // routing table gives towards the peer.
+            if !conn.remote_addrs.is_empty() {
+                continue;
+            }
             match child.start_action {
-                StartAction::Start => {
-                    if let Some(m) = missing(l, r) {
-                        cx.err(&span, &p, format!(
-                            "start_action = \"start\" needs {m} on connection {} (esparto run would refuse to start: it has no address to initiate {})",
-                            conn.name,
-                            if r { "to" } else { "from" },
-                        ));
-                    }
-                }
-                StartAction::Trap if r => cx.err(&span, &p, format!(
+                StartAction::Start => cx.err(&span, &p, format!(
+                    "start_action = \"start\" needs remote_addrs on connection {} (esparto run would refuse to start: it has no address to initiate to)",
+                    conn.name
+                )),
+                StartAction::Trap => cx.err(&span, &p, format!(
                     "start_action = \"trap\" needs remote_addrs on connection {} (esparto run would refuse to start: traffic would have no peer to negotiate with)",
                     conn.name
                 )),
-                StartAction::Trap if l => cx.warn(&span, &p, format!(
-                    "start_action = \"trap\" without local_addrs on connection {}: traffic can never start a negotiation (only the peer can); name the local address",
-                    conn.name
-                )),
-                StartAction::Trap | StartAction::None => {}
+                StartAction::None => {}
             }
         }
     }

@@ -686,8 +686,8 @@ impl Ike {
 }
 
 /// Refuses a connection whose start actions cannot be carried out: a trap
-/// or a `start` child needs the peer's address to initiate to, and a
-/// `start` child our own to initiate from.
+/// or a `start` child needs the peer's address to initiate to (without
+/// `local_addrs`, the route's source is ours).
 pub(super) fn check_activation(conn: &Connection) -> Result<(), String> {
     let Some(ike_conn) = &conn.ike else { return Ok(()) };
     for child in &ike_conn.children {
@@ -698,9 +698,6 @@ pub(super) fn check_activation(conn: &Connection) -> Result<(), String> {
         };
         if conn.remote_addrs.is_empty() {
             return Err(format!("{}/{}: {action} needs remote_addrs", conn.name, child.name));
-        }
-        if child.start_action == StartAction::Start && conn.local_addrs.is_empty() {
-            return Err(format!("{}/{}: {action} needs local_addrs", conn.name, child.name));
         }
     }
     Ok(())

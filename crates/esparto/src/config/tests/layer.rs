@@ -100,10 +100,8 @@ fn a_name_the_file_uses_is_refused() {
 #[test]
 fn a_kept_walk_gives_what_a_new_walk_gives() {
     let mut layer = Layer::default();
-    // No local_addrs: a trap child warns that traffic cannot start it.
-    let LayerValue::Section(mut conn) = vici_conn("192.0.2.9", "10.9.0.0/16", "128") else { unreachable!() };
-    conn.retain(|(k, _)| k != "local_addrs");
-    layer.set_conn("vpn", LayerValue::Section(conn));
+    // A selector with a port: warned (routes select by address only).
+    layer.set_conn("vpn", vici_conn("192.0.2.9", "10.9.0.0/16[6/443]", "128"));
     layer.set_secret("ike-vpn", psk());
     let first = layered(&base(), &layer).unwrap();
     // The second load reuses the walks kept by the first.
