@@ -274,9 +274,10 @@ fn log_of(gw: &EspartoGateway) -> String {
 }
 
 /// A local address that is not on the host yet (a WAN address from
-/// PPPoE or DHCP): the daemon starts anyway, says so, says when the
-/// address arrives, then carries IKE and traffic from it; and says when
-/// it leaves.
+/// PPPoE or DHCP): the daemon starts anyway, says so, and initiates; its
+/// IKE_SA_INIT cannot leave yet, and a retransmission does once the
+/// address is there. It says when the address arrives, carries IKE and
+/// traffic from it, and says when it leaves.
 #[test]
 fn a_local_address_that_arrives_late() {
     if skip("daemon_process_netns", false) {
@@ -285,10 +286,11 @@ fn a_local_address_that_arrives_late() {
     let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
     let topo = Topology::new().unwrap();
     let late = "192.0.2.11";
-    let mut west_cfg = EspartoConfig::site(Node::GwWest, ike(false, true)).unwrap();
+    let mut west_cfg = EspartoConfig::site(Node::GwWest, ike(true, true)).unwrap();
     west_cfg.local_addr = late.parse().unwrap();
-    let mut east_cfg = EspartoConfig::site(Node::GwEast, ike(true, false)).unwrap();
+    let mut east_cfg = EspartoConfig::site(Node::GwEast, ike(false, false)).unwrap();
     east_cfg.remote_addr = late.parse().unwrap();
+    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg).unwrap();
     let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &west_cfg).unwrap();
     let log = log_of(&west);
     assert!(log.contains("the local address is not on this host yet: bound anyway (IP_FREEBIND)") && log.contains("local=192.0.2.11"), "{log}");
@@ -296,7 +298,6 @@ fn a_local_address_that_arrives_late() {
     let gw = topo.ns(Node::GwWest);
     assert!(gw.ip(&["addr", "add", &format!("{late}/24"), "dev", "wan0"]).unwrap().status.success());
     wait_for("the arrival logged", || log_of(&west).contains("local address is on the host now"));
-    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &east_cfg).unwrap();
     wait_for("the tunnel from the late address", || {
         west.sas().is_ok_and(|s| s.iter().any(|sa| sa.state == "established" && !sa.children.is_empty()))
     });
