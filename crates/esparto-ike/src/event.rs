@@ -116,6 +116,10 @@ pub enum Reason {
     /// The peer did not answer SA_RESOURCE_INFO: it does not support
     /// per-resource Child SAs (RFC 9611).
     PerResourceUnsupported,
+    /// Our address it used left the host ([`crate::Endpoint::local_address_gone`]):
+    /// without MOBIKE it cannot move; what follows is as for a dead peer
+    /// (`dpd_action`).
+    LocalAddressGone,
 }
 
 impl Reason {
@@ -139,6 +143,7 @@ impl Reason {
             Reason::Rekeyed => "rekeyed",
             Reason::Expired => "expired",
             Reason::PeerRestarted => "peer_restarted",
+            Reason::LocalAddressGone => "local_address_gone",
             Reason::PerResourceUnsupported => "per_resource_unsupported",
         }
     }

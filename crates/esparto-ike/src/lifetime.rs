@@ -178,7 +178,7 @@ pub enum AfterDeath {
 /// authenticated calls for nothing).
 pub fn after_death(dpd: DpdAction, close: CloseAction, reason: Reason) -> AfterDeath {
     match reason {
-        Reason::Timeout | Reason::InvalidIkeSpi => match dpd {
+        Reason::Timeout | Reason::InvalidIkeSpi | Reason::LocalAddressGone => match dpd {
             DpdAction::Clear => AfterDeath::Nothing,
             DpdAction::Restart => AfterDeath::Initiate,
             DpdAction::Trap => AfterDeath::Trap,

@@ -341,3 +341,49 @@ fn a_connection_without_local_addrs_initiates_from_the_routes_source() {
     west.stop().unwrap();
     east.stop().unwrap();
 }
+
+/// The address a connection without `local_addrs` uses changes (a new
+/// DHCP lease): the old address leaves, its IKE SA ends (no MOBIKE), and
+/// `dpd_action = restart` (the default of `start` connections) brings the
+/// connection up again from the new address; the outage is printed.
+#[test]
+fn a_changed_local_address_reestablishes_the_connection() {
+    if skip("daemon_process_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let without = |key: &'static str, cfg: EspartoConfig| {
+        move |control: &Path| -> String {
+            cfg.to_toml(control).lines().filter(|l| !l.starts_with(key)).map(|l| format!("{l}\n")).collect()
+        }
+    };
+    let west_cfg = EspartoConfig::site(Node::GwWest, ike(true, true)).unwrap();
+    let east_cfg = EspartoConfig::site(Node::GwEast, ike(false, false)).unwrap();
+    let (wt, et) = (west_cfg.tun.clone(), east_cfg.tun.clone());
+    // East answers from any address; west sends from the route's source.
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, &et, without("remote_addrs", east_cfg)).unwrap();
+    let west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, &wt, without("local_addrs", west_cfg)).unwrap();
+    let up_from = |addr: &str| {
+        let addr = addr.to_string();
+        let w = &west;
+        move || w.sas().is_ok_and(|s| s.iter().any(|sa| sa.state == "established" && !sa.children.is_empty() && sa.local.starts_with(&addr)))
+    };
+    let old = Topology::addr(Node::GwWest, Net::Transit, Family::V4).to_string();
+    wait_for("the tunnel", up_from(&old));
+    wait_for("traffic", || pings(&topo));
+
+    let gw = topo.ns(Node::GwWest);
+    gw.sysctl("net.ipv4.conf.wan0.promote_secondaries", "1").unwrap();
+    let new = "192.0.2.21";
+    assert!(gw.ip(&["addr", "add", &format!("{new}/24"), "dev", "wan0"]).unwrap().status.success());
+    let changed = Instant::now();
+    assert!(gw.ip(&["addr", "del", &format!("{old}/24"), "dev", "wan0"]).unwrap().status.success());
+    wait_for("the tunnel from the new address", up_from(new));
+    wait_for("traffic again", || pings(&topo));
+    eprintln!("traffic again {:.2} s after the address changed", changed.elapsed().as_secs_f64());
+    let log = log_of(&west);
+    assert!(log.contains("our address left the host: the IKE_SA ends (no MOBIKE)"), "{log}");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}

@@ -193,6 +193,34 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Our address `ip` left the host: the IKE SAs on it can neither send
+    /// nor receive, and without MOBIKE (RFC 4555) they cannot move. They
+    /// end here, without a Delete (it could not leave), and what follows
+    /// is as for a dead peer: the connection's `dpd_action` (`restart`,
+    /// the default of `start` connections, initiates it again, from the
+    /// address the routing table gives then). Returns how many ended.
+    pub fn local_address_gone(&mut self, now: Instant, ip: core::net::IpAddr) -> usize {
+        let ids: Vec<u64> = self
+            .sas
+            .iter()
+            .filter(|(_, sa)| sa.local.ip() == ip && sa.state != State::Dead)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            let mut ctx = ctx!(self, now);
+            if let Some(sa) = self.sas.get_mut(id) {
+                tracing::info!(ike_sa = %sa.id, local = %ip, connection = %sa.conn.name,
+                    "our address left the host: the IKE_SA ends (no MOBIKE)");
+                kill_silently(sa, &mut ctx, Reason::LocalAddressGone);
+            }
+        }
+        self.run_actions(now);
+        for id in &ids {
+            self.after(now, *id);
+        }
+        ids.len()
+    }
+
     /// Child SAs held (announced or not, all IKE SAs).
     pub fn child_sa_count(&self) -> usize {
         self.sas.values().map(|sa| sa.children.len()).sum()
@@ -366,7 +394,7 @@ impl Endpoint {
             if let Some(sa) = self.sas.get_mut(id) {
                 tracing::info!(ike_sa = %sa.id, identity = %rid,
                     "peer restarted (INITIAL_CONTACT): deleting the old IKE_SA");
-                kill_silently(sa, &mut ctx);
+                kill_silently(sa, &mut ctx, Reason::PeerRestarted);
             }
         }
         stale
@@ -375,9 +403,9 @@ impl Endpoint {
 
 /// Delete an IKE SA without a Delete payload (its successor, if any, is
 /// deleted by the caller separately).
-fn kill_silently(sa: &mut IkeSa, ctx: &mut Ctx<'_>) {
+fn kill_silently(sa: &mut IkeSa, ctx: &mut Ctx<'_>, reason: Reason) {
     if !sa.superseded {
         sa.successor = None;
     }
-    sa.die(ctx, Reason::PeerRestarted);
+    sa.die(ctx, reason);
 }

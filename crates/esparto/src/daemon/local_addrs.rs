@@ -7,7 +7,10 @@
 //! it work as soon as the address is there. The kernel's address events
 //! (rtnetlink, both families) are followed for every address a connection
 //! names in `local_addrs`, and the daemon logs each one arriving and
-//! leaving, with the connections that use it.
+//! leaving, with the connections that use it. Any address that leaves
+//! ends the IKE SAs that used it (`Endpoint::local_address_gone`: without
+//! MOBIKE they cannot move), and `dpd_action = restart` brings them up
+//! again from the address the host has then.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -82,15 +85,18 @@ impl LocalAddrs {
     }
 
     /// Reads the events and logs what they mean for `cfg`'s connections.
-    pub(super) fn on_readable(&mut self, cfg: &Config) {
-        let Some(w) = self.watch.as_mut() else { return };
+    /// Returns every address that left the host (configured or not: a
+    /// connection without `local_addrs` uses whatever the route gave).
+    pub(super) fn on_readable(&mut self, cfg: &Config) -> Vec<IpAddr> {
+        let Some(w) = self.watch.as_mut() else { return Vec::new() };
         let changes = match w.changes() {
             Ok(c) => c,
             Err(e) => {
                 warn!(error = %e, "reading the host's address events");
-                return;
+                return Vec::new();
             }
         };
+        let mut gone = Vec::new();
         let wanted = wanted(cfg);
         let users = |a: &IpAddr| wanted.iter().find(|(x, _)| x == a).map(|(_, n)| n.join(", "));
         for ch in changes {
@@ -103,6 +109,7 @@ impl LocalAddrs {
                     }
                 }
                 AddressChange::Removed(a) => {
+                    gone.push(a);
                     if let Some(conns) = users(&a) {
                         if self.present.remove(&a) {
                             warn!(local = %a, connections = %conns, "local address left the host: IKE and ESP from it stop until it is back");
@@ -117,10 +124,12 @@ impl LocalAddrs {
                             info!(local = %a, connections = %conns.join(", "), "local address is on the host now");
                         } else if !now && self.present.remove(a) {
                             warn!(local = %a, connections = %conns.join(", "), "local address left the host: IKE and ESP from it stop until it is back");
+                            gone.push(*a);
                         }
                     }
                 }
             }
         }
+        gone
     }
 }

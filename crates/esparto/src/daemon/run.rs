@@ -235,7 +235,11 @@ impl Daemon {
                 self.reload_on_sighup();
             }
             if readable.addrs {
-                self.local_addrs.on_readable(&self.config);
+                for a in self.local_addrs.on_readable(&self.config) {
+                    if let Some(ike) = self.ike.as_mut() {
+                        ike.ep.local_address_gone(now, a);
+                    }
+                }
             }
             self.serve_ike(now, readable.ike);
             self.gw.keep_reservations();

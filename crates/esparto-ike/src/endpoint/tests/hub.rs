@@ -161,3 +161,27 @@ fn a_restarted_spoke_replaces_only_its_own_sa() {
     assert_eq!(q.r.ike_sa_count(), SPOKES);
     assert_eq!(q.r.sa_index.len(), (SPOKES, SPOKES));
 }
+
+/// Our address leaves the host: the IKE SAs on it end without a Delete,
+/// counted as `local_address_gone`, and a connection with
+/// `dpd_action = restart` initiates again after the re-initiation delay;
+/// SAs on other addresses are left alone.
+#[test]
+fn a_local_address_that_leaves_ends_its_sas_and_restart_initiates_again() {
+    let i = endpoint_with(5, MOON, SUN, "@moon", "@sun", |c| c.dpd_action = crate::lifetime::DpdAction::Restart);
+    let mut p = pair_of(i, endpoint(6, SUN, MOON, "@sun", "@moon"));
+    p.i.initiate(p.now, "gw", None).unwrap();
+    pump(&mut p);
+    drain(&mut p.i);
+    assert_eq!(p.i.local_address_gone(p.now, "10.0.0.99".parse().unwrap()), 0, "not ours");
+    assert_eq!(p.i.local_address_gone(p.now, MOON.parse().unwrap()), 1);
+    let (_, down) = drain(&mut p.i);
+    assert_eq!(down.iter().map(|(_, r)| *r).collect::<Vec<_>>(), [Reason::LocalAddressGone]);
+    assert!(p.i.poll_transmit().is_none(), "no Delete from a gone address");
+    assert_eq!(p.i.ike_sa_count(), 0);
+    p.now += crate::lifetime::REINITIATE_DELAY + core::time::Duration::from_millis(10);
+    p.i.handle_timeout(p.now);
+    let t = p.i.poll_transmit().expect("initiated again");
+    let h = esparto_wire::ike::Message::parse(&t.data).unwrap().header;
+    assert_eq!(h.exchange, ExchangeType::IKE_SA_INIT);
+}
