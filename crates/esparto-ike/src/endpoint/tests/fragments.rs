@@ -125,3 +125,49 @@ fn without_fragmentation_on_either_side_ike_auth_is_lost() {
         assert_eq!(p.i.stats().fragments_sent + p.r.stats().fragments_sent, 0);
     }
 }
+
+/// Bad fragments of IKE_AUTH: one tampered in flight fails its ICV and is
+/// not kept (counted as an integrity failure), a duplicate is dropped and
+/// counted; the initiator's retransmission, all fragments again, then
+/// completes the message, and nothing stays held.
+#[test]
+fn tampered_and_duplicate_fragments_are_dropped_and_counted() {
+    let mut p = Pair {
+        i: side(1, true, yes),
+        r: side(2, false, yes),
+        now: Instant::now(),
+        ike: IkeSaId(0),
+    };
+    p.ike = p.i.initiate(p.now, "gw", None).unwrap();
+    // IKE_SA_INIT both ways.
+    let t = p.i.poll_transmit().unwrap();
+    p.r.handle_datagram(p.now, wall_clock(), t.remote, t.local, &t.data);
+    let t = p.r.poll_transmit().unwrap();
+    p.i.handle_datagram(p.now, wall_clock(), t.remote, t.local, &t.data);
+    // IKE_AUTH: several fragments; the second tampered, the first twice.
+    let frags: Vec<Transmit> = std::iter::from_fn(|| p.i.poll_transmit()).collect();
+    assert!(frags.len() >= 2, "{} fragments", frags.len());
+    for (k, t) in frags.iter().enumerate() {
+        let mut data = t.data.clone();
+        if k == 1 {
+            let last = data.len() - 1;
+            data[last] ^= 1;
+        }
+        p.r.handle_datagram(p.now, wall_clock(), t.remote, t.local, &data);
+        if k == 0 {
+            p.r.handle_datagram(p.now, wall_clock(), t.remote, t.local, &data);
+        }
+    }
+    let s = p.r.stats();
+    assert_eq!((s.integrity_failures, s.fragments_dropped, s.messages_reassembled), (1, 1, 0), "{s:?}");
+    assert!(s.fragment_bytes_held > 0, "the good ones wait for the missing one");
+    assert!(p.r.poll_transmit().is_none(), "no answer to a message not whole");
+    // The retransmission brings every fragment again: whole now.
+    p.now += core::time::Duration::from_secs(5);
+    p.i.handle_timeout(p.now);
+    let (_, dropped) = pump_mtu(&mut p, SIZE);
+    assert_eq!(dropped, 0);
+    assert!(up(&mut p.r), "established after the retransmission");
+    let s = p.r.stats();
+    assert_eq!((s.messages_reassembled, s.fragment_bytes_held), (1, 0), "{s:?}");
+}
