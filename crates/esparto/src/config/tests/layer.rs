@@ -59,6 +59,25 @@ fn a_vici_connection_loads_beside_the_files_with_strings_for_numbers_and_boolean
     assert_eq!(&*c.text, base().as_str());
 }
 
+/// `unique` and `fragmentation` as swanctl sends them (strings).
+#[test]
+fn a_vici_connection_takes_unique_and_fragmentation() {
+    let mut layer = Layer::default();
+    let LayerValue::Section(mut conn) = vici_conn("192.0.2.9", "10.9.0.0/16", "128") else { unreachable!() };
+    conn.push(("unique".into(), st("replace")));
+    conn.push(("fragmentation".into(), st("accept")));
+    layer.set_conn("vpn", LayerValue::Section(conn.clone()));
+    layer.set_secret("ike-vpn", psk());
+    let c = layered(&base(), &layer).unwrap();
+    let ike = c.connections[1].ike.as_ref().unwrap();
+    assert_eq!((ike.unique, ike.fragmentation), (esparto_ike::Unique::Replace, esparto_ike::Fragmentation::Accept));
+    conn.retain(|(k, _)| k != "fragmentation");
+    conn.push(("fragmentation".into(), st("force")));
+    layer.set_conn("vpn", LayerValue::Section(conn));
+    let e = layered(&base(), &layer).unwrap_err().to_string();
+    assert!(e.contains("load-conn 'vpn' (VICI): connections.vpn.fragmentation: 'force' fragments IKEv1's first message"), "{e}");
+}
+
 #[test]
 fn errors_in_a_vici_connection_name_it_and_the_key() {
     let mut layer = Layer::default();
