@@ -93,6 +93,17 @@ impl SaGroup {
         (self.sub.as_mut(), self.fallback.as_deref_mut())
     }
 
+    /// Sends on every SA of the group to `peer` (see
+    /// [`OutboundSa::set_peer`]).
+    pub fn set_peer(&mut self, peer: core::net::SocketAddr) {
+        if let Some(s) = self.sub.as_mut() {
+            s.set_peer(peer);
+        }
+        if let Some(f) = self.fallback.as_deref_mut() {
+            f.set_peer(peer);
+        }
+    }
+
     /// Removes whichever SA has `spi`; true if one did.
     pub fn remove_spi(&mut self, spi: u32) -> bool {
         if self.sub.as_ref().is_some_and(|s| s.spi() == spi) {

@@ -292,6 +292,18 @@ impl OutboundSa {
         self.peer
     }
 
+    /// Sends to `peer` from now on (the peer's NAT mapping changed, RFC
+    /// 7296 §2.23). Only within the address family, whose overhead the
+    /// SA's inner-packet limit was made for; false (nothing changed) for
+    /// another.
+    pub fn set_peer(&mut self, peer: SocketAddr) -> bool {
+        if peer.is_ipv4() != self.peer.is_ipv4() {
+            return false;
+        }
+        self.peer = peer;
+        true
+    }
+
     /// The suite.
     pub fn suite(&self) -> EspSuite {
         self.cipher.suite()

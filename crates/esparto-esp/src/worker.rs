@@ -66,6 +66,9 @@ pub enum Command {
     SetSub(GroupId, Box<OutboundSa>),
     /// Remove an outbound SA from a group.
     RemoveOutbound(GroupId, Spi),
+    /// Send on the group's SAs to this peer endpoint from now on (its NAT
+    /// mapping changed), keeping their sequence numbers.
+    SetPeer(GroupId, std::net::SocketAddr),
     /// Install an inbound SA (its SPI steers to this worker).
     AddInbound(Box<InboundSa>),
     /// Remove an inbound SA.
@@ -384,6 +387,11 @@ impl Worker {
                     g.remove_spi(spi);
                 }
                 self.ipcomp.outbound.remove(&spi);
+            }
+            Command::SetPeer(id, peer) => {
+                if let Some(g) = self.groups.get_mut(&id) {
+                    g.set_peer(peer);
+                }
             }
             Command::AddInbound(sa) => {
                 self.sad.insert(sa);

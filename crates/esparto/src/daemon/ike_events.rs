@@ -97,7 +97,7 @@ impl Ike {
             }
             Event::PeerAddressChanged { ike_sa, local, remote } => {
                 info!(%ike_sa, %local, %remote, "peer address changed");
-                gw.table.peer_address_changed(ike_sa, local, remote);
+                gw.table.peer_address_changed(ike_sa, local, remote, self.esp_peer(remote));
             }
         }
         if let Some(after) = after {
@@ -217,16 +217,17 @@ impl Ike {
         }
     }
 
+    /// Where ESP to a peer at IKE endpoint `remote` goes: always in UDP
+    /// (RFC 3948), to the peer's NAT-T port.
+    fn esp_peer(&self, remote: SocketAddr) -> SocketAddr {
+        let port = if remote.port() == self.ike_port { self.natt_port } else { remote.port() };
+        SocketAddr::new(remote.ip(), port)
+    }
+
     /// A Child SA is ready: installed (inbound first), and the watches of
     /// its connection end with it unless it is a rekey.
     fn install(&mut self, now: Instant, gw: &mut Gateway, c: &ChildSaEstablished) {
-        // ESP always travels in UDP (RFC 3948) to the peer's NAT-T port.
-        let peer_port = if c.remote.port() == self.ike_port {
-            self.natt_port
-        } else {
-            c.remote.port()
-        };
-        let peer = SocketAddr::new(c.remote.ip(), peer_port);
+        let peer = self.esp_peer(c.remote);
         match gw.table.child_established(now, c, peer) {
             Ok(done) => {
                 let ts = |v: &[esparto_ike::TrafficSelector]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");

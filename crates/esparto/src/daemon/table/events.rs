@@ -366,11 +366,27 @@ impl Table {
         self.ike_sas.insert(new, rec);
     }
 
-    /// The peer's address changed (NAT rebinding).
-    pub(crate) fn peer_address_changed(&mut self, ike_sa: IkeSaId, local: SocketAddr, remote: SocketAddr) {
-        if let Some(r) = self.ike_sas.get_mut(&ike_sa) {
-            r.local = local;
-            r.remote = remote;
+    /// The peer's address changed (NAT rebinding): its IKE SA's record,
+    /// and where its Child SAs' ESP goes (`esp`).
+    pub(crate) fn peer_address_changed(&mut self, ike_sa: IkeSaId, local: SocketAddr, remote: SocketAddr, esp: SocketAddr) {
+        let Some(r) = self.ike_sas.get_mut(&ike_sa) else { return };
+        r.local = local;
+        r.remote = remote;
+        // ESP follows IKE to the peer's new endpoint (RFC 7296 §2.23, RFC
+        // 3948 §3.5): every group of the IKE SA's Child SAs, in every
+        // worker, without touching sequence numbers.
+        let mut groups: Vec<_> = r.sas.iter().filter_map(|id| self.sas.get(id.0)).map(|sa| sa.child).collect();
+        groups.dedup();
+        for child in groups {
+            let Some(g) = self.children.get_mut(child.0).and_then(|c| c.group.as_mut()) else { continue };
+            if g.peer == esp {
+                continue;
+            }
+            g.peer = esp;
+            let id = g.id;
+            for k in 0..self.workers {
+                self.emit(Effect::Worker(k, Command::SetPeer(id, esp)));
+            }
         }
     }
 

@@ -476,6 +476,37 @@ fn an_ike_sa_deleted_takes_its_child_sas_and_only_them() {
     assert_eq!(h.table.ike_sa_deleted(IkeSaId(1)), None);
 }
 
+/// The peer's NAT mapping changes (an authenticated IKE message from a new
+/// port): ESP follows it on every worker — the fallback SA and a sub-SA —
+/// keeping the SAs (and their sequence numbers); another IKE SA's
+/// children stay where they were.
+#[test]
+fn a_peer_address_change_moves_its_esp_on_every_worker() {
+    let mut h = Harness::new(2);
+    let a = h.conn("a", true, "10.2.0.0/16");
+    let b = h.conn("b", false, "10.3.0.0/16");
+    h.establish(&Est::new(1, "a", 0x1001, 0x2000));
+    h.establish(&Est { resource: Some(0), per_resource: true, ..Est::new(1, "a", 0x1002, 0x2002) });
+    h.establish(&Est { remote: ike_ts("10.3.0.0/16"), ..Est::new(2, "b", 0x1005, 0x2005) });
+    let moved: std::net::SocketAddr = "198.51.100.7:61000".parse().unwrap();
+    let ike: std::net::SocketAddr = "198.51.100.7:61000".parse().unwrap();
+    h.table.peer_address_changed(IkeSaId(1), "192.0.2.1:4500".parse().unwrap(), ike, moved);
+    h.apply();
+    for k in 0..2 {
+        let g = h.workers[k].group(h.group(a)).unwrap();
+        for sa in g.sub().into_iter().chain(g.fallback()) {
+            assert_eq!(sa.peer(), moved, "worker {k} SPI {:#x}", sa.spi());
+        }
+        assert_ne!(h.workers[k].group(h.group(b)).unwrap().fallback().unwrap().peer(), moved);
+    }
+    assert_eq!(h.sends(a, 0), Some((0x2002, true)), "the same SAs");
+    assert_eq!(h.table.ike_sa(IkeSaId(1)).unwrap().remote, ike);
+    // An IPv6 endpoint for an IPv4 SA is refused by the SA: nothing moves.
+    h.table.peer_address_changed(IkeSaId(1), "192.0.2.1:4500".parse().unwrap(), ike, "[2001:db8::7]:4500".parse().unwrap());
+    h.apply();
+    assert_eq!(h.workers[1].group(h.group(a)).unwrap().fallback().unwrap().peer(), moved);
+}
+
 #[test]
 fn an_ike_sa_rekey_moves_its_child_sas() {
     let mut h = Harness::new(1);
