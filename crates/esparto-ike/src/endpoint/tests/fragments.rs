@@ -27,6 +27,16 @@ fn wide(c: &mut ConnectionConfig) {
     }
 }
 
+/// An initiator and a responder, their connections tweaked by `i` and `r`.
+fn pair(i: fn(&mut ConnectionConfig), r: fn(&mut ConnectionConfig)) -> Pair {
+    Pair {
+        i: side(1, true, i),
+        r: side(2, false, r),
+        now: Instant::now(),
+        ike: IkeSaId(0),
+    }
+}
+
 fn yes(c: &mut ConnectionConfig) {
     wide(c);
 }
@@ -82,12 +92,7 @@ fn up(ep: &mut Endpoint) -> bool {
 
 #[test]
 fn ike_auth_crosses_a_small_path_in_fragments() {
-    let mut p = Pair {
-        i: side(1, true, yes),
-        r: side(2, false, yes),
-        now: Instant::now(),
-        ike: IkeSaId(0),
-    };
+    let mut p = pair(yes, yes);
     p.ike = p.i.initiate(p.now, "gw", None).unwrap();
     let (_, dropped) = pump_mtu(&mut p, SIZE);
     assert_eq!(dropped, 0, "every fragment fits");
@@ -112,12 +117,7 @@ fn ike_auth_crosses_a_small_path_in_fragments() {
 #[test]
 fn without_fragmentation_on_either_side_ike_auth_is_lost() {
     for (what, fi, fr) in [("no/yes", no as fn(&mut ConnectionConfig), yes as fn(&mut ConnectionConfig)), ("yes/no", yes, no), ("accept/accept", accept, accept)] {
-        let mut p = Pair {
-            i: side(1, true, fi),
-            r: side(2, false, fr),
-            now: Instant::now(),
-            ike: IkeSaId(0),
-        };
+        let mut p = pair(fi, fr);
         p.i.initiate(p.now, "gw", None).unwrap();
         let (_, dropped) = pump_mtu(&mut p, SIZE);
         assert!(dropped > 0, "{what}: the whole IKE_AUTH did not fit");
@@ -132,12 +132,7 @@ fn without_fragmentation_on_either_side_ike_auth_is_lost() {
 /// completes the message, and nothing stays held.
 #[test]
 fn tampered_and_duplicate_fragments_are_dropped_and_counted() {
-    let mut p = Pair {
-        i: side(1, true, yes),
-        r: side(2, false, yes),
-        now: Instant::now(),
-        ike: IkeSaId(0),
-    };
+    let mut p = pair(yes, yes);
     p.ike = p.i.initiate(p.now, "gw", None).unwrap();
     // IKE_SA_INIT both ways.
     let t = p.i.poll_transmit().unwrap();
