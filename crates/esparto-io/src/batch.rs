@@ -24,7 +24,7 @@
 //! swap; the send batch's packet then starts where the datapath's header
 //! begins in that slot, not at the headroom).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// One fixed-capacity packet buffer whose visible length can change without
 /// reallocating.
@@ -100,6 +100,10 @@ pub struct RxBatch {
     pub(crate) slots: Vec<PacketBuf>,
     pub(crate) sizes: Vec<usize>,
     pub(crate) entries: Vec<RxEntry>,
+    /// Per slot: the destination address the datagram in it was sent to,
+    /// when the socket reports it (`UdpConfig::pktinfo`); every datagram
+    /// of a GRO buffer shares it.
+    pub(crate) locals: Vec<Option<IpAddr>>,
     pub(crate) headroom: usize,
     /// Every entry has a slot of its own (TUN reads), so a slot may be
     /// handed to a [`TxBatch`] once its entry is processed
@@ -119,6 +123,7 @@ impl RxBatch {
                 .collect(),
             sizes: vec![0; slots],
             entries: Vec::with_capacity(max_entries.max(slots)),
+            locals: vec![None; slots],
             headroom,
             exclusive: false,
         }
@@ -188,6 +193,14 @@ impl RxBatch {
     }
 
 
+    /// The local address datagram `i` was sent to: known when the socket
+    /// reports it (`UdpConfig::pktinfo`), which a socket bound to a
+    /// wildcard address needs to tell its addresses apart.
+    pub fn local(&self, i: usize) -> Option<IpAddr> {
+        let e = self.entries.get(i)?;
+        self.locals.get(e.slot as usize).copied().flatten()
+    }
+
     /// Iterate over `(bytes, peer)` of every packet.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<SocketAddr>)> + '_ {
         (0..self.entries.len()).filter_map(move |i| Some((self.packet(i)?, self.entries[i].peer)))
@@ -247,6 +260,9 @@ impl std::error::Error for BatchFull {}
 pub struct TxBatch {
     pub(crate) slots: Vec<PacketBuf>,
     pub(crate) dsts: Vec<Option<SocketAddr>>,
+    /// The source address to send packet *i* from (`IP_PKTINFO`);
+    /// `None`: the one the routing table picks.
+    pub(crate) srcs: Vec<Option<IpAddr>>,
     /// Where packet *i* starts in its slot: `headroom`, except for a slot
     /// taken over from an [`RxBatch`], where the packet was built in place.
     starts: Vec<usize>,
@@ -266,6 +282,7 @@ impl TxBatch {
                 .map(|_| PacketBuf::new(headroom + slot_len))
                 .collect(),
             dsts: vec![None; slots],
+            srcs: vec![None; slots],
             starts: vec![headroom; slots],
             len: 0,
             headroom,
@@ -329,6 +346,7 @@ impl TxBatch {
         }
         slot.set_len(headroom + n);
         self.dsts[self.len] = dst;
+        self.srcs[self.len] = None;
         self.starts[self.len] = headroom;
         self.len += 1;
         Ok(())
@@ -364,6 +382,7 @@ impl TxBatch {
         std::mem::swap(src, dst_slot);
         dst_slot.set_len(range.end);
         self.dsts[self.len] = dst;
+        self.srcs[self.len] = None;
         self.starts[self.len] = range.start;
         self.len += 1;
         Ok(())
@@ -405,6 +424,20 @@ impl TxBatch {
     /// Bytes of all queued packets.
     pub fn bytes(&self) -> usize {
         (0..self.len).map(|i| self.packet_len(i)).sum()
+    }
+
+    /// Sends the packet queued last from `src` rather than from the
+    /// address the routing table picks (a socket bound to a wildcard
+    /// address answering from the address it was asked at).
+    pub fn set_last_source(&mut self, src: Option<IpAddr>) {
+        if let Some(i) = self.len.checked_sub(1) {
+            self.srcs[i] = src;
+        }
+    }
+
+    /// Source address of queued packet `i`, if set.
+    pub fn source(&self, i: usize) -> Option<IpAddr> {
+        if i >= self.len { None } else { self.srcs[i] }
     }
 
     /// Destination of queued packet `i`.

@@ -72,6 +72,18 @@ pub(crate) struct RawAddr {
 }
 
 impl RawAddr {
+    /// `addr` as a socket of family `v6` takes it: an IPv4 address as
+    /// IPv4-mapped IPv6 on an IPv6 socket (which reaches IPv4 peers only
+    /// when it is dual-stack, `IPV6_V6ONLY` off).
+    pub(crate) fn for_socket(addr: &SocketAddr, v6: bool) -> Self {
+        match addr {
+            SocketAddr::V4(a) if v6 => {
+                Self::from_std(&SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0)))
+            }
+            _ => Self::from_std(addr),
+        }
+    }
+
     pub(crate) fn from_std(addr: &SocketAddr) -> Self {
         // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
         let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
@@ -135,6 +147,11 @@ pub(crate) fn to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> 
             // SAFETY: as above, for sockaddr_in6.
             let sin6: &libc::sockaddr_in6 =
                 unsafe { &*(storage as *const libc::sockaddr_storage).cast() };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            // An IPv4 peer of a dual-stack socket: its address as IPv4.
+            if let Some(v4) = ip.to_ipv4_mapped() {
+                return Some(SocketAddr::V4(SocketAddrV4::new(v4, u16::from_be(sin6.sin6_port))));
+            }
             Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(sin6.sin6_addr.s6_addr),
                 u16::from_be(sin6.sin6_port),

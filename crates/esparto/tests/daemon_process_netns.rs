@@ -5,7 +5,8 @@
 //! (its workers nothing) with `no_new_privs`; and a route the kernel
 //! flushed comes back when the child is installed again (an IKE rekey);
 //! an instance (`--instance NAME`) takes its socket, device and state
-//! directory from its name.
+//! directory from its name; and one daemon serves an IPv4 and an IPv6
+//! peer at once from a dual-stack socket group.
 //! Needs root, iproute2, ping: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -384,6 +385,62 @@ fn a_changed_local_address_reestablishes_the_connection() {
     eprintln!("traffic again {:.2} s after the address changed", changed.elapsed().as_secs_f64());
     let log = log_of(&west);
     assert!(log.contains("our address left the host: the IKE_SA ends (no MOBIKE)"), "{log}");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
+/// One daemon, peers of both families: each gateway has a connection
+/// over IPv4 (carrying the IPv4 LANs) and one over IPv6 (the IPv6 LANs),
+/// on dual-stack sockets. Both come up, each from the local address of
+/// its family, and traffic of both families crosses.
+#[test]
+fn one_daemon_serves_an_ipv4_and_an_ipv6_peer() {
+    if skip("daemon_process_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let config = |side: Node| {
+        let (west, other) = (side == Node::GwWest, if side == Node::GwWest { Node::GwEast } else { Node::GwWest });
+        let conn = |fam: Family| {
+            let tag = if fam == Family::V4 { "4" } else { "6" };
+            let Keying::Ike { proposal, local_id, remote_id, psk, initiator } = ike(west, west) else { unreachable!() };
+            let keying = Keying::Ike { proposal, local_id: format!("{local_id}{tag}"), remote_id: format!("{remote_id}{tag}"), psk, initiator };
+            let mut c = EspartoConfig::site(side, keying).unwrap();
+            c.name = format!("site{tag}");
+            c.local_addr = Topology::addr(side, Net::Transit, fam);
+            c.remote_addr = Topology::addr(other, Net::Transit, fam);
+            // site() lists each side's IPv4 LAN, then its IPv6 one.
+            let keep = usize::from(fam == Family::V6);
+            c.local_ts = vec![c.local_ts[keep].clone()];
+            c.remote_ts = vec![c.remote_ts[keep].clone()];
+            c
+        };
+        let (v4, v6) = (conn(Family::V4), conn(Family::V6));
+        let tun = v4.tun.clone();
+        let toml = move |control: &Path| {
+            let second = v6.to_toml(control);
+            let at = second.find("\n[connections.").unwrap();
+            format!("{}{}", v4.to_toml(control), &second[at..])
+        };
+        (tun, toml)
+    };
+    let (et, east_toml) = config(Node::GwEast);
+    let (wt, west_toml) = config(Node::GwWest);
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, &et, east_toml).unwrap();
+    let west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, &wt, west_toml).unwrap();
+    let up = |gw: &EspartoGateway| {
+        gw.sas().is_ok_and(|s| s.iter().filter(|sa| sa.state == "established" && !sa.children.is_empty()).count() == 2)
+    };
+    wait_for("both tunnels", || up(&west) && up(&east));
+    wait_for("traffic of both families", || pings(&topo));
+    let sas = west.sas().unwrap();
+    for fam in [Family::V4, Family::V6] {
+        let ours = Topology::addr(Node::GwWest, Net::Transit, fam).to_string();
+        let theirs = Topology::addr(Node::GwEast, Net::Transit, fam).to_string();
+        assert!(sas.iter().any(|s| s.local.contains(&ours) && s.remote.contains(&theirs)), "{fam:?}: {sas:?}");
+    }
+    assert!(log_of(&west).contains("dual_stack=true"), "{}", log_of(&west));
     west.stop().unwrap();
     east.stop().unwrap();
 }

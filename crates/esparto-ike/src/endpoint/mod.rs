@@ -222,7 +222,8 @@ pub enum InitiateError {
     UnknownConnection(String),
     /// No child of that name in the connection.
     UnknownChild(String),
-    /// The connection has no `local_addrs` to send from.
+    /// The connection has no `local_addrs` of the peer's family to send
+    /// from, and none came from the routing table.
     NoLocalAddress,
     /// The connection has no `remote_addrs` to send to.
     NoRemoteAddress,
@@ -247,7 +248,7 @@ impl core::fmt::Display for InitiateError {
             InitiateError::UnknownConnection(n) => write!(f, "no connection {n:?}"),
             InitiateError::UnknownChild(n) => write!(f, "no child {n:?}"),
             InitiateError::NoLocalAddress => {
-                f.write_str("connection has no local address (local_addrs), and no route gives one towards the peer")
+                f.write_str("connection has no local address of the peer's family (local_addrs), and no route gives one towards the peer")
             }
             InitiateError::NoRemoteAddress => f.write_str("connection has no remote address"),
             InitiateError::UnknownIkeSa(id) => write!(f, "no IKE SA {id}"),
@@ -530,19 +531,29 @@ impl Endpoint {
                 .name
                 .clone(),
         };
-        let remote_ip = *conn
+        // remote_addrs in order, as strongSwan takes them: the first one
+        // we have a local address towards — the first of its family in
+        // local_addrs (a dual-stack connection lists both), else the
+        // routing table's source.
+        if conn.remote_addrs.is_empty() {
+            return Err(InitiateError::NoRemoteAddress);
+        }
+        let source = &mut self.source;
+        let (remote_ip, local_ip) = conn
             .remote_addrs
-            .first()
-            .ok_or(InitiateError::NoRemoteAddress)?;
-        let local_ip = match conn.local_addrs.first() {
-            Some(a) => *a,
-            None => self
-                .source
-                .as_mut()
-                .and_then(|choose| choose(remote_ip))
-                .filter(|a| a.is_ipv4() == remote_ip.is_ipv4())
-                .ok_or(InitiateError::NoLocalAddress)?,
-        };
+            .iter()
+            .find_map(|remote| {
+                let local = match conn.local_addrs.iter().find(|a| a.is_ipv4() == remote.is_ipv4()) {
+                    Some(a) => Some(*a),
+                    None if !conn.local_addrs.is_empty() => None,
+                    None => source
+                        .as_mut()
+                        .and_then(|choose| choose(*remote))
+                        .filter(|a| a.is_ipv4() == remote.is_ipv4()),
+                };
+                local.map(|l| (*remote, l))
+            })
+            .ok_or(InitiateError::NoLocalAddress)?;
         let sas = &self.sas;
         let spi_i = ike_spi(&mut *self.rng, |s| sas.contains_key(&s));
         let group = conn
@@ -799,6 +810,9 @@ impl Endpoint {
             && msg.payloads.iter().any(
                 |p| matches!(p, PayloadRepr::Notify(n) if n.kind == NotifyType::INVALID_IKE_SPI),
             );
+        // A socket on a wildcard address that could not say where the
+        // datagram was sent to: the IKE SA's own address, not the wildcard.
+        let local = if local.ip().is_unspecified() { SocketAddr::new(sa.local.ip(), local.port()) } else { local };
         let mut ctx = ctx!(self, now);
         match sa.handle(&mut ctx, data, &msg, (remote, local), wall_clock) {
             Ok(()) if invalid_ike_spi => self.stats.invalid_ike_spi_received += 1,

@@ -21,8 +21,10 @@ pub struct UdpGroup {
 impl UdpGroup {
     /// Bind `workers` sockets and then the control socket to `addr` (port
     /// 4500 normally; port 0 picks one for all), and attach the steering
-    /// program for `cfg.steering`, which must be set. Must run in the
-    /// network namespace the sockets belong to.
+    /// program for `cfg.steering`, which must be set. `cfg.pktinfo` is
+    /// for the control socket alone (the IKE it reads needs the address it
+    /// was sent to; ESP is found by its SPI). Must run in the network
+    /// namespace the sockets belong to.
     pub fn bind(addr: SocketAddr, workers: usize, cfg: &UdpConfig) -> io::Result<Self> {
         if workers == 0 {
             return Err(io::Error::new(
@@ -34,6 +36,9 @@ impl UdpGroup {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a group needs a steering key"));
         };
         let mut socks = Vec::with_capacity(workers);
+        let control_cfg = cfg.clone();
+        let data = UdpConfig { pktinfo: false, ..cfg.clone() };
+        let cfg = &data;
         let first = UdpSocket::bind(addr, cfg, true)?;
         // With port 0 the first bind picks the port; the rest join it.
         let addr = first.local_addr();
@@ -41,7 +46,7 @@ impl UdpGroup {
         for _ in 1..workers {
             socks.push(UdpSocket::bind(addr, cfg, true)?);
         }
-        let control = UdpSocket::bind(addr, cfg, true)?;
+        let control = UdpSocket::bind(addr, &control_cfg, true)?;
         steer::attach_steering(&socks[0], &steering, workers)?;
         Ok(Self {
             workers: socks,

@@ -88,6 +88,14 @@ pub struct UdpConfig {
     /// `IP_FREEBIND` / `IPV6_FREEBIND`: bind an address the host does not
     /// have (yet); datagrams flow once it does. No privilege needed.
     pub freebind: bool,
+    /// An IPv6 socket serves IPv4 too (`IPV6_V6ONLY` off): IPv4 peers
+    /// appear as IPv4 addresses, and are sent to IPv4-mapped. Ignored for
+    /// an IPv4 address.
+    pub dual_stack: bool,
+    /// Report each datagram's destination address (`IP_PKTINFO` /
+    /// `IPV6_RECVPKTINFO`, [`RxBatch::local`]): what a socket bound to a
+    /// wildcard address needs to answer from the address it was asked at.
+    pub pktinfo: bool,
 }
 
 impl Default for UdpConfig {
@@ -100,6 +108,8 @@ impl Default for UdpConfig {
             steering: None,
             mark: None,
             freebind: false,
+            dual_stack: false,
+            pktinfo: false,
         }
     }
 }
@@ -135,12 +145,14 @@ mod group;
 mod mmsg;
 
 pub use group::UdpGroup;
-use mmsg::{CmsgBuf, Scratch, gro_segment_size, write_segment_cmsg};
+use mmsg::{CmsgBuf, Scratch, gro_segment_size, pktinfo_local, write_send_cmsgs};
 
 /// One UDP socket of the group, with batched send and receive.
 pub struct UdpSocket {
     fd: OwnedFd,
     local: SocketAddr,
+    /// An IPv6 socket: IPv4 destinations go IPv4-mapped.
+    v6: bool,
     gso: bool,
     gro: bool,
     /// End GSO runs where this key changes.
@@ -176,8 +188,15 @@ impl UdpSocket {
             sys::setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
         }
         if addr.is_ipv6() {
-            // A separate IPv4 group can then share the port.
-            sys::setsockopt_int(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+            // Unless it serves both: a separate IPv4 group can then share
+            // the port.
+            sys::setsockopt_int(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, i32::from(!cfg.dual_stack))?;
+        }
+        if cfg.pktinfo {
+            // On a dual-stack socket IPV6_RECVPKTINFO covers IPv4 too.
+            let (level, opt) =
+                if addr.is_ipv6() { (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO) } else { (libc::IPPROTO_IP, libc::IP_PKTINFO) };
+            sys::setsockopt_int(raw, level, opt, 1)?;
         }
         set_buffer(raw, SO_RCVBUFFORCE, libc::SO_RCVBUF, cfg.recv_buffer)?;
         set_buffer(raw, SO_SNDBUFFORCE, libc::SO_SNDBUF, cfg.send_buffer)?;
@@ -198,6 +217,7 @@ impl UdpSocket {
         Ok(Self {
             fd,
             local,
+            v6: addr.is_ipv6(),
             gso: cfg.gso,
             gro,
             split_key: cfg.steering,
@@ -233,7 +253,7 @@ impl UdpSocket {
 
     /// Send one datagram (the control path).
     pub fn send_to(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
-        let raw = RawAddr::from_std(&dst);
+        let raw = RawAddr::for_socket(&dst, self.v6);
         // SAFETY: buf and raw are live for the call and describe their sizes.
         let rc = unsafe {
             libc::sendto(
@@ -343,6 +363,9 @@ impl UdpSocket {
                 continue;
             }
             let peer = sys::to_std(&s.names[i], m.msg_hdr.msg_namelen);
+            if let Some(l) = batch.locals.get_mut(i) {
+                *l = pktinfo_local(&m.msg_hdr);
+            }
             let seg = gro_segment_size(&m.msg_hdr)
                 .filter(|g| *g > 0)
                 .unwrap_or(len)
@@ -466,6 +489,7 @@ impl UdpSocket {
                 continue;
             };
             let first = i;
+            let src = batch.srcs[i];
             let seg_len = batch.packet_len(i);
             let key = key_of(split, batch, i);
             let mut bytes = seg_len;
@@ -474,6 +498,7 @@ impl UdpSocket {
                 while i < n
                     && i - first < MAX_GSO_SEGMENTS
                     && batch.dsts[i] == Some(dst)
+                    && batch.srcs[i] == src
                     && bytes + batch.packet_len(i) <= MAX_GSO_BYTES
                 {
                     let len = batch.packet_len(i);
@@ -498,7 +523,7 @@ impl UdpSocket {
                     iov_len: pkt.len(),
                 };
             }
-            let raw = RawAddr::from_std(&dst);
+            let raw = RawAddr::for_socket(&dst, self.v6);
             s.names[g] = raw.storage;
             let h = &mut s.msgs[g].msg_hdr;
             h.msg_name = (&mut s.names[g] as *mut libc::sockaddr_storage).cast();
@@ -506,15 +531,10 @@ impl UdpSocket {
             h.msg_iov = &mut s.iovs[iov_at];
             h.msg_iovlen = count;
             h.msg_flags = 0;
-            if count > 1 {
-                used_gso = true;
-                h.msg_control = s.cmsgs[g].as_mut_ptr().cast();
-                h.msg_controllen = size_of::<CmsgBuf>();
-                write_segment_cmsg(h, seg_len as u16);
-            } else {
-                h.msg_control = std::ptr::null_mut();
-                h.msg_controllen = 0;
-            }
+            used_gso |= count > 1;
+            h.msg_control = s.cmsgs[g].as_mut_ptr().cast();
+            h.msg_controllen = size_of::<CmsgBuf>();
+            write_send_cmsgs(h, (count > 1).then_some(seg_len as u16), src, self.v6);
             s.msgs[g].msg_len = 0;
             iov_at += count;
         }
@@ -542,6 +562,7 @@ fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: usize) -
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::net::IpAddr;
 
     fn lo_pair(cfg: &UdpConfig) -> (UdpSocket, UdpSocket) {
         let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), cfg, false).unwrap();
@@ -571,6 +592,81 @@ mod tests {
             *b = (i as u32 ^ seq) as u8;
         }
         d
+    }
+
+    /// A dual-stack socket on the IPv6 wildcard serves IPv4 and IPv6
+    /// peers: IPv4 ones as IPv4 addresses, each datagram with the address
+    /// it was sent to (pktinfo), and answers leave from the source set,
+    /// GSO runs included.
+    #[test]
+    fn a_dual_stack_socket_serves_both_families_from_the_address_asked() {
+        let cfg = UdpConfig { dual_stack: true, pktinfo: true, ..UdpConfig::default() };
+        let Ok(mut server) = UdpSocket::bind("[::]:0".parse().unwrap(), &cfg, false) else {
+            eprintln!("SKIP: no IPv6 here");
+            return;
+        };
+        let port = server.local_addr().port();
+        // The peers read datagram by datagram: no GRO.
+        let plain = UdpConfig { gro: false, ..UdpConfig::default() };
+        let c4 = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &plain, false).unwrap();
+        let Ok(c6) = UdpSocket::bind("[::1]:0".parse().unwrap(), &plain, false) else {
+            eprintln!("SKIP: no ::1 here");
+            return;
+        };
+        // 127.0.0.2 is the loopback's too, but not what the route picks.
+        let asked4: IpAddr = "127.0.0.2".parse().unwrap();
+        c4.send_to(b"four", SocketAddr::new(asked4, port)).unwrap();
+        c6.send_to(b"six", SocketAddr::new("::1".parse().unwrap(), port)).unwrap();
+        let mut rx = RxBatch::new(8, 0, GRO_SLOT_LEN, 64);
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            server.recv_batch(&mut rx).unwrap();
+            got.extend((0..rx.len()).map(|i| (rx.packet(i).unwrap().to_vec(), rx.peer(i).unwrap(), rx.local(i))));
+            if got.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got.sort_by_key(|g| g.0.len());
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[1].0.as_slice(), got[1].1, got[1].2), (&b"four"[..], c4.local_addr(), Some(asked4)));
+        assert_eq!((got[0].0.as_slice(), got[0].1, got[0].2), (&b"six"[..], c6.local_addr(), Some("::1".parse().unwrap())));
+
+        // Answers: one to each, and a GSO run of three to the IPv4 peer,
+        // all from the address asked.
+        let mut tx = TxBatch::new(8, 0, 1500);
+        for (pkt, peer, local) in &got {
+            tx.push(Some(*peer), pkt).unwrap();
+            tx.set_last_source(*local);
+        }
+        for _ in 0..3 {
+            tx.push(Some(c4.local_addr()), &[7u8; 100]).unwrap();
+            tx.set_last_source(Some(asked4));
+        }
+        assert_eq!(server.send_batch(&tx).unwrap(), 5);
+        assert_eq!(server.stats().tx_errors, 0);
+        let mut buf = [0u8; 2048];
+        let mut from4 = Vec::new();
+        for _ in 0..2000 {
+            while let Some((n, from)) = c4.recv_from(&mut buf).unwrap() {
+                from4.push((n, from));
+            }
+            if from4.len() >= 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(from4.len(), 4, "{from4:?}");
+        assert!(from4.iter().all(|(_, f)| *f == SocketAddr::new(asked4, port)), "{from4:?}");
+        let mut answer6 = None;
+        for _ in 0..2000 {
+            answer6 = c6.recv_from(&mut buf).unwrap();
+            if answer6.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(answer6, Some((3, SocketAddr::new("::1".parse().unwrap(), port))));
     }
 
     /// A configured mark is on the socket (`SO_MARK`); without one, none.

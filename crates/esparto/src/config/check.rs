@@ -413,25 +413,22 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Arc<Connecti
             }
         }
     }
-    // One daemon binds one outer family: the first address decides, as
-    // `run` does.
-    let first = |side: fn(&Connection) -> Option<&std::net::IpAddr>| {
-        connections.iter().find_map(|c| side(c).map(|a| (a, c.name.as_str())))
-    };
-    let Some((decided, owner)) = first(|c| c.local_addrs.first()).or_else(|| first(|c| c.remote_addrs.first()))
-    else {
-        return;
-    };
-    let v6 = decided.is_ipv6();
+    // Both families may be served at once (dual-stack sockets), but a
+    // peer is reached from a local address of its own family.
     for conn in connections {
-        for key in ["local_addrs", "remote_addrs"] {
-            let addrs = if key == "local_addrs" { &conn.local_addrs } else { &conn.remote_addrs };
-            if let Some(a) = addrs.iter().take(1).find(|a| a.is_ipv6() != v6) {
-                let Some((span, p)) = at(&conn.name, &[key]) else { continue };
-                cx.err(&span, &p, format!(
-                    "{a} is not of the family of {decided} (connection {owner}): one daemon serves one outer family, and esparto run would refuse to start; run a second daemon for it"
-                ));
+        if conn.local_addrs.is_empty() {
+            continue;
+        }
+        for a in &conn.remote_addrs {
+            if conn.local_addrs.iter().any(|l| l.is_ipv6() == a.is_ipv6()) {
+                continue;
             }
+            let Some((span, p)) = at(&conn.name, &["remote_addrs"]) else { continue };
+            let family = if a.is_ipv6() { "IPv6" } else { "IPv4" };
+            cx.err(&span, &p, format!(
+                "{a}: local_addrs of connection {} has no {family} address to reach it from (add one, or leave local_addrs out for the routing table's choice)",
+                conn.name
+            ));
         }
     }
 }

@@ -259,24 +259,23 @@ fn parse_one(
     cx.check_keys(node, path, KEYS, UNSUPPORTED);
     let addr_errors = cx.error_count();
     let (local_addrs, _) = addrs(cx, node, path, "local_addrs");
-    let (remote_addrs, remote_field) = addrs(cx, node, path, "remote_addrs");
+    let (remote_addrs, _) = addrs(cx, node, path, "remote_addrs");
     // Only complain that addresses are missing when none were misspelt.
     let addrs_missing =
         cx.error_count() == addr_errors && (local_addrs.is_empty() || remote_addrs.is_empty());
-    if let (Some(l), Some(r), Some((span, p))) =
-        (local_addrs.first(), remote_addrs.first(), &remote_field)
-    {
-        if l.is_ipv4() != r.is_ipv4() {
-            cx.err(span, p, format!("first remote address {r} is not of the same family as the first local address {l}"));
-        }
-    }
     let remote_port = match node.field(path, "remote_port") {
         Some(f) => cx.int::<u16>(&f, 1..=65535).unwrap_or(DEFAULT_REMOTE_PORT),
         None => DEFAULT_REMOTE_PORT,
     };
     let cctx = ConnCtx {
         name,
-        local: local_addrs.first().copied(),
+        // A static child's ends: the first peer, and our first address of
+        // its family.
+        local: remote_addrs
+            .first()
+            .and_then(|r| local_addrs.iter().find(|l| l.is_ipv6() == r.is_ipv6()))
+            .or(local_addrs.first())
+            .copied(),
         remote: remote_addrs.first().copied(),
         workers: daemon.workers,
     };

@@ -82,6 +82,8 @@ pub struct Gateway {
     /// Every child and Child SA, and what the workers hold of them.
     pub(super) table: Table,
     bind: SocketAddr,
+    /// The sockets serve IPv4 and IPv6 ([`dual_stack`]).
+    dual_stack: bool,
     /// Sequence numbers reserved for static SAs (none without static children).
     reservations: Option<Reservations<FsStore>>,
     /// When a failed reservation write was last logged.
@@ -148,18 +150,25 @@ pub(super) fn tun_mtu(cfg: &Config) -> u16 {
     mtu.map_or(DEFAULT_TUN_MTU, |m| m.clamp(576, usize::from(u16::MAX)) as u16)
 }
 
+/// Whether the connections have peers (or local addresses) of both
+/// families: then one dual-stack IPv6 socket per group serves both (IPv4
+/// peers as IPv4-mapped addresses on the wire of the socket API only).
+pub(super) fn dual_stack(cfg: &Config) -> bool {
+    let mut addrs = cfg.connections.iter().flat_map(|c| c.local_addrs.iter().chain(&c.remote_addrs));
+    let Some(first) = addrs.next() else { return false };
+    addrs.any(|a| a.is_ipv6() != first.is_ipv6())
+}
+
 /// The local address to bind: the one address every connection names, or
-/// the wildcard of their (single) family.
-pub(super) fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
+/// the wildcard of their family — IPv6's, dual-stack, when they have
+/// both ([`dual_stack`]).
+pub(super) fn bind_addr(cfg: &Config) -> SocketAddr {
+    if dual_stack(cfg) {
+        return SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), cfg.daemon.port);
+    }
     let locals: Vec<IpAddr> = cfg.connections.iter().filter_map(|c| c.local_addrs.first().copied()).collect();
     let remotes: Vec<IpAddr> = cfg.connections.iter().filter_map(|c| c.remote_addrs.first().copied()).collect();
-    let v6 = match (locals.first().or(remotes.first()), remotes.iter().chain(&locals).any(|a| a.is_ipv6())) {
-        (Some(a), _) => a.is_ipv6(),
-        (None, any6) => any6,
-    };
-    if remotes.iter().chain(&locals).any(|a| a.is_ipv6() != v6) {
-        bail!("connections mix IPv4 and IPv6 outer addresses; one daemon serves one outer family (run two daemons)");
-    }
+    let v6 = locals.first().or(remotes.first()).is_some_and(IpAddr::is_ipv6);
     // One address only if every connection names it: one without
     // local_addrs (`%any`) may be reached at, and send from, any.
     let every = cfg.connections.iter().all(|c| !c.local_addrs.is_empty());
@@ -168,7 +177,7 @@ pub(super) fn bind_addr(cfg: &Config) -> Result<SocketAddr> {
         _ if v6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
         _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
     };
-    Ok(SocketAddr::new(ip, cfg.daemon.port))
+    SocketAddr::new(ip, cfg.daemon.port)
 }
 
 /// The CPUs the workers are pinned to, round-robin: `[daemon] cpus`
@@ -242,12 +251,18 @@ impl Gateway {
         let tun = create_tun(cfg, n, mtu, &mut routing)?;
         let tun_name = tun.name().to_string();
         let steering = tun.steering().0;
-        let bind = bind_addr(cfg)?;
+        let bind = bind_addr(cfg);
+        let dual_stack = dual_stack(cfg);
         // Marked: the daemon's own ESP and IKE skip the tunnel's rules.
+        // The control socket reads IKE, whose local address matters
+        // (which connection, NAT detection): told per datagram when the
+        // group is on a wildcard address.
         let udp = UdpConfig {
             steering: Some(SPI_STEERING),
             mark: Some(cfg.daemon.routing.mark),
             freebind: super::local_addrs::freebind(bind.ip(), "ESP-in-UDP"),
+            dual_stack,
+            pktinfo: bind.ip().is_unspecified(),
             ..UdpConfig::default()
         };
         let group = UdpGroup::bind(bind, n, &udp)
@@ -275,7 +290,7 @@ impl Gateway {
         })
         .and_then(|r| r)
         .context("starting worker threads")?;
-        info!(tun = %tun_name, mtu, workers = n, %bind, "data plane up");
+        info!(tun = %tun_name, mtu, workers = n, %bind, dual_stack, "data plane up");
         let routing = Router::new(routing)?;
         let table = Table::from_config(cfg, u16::try_from(n).unwrap_or(u16::MAX), bind.ip());
         let device = DeviceCounters::new(&tun_name);
@@ -291,6 +306,7 @@ impl Gateway {
             routing,
             table,
             bind,
+            dual_stack,
             reservations,
             reservation_warned: None,
             device,
@@ -530,6 +546,11 @@ impl Gateway {
     /// The local address the sockets are bound to (may be the wildcard).
     pub fn local_ip(&self) -> IpAddr {
         self.bind.ip()
+    }
+
+    /// Whether the sockets serve both families ([`dual_stack`]).
+    pub fn is_dual_stack(&self) -> bool {
+        self.dual_stack
     }
 
     /// Number of workers.

@@ -67,13 +67,16 @@ pub struct Ike {
     held: VecDeque<HeldDatagram>,
     /// Set-ups, rekeys and failures so far.
     pub(super) counts: EventCounts,
+    /// The sockets are on a wildcard address: each datagram names its
+    /// local address (received) and its source (sent).
+    wildcard: bool,
 }
 
 /// An IKE datagram waiting for a barrier.
 #[derive(Debug)]
 struct HeldDatagram {
     barrier: u64,
-    natt: bool,
+    local: SocketAddr,
     remote: SocketAddr,
     data: Vec<u8>,
 }
@@ -167,6 +170,8 @@ impl Ike {
         let udp = UdpConfig {
             mark: Some(cfg.daemon.routing.mark),
             freebind: super::local_addrs::freebind(bind.ip(), "IKE"),
+            dual_stack: gw.is_dual_stack(),
+            pktinfo: bind.ip().is_unspecified(),
             ..UdpConfig::default()
         };
         let sock500 = esparto_io::UdpSocket::bind(bind, &udp, false)
@@ -181,6 +186,7 @@ impl Ike {
             tx4500: esparto_io::TxBatch::new(IKE_BATCH, 0, MAX_IKE_DATAGRAM),
             held: VecDeque::new(),
             counts: EventCounts::default(),
+            wildcard: bind.ip().is_unspecified(),
         };
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
@@ -285,15 +291,18 @@ impl Ike {
         self.flush(now, gw);
     }
 
-    fn handle_batch(&mut self, now: Instant, local: SocketAddr) {
+    /// The datagrams of `self.rx`, read from a socket bound to `bound`:
+    /// each to the engine with the address it was sent to (which a
+    /// wildcard socket reads per datagram).
+    fn handle_batch(&mut self, now: Instant, bound: SocketAddr) {
         // The engine reads no clock: the calendar time a peer's
         // certificates are checked against comes from here, once a batch.
         let wall_clock = UnixTime::now();
-        for (data, from) in self.rx.iter() {
+        for i in 0..self.rx.len() {
             // recvmmsg gives every datagram its source.
-            if let Some(from) = from {
-                self.ep.handle_datagram(now, wall_clock, local, from, data);
-            }
+            let (Some(data), Some(from)) = (self.rx.packet(i), self.rx.peer(i)) else { continue };
+            let local = SocketAddr::new(self.rx.local(i).unwrap_or(bound.ip()), bound.port());
+            self.ep.handle_datagram(now, wall_clock, local, from, data);
         }
     }
 
@@ -505,14 +514,13 @@ impl Ike {
             }
             while let Some(t) = self.ep.poll_transmit() {
                 progress = true;
-                let natt = t.local.port() == self.natt_port;
                 // Behind a Child SA install the workers have not confirmed:
                 // it leaves when they have (`super::barrier`).
                 if let Some(barrier) = gw.holding() {
-                    self.held.push_back(HeldDatagram { barrier, natt, remote: t.remote, data: t.data });
+                    self.held.push_back(HeldDatagram { barrier, local: t.local, remote: t.remote, data: t.data });
                     continue;
                 }
-                self.queue_datagram(gw, natt, t.remote, &t.data);
+                self.queue_datagram(gw, t.local, t.remote, &t.data);
             }
             if !progress {
                 break;
@@ -522,15 +530,21 @@ impl Ike {
         super::ike_events::file_watch_lines(gw);
     }
 
-    /// Queues a datagram on its port's send batch (sending the batch first
-    /// if it is full).
-    fn queue_datagram(&mut self, gw: &mut Gateway, natt: bool, remote: SocketAddr, data: &[u8]) {
+    /// Queues a datagram from `local` on its port's send batch (sending
+    /// the batch first if it is full). Sockets on a wildcard address send
+    /// it from `local`'s address: an answer leaves from the address the
+    /// peer asked at, and the IKE SA keeps the address it was set up on.
+    fn queue_datagram(&mut self, gw: &mut Gateway, local: SocketAddr, remote: SocketAddr, data: &[u8]) {
+        let natt = local.port() == self.natt_port;
         if self.tx(natt).is_full() {
             self.send_queued(gw);
         }
-        if self.tx(natt).push(Some(remote), data).is_err() {
+        let source = Some(local.ip()).filter(|a| self.wildcard && !a.is_unspecified());
+        let tx = self.tx(natt);
+        match tx.push(Some(remote), data) {
+            Ok(()) => tx.set_last_source(source),
             // Longer than any UDP payload: the engine never builds one.
-            warn!(%remote, len = data.len(), "IKE datagram too long to send");
+            Err(_) => warn!(%remote, len = data.len(), "IKE datagram too long to send"),
         }
     }
 
@@ -542,7 +556,7 @@ impl Ike {
         while self.held.front().is_some_and(|d| d.barrier <= done) {
             let Some(d) = self.held.pop_front() else { break };
             if send {
-                self.queue_datagram(gw, d.natt, d.remote, &d.data);
+                self.queue_datagram(gw, d.local, d.remote, &d.data);
             } else {
                 dropped += 1;
             }

@@ -61,7 +61,7 @@ use esparto_ike::{NewConnection, Secrets};
 use tracing::{info, warn};
 
 use super::Gateway;
-use super::gateway::{bind_addr, tun_mtu};
+use super::gateway::{bind_addr, dual_stack, tun_mtu};
 use super::ike::{Ike, check_activation};
 use super::seqstate::{self, PairAt, StaticOut};
 use crate::config::{self, Config, Connection, Daemon};
@@ -302,10 +302,18 @@ fn check<'a>(
     gw: &mut Gateway,
     has_ike: bool,
 ) -> Result<Changes<'a>, String> {
-    let bind = bind_addr(new).map_err(|e| format!("{e:#}"))?;
-    // Sockets bound to the wildcard address of the family serve any
-    // local address of it (the routing table picks the source).
-    let wildcard = gw.local_ip().is_unspecified() && gw.local_ip().is_ipv4() == bind.ip().is_ipv4();
+    let bind = bind_addr(new);
+    if dual_stack(new) && !gw.is_dual_stack() {
+        return Err(format!(
+            "the connections have addresses of both families now, which needs dual-stack sockets, and the running daemon's are bound to {} alone: \
+             that takes a restart",
+            gw.local_ip()
+        ));
+    }
+    // Sockets bound to the wildcard address of the family (or dual-stack,
+    // of both) serve any local address of it.
+    let wildcard = gw.is_dual_stack()
+        || (gw.local_ip().is_unspecified() && gw.local_ip().is_ipv4() == bind.ip().is_ipv4());
     if bind.ip() != gw.local_ip() && !wildcard {
         return Err(format!(
             "the connections' local addresses need the sockets bound to {}, and the running daemon's are bound to {}: \

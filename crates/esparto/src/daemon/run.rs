@@ -438,16 +438,18 @@ impl Signals {
 /// Claims the TUN device and the UDP ports for this process (see the
 /// module docs), before anything is touched.
 fn claim(config: &Config) -> Result<InstanceLock> {
-    let bind = super::gateway::bind_addr(config)?;
-    let v6 = bind.is_ipv6();
-    let mut claims = vec![Claim::Tun(config.daemon.tun.clone()), Claim::Udp { v6, port: config.daemon.port }];
+    let bind = super::gateway::bind_addr(config);
+    // A dual-stack socket takes the port in both families.
+    let families: &[bool] = if super::gateway::dual_stack(config) { &[false, true] } else if bind.is_ipv6() { &[true] } else { &[false] };
+    let mut claims = vec![Claim::Tun(config.daemon.tun.clone())];
+    claims.extend(families.iter().map(|&v6| Claim::Udp { v6, port: config.daemon.port }));
     // The routing table and rule priorities, which the start cleans of
     // leftovers: no live daemon may be using them.
     let routing: esparto_io::routing::RoutingConfig = config.daemon.routing.into();
     claims.push(Claim::RouteTable(routing.table));
     claims.extend(routing.priorities().map(Claim::RulePriority));
     if config.connections.iter().any(|c| c.ike.is_some()) {
-        claims.push(Claim::Udp { v6, port: config.daemon.ike_port });
+        claims.extend(families.iter().map(|&v6| Claim::Udp { v6, port: config.daemon.ike_port }));
     }
     let lock = InstanceLock::acquire(Path::new(instance::RUN_DIR), &claims).map_err(|e| {
         // Which key gives this daemon its own, to run beside the other.

@@ -270,7 +270,7 @@ fn bad_configs_name_line_column_and_key() {
             6,
             16,
             "connections.site.remote_addrs".into(),
-            "not of the same family",
+            "has no IPv6 address to reach it from",
         ),
         (
             "\"192.0.2.2\"",

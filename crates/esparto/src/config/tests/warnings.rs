@@ -172,15 +172,20 @@ fn what_run_refuses_check_config_refuses() {
     }
     // Responders need no addresses at all.
     assert!(parse_str(&ike("", "start_action = \"none\"", GOOD_PSK), "t.toml").is_ok());
-    // Connections of two outer families.
+    // Connections of two outer families: one daemon serves both.
     let two = format!(
         "{}\n[connections.v6]\nlocal_addrs = \"2001:db8::1\"\nremote_addrs = \"2001:db8::2\"\n[connections.v6.children.c]\nlocal_ts = \"10.3.0.0/16\"\nremote_ts = \"10.4.0.0/16\"\n",
         ike(ADDRS, "", GOOD_PSK)
     );
-    let e = errors_of(&two);
-    assert_eq!(e.len(), 2, "{e:?}");
-    assert_eq!((e[0].key.as_str(), e[1].key.as_str()), ("connections.v6.local_addrs", "connections.v6.remote_addrs"));
-    assert!(e[0].message.contains("2001:db8::1 is not of the family of 192.0.2.1 (connection gw)"), "{}", e[0].message);
+    assert!(parse_str(&two, "t.toml").is_ok());
+    // One connection with both: each peer address has a local one of its family.
+    let both = "local_addrs = [\"192.0.2.1\", \"2001:db8::1\"]\nremote_addrs = [\"2001:db8::2\", \"192.0.2.2\"]";
+    assert!(parse_str(&ike(both, "", GOOD_PSK), "t.toml").is_ok());
+    // A peer no local address can reach: refused where it is written.
+    let e = errors_of(&ike("local_addrs = \"192.0.2.1\"\nremote_addrs = [\"192.0.2.2\", \"2001:db8::2\"]", "", GOOD_PSK));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].key, "connections.gw.remote_addrs");
+    assert!(e[0].message.contains("2001:db8::2: local_addrs of connection gw has no IPv6 address to reach it from"), "{}", e[0].message);
 }
 
 #[test]
