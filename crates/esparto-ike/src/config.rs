@@ -143,8 +143,15 @@ pub struct ConnectionConfig {
     pub name: Arc<str>,
     /// Our addresses; empty accepts any (responder).
     pub local_addrs: Vec<IpAddr>,
-    /// Peer addresses; the initiator uses the first; empty accepts any.
+    /// Peer addresses; the initiator uses the first; empty (with no
+    /// `remote_hosts`) accepts any.
     pub remote_addrs: Vec<IpAddr>,
+    /// Peer host names (swanctl allows DNS names in `remote_addrs`), with
+    /// where each stood among the addresses. The driver resolves them
+    /// ([`crate::Event::ResolveHost`], [`crate::Endpoint::host_resolved`]):
+    /// an initiation waits for a fresh answer, and a responder accepts the
+    /// peer from the addresses the name last resolved to.
+    pub remote_hosts: Vec<RemoteHost>,
     /// Peer IKE port (500).
     pub remote_port: u16,
     /// IKE proposals, in preference order.
@@ -201,6 +208,7 @@ impl Default for ConnectionConfig {
             name: "".into(),
             local_addrs: vec![],
             remote_addrs: vec![],
+            remote_hosts: vec![],
             remote_port: 500,
             proposals: vec![],
             encap: false,
@@ -218,6 +226,16 @@ impl Default for ConnectionConfig {
             rand_time: None,
         }
     }
+}
+
+/// A peer's host name in a connection's `remote_addrs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteHost {
+    /// The name, as written (resolved by the driver).
+    pub name: Arc<str>,
+    /// How many of `remote_addrs` come before it: an initiator tries the
+    /// literal addresses and the names' answers in the order written.
+    pub position: usize,
 }
 
 /// A configuration string that could not be turned into a typed value.
@@ -358,6 +376,12 @@ impl ConnectionConfig {
         if self.children.is_empty() {
             return Err(ConfigError::Invalid("connection without children"));
         }
+        if self.remote_hosts.iter().any(|h| h.name.is_empty()) {
+            return Err(ConfigError::Invalid("empty remote host name"));
+        }
+        if !self.remote_hosts.is_sorted_by_key(|h| h.position) {
+            return Err(ConfigError::Invalid("remote host names out of order"));
+        }
         if matches!(self.local.id, Some(Identity::Any)) {
             return Err(ConfigError::Invalid("local identity %any"));
         }
@@ -376,9 +400,43 @@ impl ConnectionConfig {
     }
 
     /// Does this connection accept an IKE_SA_INIT between these addresses?
-    pub fn matches_addrs(&self, local: IpAddr, remote: IpAddr) -> bool {
+    /// `resolved` answers whether one of its `remote_hosts` last resolved
+    /// to `remote`.
+    pub fn matches_addrs(
+        &self,
+        local: IpAddr,
+        remote: IpAddr,
+        resolved: impl Fn(&str, IpAddr) -> bool,
+    ) -> bool {
         (self.local_addrs.is_empty() || self.local_addrs.contains(&local))
-            && (self.remote_addrs.is_empty() || self.remote_addrs.contains(&remote))
+            && ((self.remote_addrs.is_empty() && self.remote_hosts.is_empty())
+                || self.remote_addrs.contains(&remote)
+                || self.remote_hosts.iter().any(|h| resolved(&h.name, remote)))
+    }
+
+    /// The peer's addresses in the order written, each host name replaced
+    /// by what `resolved` gives for it (its last answer).
+    pub fn remote_candidates<'a>(
+        &'a self,
+        resolved: impl Fn(&str) -> &'a [IpAddr],
+    ) -> Vec<IpAddr> {
+        let mut out = Vec::with_capacity(self.remote_addrs.len() + self.remote_hosts.len());
+        let mut hosts = self.remote_hosts.iter().peekable();
+        for (i, a) in self.remote_addrs.iter().enumerate() {
+            while let Some(h) = hosts.next_if(|h| h.position <= i) {
+                out.extend_from_slice(resolved(&h.name));
+            }
+            out.push(*a);
+        }
+        for h in hosts {
+            out.extend_from_slice(resolved(&h.name));
+        }
+        out
+    }
+
+    /// Whether the peer has an address to initiate to, written or by name.
+    pub fn has_remote(&self) -> bool {
+        !self.remote_addrs.is_empty() || !self.remote_hosts.is_empty()
     }
 
     /// The local identity, defaulting to our certificate's subject, else

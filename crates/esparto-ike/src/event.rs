@@ -120,6 +120,11 @@ pub enum Reason {
     /// without MOBIKE it cannot move; what follows is as for a dead peer
     /// (`dpd_action`).
     LocalAddressGone,
+    /// An initiation found no address to send to: the peer's host names
+    /// did not resolve (or not in time, [`crate::lifetime::RESOLVE_PATIENCE`])
+    /// and no other address was usable. What follows is as for a dead
+    /// peer (`dpd_action`): initiated again with back-off.
+    Unresolved,
 }
 
 impl Reason {
@@ -144,6 +149,7 @@ impl Reason {
             Reason::Expired => "expired",
             Reason::PeerRestarted => "peer_restarted",
             Reason::LocalAddressGone => "local_address_gone",
+            Reason::Unresolved => "unresolved",
             Reason::PerResourceUnsupported => "per_resource_unsupported",
         }
     }
@@ -404,6 +410,14 @@ pub enum Event {
         /// Why: `PerResourceUnsupported`, `PeerError(TS_MAX_QUEUE)`, or
         /// `Local("per_cpu_max reached")`.
         reason: Reason,
+    },
+    /// Resolve this host name (a connection's `remote_addrs`) and hand the
+    /// answer to [`crate::Endpoint::host_resolved`]: an initiation waits
+    /// for it. Asked on every initiation, retry and restart of a
+    /// connection with names, at most once at a time per name.
+    ResolveHost {
+        /// The name.
+        name: Arc<str>,
     },
     /// The peer's (NAT-translated) address changed on an established IKE
     /// SA: ESP-in-UDP for its Child SAs must go to the new address.

@@ -123,7 +123,7 @@ pub mod ts;
 pub use activity::{InboundActivity, NoActivity};
 pub use config::{
     AfterDeath, AuthConfig, ChildConfig, CloseAction, ConfigError, ConnectionConfig, DpdAction, Recover,
-    EndpointConfig, Fragmentation, PerCpuSas, RetransmitConfig, Secrets, StartAction, Unique,
+    EndpointConfig, Fragmentation, PerCpuSas, RemoteHost, RetransmitConfig, Secrets, StartAction, Unique,
 };
 pub use endpoint::{ChildSaInfo, Endpoint, IkeSaInfo, IkeSaStates, InitiateError, Messages, NewConnection, SourceChooser, Stats};
 pub use event::{AuthFailure, ChildSaEstablished, Event, IkeSaId, Reason, Transmit};

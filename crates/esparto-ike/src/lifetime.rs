@@ -178,7 +178,7 @@ pub enum AfterDeath {
 /// authenticated calls for nothing).
 pub fn after_death(dpd: DpdAction, close: CloseAction, reason: Reason) -> AfterDeath {
     match reason {
-        Reason::Timeout | Reason::InvalidIkeSpi | Reason::LocalAddressGone => match dpd {
+        Reason::Timeout | Reason::InvalidIkeSpi | Reason::LocalAddressGone | Reason::Unresolved => match dpd {
             DpdAction::Clear => AfterDeath::Nothing,
             DpdAction::Restart => AfterDeath::Initiate,
             DpdAction::Trap => AfterDeath::Trap,
@@ -191,6 +191,15 @@ pub fn after_death(dpd: DpdAction, close: CloseAction, reason: Reason) -> AfterD
         _ => AfterDeath::Nothing,
     }
 }
+
+/// How long an initiation waits for the driver's answer about the peer's
+/// host names before it goes ahead with what it has (the last answers,
+/// the literal addresses), or fails with [`Reason::Unresolved`]. Longer
+/// than one round of a stub resolver's retries (glibc: 5 s per server).
+pub const RESOLVE_PATIENCE: Duration = Duration::from_secs(12);
+/// How often an IKE_SA_INIT that matches no connection may make every
+/// peer host name be resolved again (it may be a peer whose name moved).
+pub const REFRESH_ON_MISS: Duration = Duration::from_secs(10);
 
 /// The first re-initiation of a connection whose IKE SA died
 /// ([`AfterDeath::Initiate`]) waits this long (minus up to a tenth, so

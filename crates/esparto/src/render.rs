@@ -226,13 +226,14 @@ pub fn ike_sas_text(sas: &[IkeSaStatus]) -> String {
     for s in sas {
         let _ = writeln!(
             o,
-            "{}: #{} {}, {} ago, {}[{}]...{}[{}]{}",
+            "{}: #{} {}, {} ago, {}[{}]...{}{}[{}]{}",
             s.connection,
             s.id,
             s.state.to_uppercase(),
             age(s.age_s),
             s.local,
             s.local_id,
+            if s.remote_host.is_empty() { String::new() } else { format!("{} ", s.remote_host) },
             s.remote,
             s.remote_id,
             if s.initiator { " (initiator)" } else { "" }

@@ -344,6 +344,10 @@ pub struct IkeSaStatus {
     pub local: String,
     /// The peer's IKE endpoint.
     pub remote: String,
+    /// The host name (from `remote_addrs`) that gave the peer's address,
+    /// if it was named (empty otherwise, and from older daemons).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub remote_host: String,
     /// Our identity.
     pub local_id: String,
     /// The peer's identity.
@@ -613,12 +617,23 @@ impl ConnStatus {
         ConnStatus {
             name: c.name.clone(),
             local_addrs: c.local_addrs.iter().map(ToString::to_string).collect(),
-            remote_addrs: c.remote_addrs.iter().map(ToString::to_string).collect(),
+            remote_addrs: remote_addrs(c),
             remote_port: c.remote_port,
             ike,
             children,
         }
     }
+}
+
+/// A connection's `remote_addrs` as written: addresses and host names in
+/// their order.
+fn remote_addrs(c: &crate::config::Connection) -> Vec<String> {
+    let ips = c.remote_addrs.iter().map(ToString::to_string);
+    let mut out: Vec<String> = ips.collect();
+    for h in c.remote_hosts.iter().rev() {
+        out.insert(h.position.min(out.len()), h.name.to_string());
+    }
+    out
 }
 
 /// Selectors as written; none known yet is `dynamic` (the address of an

@@ -5,8 +5,9 @@
 //! (its workers nothing) with `no_new_privs`; and a route the kernel
 //! flushed comes back when the child is installed again (an IKE rekey);
 //! an instance (`--instance NAME`) takes its socket, device and state
-//! directory from its name; and one daemon serves an IPv4 and an IPv6
-//! peer at once from a dual-stack socket group.
+//! directory from its name; one daemon serves an IPv4 and an IPv6 peer
+//! at once from a dual-stack socket group; and peers named by host name
+//! are found, and found again when the name moves.
 //! Needs root, iproute2, ping: SKIP otherwise.
 
 #![allow(clippy::unwrap_used)]
@@ -441,6 +442,111 @@ fn one_daemon_serves_an_ipv4_and_an_ipv6_peer() {
         assert!(sas.iter().any(|s| s.local.contains(&ours) && s.remote.contains(&theirs)), "{fam:?}: {sas:?}");
     }
     assert!(log_of(&west).contains("dual_stack=true"), "{}", log_of(&west));
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
+/// `/etc/netns/NS/hosts`, which `ip netns exec` mounts over `/etc/hosts`
+/// for the programs it starts in NS (the daemon's `getaddrinfo` reads
+/// it). Rewritten in place, so the mount sees each change; removed, with
+/// its directory if this created it, on drop.
+struct NetnsHosts {
+    file: PathBuf,
+    /// The directories this created, innermost first.
+    made: Vec<PathBuf>,
+}
+
+impl NetnsHosts {
+    fn new(ns: &Netns, lines: &str) -> Self {
+        let top = Path::new("/etc/netns");
+        let dir = top.join(ns.name());
+        let made = [dir.clone(), top.to_path_buf()].into_iter().filter(|d| !d.exists()).collect();
+        std::fs::create_dir_all(&dir).unwrap();
+        let hosts = NetnsHosts { file: dir.join("hosts"), made };
+        hosts.set(lines);
+        hosts
+    }
+
+    fn set(&self, lines: &str) {
+        std::fs::write(&self.file, format!("127.0.0.1 localhost\n{lines}\n")).unwrap();
+    }
+}
+
+impl Drop for NetnsHosts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        // remove_dir leaves a directory another test still uses.
+        for dir in &self.made {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Peers by host name on both sides: west initiates to `east.vpn.test`,
+/// east accepts `west.vpn.test`; each gateway's `/etc/hosts` (its own
+/// namespace's) says where the other is. The tunnel comes up, `sas`
+/// names the host beside the address. Then east moves to a new address
+/// and the name is pointed there: east's IKE SA ends with its address,
+/// east initiates again (`dpd_action = restart`) from the new one, west
+/// (whose last answer is the old address) resolves the name again on the
+/// unknown address's IKE_SA_INIT and takes the retransmission: traffic
+/// flows again, with the SA at the new address under the same name.
+#[test]
+fn peers_by_host_name_and_a_peer_whose_name_moves() {
+    if skip("daemon_process_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let east_old = Topology::addr(Node::GwEast, Net::Transit, Family::V4).to_string();
+    let west_addr = Topology::addr(Node::GwWest, Net::Transit, Family::V4).to_string();
+    let east_new = "192.0.2.22";
+    let west_hosts = NetnsHosts::new(topo.ns(Node::GwWest), &format!("{east_old} east.vpn.test"));
+    let _east_hosts = NetnsHosts::new(topo.ns(Node::GwEast), &format!("{west_addr} west.vpn.test"));
+
+    let by_name = |cfg: EspartoConfig, peer: &'static str, drop_local: bool| {
+        move |control: &Path| -> String {
+            cfg.to_toml(control)
+                .lines()
+                .filter(|l| !(drop_local && l.starts_with("local_addrs")))
+                .map(|l| if l.starts_with("remote_addrs") { format!("remote_addrs = [\"{peer}\"]\n") } else { format!("{l}\n") })
+                .collect()
+        }
+    };
+    let west_cfg = EspartoConfig::site(Node::GwWest, ike(true, true)).unwrap();
+    let mut east_cfg = EspartoConfig::site(Node::GwEast, ike(false, false)).unwrap();
+    east_cfg.child_extra.push(("dpd_action".into(), "\"restart\"".into()));
+    let (wt, et) = (west_cfg.tun.clone(), east_cfg.tun.clone());
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, &et, by_name(east_cfg, "west.vpn.test", true)).unwrap();
+    let west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, &wt, by_name(west_cfg, "east.vpn.test", false)).unwrap();
+    let up_at = |gw: &EspartoGateway, addr: &str| {
+        gw.sas().is_ok_and(|s| {
+            s.iter().any(|sa| sa.state == "established" && !sa.children.is_empty() && sa.remote.starts_with(addr))
+        })
+    };
+    wait_for("the tunnel to east by name", || up_at(&west, &east_old) && up_at(&east, &west_addr));
+    wait_for("traffic", || pings(&topo));
+    let named = |gw: &EspartoGateway, host: &str| gw.sas().unwrap().iter().any(|sa| sa.remote_host == host);
+    assert!(named(&west, "east.vpn.test"), "{:?}", west.sas());
+    assert!(named(&east, "west.vpn.test"), "the responder matched the peer by its name: {:?}", east.sas());
+    let text = west.cli(&["sas"]).unwrap().1;
+    assert!(text.contains(&format!("east.vpn.test {east_old}")), "{text}");
+
+    let gw = topo.ns(Node::GwEast);
+    gw.sysctl("net.ipv4.conf.wan0.promote_secondaries", "1").unwrap();
+    assert!(gw.ip(&["addr", "add", &format!("{east_new}/24"), "dev", "wan0"]).unwrap().status.success());
+    west_hosts.set(&format!("{east_new} east.vpn.test"));
+    let moved = Instant::now();
+    assert!(gw.ip(&["addr", "del", &format!("{east_old}/24"), "dev", "wan0"]).unwrap().status.success());
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !(up_at(&west, east_new) && pings(&topo)) {
+        assert!(Instant::now() < deadline, "no tunnel to east's new address: {:?}\n{}", west.sas(), log_of(&west));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("traffic again {:.2} s after east moved", moved.elapsed().as_secs_f64());
+    assert!(named(&west, "east.vpn.test"), "{:?}", west.sas());
+    let log = log_of(&west);
+    assert!(log.contains("peer host name resolved") && log.contains(east_new), "{log}");
     west.stop().unwrap();
     east.stop().unwrap();
 }

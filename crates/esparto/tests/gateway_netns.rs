@@ -69,6 +69,7 @@ fn config(east: bool, suite: EspSuite, workers: usize, state: &Path) -> Config {
             name: "site".into(),
             local_addrs: vec![local.parse().unwrap()],
             remote_addrs: vec![remote.parse().unwrap()],
+            remote_hosts: vec![],
             remote_port: 4500,
             ike: None,
             children: vec![Child {

@@ -4,6 +4,7 @@
 //! SA's hard lifetime ends. A read-only copy, built on request (one map
 //! look-up and a walk over the SA's children), never on the packet path.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use esparto_wire::ike::Spi;
@@ -36,6 +37,9 @@ pub struct IkeSaInfo {
     /// It is being deleted (a Delete of it is queued or in flight), or a
     /// rekey replaced it.
     pub closing: bool,
+    /// The connection's host name that the peer's address came from (its
+    /// last answer holds the address), if the peer was named.
+    pub remote_host: Option<Arc<str>>,
 }
 
 /// One Child SA's timers.
@@ -81,6 +85,12 @@ impl Endpoint {
                 })
                 .collect(),
             closing: sa.closing(),
+            remote_host: sa
+                .conn
+                .remote_hosts
+                .iter()
+                .find(|h| self.connections.answer(&h.name).contains(&sa.remote.ip()))
+                .map(|h| h.name.clone()),
         })
     }
 }

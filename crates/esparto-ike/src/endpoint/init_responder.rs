@@ -302,6 +302,13 @@ impl Endpoint {
         let (Some(offered), Some(kei), Some(_)) = (m.sa, m.ke, m.nonce) else {
             return;
         };
+        if self.connections.for_addrs(local.ip(), remote.ip()).next().is_none()
+            && self.refresh_hosts_on_miss(now, remote.ip())
+        {
+            // Unanswered rather than refused: the retransmission finds
+            // the connection if a name now points at this peer.
+            return;
+        }
         let candidates = self.connections.for_addrs(local.ip(), remote.ip());
         let choice = match ike_init::choose(candidates, offered, kei) {
             Ok(c) => c,

@@ -147,6 +147,8 @@ pub struct Stats {
     /// Plaintext octets of partial messages held now, over all IKE SAs
     /// (bounded by `sa::fragments::MAX_FRAGMENT_BYTES`).
     pub fragment_bytes_held: usize,
+    /// Lookups of a peer's host name that the driver reported failed.
+    pub unresolved_hosts: u64,
     /// IKE messages received (parsed) and sent, by exchange and kind.
     pub messages: Messages,
 }
@@ -295,6 +297,8 @@ pub struct Endpoint {
     recovery: recovery::Recovery,
     /// Our IKE SAs being set up, and those waiting, per peer address.
     pacing: pacing::Pacing,
+    /// Initiations waiting for the peer's host names.
+    resolving: resolve::Resolving,
 }
 
 macro_rules! ctx {
@@ -323,6 +327,7 @@ mod lifecycle;
 mod pacing;
 mod reconfigure;
 mod recovery;
+mod resolve;
 pub(crate) mod sa_index;
 
 pub use info::{ChildSaInfo, IkeSaInfo};
@@ -355,6 +360,7 @@ impl Endpoint {
             actions: Vec::new(),
             recovery: recovery::Recovery::default(),
             pacing: pacing::Pacing::default(),
+            resolving: resolve::Resolving::default(),
         }
     }
 
@@ -451,7 +457,10 @@ impl Endpoint {
     /// due then (an SA's deadline moved later after its timer was set) and
     /// only re-arm; it is never later than the first work due.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        let revive = self.recovery.next_due();
+        let revive = match (self.recovery.next_due(), self.resolving.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         while let Some(&Reverse((t, id))) = self.timers.peek() {
             if self.sas.get(&id).is_some_and(|sa| sa.scheduled == Some(t)) {
                 return Some(revive.map_or(t, |r| r.min(t)));
@@ -484,6 +493,15 @@ impl Endpoint {
             self.finish(now, id);
         }
         self.reinitiate_due(now);
+        if self.resolving.next_deadline().is_some_and(|t| t <= now) {
+            self.resume_parked(now);
+        }
+    }
+
+    /// An unused IKE SPI for an SA we initiate (parked ones included).
+    fn new_initiator_spi(&mut self) -> u64 {
+        let (sas, parked) = (&self.sas, &self.resolving);
+        ike_spi(&mut *self.rng, |s| sas.contains_key(&s) || parked.holds(s))
     }
 
     fn find_conn(&self, name: &str) -> Result<Arc<ConnectionConfig>, InitiateError> {
@@ -531,16 +549,38 @@ impl Endpoint {
                 .name
                 .clone(),
         };
-        // remote_addrs in order, as strongSwan takes them: the first one
-        // we have a local address towards — the first of its family in
-        // local_addrs (a dual-stack connection lists both), else the
-        // routing table's source.
-        if conn.remote_addrs.is_empty() {
+        if !conn.has_remote() {
+            return Err(InitiateError::NoRemoteAddress);
+        }
+        if !conn.remote_hosts.is_empty() {
+            // Names are resolved afresh for every initiation: it goes on
+            // once the driver has answered (`resolve.rs`).
+            return Ok(IkeSaId(self.park(now, &conn, child_name, resource)));
+        }
+        self.launch(now, conn, child_name, resource, None)
+    }
+
+    /// Send the IKE_SA_INIT of an initiation (with `spi`, the one a
+    /// parked initiation returned, if given).
+    fn launch(
+        &mut self,
+        now: Instant,
+        conn: Arc<ConnectionConfig>,
+        child_name: Arc<str>,
+        resource: Option<u16>,
+        spi: Option<u64>,
+    ) -> Result<IkeSaId, InitiateError> {
+        // remote_addrs in order, as strongSwan takes them (names by their
+        // answers): the first one we have a local address towards — the
+        // first of its family in local_addrs (a dual-stack connection
+        // lists both), else the routing table's source.
+        let connections = &self.connections;
+        let candidates = conn.remote_candidates(|name| connections.answer(name));
+        if candidates.is_empty() {
             return Err(InitiateError::NoRemoteAddress);
         }
         let source = &mut self.source;
-        let (remote_ip, local_ip) = conn
-            .remote_addrs
+        let (remote_ip, local_ip) = candidates
             .iter()
             .find_map(|remote| {
                 let local = match conn.local_addrs.iter().find(|a| a.is_ipv4() == remote.is_ipv4()) {
@@ -554,8 +594,10 @@ impl Endpoint {
                 local.map(|l| (*remote, l))
             })
             .ok_or(InitiateError::NoLocalAddress)?;
-        let sas = &self.sas;
-        let spi_i = ike_spi(&mut *self.rng, |s| sas.contains_key(&s));
+        let spi_i = match spi {
+            Some(s) if !self.sas.contains_key(&s) => s,
+            _ => self.new_initiator_spi(),
+        };
         let group = conn
             .proposals
             .first()
@@ -684,6 +726,9 @@ impl Endpoint {
     /// A re-initiation of its connection that was due is cancelled: the
     /// operator wants it down.
     pub fn terminate(&mut self, now: Instant, ike_sa: IkeSaId) -> Result<(), InitiateError> {
+        if self.cancel_parked(ike_sa) {
+            return Ok(());
+        }
         let id = self.resolve(ike_sa)?;
         if let Some(name) = self.sas.get(&id).map(|sa| sa.conn.name.clone()) {
             self.cancel_reinitiation(&name);

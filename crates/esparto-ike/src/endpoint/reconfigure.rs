@@ -77,6 +77,7 @@ impl Endpoint {
             };
             next.insert(conn)?;
         }
+        self.connections.hand_answers_to(&mut next);
         let old = std::mem::replace(&mut self.connections, next);
         let mut retired = Vec::new();
         for conn in old.all() {

@@ -491,6 +491,7 @@ impl Endpoint {
         self.recovery.closing = true;
         self.recovery.revivals.clear();
         self.recovery.timers.clear();
+        self.drop_parked();
         let ids: Vec<u64> = self.sas.keys().copied().collect();
         for id in ids {
             // An SA an earlier one took with it is gone: nothing to do.

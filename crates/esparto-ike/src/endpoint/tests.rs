@@ -407,4 +407,5 @@ mod bad_input;
 mod hub;
 mod fragments;
 mod mismatch;
+mod resolve;
 mod unique;

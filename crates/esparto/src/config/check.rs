@@ -397,7 +397,7 @@ pub(crate) fn runnable(cx: &mut Cx<'_>, root: &Node, connections: &[Arc<Connecti
             let Some((span, p)) = at(&conn.name, &["children", &child.name, "start_action"]) else { continue };
             // Without local_addrs, the initiator sends from the source the
             // routing table gives towards the peer.
-            if !conn.remote_addrs.is_empty() {
+            if !conn.remote_addrs.is_empty() || !conn.remote_hosts.is_empty() {
                 continue;
             }
             match child.start_action {

@@ -217,19 +217,32 @@ impl Parsed {
     }
 }
 
-/// The addresses of `key`, and where they were written.
+/// The addresses of `key`, the host names among them (only where
+/// `names` allows them), and where they were written.
 fn addrs(
     cx: &mut Cx<'_>,
     node: &Node,
     path: &KeyPath,
     key: &str,
-) -> (Vec<IpAddr>, Option<(Span, KeyPath)>) {
+    names: bool,
+) -> (Vec<IpAddr>, Vec<esparto_ike::RemoteHost>, Option<(Span, KeyPath)>) {
     let Some(f) = node.field(path, key) else {
-        return (vec![], None);
+        return (vec![], vec![], None);
     };
     let mut out = Vec::new();
+    let mut hosts: Vec<esparto_ike::RemoteHost> = Vec::new();
     for (fld, s) in cx.str_list(&f) {
         if s == "%any" || s == "%any4" || s == "%any6" {
+            continue;
+        }
+        if s.parse::<IpAddr>().is_err() && is_host_name(s) {
+            if !names {
+                cx.err_at(&fld, format!("'{s}': host names are accepted in remote_addrs only; give our address here, or leave local_addrs out (the route's source is used)"));
+            } else if hosts.iter().any(|h| h.name.eq_ignore_ascii_case(s)) {
+                cx.err_at(&fld, format!("'{s}' is listed twice"));
+            } else {
+                hosts.push(esparto_ike::RemoteHost { name: s.trim_end_matches('.').into(), position: out.len() });
+            }
             continue;
         }
         match parse_addr(s) {
@@ -244,7 +257,26 @@ fn addrs(
             Err(e) => cx.err_at(&fld, e),
         }
     }
-    (out, Some((f.node.span.clone(), f.path.clone())))
+    (out, hosts, Some((f.node.span.clone(), f.path.clone())))
+}
+
+/// A DNS host name (RFC 1123 §2.1): dot-separated labels of letters,
+/// digits and hyphens, none starting or ending with a hyphen, at most 63
+/// octets each and 253 in all, an optional final dot; the last label not
+/// all digits, so that a mistyped IPv4 address (`192.0.2.256`) is not
+/// taken for a name.
+pub(crate) fn is_host_name(s: &str) -> bool {
+    let s = s.strip_suffix('.').unwrap_or(s);
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(label)
+        && s.rsplit('.').next().is_some_and(|last| !last.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn parse_one(
@@ -258,9 +290,10 @@ fn parse_one(
     let before = cx.error_count();
     cx.check_keys(node, path, KEYS, UNSUPPORTED);
     let addr_errors = cx.error_count();
-    let (local_addrs, _) = addrs(cx, node, path, "local_addrs");
-    let (remote_addrs, _) = addrs(cx, node, path, "remote_addrs");
+    let (local_addrs, _, _) = addrs(cx, node, path, "local_addrs", false);
+    let (remote_addrs, remote_hosts, _) = addrs(cx, node, path, "remote_addrs", true);
     // Only complain that addresses are missing when none were misspelt.
+    // (A static child needs literal ones: nothing resolves a name for it.)
     let addrs_missing =
         cx.error_count() == addr_errors && (local_addrs.is_empty() || remote_addrs.is_empty());
     let remote_port = match node.field(path, "remote_port") {
@@ -289,7 +322,7 @@ fn parse_one(
             node,
             path,
             &local_addrs,
-            &remote_addrs,
+            (&remote_addrs, &remote_hosts),
             children.ike,
         )
     } else {
@@ -312,6 +345,7 @@ fn parse_one(
             name: name.to_string(),
             local_addrs,
             remote_addrs,
+            remote_hosts,
             remote_port,
             ike,
             children: children.children,
@@ -399,7 +433,7 @@ fn ike_settings(
     node: &Node,
     path: &KeyPath,
     local_addrs: &[IpAddr],
-    remote_addrs: &[IpAddr],
+    (remote_addrs, remote_hosts): (&[IpAddr], &[esparto_ike::RemoteHost]),
     children: Vec<esparto_ike::ChildConfig>,
 ) -> Option<esparto_ike::ConnectionConfig> {
     let errors_before = cx.error_count();
@@ -426,7 +460,7 @@ fn ike_settings(
         }
     }
     let (dpd_action, close_action) = after_death(cx, node, path, &children);
-    let recover = recover(cx, node, path, remote_addrs);
+    let recover = recover(cx, node, path, !remote_addrs.is_empty() || !remote_hosts.is_empty());
     let unique = unique(cx, node, path);
     let fragmentation = fragmentation(cx, node, path);
     let local = auth(cx, node, path, "local", authorities);
@@ -443,6 +477,7 @@ fn ike_settings(
         name: name.into(),
         local_addrs: local_addrs.to_vec(),
         remote_addrs: remote_addrs.to_vec(),
+        remote_hosts: remote_hosts.to_vec(),
         remote_port: daemon.ike_port,
         proposals,
         encap,
@@ -584,13 +619,13 @@ fn after_death(
 
 /// `recover`: what ESP for an unknown SPI from the peer makes us do while
 /// we hold no IKE SA with it. `initiate` needs an address to initiate to.
-fn recover(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, remote_addrs: &[IpAddr]) -> esparto_ike::Recover {
+fn recover(cx: &mut Cx<'_>, node: &Node, path: &KeyPath, has_remote: bool) -> esparto_ike::Recover {
     let Some(f) = node.field(path, "recover") else {
         return esparto_ike::Recover::Notify;
     };
     match cx.str(&f) {
         Some("notify") => esparto_ike::Recover::Notify,
-        Some("initiate") if remote_addrs.is_empty() => {
+        Some("initiate") if !has_remote => {
             cx.err_at(&f, "recover = \"initiate\" needs remote_addrs: the peer's address to initiate to");
             esparto_ike::Recover::Notify
         }

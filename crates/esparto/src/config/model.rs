@@ -195,6 +195,9 @@ pub struct Connection {
     pub local_addrs: Vec<IpAddr>,
     /// The peer's outer addresses; the first is the one we send to.
     pub remote_addrs: Vec<IpAddr>,
+    /// The host names among `remote_addrs` (IKE only: the daemon resolves
+    /// them when it initiates).
+    pub remote_hosts: Vec<esparto_ike::RemoteHost>,
     /// The peer's UDP port for ESP-in-UDP (default 4500).
     pub remote_port: u16,
     /// IKE settings, when any child is negotiated by IKE.

@@ -150,7 +150,7 @@ pub(crate) fn parse_addr(s: &str) -> Result<IpAddr, String> {
                 "'{s}' is not an IP address (ranges and subnets are not accepted for addresses)"
             )
         } else {
-            format!("'{s}' is not an IP address (host names are not resolved)")
+            format!("'{s}' is not an IP address")
         }
     })
 }

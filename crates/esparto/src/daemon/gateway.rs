@@ -151,9 +151,14 @@ pub(super) fn tun_mtu(cfg: &Config) -> u16 {
 }
 
 /// Whether the connections have peers (or local addresses) of both
-/// families: then one dual-stack IPv6 socket per group serves both (IPv4
-/// peers as IPv4-mapped addresses on the wire of the socket API only).
+/// families, or name a peer by host name with no local address to fix
+/// its family: then one dual-stack IPv6 socket per group serves both
+/// (IPv4 peers as IPv4-mapped addresses on the wire of the socket API
+/// only).
 pub(super) fn dual_stack(cfg: &Config) -> bool {
+    if cfg.connections.iter().any(|c| !c.remote_hosts.is_empty() && c.local_addrs.is_empty()) {
+        return true;
+    }
     let mut addrs = cfg.connections.iter().flat_map(|c| c.local_addrs.iter().chain(&c.remote_addrs));
     let Some(first) = addrs.next() else { return false };
     addrs.any(|a| a.is_ipv6() != first.is_ipv6())

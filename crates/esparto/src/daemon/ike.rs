@@ -70,6 +70,10 @@ pub struct Ike {
     /// The sockets are on a wildcard address: each datagram names its
     /// local address (received) and its source (sent).
     wildcard: bool,
+    /// Peers' host names, looked up off this thread.
+    resolver: super::resolver::Resolver,
+    /// When every host name was last asked for (`None`: not yet).
+    refreshed: Option<Instant>,
 }
 
 /// An IKE datagram waiting for a barrier.
@@ -187,6 +191,8 @@ impl Ike {
             held: VecDeque::new(),
             counts: EventCounts::default(),
             wildcard: bind.ip().is_unspecified(),
+            resolver: super::resolver::Resolver::new().context("the resolver's wake-up socket")?,
+            refreshed: None,
         };
         for conn in &cfg.connections {
             let Some(ike_conn) = &conn.ike else { continue };
@@ -235,7 +241,7 @@ impl Ike {
         if ike_conn.child(child).is_none() {
             return Err(format!("{name}/{child}: no such child"));
         }
-        if conn.remote_addrs.is_empty() {
+        if conn.remote_addrs.is_empty() && conn.remote_hosts.is_empty() {
             return Err(format!("{name}/{child}: a trap needs remote_addrs"));
         }
         let id = gw.table.child_id(name, child).ok_or_else(|| format!("{name}/{child}: no such child"))?;
@@ -257,8 +263,8 @@ impl Ike {
     }
 
     /// File descriptors to wait on (port 500; port 4500 is the gateway's).
-    pub fn fds(&self) -> [RawFd; 1] {
-        [self.sock500.as_raw_fd()]
+    pub fn fds(&self) -> [RawFd; 2] {
+        [self.sock500.as_raw_fd(), self.resolver.fd()]
     }
 
     /// When [`tick`](Self::tick) must run next.
@@ -315,6 +321,7 @@ impl Ike {
 
     /// Timers: retransmissions, liveness, rekeys, lingering inbound SAs.
     pub fn tick(&mut self, now: Instant, gw: &mut Gateway) {
+        self.resolve(now);
         self.ep.handle_timeout(now);
         if gw.table.expire_lingering(now) > 0 {
             if let Err(e) = gw.apply() {
@@ -337,6 +344,26 @@ impl Ike {
             Err(e) => warn!(error = %format!("{e:#}"), "releasing held effects"),
         }
         self.flush(now, gw);
+    }
+
+    /// Hands the resolver's answers to the engine, and asks for every
+    /// host name the connections hold at start and every
+    /// [`super::resolver::REFRESH`] after.
+    fn resolve(&mut self, now: Instant) {
+        for (name, answer) in self.resolver.answers() {
+            self.ep.host_resolved(now, &name, answer);
+        }
+        if self.refreshed.is_none_or(|t| now.saturating_duration_since(t) >= super::resolver::REFRESH) {
+            self.refreshed = Some(now);
+            for name in self.ep.remote_hosts() {
+                self.resolver.ask(&name);
+            }
+        }
+    }
+
+    /// Asks the resolver for `name` (the engine's `ResolveHost`).
+    pub(super) fn ask_resolver(&mut self, name: &Arc<str>) {
+        self.resolver.ask(name);
     }
 
     /// Leaves cleanly (SIGTERM, SIGINT): a Delete for every IKE SA (its
@@ -617,6 +644,7 @@ impl Ike {
             ("liveness_checks", s.liveness_checks),
             ("recoveries", s.recoveries),
             ("initiations_paced", s.initiations_paced),
+            ("unresolved_hosts", s.unresolved_hosts),
             ("fragments_sent", s.fragments_sent),
             ("fragments_received", s.fragments_received),
             ("fragments_dropped", s.fragments_dropped),
@@ -658,6 +686,7 @@ impl Ike {
             s.nat.local_behind_nat = info.nat.local_behind_nat;
             s.nat.remote_behind_nat = info.nat.remote_behind_nat;
             s.nat.encap_forced = info.encap_forced;
+            s.remote_host = info.remote_host.map(|h| h.to_string()).unwrap_or_default();
             for c in &mut s.children {
                 let spi = u32::from_str_radix(&c.in_spi, 16).ok();
                 if let Some(ci) = info.children.iter().find(|ci| Some(ci.inbound_spi) == spi) {
@@ -710,7 +739,7 @@ pub(super) fn check_activation(conn: &Connection) -> Result<(), String> {
             StartAction::Trap => "a trap",
             StartAction::Start => "start_action = \"start\"",
         };
-        if conn.remote_addrs.is_empty() {
+        if conn.remote_addrs.is_empty() && conn.remote_hosts.is_empty() {
             return Err(format!("{}/{}: {action} needs remote_addrs", conn.name, child.name));
         }
     }

@@ -43,13 +43,14 @@ impl Ike {
     /// Acts on one engine event: a transition of the table and the
     /// commands it queues, sent at once.
     pub(super) fn on_event(&mut self, now: Instant, gw: &mut Gateway, ev: Event) {
-        if gw.table.is_retired(ike_sa_of(&ev)) {
+        if ike_sa_of(&ev).is_some_and(|id| gw.table.is_retired(id)) {
             self.on_retired(now, gw, ev);
             return;
         }
         file_watch_lines(gw);
         let after = self.events_before(now, gw, &ev);
         match ev {
+            Event::ResolveHost { name } => self.ask_resolver(&name),
             Event::IkeSaEstablished { ike_sa, connection, local, remote, local_id, remote_id, initiator } => {
                 let up = IkeSaUp { local, remote, local_id: local_id.to_string(), remote_id: remote_id.to_string(), initiator };
                 self.on_ike_sa_established(now, gw, ike_sa, &connection, &up);
@@ -190,7 +191,7 @@ impl Ike {
                     debug!(ike_sa = %new, error = ?e, "deleting a retired IKE SA");
                 }
             }
-            ev => debug!(ike_sa = %ike_sa_of(&ev), "event of a retired IKE SA ignored"),
+            ev => debug!(ike_sa = ?ike_sa_of(&ev), "event of a retired IKE SA ignored"),
         }
     }
 
@@ -378,8 +379,8 @@ fn apply(gw: &mut Gateway, what: &str) {
 }
 
 /// The IKE SA an event is about (`IkeSaRekeyed`: the one it replaced).
-fn ike_sa_of(ev: &Event) -> IkeSaId {
-    match ev {
+fn ike_sa_of(ev: &Event) -> Option<IkeSaId> {
+    Some(match ev {
         Event::IkeSaEstablished { ike_sa, .. }
         | Event::IkeSaDeleted { ike_sa, .. }
         | Event::ChildSaDeleted { ike_sa, .. }
@@ -390,5 +391,6 @@ fn ike_sa_of(ev: &Event) -> IkeSaId {
         | Event::PeerAddressChanged { ike_sa, .. } => *ike_sa,
         Event::ChildSaEstablished(c) => c.ike_sa,
         Event::IkeSaRekeyed { old, .. } => *old,
-    }
+        Event::ResolveHost { .. } => return None,
+    })
 }

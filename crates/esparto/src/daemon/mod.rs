@@ -20,6 +20,7 @@ mod local_addrs;
 pub mod log_limit;
 mod notify;
 mod reload;
+mod resolver;
 mod router;
 mod run;
 mod sa_events;

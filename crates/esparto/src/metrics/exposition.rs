@@ -117,6 +117,11 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "Connections initiated because their peer sent ESP for SAs this daemon no longer held (recover = initiate).",
     ),
     (
+        "unresolved_hosts",
+        "esparto_ike_unresolved_hosts",
+        "Lookups of a peer's host name (remote_addrs) that failed.",
+    ),
+    (
         "initiations_paced",
         "esparto_ike_initiations_paced",
         "Initiations that waited for their turn to the peer (initiating_per_peer).",

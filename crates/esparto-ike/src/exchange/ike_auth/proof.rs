@@ -467,7 +467,7 @@ impl IkeSa {
         let suite = self.suite.as_ref()?;
         let answer = suite.to_wire(Protocol::Ike, Spi::None);
         let fits = |c: &Arc<ConnectionConfig>| {
-            c.matches_addrs(self.local.ip(), self.remote.ip())
+            ctx.connections.matches_addrs(c, self.local.ip(), self.remote.ip())
                 && c.accepts_remote_id(peer)
                 && c.remote.trust.is_some() == signs
                 && idr.is_none_or(|want| want.matches(&c.local_id(self.local.ip())))

@@ -737,6 +737,32 @@ secret = "x"
 }
 
 #[test]
+fn host_names_are_peers_only_and_must_be_names() {
+    let text = r#"[connections.gw]
+local_addrs = ["gw.example.com"]
+remote_addrs = ["192.0.2.256", "-bad.example", "vpn.example.com", "VPN.example.com"]
+[connections.gw.children.host]
+"#;
+    let errs = errors_of(text);
+    let got: Vec<(usize, usize, &str)> = errs.iter().map(|e| (e.line, e.column, e.key.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (2, 16, "connections.gw.local_addrs[0]"),
+            (3, 17, "connections.gw.remote_addrs[0]"),
+            (3, 32, "connections.gw.remote_addrs[1]"),
+            (3, 67, "connections.gw.remote_addrs[3]"),
+        ],
+        "{}",
+        ConfigErrors(errs.clone())
+    );
+    assert!(errs[0].message.contains("host names are accepted in remote_addrs only"), "{}", errs[0].message);
+    assert!(errs[1].message.contains("'192.0.2.256' is not an IP address"), "{}", errs[1].message);
+    assert!(errs[2].message.contains("is not an IP address"), "{}", errs[2].message);
+    assert!(errs[3].message.contains("listed twice"), "{}", errs[3].message);
+}
+
+#[test]
 fn recover_takes_notify_or_initiate_and_initiate_needs_a_peer_address() {
     let text = r#"[connections.gw]
 remote_addrs = "198.51.100.7"

@@ -419,3 +419,30 @@ fn the_examples_have_both_sides_mirrored() {
         parse_str(&std::fs::read_to_string(dir.join(f)).unwrap(), f).unwrap();
     }
 }
+
+#[test]
+fn peers_by_host_name_keep_their_place_among_the_addresses() {
+    let text = r#"
+[connections.gw]
+remote_addrs = ["vpn.example.com", "198.51.100.7", "Backup-2.example.net."]
+local.id = "@moon"
+remote.id = "@sun"
+[connections.gw.children.host]
+start_action = "start"
+[secrets.ike]
+id = "@sun"
+secret = "0x00112233445566778899"
+"#;
+    let c = parse_str(text, "moon.toml").unwrap();
+    let conn = &c.connections[0];
+    let hosts = |h: &[esparto_ike::RemoteHost]| h.iter().map(|h| (h.name.to_string(), h.position)).collect::<Vec<_>>();
+    let want = vec![("vpn.example.com".to_string(), 0), ("Backup-2.example.net".to_string(), 1)];
+    assert_eq!(conn.remote_addrs, ["198.51.100.7".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(hosts(&conn.remote_hosts), want);
+    assert_eq!(hosts(&conn.ike.as_ref().unwrap().remote_hosts), want, "the engine gets them");
+    // A name alone is enough to initiate to.
+    let named = text.replace(r#"["vpn.example.com", "198.51.100.7", "Backup-2.example.net."]"#, r#""vpn.example.com""#);
+    let c = parse_str(&named, "moon.toml").unwrap();
+    assert!(c.connections[0].remote_addrs.is_empty());
+    assert_eq!(c.connections[0].remote_hosts.len(), 1);
+}

@@ -131,6 +131,7 @@ impl Table {
                 initiator: r.initiator,
                 local: r.local.to_string(),
                 remote: r.remote.to_string(),
+                remote_host: String::new(),
                 local_id: r.local_id.clone(),
                 remote_id: r.remote_id.clone(),
                 age_s: now.saturating_duration_since(r.since).as_secs_f64(),
