@@ -191,6 +191,11 @@ pub struct ConnectionConfig {
     pub unique: Unique,
     /// IKE fragmentation (swanctl `fragmentation`).
     pub fragmentation: Fragmentation,
+    /// MOBIKE (RFC 4555, swanctl `mobike`, default on): announced in
+    /// IKE_AUTH; with a peer that announces it too, an IKE SA we
+    /// initiated moves to a new local address instead of ending, and one
+    /// the peer initiated follows the peer's UPDATE_SA_ADDRESSES.
+    pub mobike: bool,
     /// Rekey the IKE SA this long after it was created (swanctl
     /// `rekey_time`, default 4 h), minus a random part of up to
     /// `rand_time` (RFC 7296 §2.8). `None`: never.
@@ -222,6 +227,7 @@ impl Default for ConnectionConfig {
             recover: Recover::Notify,
             unique: Unique::No,
             fragmentation: Fragmentation::Yes,
+            mobike: true,
             rekey_time: Some(crate::lifetime::IKE_REKEY_TIME),
             rand_time: None,
         }

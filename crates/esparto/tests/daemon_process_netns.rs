@@ -345,9 +345,10 @@ fn a_connection_without_local_addrs_initiates_from_the_routes_source() {
 }
 
 /// The address a connection without `local_addrs` uses changes (a new
-/// DHCP lease): the old address leaves, its IKE SA ends (no MOBIKE), and
-/// `dpd_action = restart` (the default of `start` connections) brings the
-/// connection up again from the new address; the outage is printed.
+/// DHCP lease) and MOBIKE is off: the old address leaves, its IKE SA
+/// ends, and `dpd_action = restart` (the default of `start` connections)
+/// brings the connection up again from the new address; the outage is
+/// printed.
 #[test]
 fn a_changed_local_address_reestablishes_the_connection() {
     if skip("daemon_process_netns", false) {
@@ -360,7 +361,8 @@ fn a_changed_local_address_reestablishes_the_connection() {
             cfg.to_toml(control).lines().filter(|l| !l.starts_with(key)).map(|l| format!("{l}\n")).collect()
         }
     };
-    let west_cfg = EspartoConfig::site(Node::GwWest, ike(true, true)).unwrap();
+    let mut west_cfg = EspartoConfig::site(Node::GwWest, ike(true, true)).unwrap();
+    west_cfg.conn_extra.push(("mobike".into(), "false".into()));
     let east_cfg = EspartoConfig::site(Node::GwEast, ike(false, false)).unwrap();
     let (wt, et) = (west_cfg.tun.clone(), east_cfg.tun.clone());
     // East answers from any address; west sends from the route's source.
@@ -386,6 +388,67 @@ fn a_changed_local_address_reestablishes_the_connection() {
     eprintln!("traffic again {:.2} s after the address changed", changed.elapsed().as_secs_f64());
     let log = log_of(&west);
     assert!(log.contains("our address left the host: the IKE_SA ends (no MOBIKE)"), "{log}");
+    west.stop().unwrap();
+    east.stop().unwrap();
+}
+
+/// The same address change with MOBIKE (on by default on both sides):
+/// the IKE SA moves to the new address with UPDATE_SA_ADDRESSES, east
+/// checks the new address (COOKIE2) and follows, and traffic goes on over
+/// the same IKE SA and the same Child SAs — nothing is renegotiated. The
+/// outage (pings lost between the change and the first answer) is printed.
+#[test]
+fn a_changed_local_address_moves_the_ike_sa_with_mobike() {
+    if skip("daemon_process_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let without = |key: &'static str, cfg: EspartoConfig| {
+        move |control: &Path| -> String {
+            cfg.to_toml(control).lines().filter(|l| !l.starts_with(key)).map(|l| format!("{l}\n")).collect()
+        }
+    };
+    let west_cfg = EspartoConfig::site(Node::GwWest, ike(true, true)).unwrap();
+    let east_cfg = EspartoConfig::site(Node::GwEast, ike(false, false)).unwrap();
+    let (wt, et) = (west_cfg.tun.clone(), east_cfg.tun.clone());
+    let east = EspartoGateway::start_with(topo.ns(Node::GwEast), bin, &et, without("remote_addrs", east_cfg)).unwrap();
+    let west = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, &wt, without("local_addrs", west_cfg)).unwrap();
+    let old = Topology::addr(Node::GwWest, Net::Transit, Family::V4).to_string();
+    let established = |gw: &EspartoGateway| {
+        gw.sas().unwrap_or_default().into_iter().find(|sa| sa.state == "established" && !sa.children.is_empty())
+    };
+    wait_for("the tunnel", || established(&west).is_some_and(|sa| sa.local.starts_with(&old)));
+    wait_for("traffic", || pings(&topo));
+    let before = established(&west).unwrap();
+    let spis = |sa: &esparto::status::IkeSaStatus| sa.children.iter().map(|c| (c.in_spi.clone(), c.out_spi.clone())).collect::<Vec<_>>();
+
+    let gw = topo.ns(Node::GwWest);
+    gw.sysctl("net.ipv4.conf.wan0.promote_secondaries", "1").unwrap();
+    let new = "192.0.2.21";
+    assert!(gw.ip(&["addr", "add", &format!("{new}/24"), "dev", "wan0"]).unwrap().status.success());
+    let changed = Instant::now();
+    assert!(gw.ip(&["addr", "del", &format!("{old}/24"), "dev", "wan0"]).unwrap().status.success());
+    wait_for("west on the new address", || established(&west).is_some_and(|sa| sa.local.starts_with(new)));
+    wait_for("east following", || established(&east).is_some_and(|sa| sa.remote.starts_with(new)));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !pings(&topo) {
+        if Instant::now() >= deadline {
+            for n in [Node::GwWest, Node::GwEast] {
+                let o = std::process::Command::new("ip").args(["netns", "exec", topo.ns(n).name(), "sh", "-c", "grep Udp: /proc/net/snmp; ip -s link show wan0; ip addr show wan0; ss -uan; ip neigh"]).output().unwrap();
+                eprintln!("{n:?}:\n{}", String::from_utf8_lossy(&o.stdout));
+            }
+        }
+        assert!(Instant::now() < deadline, "no traffic after the move:\nwest: {:?}\n{}\neast: {:?}\n{}", west.sas(), log_of(&west), east.sas(), log_of(&east));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("traffic again {:.2} s after the address changed (MOBIKE)", changed.elapsed().as_secs_f64());
+    let after = established(&west).unwrap();
+    assert_eq!(after.id, before.id, "the same IKE SA");
+    assert_eq!(spis(&after), spis(&before), "the same Child SAs");
+    let log = log_of(&west);
+    assert!(log.contains("moving the IKE_SA (MOBIKE)") && log.contains("IKE_SA moved (MOBIKE)"), "{log}");
+    assert!(log_of(&east).contains("the peer moved (MOBIKE)"), "{}", log_of(&east));
     west.stop().unwrap();
     east.stop().unwrap();
 }

@@ -194,11 +194,15 @@ impl Endpoint {
     }
 
     /// Our address `ip` left the host: the IKE SAs on it can neither send
-    /// nor receive, and without MOBIKE (RFC 4555) they cannot move. They
-    /// end here, without a Delete (it could not leave), and what follows
-    /// is as for a dead peer: the connection's `dpd_action` (`restart`,
-    /// the default of `start` connections, initiates it again, from the
-    /// address the routing table gives then). Returns how many ended.
+    /// nor receive. One we initiated with a peer that supports MOBIKE
+    /// (RFC 4555) moves to the address the routing table gives towards
+    /// the peer now (another of `local_addrs` of that family if the
+    /// connection lists them), if there is one: UPDATE_SA_ADDRESSES, the
+    /// Child SAs kept. The others end here, without a Delete (it could not
+    /// leave), and what follows is as for a dead peer: the connection's
+    /// `dpd_action` (`restart`, the default of `start` connections,
+    /// initiates it again, from the address the routing table gives then).
+    /// Returns how many ended or moved.
     pub fn local_address_gone(&mut self, now: Instant, ip: core::net::IpAddr) -> usize {
         let ids: Vec<u64> = self
             .sas
@@ -207,11 +211,34 @@ impl Endpoint {
             .map(|(id, _)| *id)
             .collect();
         for id in &ids {
+            let Some(sa) = self.sas.get(id) else { continue };
+            let (conn, remote) = (sa.conn.clone(), sa.remote.ip());
+            let next = if sa.mobike && sa.is_initiator() {
+                match conn.local_addrs.is_empty() {
+                    true => self.source.as_mut().and_then(|choose| choose(remote)),
+                    false => conn.local_addrs.iter().find(|a| **a != ip && a.is_ipv4() == remote.is_ipv4()).copied(),
+                }
+                .filter(|a| *a != ip && a.is_ipv4() == remote.is_ipv4())
+            } else {
+                None
+            };
             let mut ctx = ctx!(self, now);
-            if let Some(sa) = self.sas.get_mut(id) {
-                tracing::info!(ike_sa = %sa.id, local = %ip, connection = %sa.conn.name,
-                    "our address left the host: the IKE_SA ends (no MOBIKE)");
-                kill_silently(sa, &mut ctx, Reason::LocalAddressGone);
+            let Some(sa) = self.sas.get_mut(id) else { continue };
+            match next {
+                Some(new) if sa.move_local(&mut ctx, new) => {
+                    tracing::info!(ike_sa = %sa.id, old = %ip, local = %new, connection = %sa.conn.name,
+                        "our address left the host: moving the IKE_SA (MOBIKE)");
+                }
+                _ => {
+                    let why = match (sa.mobike, sa.is_initiator()) {
+                        (false, _) => "no MOBIKE",
+                        (true, false) => "the peer initiated it, only the peer can move it",
+                        (true, true) => "no other address towards the peer",
+                    };
+                    tracing::info!(ike_sa = %sa.id, local = %ip, connection = %sa.conn.name,
+                        "our address left the host: the IKE_SA ends ({why})");
+                    kill_silently(sa, &mut ctx, Reason::LocalAddressGone);
+                }
             }
         }
         self.run_actions(now);

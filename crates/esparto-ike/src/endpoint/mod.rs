@@ -149,6 +149,13 @@ pub struct Stats {
     pub fragment_bytes_held: usize,
     /// Lookups of a peer's host name that the driver reported failed.
     pub unresolved_hosts: u64,
+    /// IKE SAs moved to new addresses by MOBIKE (RFC 4555): ours after
+    /// the peer answered our update, the peer's after its address passed
+    /// the return routability check.
+    pub mobike_updates: u64,
+    /// Return routability checks that failed: the peer's old addresses
+    /// were kept.
+    pub mobike_checks_failed: u64,
     /// IKE messages received (parsed) and sent, by exchange and kind.
     pub messages: Messages,
 }

@@ -407,5 +407,6 @@ mod bad_input;
 mod hub;
 mod fragments;
 mod mismatch;
+mod mobike;
 mod resolve;
 mod unique;

@@ -25,7 +25,7 @@ use crate::ctx::{Action, Ctx};
 use crate::event::Reason;
 use crate::sa::{IkeSa, State};
 use core::net::SocketAddr;
-use esparto_wire::ike::{DeleteRepr, ExchangeType, NotifyType, PayloadRepr, ProtocolId};
+use esparto_wire::ike::{DeleteRepr, ExchangeType, NotifyRepr, NotifyType, PayloadRepr, ProtocolId};
 
 pub(super) fn build_delete_child(
     sa: &mut IkeSa,
@@ -91,9 +91,11 @@ impl IkeSa {
     ) {
         let ex = ExchangeType::INFORMATIONAL;
         let mut delete_ike = false;
+        let mut update = false;
         let mut ours = Vec::new();
         for p in payloads {
             match p {
+                PayloadRepr::Notify(n) if n.kind == NotifyType::UPDATE_SA_ADDRESSES => update = true,
                 PayloadRepr::Delete(d) if d.protocol == ProtocolId::IKE => delete_ike = true,
                 PayloadRepr::Delete(d) if d.protocol == ProtocolId::ESP => {
                     self.peer_deletes_children(ctx, &d.spis, &mut ours);
@@ -112,15 +114,26 @@ impl IkeSa {
             tracing::info!(ike_sa = %self.id, peer = %from, "peer deleted the IKE_SA");
             return self.peer_deletes_ike_sa(ctx);
         }
-        if ours.is_empty() {
-            // A liveness check, or deletes for SAs we no longer have.
-            self.respond(ctx, ex, mid, &[], from, to);
-        } else {
-            let d = PayloadRepr::Delete(DeleteRepr {
+        // MOBIKE (RFC 4555 §3.5, §3.9): COOKIE2 comes back as it came,
+        // NAT detection answers NAT detection.
+        let (cookie2, nat) = self.mobike_answer(ctx, payloads, from, to);
+        let mut answer = Vec::new();
+        if !ours.is_empty() {
+            answer.push(PayloadRepr::Delete(DeleteRepr {
                 protocol: ProtocolId::ESP,
                 spis: ours,
-            });
-            self.respond(ctx, ex, mid, &[d], from, to);
+            }));
+        }
+        if let Some([src, dst]) = &nat {
+            answer.push(PayloadRepr::Notify(NotifyRepr::new(NotifyType::NAT_DETECTION_SOURCE_IP, src)));
+            answer.push(PayloadRepr::Notify(NotifyRepr::new(NotifyType::NAT_DETECTION_DESTINATION_IP, dst)));
+        }
+        if let Some(c) = &cookie2 {
+            answer.push(PayloadRepr::Notify(NotifyRepr::new(NotifyType::COOKIE2, c)));
+        }
+        self.respond(ctx, ex, mid, &answer, from, to);
+        if update {
+            self.peer_update(ctx, from, to);
         }
     }
 

@@ -8,6 +8,7 @@
 //! | [`create_child`] | CREATE_CHILD_SA | `Task::CreateChild`, [`create_child::request`] | `IkeSa::respond_create_child` | §1.3.1, §1.3.3 (rekey), RFC 9611 |
 //! | [`rekey_ike`] | CREATE_CHILD_SA | [`rekey_ike::RekeyIke`] | `IkeSa::respond_rekey_ike` | §1.3.2, §2.18, §2.8.2 |
 //! | `informational` | INFORMATIONAL | `DeleteChild`, `DeleteIke`, `Liveness` | `IkeSa::respond_informational` | §1.4 |
+//! | `mobike` | INFORMATIONAL | `UpdateAddresses`, `CheckAddress` | `IkeSa::peer_update` | RFC 4555 |
 //!
 //! Two parts serve more than one exchange. [`child_sa`] negotiates a
 //! Child SA, both roles, for IKE_AUTH (the first one) and CREATE_CHILD_SA
@@ -41,6 +42,8 @@ pub(crate) mod ike_auth;
 pub(crate) mod ike_init;
 mod informational;
 pub(crate) mod ke;
+mod mobike;
+pub(crate) use mobike::CHECK_TRIES;
 pub(crate) mod rekey_ike;
 
 use crate::ctx::Ctx;
@@ -68,6 +71,12 @@ pub(crate) enum Task {
     DeleteIke,
     /// Empty INFORMATIONAL: liveness check (§1.4).
     Liveness,
+    /// INFORMATIONAL with UPDATE_SA_ADDRESSES from our new address
+    /// (RFC 4555 §3.5), with this COOKIE2.
+    UpdateAddresses([u8; mobike::COOKIE2_LEN]),
+    /// INFORMATIONAL with COOKIE2 to the peer's new address: the return
+    /// routability check (RFC 4555 §3.5).
+    CheckAddress([u8; mobike::COOKIE2_LEN]),
 }
 
 /// What a processed response leads to.
@@ -127,7 +136,11 @@ impl Task {
             Task::IkeInit(_) => ExchangeType::IKE_SA_INIT,
             Task::IkeAuth(_) => ExchangeType::IKE_AUTH,
             Task::CreateChild(_) | Task::RekeyIke(_) => ExchangeType::CREATE_CHILD_SA,
-            Task::DeleteChild(_) | Task::DeleteIke | Task::Liveness => ExchangeType::INFORMATIONAL,
+            Task::DeleteChild(_)
+            | Task::DeleteIke
+            | Task::Liveness
+            | Task::UpdateAddresses(_)
+            | Task::CheckAddress(_) => ExchangeType::INFORMATIONAL,
         }
     }
 
@@ -160,6 +173,8 @@ impl Task {
             Task::DeleteChild(spis) => informational::build_delete_child(sa, mid, spis),
             Task::DeleteIke => informational::build_delete_ike(sa, mid),
             Task::Liveness => sa.encode(ExchangeType::INFORMATIONAL, false, mid, &[]),
+            Task::UpdateAddresses(c) => mobike::build_update(sa, ctx, mid, c),
+            Task::CheckAddress(c) => mobike::build_check(sa, mid, c),
         }
     }
 
@@ -175,6 +190,8 @@ impl Task {
             Task::DeleteChild(spis) => informational::process_delete_child(sa, ctx, rx, &spis),
             Task::DeleteIke => Outcome::Fail(Reason::Terminated),
             Task::Liveness => Outcome::Done,
+            Task::UpdateAddresses(c) => mobike::process_update(sa, ctx, rx, &c),
+            Task::CheckAddress(c) => mobike::process_check(sa, ctx, rx, &c),
         }
     }
 
@@ -186,7 +203,11 @@ impl Task {
             Task::IkeAuth(t) => t.release(ctx),
             Task::CreateChild(t) => t.release(ctx),
             Task::RekeyIke(t) => t.release(ctx),
-            Task::DeleteChild(_) | Task::DeleteIke | Task::Liveness => {}
+            Task::DeleteChild(_)
+            | Task::DeleteIke
+            | Task::Liveness
+            | Task::UpdateAddresses(_)
+            | Task::CheckAddress(_) => {}
         }
     }
 
@@ -212,7 +233,8 @@ impl Task {
                 t.release(ctx);
                 sa.rekey_at = Some(crate::lifetime::retry_deadline(ctx));
             }
-            Task::DeleteChild(_) | Task::Liveness => {}
+            Task::DeleteChild(_) | Task::Liveness | Task::UpdateAddresses(_) => {}
+            Task::CheckAddress(_) => sa.check_failed(ctx),
             other => {
                 other.release(ctx);
                 sa.die(ctx, reason);

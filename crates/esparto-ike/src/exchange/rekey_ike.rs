@@ -121,6 +121,7 @@ impl IkeSa {
         n.suite = Some(suite);
         n.nat = self.nat;
         n.fragmentation = self.fragmentation;
+        n.mobike = self.mobike;
         n.local_id = self.local_id.clone();
         n.remote_id = self.remote_id.clone();
         n.announced = true;

@@ -166,6 +166,12 @@ pub(crate) struct IkeSa {
     pub(crate) resources: Vec<ResourceGroup>,
     /// Send INITIAL_CONTACT in IKE_AUTH (we hold no other SA with the peer).
     pub(crate) initial_contact: bool,
+    /// Both sides announced MOBIKE in IKE_AUTH (RFC 4555).
+    pub(crate) mobike: bool,
+    /// A return routability check under way (RFC 4555 §3.5): the
+    /// addresses before the peer's UPDATE_SA_ADDRESSES, put back if the
+    /// check fails.
+    pub(crate) mobike_check: Option<(SocketAddr, SocketAddr)>,
     /// IV seed for our SK payloads: a per-SA message counter (never repeats).
     pub(crate) iv_seed: u64,
     pub(crate) children: Vec<ChildSa>,
@@ -287,6 +293,8 @@ impl IkeSa {
             peer_rekey: None,
             resources: Vec::new(),
             initial_contact: false,
+            mobike: false,
+            mobike_check: None,
             iv_seed: 1,
             children: Vec::new(),
             last_heard: now,

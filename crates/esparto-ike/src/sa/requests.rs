@@ -353,9 +353,11 @@ impl IkeSa {
     }
 
     /// §2.23: with a NAT in front of the peer, follow its address as seen
-    /// in authenticated requests (the mapping may change).
+    /// in authenticated requests (the mapping may change). Not with
+    /// MOBIKE, where the initiator says when to move (UPDATE_SA_ADDRESSES,
+    /// RFC 4555 §3.8) and the new address is checked first.
     fn track_address(&mut self, ctx: &mut Ctx<'_>, from: SocketAddr, to: SocketAddr) {
-        if (from, to) == (self.remote, self.local) {
+        if (from, to) == (self.remote, self.local) || self.mobike {
             return;
         }
         let floated = to.port() == ctx.config.natt_port && self.local.port() != to.port();

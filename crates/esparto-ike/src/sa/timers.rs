@@ -141,7 +141,18 @@ impl IkeSa {
         let now = ctx.now;
         let mut resend = Vec::new();
         let mut dead = None;
+        let mut check_failed = false;
+        let checking = self.mobike_check.is_some();
         for p in self.pending.iter_mut() {
+            if checking
+                && matches!(p.task, Task::CheckAddress(_))
+                && p.deadline <= now
+                && p.sent >= crate::exchange::CHECK_TRIES
+            {
+                // The peer's new address does not answer: the old one
+                // gets the same request (its message ID must arrive).
+                check_failed = true;
+            }
             if self
                 .conn
                 .dpd_timeout
@@ -169,6 +180,9 @@ impl IkeSa {
         if let Some(r) = dead {
             self.die(ctx, r);
             return false;
+        }
+        if check_failed {
+            self.check_failed(ctx);
         }
         for packet in resend {
             self.transmit(ctx, &packet);

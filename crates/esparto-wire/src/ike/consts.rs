@@ -237,6 +237,10 @@ code_points! {
         TS_UNACCEPTABLE = 38,
         /// §3.10.1
         INVALID_SELECTORS = 39,
+        /// RFC 4555 §4.2.1
+        UNACCEPTABLE_ADDRESSES = 40,
+        /// RFC 4555 §4.2.2
+        UNEXPECTED_NAT_DETECTED = 41,
         /// §2.25
         TEMPORARY_FAILURE = 43,
         /// §2.25
@@ -269,8 +273,18 @@ code_points! {
         NON_FIRST_FRAGMENTS_ALSO = 16395,
         /// RFC 4555
         MOBIKE_SUPPORTED = 16396,
+        /// RFC 4555 §4.2.3
+        ADDITIONAL_IP4_ADDRESS = 16397,
+        /// RFC 4555 §4.2.3
+        ADDITIONAL_IP6_ADDRESS = 16398,
+        /// RFC 4555 §4.2.4
+        NO_ADDITIONAL_ADDRESSES = 16399,
         /// RFC 4555
         UPDATE_SA_ADDRESSES = 16400,
+        /// RFC 4555 §4.2.6: the return routability check.
+        COOKIE2 = 16401,
+        /// RFC 4555 §4.2.7
+        NO_NATS_ALLOWED = 16402,
         /// RFC 4739
         MULTIPLE_AUTH_SUPPORTED = 16404,
         /// RFC 5685

@@ -54,6 +54,7 @@ const KEYS: &[&str] = &[
     "recover",
     "unique",
     "fragmentation",
+    "mobike",
     "local",
     "remote",
     "children",
@@ -68,6 +69,7 @@ const IKE_KEYS: &[&str] = &[
     "rekey_time",
     "rand_time",
     "recover",
+    "mobike",
     "local",
     "remote",
 ];
@@ -82,7 +84,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "the IKE SA's hard lifetime is not configurable",
     ),
     ("local_port", "the local IKE port is daemon.ike_port"),
-    ("mobike", "MOBIKE (RFC 4555) is not implemented"),
     (
         "childless",
         "childless IKE SAs (RFC 6023) are not implemented",
@@ -463,6 +464,10 @@ fn ike_settings(
     let recover = recover(cx, node, path, !remote_addrs.is_empty() || !remote_hosts.is_empty());
     let unique = unique(cx, node, path);
     let fragmentation = fragmentation(cx, node, path);
+    let mobike = match node.field(path, "mobike") {
+        Some(f) => cx.bool(&f).unwrap_or(true),
+        None => true,
+    };
     let local = auth(cx, node, path, "local", authorities);
     let remote = auth(cx, node, path, "remote", authorities);
     if let (Some(cred), Some(f)) = (&local.credential, node.field(path, "local")) {
@@ -491,6 +496,7 @@ fn ike_settings(
         recover,
         unique,
         fragmentation,
+        mobike,
         rekey_time,
         rand_time,
     };

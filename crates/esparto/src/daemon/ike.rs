@@ -645,6 +645,8 @@ impl Ike {
             ("recoveries", s.recoveries),
             ("initiations_paced", s.initiations_paced),
             ("unresolved_hosts", s.unresolved_hosts),
+            ("mobike_updates", s.mobike_updates),
+            ("mobike_checks_failed", s.mobike_checks_failed),
             ("fragments_sent", s.fragments_sent),
             ("fragments_received", s.fragments_received),
             ("fragments_dropped", s.fragments_dropped),

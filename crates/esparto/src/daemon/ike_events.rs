@@ -99,6 +99,7 @@ impl Ike {
             Event::PeerAddressChanged { ike_sa, local, remote } => {
                 info!(%ike_sa, %local, %remote, "peer address changed");
                 gw.table.peer_address_changed(ike_sa, local, remote, self.esp_peer(remote));
+                apply(gw, "moving ESP to the peer's new address");
             }
         }
         if let Some(after) = after {

@@ -117,6 +117,16 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "Connections initiated because their peer sent ESP for SAs this daemon no longer held (recover = initiate).",
     ),
     (
+        "mobike_updates",
+        "esparto_ike_mobike_updates",
+        "IKE SAs moved to new addresses by MOBIKE (RFC 4555).",
+    ),
+    (
+        "mobike_checks_failed",
+        "esparto_ike_mobike_checks_failed",
+        "MOBIKE return routability checks that failed: the peer's old addresses were kept.",
+    ),
+    (
         "unresolved_hosts",
         "esparto_ike_unresolved_hosts",
         "Lookups of a peer's host name (remote_addrs) that failed.",

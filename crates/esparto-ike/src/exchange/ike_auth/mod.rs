@@ -73,6 +73,8 @@ struct AuthPayloads<'a> {
     window: Option<u32>,
     /// INITIAL_CONTACT (§2.4).
     initial_contact: bool,
+    /// MOBIKE_SUPPORTED (RFC 4555 §4.2.1).
+    mobike: bool,
     /// CERT payload bodies (encoding octet first), in order (§3.6).
     certs: Vec<&'a [u8]>,
     /// The Child SA part.
@@ -111,6 +113,7 @@ impl<'a> AuthPayloads<'a> {
             auth: None,
             window: None,
             initial_contact: false,
+            mobike: false,
             certs: Vec::new(),
             child: ChildPayloads::collect(payloads),
         };
@@ -126,6 +129,7 @@ impl<'a> AuthPayloads<'a> {
                 PayloadRepr::Notify(n) => match n.kind {
                     NotifyType::SET_WINDOW_SIZE => m.window = n.u32_data(),
                     NotifyType::INITIAL_CONTACT => m.initial_contact = true,
+                    NotifyType::MOBIKE_SUPPORTED => m.mobike = true,
                     _ => {}
                 },
                 _ => {}
@@ -278,6 +282,12 @@ impl IkeAuth {
                 &[],
             )));
         }
+        if sa.conn.mobike {
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::MOBIKE_SUPPORTED,
+                &[],
+            )));
+        }
         let window = window_notify(ctx.config);
         if let Some(w) = &window {
             payloads.push(PayloadRepr::Notify(NotifyRepr::new(
@@ -309,6 +319,7 @@ impl IkeAuth {
             }
         };
         let peer = sa.remote;
+        sa.mobike = sa.conn.mobike && m.mobike;
         sa.established(ctx, peer, local_id, peer_id, m.window, m.initial_contact);
         sa.window = ctx.config.window_size.clamp(1, MAX_WINDOW);
         match self.child {
@@ -366,6 +377,7 @@ impl IkeSa {
             ..
         } = verified;
         self.conn = conn;
+        self.mobike = self.conn.mobike && m.mobike;
         self.established(ctx, from, local_id, peer_id, m.window, m.initial_contact);
         if self.nat.local_behind_nat {
             self.next_keepalive = Some(ctx.now + ctx.config.keepalive_interval);
@@ -378,7 +390,7 @@ impl IkeSa {
             .map(|_| self.answer_child(ctx, &m.child, Keying::Initial { ni: &ni, nr: &nr }));
         let window = window_notify(ctx.config);
         let mut group = [0; 2];
-        let out = auth_response(&proof, window.as_ref(), child.as_ref(), &mut group);
+        let out = auth_response(&proof, window.as_ref(), self.mobike, child.as_ref(), &mut group);
         // Window one until this answer is out (§2.3), so only it is kept
         // (the IKE_SA_INIT response is of no use any more); ours from now.
         self.respond(ctx, ExchangeType::IKE_AUTH, mid, &out, from, to);
@@ -419,11 +431,13 @@ impl IkeSa {
     }
 }
 
-/// `IDr, AUTH, [N(SET_WINDOW_SIZE),]` then the Child SA's answer —
-/// `[N(SA_RESOURCE_INFO),] SAr2, TSi, TSr` — or the notify refusing it.
+/// `IDr, AUTH, [N(SET_WINDOW_SIZE),] [N(MOBIKE_SUPPORTED),]` then the
+/// Child SA's answer — `[N(SA_RESOURCE_INFO),] SAr2, TSi, TSr` — or the
+/// notify refusing it.
 fn auth_response<'a>(
     proof: &'a Proof,
     window: Option<&'a [u8; 4]>,
+    mobike: bool,
     child: Option<&'a Result<ChildAnswer, Refusal>>,
     group: &'a mut [u8; 2],
 ) -> Vec<PayloadRepr<'a>> {
@@ -444,6 +458,9 @@ fn auth_response<'a>(
             NotifyType::SET_WINDOW_SIZE,
             w,
         )));
+    }
+    if mobike {
+        out.push(PayloadRepr::Notify(NotifyRepr::new(NotifyType::MOBIKE_SUPPORTED, &[])));
     }
     match child {
         Some(Ok(answer)) => out.extend(answer.payloads()),

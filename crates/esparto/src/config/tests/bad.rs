@@ -294,7 +294,7 @@ fn bad_configs_name_line_column_and_key() {
             7,
             1,
             "connections.site.mobike".into(),
-            "not supported: MOBIKE (RFC 4555) is not implemented",
+            "IKE setting on a connection whose children are all statically keyed",
         ),
         (
             "remote_addrs = [\"192.0.2.2\"]",
