@@ -111,6 +111,9 @@ pub struct SwanConfig {
     /// IKE fragmentation (`fragmentation`: `yes`, `accept`, `no`; `None`:
     /// strongSwan's default, `yes`).
     pub fragmentation: Option<String>,
+    /// MOBIKE (`mobike = yes`, strongSwan's default; off unless asked):
+    /// then `local_addrs = %any`, so charon may move to another address.
+    pub mobike: bool,
 }
 
 impl SwanConfig {
@@ -155,6 +158,7 @@ impl SwanConfig {
             log_level: 1,
             certs: None,
             fragmentation: None,
+            mobike: false,
         })
     }
 
@@ -180,15 +184,18 @@ impl SwanConfig {
     pub fn swanctl_conf(&self) -> String {
         let mut c = String::new();
         let _ = writeln!(c, "connections {{\n  {} {{", self.name);
+        let local = if self.mobike { "%any".to_string() } else { self.local_addr.to_string() };
         let _ = writeln!(
             c,
-            "    version = 2\n    local_addrs = {}\n    remote_addrs = {}",
-            self.local_addr, self.remote_addr
+            "    version = 2\n    local_addrs = {local}\n    remote_addrs = {}",
+            self.remote_addr
         );
         let _ = writeln!(
             c,
-            "    remote_port = {}\n    proposals = {}\n    mobike = no",
-            self.remote_port, self.ike_proposal
+            "    remote_port = {}\n    proposals = {}\n    mobike = {}",
+            self.remote_port,
+            self.ike_proposal,
+            if self.mobike { "yes" } else { "no" }
         );
         let _ = writeln!(c, "    encap = {}", if self.encap { "yes" } else { "no" });
         if let Some(t) = &self.ike_rekey_time {

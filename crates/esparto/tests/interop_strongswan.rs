@@ -11,7 +11,11 @@
 //! traffic still on every worker.
 //!
 //! And `swanctl --list-sas` of one tunnel against charon and against
-//! Esparto's VICI socket, field by field.
+//! Esparto's VICI socket, field by field; and MOBIKE both ways (each side
+//! renumbered under traffic, the IKE SA moved, not re-established:
+//! strongSwan with kernel-libipsec then rekeys its Child SA, since
+//! libipsec cannot update an SA's addresses), each printing the outage
+//! from the old address's removal to pings answered both ways.
 //!
 //! One charon (east) serves the whole matrix, reloaded with each case's
 //! proposals; each case starts a fresh Esparto daemon (west). Needs root,
@@ -559,6 +563,110 @@ fn list_sas_over_vici_reads_alike_from_charon_and_from_esparto() {
     // UDP, as strongSwan does with `encap = yes`, which it reports so).
     assert!(only_charon.is_empty(), "charon shows {only_charon:?} and Esparto does not\n{show}");
     assert_eq!(only_esparto, ["initiator", "nat-fake"], "{show}");
+    gw.stop().unwrap();
+    charon.stop().unwrap();
+}
+
+/// Moves the gateway in `side`'s namespace from its transit address to
+/// `new` (added first, then the old one removed, as a DHCP renumbering
+/// does); returns when it happened.
+fn renumber(topo: &Topology, side: Node, new: &str) -> Instant {
+    let gw = topo.ns(side);
+    let old = Topology::addr(side, Net::Transit, Family::V4);
+    gw.sysctl("net.ipv4.conf.wan0.promote_secondaries", "1").unwrap();
+    assert!(gw.ip(&["addr", "add", &format!("{new}/24"), "dev", "wan0"]).unwrap().status.success());
+    let at = Instant::now();
+    assert!(gw.ip(&["addr", "del", &format!("{old}/24"), "dev", "wan0"]).unwrap().status.success());
+    at
+}
+
+/// Traffic crossing both ways again after `since`: how long it took.
+fn back_after(topo: &Topology, since: Instant, what: &str) -> Duration {
+    wait(what, Duration::from_secs(30), || pings(topo, Family::V4).then_some(()));
+    since.elapsed()
+}
+
+/// MOBIKE with strongSwan as the initiator that moves (its default
+/// `mobike = yes`): charon's address changes, it sends UPDATE_SA_ADDRESSES
+/// from the new one, Esparto checks that address with COOKIE2 and follows;
+/// the same IKE SA and Child SA carry traffic on. The outage is printed.
+#[test]
+fn mobike_strongswan_moves_and_esparto_follows() {
+    if skip("interop_strongswan", true) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let mut swan = SwanConfig::site(Node::GwWest, PSK, IKE[0], ESP[0]).unwrap();
+    swan.mobike = true;
+    let charon = Charon::start(topo.ns(Node::GwWest), swan).unwrap();
+    let cfg = EspartoConfig::site(
+        Node::GwEast,
+        Keying::Ike { proposal: IKE[0].into(), local_id: "@east".into(), remote_id: "@west".into(), psk: PSK.into(), initiator: false },
+    )
+    .unwrap();
+    let gw = EspartoGateway::start(topo.ns(Node::GwEast), bin, &cfg).unwrap();
+    charon.initiate(Duration::from_secs(10)).unwrap();
+    let before = wait("the tunnel", Duration::from_secs(10), || ids(&gw));
+    assert!(pings_soon(&topo, Family::V4));
+
+    let new = "192.0.2.31";
+    let moved = renumber(&topo, Node::GwWest, new);
+    wait("Esparto following strongSwan", Duration::from_secs(30), || {
+        gw.sas().ok()?.iter().any(|s| s.state == "established" && s.remote.starts_with(new)).then_some(())
+    });
+    let outage = back_after(&topo, moved, "traffic after strongSwan moved");
+    let after = ids(&gw).unwrap();
+    assert_eq!(after.0, before.0, "the same IKE SA");
+    let rekeyed = if after.1 == before.1 { "kept" } else { "rekeyed by strongSwan" };
+    let st = gw.status().unwrap();
+    assert_eq!(st.ike.get("mobike_updates").copied(), Some(1), "{:?}", st.ike);
+    assert!(charon.list_sas().unwrap().contains(new), "{}", charon.list_sas().unwrap());
+    println!("strongSwan moved to {new}: traffic again after {outage:?} (MOBIKE, Esparto responder; Child SA {rekeyed})");
+    gw.stop().unwrap();
+    charon.stop().unwrap();
+}
+
+/// MOBIKE with Esparto as the initiator that moves: its address changes,
+/// it sends UPDATE_SA_ADDRESSES from the route's new source, and
+/// strongSwan (responder, `mobike = yes`) follows; the same SAs carry
+/// traffic on. The outage is printed.
+#[test]
+fn mobike_esparto_moves_and_strongswan_follows() {
+    if skip("interop_strongswan", true) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let mut swan = SwanConfig::site(Node::GwEast, PSK, IKE[0], ESP[0]).unwrap();
+    swan.mobike = true;
+    swan.initiator = false;
+    let charon = Charon::start(topo.ns(Node::GwEast), swan).unwrap();
+    let cfg = EspartoConfig::site(
+        Node::GwWest,
+        Keying::Ike { proposal: IKE[0].into(), local_id: "@west".into(), remote_id: "@east".into(), psk: PSK.into(), initiator: true },
+    )
+    .unwrap();
+    let tun = cfg.tun.clone();
+    // No local_addrs: Esparto sends from the route's source and binds the wildcard.
+    let gw = EspartoGateway::start_with(topo.ns(Node::GwWest), bin, &tun, |control| {
+        cfg.to_toml(control).lines().filter(|l| !l.starts_with("local_addrs")).map(|l| format!("{l}\n")).collect()
+    })
+    .unwrap();
+    let before = wait("the tunnel", Duration::from_secs(10), || ids(&gw));
+    assert!(pings_soon(&topo, Family::V4));
+
+    let new = "192.0.2.41";
+    let moved = renumber(&topo, Node::GwWest, new);
+    wait("Esparto on its new address", Duration::from_secs(30), || {
+        gw.sas().ok()?.iter().any(|s| s.state == "established" && s.local.starts_with(new)).then_some(())
+    });
+    let outage = back_after(&topo, moved, "traffic after Esparto moved");
+    let after = ids(&gw).unwrap();
+    assert_eq!(after.0, before.0, "the same IKE SA");
+    let rekeyed = if after.1 == before.1 { "kept" } else { "rekeyed by strongSwan" };
+    assert!(charon.list_sas().unwrap().contains(new), "strongSwan follows: {}", charon.list_sas().unwrap());
+    println!("Esparto moved to {new}: traffic again after {outage:?} (MOBIKE, strongSwan responder; Child SA {rekeyed})");
     gw.stop().unwrap();
     charon.stop().unwrap();
 }
