@@ -8,6 +8,10 @@
 //! MACedIDForR = prf(SK_pr, RestOfRespIDPayload)
 //! ```
 //!
+//! After IKE_INTERMEDIATE exchanges (RFC 9242 §3.3.2) both signed octet
+//! strings end with `IntAuth = IntAuth_i | IntAuth_r | IKE_AUTH_MID`,
+//! passed in as `int_auth` (empty otherwise).
+//!
 //! RealMessage1/2 are the IKE_SA_INIT request/response exactly as sent;
 //! "RestOfInitIDPayload" is the ID payload body (ID Type, three RESERVED
 //! octets, data). Each side signs its own first message with the *peer's*
@@ -27,7 +31,7 @@ const KEY_PAD: &[u8] = b"Key Pad for IKEv2";
 pub fn psk_auth(
     prf: Prf,
     psk: &[u8],
-    real_message: &[u8],
+    (real_message, int_auth): (&[u8], &[u8]),
     peer_nonce: &[u8],
     sk_p: &[u8],
     id: &IdRepr<'_>,
@@ -38,7 +42,7 @@ pub fn psk_auth(
     let key = prf.prf(psk, KEY_PAD);
     prf.prf_parts(
         key.as_slice(),
-        &[real_message, peer_nonce, maced_id.as_slice()],
+        &[real_message, peer_nonce, maced_id.as_slice(), int_auth],
     )
 }
 
@@ -46,7 +50,7 @@ pub fn psk_auth(
 /// prf(sk_p, RestOfIDPayload)`, as for a PSK but signed instead of MACed.
 pub fn signed_octets(
     prf: Prf,
-    real_message: &[u8],
+    (real_message, int_auth): (&[u8], &[u8]),
     peer_nonce: &[u8],
     sk_p: &[u8],
     id: &IdRepr<'_>,
@@ -54,10 +58,12 @@ pub fn signed_octets(
     let mut body = [0u8; 4];
     body[0] = id.id_type.0;
     let maced_id = prf.prf_parts(sk_p, &[&body, id.data]);
-    let mut out = Vec::with_capacity(real_message.len() + peer_nonce.len() + maced_id.as_slice().len());
+    let mut out =
+        Vec::with_capacity(real_message.len() + peer_nonce.len() + maced_id.as_slice().len() + int_auth.len());
     out.extend_from_slice(real_message);
     out.extend_from_slice(peer_nonce);
     out.extend_from_slice(maced_id.as_slice());
+    out.extend_from_slice(int_auth);
     out
 }
 
@@ -65,13 +71,13 @@ pub fn signed_octets(
 pub fn verify_psk_auth(
     prf: Prf,
     psk: &[u8],
-    real_message: &[u8],
+    signed: (&[u8], &[u8]),
     peer_nonce: &[u8],
     sk_p: &[u8],
     id: &IdRepr<'_>,
     received: &[u8],
 ) -> bool {
-    psk_auth(prf, psk, real_message, peer_nonce, sk_p, id).ct_eq(received)
+    psk_auth(prf, psk, signed, peer_nonce, sk_p, id).ct_eq(received)
 }
 
 #[cfg(test)]
@@ -95,12 +101,12 @@ mod tests {
         signed.extend_from_slice(&nonce);
         signed.extend_from_slice(maced.as_slice());
         let want = prf.prf(prf.prf(psk, b"Key Pad for IKEv2").as_slice(), &signed);
-        let got = psk_auth(prf, psk, &msg, &nonce, &skp, &id);
+        let got = psk_auth(prf, psk, (&msg, &[]), &nonce, &skp, &id);
         assert_eq!(got.as_slice(), want.as_slice());
         assert!(verify_psk_auth(
             prf,
             psk,
-            &msg,
+            (&msg, &[]),
             &nonce,
             &skp,
             &id,
@@ -109,7 +115,7 @@ mod tests {
         assert!(!verify_psk_auth(
             prf,
             b"wrong",
-            &msg,
+            (&msg, &[]),
             &nonce,
             &skp,
             &id,
@@ -118,7 +124,7 @@ mod tests {
         assert!(!verify_psk_auth(
             prf,
             psk,
-            &msg,
+            (&msg, &[]),
             &nonce,
             &skp,
             &id,

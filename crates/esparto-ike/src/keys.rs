@@ -362,6 +362,7 @@ mod tests {
             integ,
             ke: Some(KeGroup::Curve25519),
             esn: false,
+            ake: Default::default(),
         }
     }
 

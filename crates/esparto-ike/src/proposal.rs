@@ -19,10 +19,20 @@
 //! one transform per type, carrying the initiator's proposal number. The
 //! initiator checks a response with the same code plus "exactly one of
 //! each" ([`Proposal::accept_response`]).
+//!
+//! Hybrid key exchange (RFC 9370): `keN_` words (N = 1…7, strongSwan's
+//! syntax) add ADDITIONAL_KEY_EXCHANGE_N transforms to an IKE proposal:
+//! `aes256gcm16-prfsha384-x25519-ke1_mlkem768` runs X25519 in
+//! IKE_SA_INIT and ML-KEM-768 in an IKE_INTERMEDIATE exchange, and both
+//! secrets go into the keys. `keN_none` makes slot N optional
+//! (`…-ke1_mlkem768-ke1_none`); without it a peer that does not offer
+//! the method gets no IKE SA from this proposal, never a silent fall back
+//! to the classical group. Additional exchanges take ML-KEM only, and
+//! Child SA proposals take none yet (IKE_FOLLOWUP_KE).
 
 use core::fmt;
 use esparto_crypto::Integ;
-use esparto_crypto::ike::{IkeEncr, KeGroup, Prf};
+use esparto_crypto::ike::{IkeEncr, KeGroup, MlKem, Prf};
 use esparto_wire::ike::consts::{esn, integ};
 use esparto_wire::ike::{ProposalRepr, ProtocolId, Spi, TransformRepr, TransformType};
 
@@ -80,6 +90,18 @@ pub struct Proposal {
     pub ke: Vec<KeGroup>,
     /// Extended sequence numbers acceptable (ESP only): `[false]` unless configured.
     pub esn: Vec<bool>,
+    /// Additional key exchanges (RFC 9370), slot N-1 for
+    /// ADDITIONAL_KEY_EXCHANGE_N: the acceptable methods in order, `None`
+    /// for NONE (the slot is optional); an empty slot is not used.
+    pub ake: [Vec<Option<MlKem>>; MAX_AKE],
+}
+
+/// Additional key exchanges an IKE SA may have (RFC 9370 §2.2.1).
+pub const MAX_AKE: usize = 7;
+
+/// Transform type of additional key exchange slot `n` (0-based).
+fn ake_type(n: usize) -> TransformType {
+    TransformType(TransformType::ADDITIONAL_KE_1.0 + n as u8)
 }
 
 /// Why a proposal string was refused.
@@ -106,6 +128,7 @@ pub fn keywords() -> Vec<&'static str> {
     k.extend(Prf::ALL.iter().map(|p| p.name()));
     k.extend(KeGroup::ALL.iter().map(|g| g.name()));
     k.extend(["x25519", "esn", "noesn"]);
+    k.extend(["ke1_mlkem512", "ke1_mlkem768", "ke1_mlkem1024", "ke1_none"]);
     k
 }
 
@@ -130,6 +153,24 @@ enum Keyword {
     Prf(Prf),
     Ke(KeGroup),
     Esn(bool),
+}
+
+/// `keN_mlkem768` / `keN_none` (N = 1…7); `Err` for a `keN_` word whose
+/// method or number is not one we take.
+fn ake_keyword(k: &str) -> Option<Result<(usize, Option<MlKem>), &'static str>> {
+    let rest = k.strip_prefix("ke")?;
+    let (n, method) = rest.split_once('_')?;
+    let n: usize = n.parse().ok()?;
+    if !(1..=MAX_AKE).contains(&n) {
+        return Some(Err("additional key exchanges are ke1_ to ke7_"));
+    }
+    if method == "none" {
+        return Some(Ok((n - 1, None)));
+    }
+    Some(match MlKem::from_keyword(method) {
+        Some(m) => Ok((n - 1, Some(m))),
+        None => Err("additional key exchanges take mlkem512, mlkem768, mlkem1024 or none"),
+    })
 }
 
 fn keyword(k: &str) -> Option<Keyword> {
@@ -173,10 +214,17 @@ impl Proposal {
             integ: vec![],
             ke: vec![],
             esn: vec![],
+            ake: Default::default(),
         };
         for word in s.trim().split('-') {
             let unknown = || ProposalError { detail: unknown_detail(word), ..err("unknown algorithm") };
-            match keyword(&word.to_ascii_lowercase()).ok_or_else(unknown)? {
+            let lower = word.to_ascii_lowercase();
+            if let Some(a) = ake_keyword(&lower) {
+                let (n, m) = a.map_err(|reason| ProposalError { detail: format!(": '{word}'"), ..err(reason) })?;
+                push_unique(&mut p.ake[n], m);
+                continue;
+            }
+            match keyword(&lower).ok_or_else(unknown)? {
                 Keyword::Encr(e) => push_unique(&mut p.encr, e),
                 Keyword::Integ(i) => push_unique(&mut p.integ, i),
                 Keyword::Prf(f) => push_unique(&mut p.prf, f),
@@ -216,12 +264,26 @@ impl Proposal {
                 if !p.prf.is_empty() {
                     return Err(err("prf in an ESP proposal"));
                 }
+                if p.ake.iter().any(|s| !s.is_empty()) {
+                    return Err(err("additional key exchanges (keN_) are not supported for Child SAs yet"));
+                }
                 if p.esn.is_empty() {
                     p.esn.push(false);
                 }
             }
         }
         Ok(p)
+    }
+
+    /// `proposals` without their additional key exchanges: what an IKE SA
+    /// rekey offers and accepts. RFC 9370 runs those in IKE_FOLLOWUP_KE
+    /// exchanges, which are not implemented; the rekeyed SA's SKEYSEED
+    /// still depends on them through the old SK_d (RFC 7296 §2.18).
+    pub fn without_additional(proposals: &[Proposal]) -> Vec<Proposal> {
+        proposals
+            .iter()
+            .map(|p| Proposal { ake: Default::default(), ..p.clone() })
+            .collect()
     }
 
     /// Parse a comma-separated list of proposals (swanctl's `proposals = a, b`).
@@ -254,6 +316,12 @@ impl Proposal {
                     .iter()
                     .map(|k| TransformRepr::new(TransformType::KE, k.iana_id())),
             );
+            for (n, slot) in self.ake.iter().enumerate() {
+                t.extend(
+                    slot.iter()
+                        .map(|m| TransformRepr::new(ake_type(n), m.map_or(0, MlKem::iana_id))),
+                );
+            }
         }
         t.extend(
             self.esn.iter().map(|&e| {
@@ -286,7 +354,7 @@ impl Proposal {
         if offered
             .transforms
             .iter()
-            .any(|t| !(1..=5).contains(&t.kind.0))
+            .any(|t| !(1..=5 + MAX_AKE as u8).contains(&t.kind.0))
         {
             return None;
         }
@@ -340,6 +408,31 @@ impl Proposal {
             let preferred = prefer_ke.filter(|g| acceptable.contains(g));
             Some(preferred.or_else(|| acceptable.first().copied())?)
         };
+        let mut ake = [None; MAX_AKE];
+        for (n, ours) in self.ake.iter().enumerate() {
+            let offered_n: Vec<_> = of(ake_type(n)).collect();
+            ake[n] = if ignore_ke || (ours.is_empty() && offered_n.is_empty()) {
+                None
+            } else if ours.is_empty() {
+                // Not configured: only NONE among the offered will do.
+                if offered_n.iter().any(|t| t.id == 0) {
+                    None
+                } else {
+                    return None;
+                }
+            } else {
+                let pick = offered_n.iter().find_map(|t| match t.id {
+                    0 => ours.contains(&None).then_some(None),
+                    id => MlKem::from_iana(id).filter(|m| ours.contains(&Some(*m))).map(Some),
+                });
+                match pick {
+                    Some(m) => m,
+                    // An optional slot the peer did not offer at all.
+                    None if offered_n.is_empty() && ours.contains(&None) => None,
+                    None => return None,
+                }
+            };
+        }
         let esn = match self.protocol {
             Protocol::Ike => false,
             Protocol::Esp => {
@@ -367,6 +460,7 @@ impl Proposal {
             integ,
             ke,
             esn,
+            ake,
         })
     }
 
@@ -393,13 +487,14 @@ impl Proposal {
         ignore_ke: bool,
     ) -> Option<Selected> {
         let [answer] = response else { return None };
-        for kind in [
+        let kinds = [
             TransformType::ENCR,
             TransformType::PRF,
             TransformType::INTEG,
             TransformType::KE,
             TransformType::ESN,
-        ] {
+        ];
+        for kind in kinds.into_iter().chain((0..MAX_AKE).map(ake_type)) {
             if answer.transforms_of(kind).count() > 1 {
                 return None;
             }
@@ -428,9 +523,17 @@ pub struct Selected {
     pub ke: Option<KeGroup>,
     /// Extended sequence numbers (ESP).
     pub esn: bool,
+    /// Additional key exchanges, by slot (`None`: unused or NONE).
+    pub ake: [Option<MlKem>; MAX_AKE],
 }
 
 impl Selected {
+    /// The additional key exchanges to run, in slot order (RFC 9370
+    /// §2.2.1: one IKE_INTERMEDIATE exchange each).
+    pub fn additional(&self) -> impl Iterator<Item = MlKem> + '_ {
+        self.ake.iter().flatten().copied()
+    }
+
     /// The single-proposal answer to send back, with our own SPI.
     pub fn to_wire(&self, protocol: Protocol, spi: Spi) -> ProposalRepr {
         let p = Proposal {
@@ -444,6 +547,10 @@ impl Selected {
             } else {
                 vec![]
             },
+            ake: core::array::from_fn(|n| match self.ake[n] {
+                Some(m) => vec![Some(m)],
+                None => vec![],
+            }),
         };
         p.to_wire(self.number, spi, true)
     }
@@ -602,5 +709,34 @@ mod tests {
         let mut o = ike("aes128-sha256-ecp256").to_wire(1, Spi::None, true);
         o.transforms.push(TransformRepr::new(TransformType(9), 1));
         assert_eq!(Proposal::select(&ours, &[o], false, None), None);
+    }
+
+    #[test]
+    fn additional_key_exchanges_parse_go_on_the_wire_and_are_selected_per_slot() {
+        let p = ike("aes256gcm16-prfsha384-x25519-ke1_mlkem768-ke1_none-ke2_mlkem1024");
+        assert_eq!(p.ake[0], vec![Some(MlKem::MlKem768), None]);
+        assert_eq!(p.ake[1], vec![Some(MlKem::MlKem1024)]);
+        assert!(p.ake[2..].iter().all(Vec::is_empty));
+        let w = p.to_wire(1, Spi::None, true);
+        let ids = |n: u8| w.transforms_of(TransformType(n)).map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!((ids(6), ids(7)), (vec![36, 0], vec![37]));
+        // A responder requiring ke1 and ke2 takes both; one without ke2
+        // refuses the offer (ke2 has no NONE), one with neither too.
+        let both = Proposal::select(std::slice::from_ref(&p), std::slice::from_ref(&w), false, None).unwrap();
+        assert_eq!(both.additional().collect::<Vec<_>>(), [MlKem::MlKem768, MlKem::MlKem1024]);
+        let ke1 = ike("aes256gcm16-prfsha384-x25519-ke1_mlkem768");
+        assert!(Proposal::select(&[ke1], std::slice::from_ref(&w), false, None).is_none());
+        let plain = ike("aes256gcm16-prfsha384-x25519");
+        assert!(Proposal::select(std::slice::from_ref(&plain), std::slice::from_ref(&w), false, None).is_none());
+        // ke1 optional, ke2 absent: a classical offer gets the classical SA.
+        let opt = ike("aes256gcm16-prfsha384-x25519-ke1_mlkem768-ke1_none");
+        let offer = plain.to_wire(1, Spi::None, true);
+        let sel = Proposal::select(&[opt], &[offer], false, None).unwrap();
+        assert_eq!(sel.additional().count(), 0);
+        // The answer names the chosen method once; Child SA proposals take none.
+        let answer = both.to_wire(Protocol::Ike, Spi::None);
+        assert_eq!(answer.transforms_of(TransformType(6)).count(), 1);
+        assert!(Proposal::parse(Protocol::Esp, "aes256gcm16-ke1_mlkem768").is_err());
+        assert!(Proposal::parse(Protocol::Ike, "aes256gcm16-prfsha256-x25519-ke0_mlkem768").is_err());
     }
 }

@@ -110,6 +110,18 @@ static RULES: &[ExchangeRules] = &[
         ],
     },
     ExchangeRules {
+        exchange: ExchangeType::IKE_INTERMEDIATE,
+        response: false,
+        encrypted: true,
+        rules: &[r(P::KE, 0, 1), r(P::NOTIFY, 0, N), r(P::VENDOR_ID, 0, N)],
+    },
+    ExchangeRules {
+        exchange: ExchangeType::IKE_INTERMEDIATE,
+        response: true,
+        encrypted: true,
+        rules: &[r(P::KE, 0, 1), r(P::NOTIFY, 0, N), r(P::VENDOR_ID, 0, N)],
+    },
+    ExchangeRules {
         exchange: ExchangeType::CREATE_CHILD_SA,
         response: false,
         encrypted: true,

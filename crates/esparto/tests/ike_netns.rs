@@ -403,3 +403,33 @@ fn esp_from_the_peer_keeps_dpd_quiet_and_a_dead_peer_is_found() {
     eprintln!("dead peer found {dead:?} after its last packet (dpd_delay 2 s + dpd_timeout 6 s)");
     west.stop().unwrap();
 }
+
+/// A hybrid post-quantum IKE SA between two daemons: X25519 in
+/// IKE_SA_INIT and ML-KEM-768 in an IKE_INTERMEDIATE exchange (RFC 9370);
+/// the tunnel carries traffic, `sas` names both key exchanges, and the
+/// engine counts the additional exchange on both sides.
+#[test]
+fn a_hybrid_ml_kem_ike_sa_carries_traffic() {
+    if skip("ike_netns", false) {
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_esparto"));
+    let topo = Topology::new().unwrap();
+    let hybrid = |initiator: bool, west: bool| {
+        let Keying::Ike { local_id, remote_id, psk, .. } = keying(initiator, west, "a hybrid key, namespaces only") else { unreachable!() };
+        Keying::Ike { proposal: "aes256gcm16-prfsha384-x25519-ke1_mlkem768".into(), local_id, remote_id, psk, initiator }
+    };
+    let east = EspartoGateway::start(topo.ns(Node::GwEast), bin, &EspartoConfig::site(Node::GwEast, hybrid(false, false)).unwrap()).unwrap();
+    let west = EspartoGateway::start(topo.ns(Node::GwWest), bin, &EspartoConfig::site(Node::GwWest, hybrid(true, true)).unwrap()).unwrap();
+    let sas = wait_established(&west);
+    assert!(sas[0].proposal.contains("CURVE_25519/KE1_ML_KEM_768"), "{}", sas[0].proposal);
+    let there = Topology::addr(Node::HostEast, Net::Lan, Family::V4);
+    let r = traffic::ping(topo.ns(Node::HostWest), there, 3, Duration::from_millis(100)).unwrap();
+    assert!(r.received > 0, "{r:?}");
+    for gw in [&west, &east] {
+        let ike = gw.status().unwrap().ike;
+        assert_eq!(ike.get("additional_key_exchanges").copied(), Some(1), "{ike:?}");
+    }
+    west.stop().unwrap();
+    east.stop().unwrap();
+}

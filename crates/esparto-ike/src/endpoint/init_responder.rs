@@ -310,7 +310,7 @@ impl Endpoint {
             return;
         }
         let candidates = self.connections.for_addrs(local.ip(), remote.ip());
-        let choice = match ike_init::choose(candidates, offered, kei) {
+        let choice = match ike_init::choose(candidates, offered, kei, m.intermediate) {
             Ok(c) => c,
             Err(refusal) => {
                 if refusal == InitRefusal::NoProposalChosen {
@@ -381,7 +381,7 @@ impl Endpoint {
         }
         sa.expected_mid = 1;
         let packet =
-            ike_init::response(&mut sa, &mut *self.rng, choice.group, &public, &nr, m.sig_hash)
+            ike_init::response(&mut sa, &mut *self.rng, choice.group, &public, &nr, (m.sig_hash, m.intermediate))
                 .ok()?;
         sa.handshake = Some(Box::new(Handshake {
             ni: ni.to_vec(),
@@ -390,6 +390,8 @@ impl Endpoint {
             init_response: packet.clone(),
             half_open_deadline: Some(now + self.config.half_open_timeout),
             half_open_key: Some((remote, spi_i)),
+            ake_pending: choice.selected.additional().collect(),
+            ..Handshake::default()
         }));
         Some((sa, packet))
     }

@@ -149,6 +149,12 @@ pub struct Stats {
     pub fragment_bytes_held: usize,
     /// Lookups of a peer's host name that the driver reported failed.
     pub unresolved_hosts: u64,
+    /// Additional key exchanges (RFC 9370, ML-KEM) completed in
+    /// IKE_INTERMEDIATE exchanges, both roles.
+    pub additional_key_exchanges: u64,
+    /// IKE_INTERMEDIATE requests refused (out of order, a KE payload of
+    /// another method, a malformed encapsulation key): the IKE SA ended.
+    pub intermediate_refused: u64,
     /// IKE SAs moved to new addresses by MOBIKE (RFC 4555): ours after
     /// the peer answered our update, the peer's after its address passed
     /// the return routability check.

@@ -405,6 +405,7 @@ fn start_all_initiates_children_with_start_action_start() {
 
 mod bad_input;
 mod hub;
+mod hybrid;
 mod fragments;
 mod mismatch;
 mod mobike;

@@ -63,6 +63,8 @@ pub(crate) struct InitPayloads<'a> {
     pub(crate) sig_hash: bool,
     /// IKEV2_FRAGMENTATION_SUPPORTED (RFC 7383 §2.3) was sent.
     pub(crate) fragmentation: bool,
+    /// INTERMEDIATE_EXCHANGE_SUPPORTED (RFC 9242 §3) was sent.
+    pub(crate) intermediate: bool,
 }
 
 impl<'a> InitPayloads<'a> {
@@ -75,6 +77,7 @@ impl<'a> InitPayloads<'a> {
             nat_dst: None,
             sig_hash: false,
             fragmentation: false,
+            intermediate: false,
         };
         for p in payloads {
             match p {
@@ -92,6 +95,9 @@ impl<'a> InitPayloads<'a> {
                 }
                 PayloadRepr::Notify(n) if n.kind == NotifyType::IKEV2_FRAGMENTATION_SUPPORTED => {
                     m.fragmentation = true
+                }
+                PayloadRepr::Notify(n) if n.kind == NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED => {
+                    m.intermediate = true
                 }
                 _ => {}
             }
@@ -198,6 +204,13 @@ impl IkeInit {
                 &[],
             )));
         }
+        if sa.conn.proposals.iter().any(|p| p.ake.iter().any(|s| !s.is_empty())) {
+            // RFC 9242 §3: needed for the additional key exchanges.
+            payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+                NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED,
+                &[],
+            )));
+        }
         let packet = sa.encode(ExchangeType::IKE_SA_INIT, false, 0, &payloads)?;
         if let Some(PayloadRepr::Sa(offer)) = payloads.iter().find(|p| matches!(p, PayloadRepr::Sa(_))) {
             tracing::info!(
@@ -260,9 +273,20 @@ impl IkeInit {
             );
         }
         sa.state = State::Auth;
-        Outcome::Then(Box::new(super::Task::IkeAuth(IkeAuth::new(
-            self.child.take(),
-        ))))
+        let auth = IkeAuth::new(self.child.take());
+        let additional: Vec<_> = sa.suite.as_ref().map(|s| s.additional().collect()).unwrap_or_default();
+        if additional.is_empty() {
+            return Outcome::Then(Box::new(super::Task::IkeAuth(auth)));
+        }
+        if !m.intermediate {
+            auth.release(ctx);
+            return Outcome::Fail(Reason::ProtocolError(
+                "additional key exchanges chosen without INTERMEDIATE_EXCHANGE_SUPPORTED",
+            ));
+        }
+        Outcome::Then(Box::new(super::Task::Intermediate(
+            super::intermediate::Intermediate::new(additional, auth),
+        )))
     }
 
     /// §2.6: repeat the request with the responder's COOKIE first.
@@ -409,10 +433,15 @@ pub(crate) fn choose<'c>(
     candidates: impl Iterator<Item = &'c Arc<ConnectionConfig>>,
     offered: &SaRepr,
     kei: KeRepr<'_>,
+    intermediate: bool,
 ) -> Result<InitChoice, InitRefusal> {
     let ke_group = KeGroup::from_iana(kei.group);
+    // Additional key exchanges need IKE_INTERMEDIATE (RFC 9370 §2.2.1):
+    // a peer that did not announce it gets no proposal that requires one.
     let chosen = candidates.into_iter().find_map(|c| {
-        Proposal::select(&c.proposals, &offered.proposals, false, ke_group).map(|s| (c.clone(), s))
+        Proposal::select(&c.proposals, &offered.proposals, false, ke_group)
+            .filter(|s| intermediate || s.additional().next().is_none())
+            .map(|s| (c.clone(), s))
     });
     let Some((conn, selected)) = chosen else {
         return Err(InitRefusal::NoProposalChosen);
@@ -440,7 +469,7 @@ pub(crate) fn response(
     group: KeGroup,
     public: &[u8],
     nr: &[u8],
-    peer_sig_hash: bool,
+    (peer_sig_hash, peer_intermediate): (bool, bool),
 ) -> Result<Vec<u8>, Reason> {
     let selected = sa.suite.ok_or(Reason::Local("no suite"))?;
     let answer = SaRepr {
@@ -483,6 +512,13 @@ pub(crate) fn response(
         // RFC 7383 §2.3: only if the initiator announced it.
         payloads.push(PayloadRepr::Notify(NotifyRepr::new(
             NotifyType::IKEV2_FRAGMENTATION_SUPPORTED,
+            &[],
+        )));
+    }
+    if peer_intermediate {
+        // RFC 9242 §3: answered in kind.
+        payloads.push(PayloadRepr::Notify(NotifyRepr::new(
+            NotifyType::INTERMEDIATE_EXCHANGE_SUPPORTED,
             &[],
         )));
     }

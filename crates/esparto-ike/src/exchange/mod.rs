@@ -4,6 +4,7 @@
 //! | module | exchange | initiator | responder | RFC 7296 |
 //! | --- | --- | --- | --- | --- |
 //! | [`ike_init`] | IKE_SA_INIT | [`ike_init::IkeInit`] | `Endpoint::respond_init` with [`ike_init::choose`], [`ike_init::response`] | §1.2, §2.6, §2.23 |
+//! | [`intermediate`] | IKE_INTERMEDIATE | [`intermediate::Intermediate`] | `IkeSa::respond_intermediate` | RFC 9242, RFC 9370 |
 //! | [`ike_auth`] (the exchange; the proofs in `ike_auth/proof.rs`) | IKE_AUTH | [`ike_auth::IkeAuth`] | `IkeSa::respond_ike_auth` | §1.2, §2.15 |
 //! | [`create_child`] | CREATE_CHILD_SA | `Task::CreateChild`, [`create_child::request`] | `IkeSa::respond_create_child` | §1.3.1, §1.3.3 (rekey), RFC 9611 |
 //! | [`rekey_ike`] | CREATE_CHILD_SA | [`rekey_ike::RekeyIke`] | `IkeSa::respond_rekey_ike` | §1.3.2, §2.18, §2.8.2 |
@@ -41,6 +42,7 @@ pub(crate) mod create_child;
 pub(crate) mod ike_auth;
 pub(crate) mod ike_init;
 mod informational;
+pub(crate) mod intermediate;
 pub(crate) mod ke;
 mod mobike;
 pub(crate) use mobike::CHECK_TRIES;
@@ -60,6 +62,9 @@ pub(crate) enum Task {
     IkeInit(ike_init::IkeInit),
     /// IKE_AUTH with the first Child SA.
     IkeAuth(ike_auth::IkeAuth),
+    /// IKE_INTERMEDIATE with the next additional key exchange (RFC
+    /// 9370), before IKE_AUTH.
+    Intermediate(intermediate::Intermediate),
     /// CREATE_CHILD_SA for an additional Child SA, an RFC 9611 sub-SA, or
     /// a Child SA rekey.
     CreateChild(child_sa::offer::ChildOffer),
@@ -135,6 +140,7 @@ impl Task {
         match self {
             Task::IkeInit(_) => ExchangeType::IKE_SA_INIT,
             Task::IkeAuth(_) => ExchangeType::IKE_AUTH,
+            Task::Intermediate(_) => ExchangeType::IKE_INTERMEDIATE,
             Task::CreateChild(_) | Task::RekeyIke(_) => ExchangeType::CREATE_CHILD_SA,
             Task::DeleteChild(_)
             | Task::DeleteIke
@@ -154,6 +160,7 @@ impl Task {
         match self {
             Task::IkeInit(t) => t.child_name().is_some_and(|n| &**n == name),
             Task::IkeAuth(t) => t.child_name().is_some_and(|n| &**n == name),
+            Task::Intermediate(t) => t.child_name().is_some_and(|n| &**n == name),
             Task::CreateChild(t) => &*t.name == name,
             _ => false,
         }
@@ -168,6 +175,7 @@ impl Task {
         match self {
             Task::IkeInit(t) => t.build(sa, ctx),
             Task::IkeAuth(t) => t.build(sa, ctx, mid),
+            Task::Intermediate(t) => t.build(sa, mid),
             Task::CreateChild(t) => create_child::request(t, sa, ctx, mid),
             Task::RekeyIke(t) => t.build(sa, ctx, mid),
             Task::DeleteChild(spis) => informational::build_delete_child(sa, mid, spis),
@@ -182,6 +190,7 @@ impl Task {
         match self {
             Task::IkeInit(t) => t.process(sa, ctx, rx),
             Task::IkeAuth(t) => t.process(sa, ctx, rx),
+            Task::Intermediate(t) => t.process(sa, ctx, rx),
             Task::CreateChild(t) => {
                 let m = child_sa::ChildPayloads::collect(&rx.payloads);
                 t.process(sa, ctx, rx.error(), &m)
@@ -201,6 +210,7 @@ impl Task {
         match self {
             Task::IkeInit(t) => t.release(ctx),
             Task::IkeAuth(t) => t.release(ctx),
+            Task::Intermediate(t) => t.release(ctx),
             Task::CreateChild(t) => t.release(ctx),
             Task::RekeyIke(t) => t.release(ctx),
             Task::DeleteChild(_)

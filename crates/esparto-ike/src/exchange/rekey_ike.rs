@@ -228,13 +228,10 @@ impl RekeyIke {
         let ke = self.ke.payload().ok_or(Reason::Local("key exchange"))?;
         // Our proposals, the current group's first within each (§1.2:
         // the KE payload's group should be the first choice).
-        let proposals = sa
-            .conn
-            .proposals
-            .iter()
+        let proposals = Proposal::without_additional(&sa.conn.proposals)
+            .into_iter()
             .enumerate()
-            .map(|(i, p)| {
-                let mut p = p.clone();
+            .map(|(i, mut p)| {
                 if let Some(pos) = p.ke.iter().position(|g| *g == group) {
                     p.ke.swap(0, pos);
                 }
@@ -308,7 +305,7 @@ impl RekeyIke {
         let (Some(sa_p), Some(nr), Some(ke_p)) = (m.sa, m.nonce, m.ke) else {
             return Err(Reason::ProtocolError("IKE rekey response incomplete"));
         };
-        let selected = Proposal::accept_response(&sa.conn.proposals, &sa_p.proposals, false)
+        let selected = Proposal::accept_response(&Proposal::without_additional(&sa.conn.proposals), &sa_p.proposals, false)
             .ok_or(Reason::ProtocolError(
                 "responder chose a proposal we did not offer",
             ))?;
@@ -527,7 +524,7 @@ impl IkeSa {
     ) -> Result<RekeyChoice<'a>, Refusal> {
         let ke_group = kei.and_then(|k| KeGroup::from_iana(k.group));
         let Some(selected) =
-            Proposal::select(&self.conn.proposals, &sa_p.proposals, false, ke_group)
+            Proposal::select(&Proposal::without_additional(&self.conn.proposals), &sa_p.proposals, false, ke_group)
         else {
             let configured = crate::diag::configured(&self.conn.proposals, true);
             let m = crate::diag::ProposalMismatch { received: &sa_p.proposals, configured: &configured };

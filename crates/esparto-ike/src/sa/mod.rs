@@ -210,11 +210,36 @@ pub(crate) struct Handshake {
     /// RealMessage1 and RealMessage2, signed by the AUTH payloads (§2.15).
     pub(crate) init_request: Vec<u8>,
     pub(crate) init_response: Vec<u8>,
+    /// IntAuth_i and IntAuth_r so far (RFC 9242 §3.3.2; empty without
+    /// IKE_INTERMEDIATE).
+    pub(crate) int_auth_i: Vec<u8>,
+    pub(crate) int_auth_r: Vec<u8>,
+    /// What the AUTH payloads append: IntAuth_i | IntAuth_r | the
+    /// IKE_AUTH message ID, once IKE_AUTH starts after IKE_INTERMEDIATE
+    /// exchanges; empty otherwise.
+    pub(crate) int_auth: Vec<u8>,
+    /// Responder: the additional key exchanges still expected, in slot
+    /// order (RFC 9370).
+    pub(crate) ake_pending: Vec<esparto_crypto::ike::MlKem>,
     /// Responder: drop the SA if IKE_AUTH has not completed by then.
     pub(crate) half_open_deadline: Option<Instant>,
     /// Responder: the `(peer, SPIi)` key under which retransmitted
     /// IKE_SA_INIT requests find this SA until it is established.
     pub(crate) half_open_key: Option<(SocketAddr, u64)>,
+}
+
+impl Handshake {
+    /// IntAuth for the AUTH payloads of IKE_AUTH message `mid` (nothing
+    /// if no IKE_INTERMEDIATE exchange ran).
+    pub(crate) fn seal_int_auth(&mut self, mid: u32) {
+        self.int_auth.clear();
+        if self.int_auth_i.is_empty() && self.int_auth_r.is_empty() {
+            return;
+        }
+        self.int_auth.extend_from_slice(&self.int_auth_i);
+        self.int_auth.extend_from_slice(&self.int_auth_r);
+        self.int_auth.extend_from_slice(&mid.to_be_bytes());
+    }
 }
 
 /// Why a received message was dropped before processing.

@@ -331,6 +331,9 @@ impl IkeSa {
             return Ok(());
         }
         match (h.exchange, self.state) {
+            (ExchangeType::IKE_INTERMEDIATE, State::Auth) if !self.is_initiator() => {
+                self.respond_intermediate(ctx, &h, &payloads, from, to)
+            }
             (ExchangeType::IKE_AUTH, State::Auth) if !self.is_initiator() => {
                 self.respond_ike_auth(ctx, h.message_id, &payloads, (from, to), wall_clock)
             }
@@ -353,11 +356,12 @@ impl IkeSa {
     }
 
     /// §2.23: with a NAT in front of the peer, follow its address as seen
-    /// in authenticated requests (the mapping may change). Not with
-    /// MOBIKE, where the initiator says when to move (UPDATE_SA_ADDRESSES,
-    /// RFC 4555 §3.8) and the new address is checked first.
+    /// in authenticated requests (the mapping may change). With MOBIKE
+    /// only a new port of the same address (a NAT rebinding the peer
+    /// cannot see): a new address is the initiator's to announce
+    /// (UPDATE_SA_ADDRESSES, RFC 4555 §3.8), and it is checked first.
     fn track_address(&mut self, ctx: &mut Ctx<'_>, from: SocketAddr, to: SocketAddr) {
-        if (from, to) == (self.remote, self.local) || self.mobike {
+        if (from, to) == (self.remote, self.local) || (self.mobike && (from.ip(), to.ip()) != (self.remote.ip(), self.local.ip())) {
             return;
         }
         let floated = to.port() == ctx.config.natt_port && self.local.port() != to.port();

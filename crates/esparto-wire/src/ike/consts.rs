@@ -68,6 +68,11 @@ code_points! {
         CREATE_CHILD_SA = 36,
         /// §1.4, deletes, errors, liveness checks.
         INFORMATIONAL = 37,
+        /// RFC 9242: between IKE_SA_INIT and IKE_AUTH, protected; RFC
+        /// 9370 runs the additional key exchanges in it.
+        IKE_INTERMEDIATE = 43,
+        /// RFC 9370 §2.2.4: an additional key exchange of CREATE_CHILD_SA.
+        IKE_FOLLOWUP_KE = 44,
     }
 }
 
@@ -138,6 +143,20 @@ code_points! {
         KE = 4,
         /// Extended sequence numbers (ESP/AH only).
         ESN = 5,
+        /// RFC 9370: the first additional key exchange (7 to 12 follow).
+        ADDITIONAL_KE_1 = 6,
+        /// RFC 9370.
+        ADDITIONAL_KE_2 = 7,
+        /// RFC 9370.
+        ADDITIONAL_KE_3 = 8,
+        /// RFC 9370.
+        ADDITIONAL_KE_4 = 9,
+        /// RFC 9370.
+        ADDITIONAL_KE_5 = 10,
+        /// RFC 9370.
+        ADDITIONAL_KE_6 = 11,
+        /// RFC 9370.
+        ADDITIONAL_KE_7 = 12,
     }
 }
 
@@ -296,7 +315,11 @@ code_points! {
         /// RFC 7427
         SIGNATURE_HASH_ALGORITHMS = 16431,
         /// RFC 6023
-        CHILDLESS_IKEV2_SUPPORTED = 16438,
+        CHILDLESS_IKEV2_SUPPORTED = 16418,
+        /// RFC 9242 §3
+        INTERMEDIATE_EXCHANGE_SUPPORTED = 16438,
+        /// RFC 9370 §2.2.4
+        ADDITIONAL_KEY_EXCHANGE = 16441,
         /// RFC 9611 §4: this Child SA is one of several per-resource SAs.
         SA_RESOURCE_INFO = 16444,
     }

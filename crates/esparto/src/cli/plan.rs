@@ -37,6 +37,7 @@ pub(super) fn voip_config(path: &Path) -> Result<Configured> {
                             integ: p.integ.first().copied(),
                             ke: None,
                             esn: false,
+                            ake: Default::default(),
                         };
                         esparto_ike::keys::esp_suite(&sel)
                     })

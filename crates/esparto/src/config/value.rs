@@ -210,6 +210,7 @@ pub(crate) fn static_suite(text: &str, p: &Proposal) -> Result<(EspSuite, bool),
         integ: p.integ.first().copied(),
         ke: None,
         esn: p.esn[0],
+        ake: Default::default(),
     };
     let suite = esparto_ike::keys::esp_suite(&sel)
         .ok_or_else(|| format!("'{text}': no ESP implementation for this combination"))?;

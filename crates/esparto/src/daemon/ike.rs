@@ -646,6 +646,8 @@ impl Ike {
             ("initiations_paced", s.initiations_paced),
             ("unresolved_hosts", s.unresolved_hosts),
             ("mobike_updates", s.mobike_updates),
+            ("additional_key_exchanges", s.additional_key_exchanges),
+            ("intermediate_refused", s.intermediate_refused),
             ("mobike_checks_failed", s.mobike_checks_failed),
             ("fragments_sent", s.fragments_sent),
             ("fragments_received", s.fragments_received),

@@ -117,6 +117,16 @@ const IKE_COUNTERS: &[(&str, &str, &str)] = &[
         "Connections initiated because their peer sent ESP for SAs this daemon no longer held (recover = initiate).",
     ),
     (
+        "additional_key_exchanges",
+        "esparto_ike_additional_key_exchanges",
+        "Additional key exchanges (RFC 9370, ML-KEM) completed in IKE_INTERMEDIATE exchanges.",
+    ),
+    (
+        "intermediate_refused",
+        "esparto_ike_intermediate_refused",
+        "IKE_INTERMEDIATE requests refused (out of order, another method, a malformed key): the IKE SA ended.",
+    ),
+    (
         "mobike_updates",
         "esparto_ike_mobike_updates",
         "IKE SAs moved to new addresses by MOBIKE (RFC 4555).",

@@ -235,6 +235,7 @@ impl IkeAuth {
         ctx: &mut Ctx<'_>,
         mid: u32,
     ) -> Result<Vec<u8>, Reason> {
+        sa.handshake_mut().seal_int_auth(mid);
         let conn = sa.conn.clone();
         let local_id = conn.local_id(sa.local.ip());
         let (id_type, id_data) = local_id
@@ -343,6 +344,15 @@ impl IkeSa {
         (from, to): (SocketAddr, SocketAddr),
         wall_clock: UnixTime,
     ) {
+        if self.handshake.as_ref().is_some_and(|hs| !hs.ake_pending.is_empty()) {
+            // RFC 9370 §2.2.2: every negotiated key exchange comes first.
+            tracing::info!(ike_sa = %self.id, peer = %from, "IKE_AUTH before the additional key exchanges: refused");
+            ctx.stats.intermediate_refused += 1;
+            let n = PayloadRepr::Notify(NotifyRepr::new(NotifyType::INVALID_SYNTAX, &[]));
+            self.respond(ctx, ExchangeType::IKE_AUTH, mid, &[n], from, to);
+            return self.die(ctx, Reason::ProtocolError("IKE_AUTH before IKE_INTERMEDIATE"));
+        }
+        self.handshake_mut().seal_int_auth(mid);
         let m = AuthPayloads::collect(payloads);
         m.count_skipped_certs(ctx, self.id);
         let verified = match self.verify_initiator(ctx, &m, from, wall_clock) {

@@ -88,7 +88,7 @@ fn initiator_auth(
     Ok(psk_auth(
         keys.prf,
         psk.as_slice(),
-        &hs.init_request,
+        (&hs.init_request, &hs.int_auth),
         &hs.nr,
         sk_pi,
         idi,
@@ -115,7 +115,7 @@ fn initiator_signature(
     idi: &IdRepr<'_>,
 ) -> Result<Vec<u8>, Reason> {
     let (keys, hs, sk_pi) = initiator_auth_inputs(sa)?;
-    let octets = signed_octets(keys.prf, &hs.init_request, &hs.nr, sk_pi, idi);
+    let octets = signed_octets(keys.prf, (&hs.init_request, &hs.int_auth), &hs.nr, sk_pi, idi);
     cred.key().auth_data(ctx.rng, &octets).map_err(|e| {
         tracing::warn!(ike_sa = %sa.id, "cannot sign AUTH: {e}");
         Reason::Local("signing failed")
@@ -218,7 +218,7 @@ pub(super) fn authenticate_responder(
     let verified = verify_psk_auth(
         keys.prf,
         psk.as_slice(),
-        &hs.init_response,
+        (&hs.init_response, &hs.int_auth),
         &hs.ni,
         sk_pr,
         &idr,
@@ -252,7 +252,7 @@ fn check_responder_signature(
         return Err(Outcome::Fail(Reason::Local("SK_pr gone")));
     };
     let checked = if auth.method == AuthMethod::DIGITAL_SIGNATURE {
-        let octets = signed_octets(keys.prf, &hs.init_response, &hs.ni, sk_pr, &idr);
+        let octets = signed_octets(keys.prf, (&hs.init_response, &hs.int_auth), &hs.ni, sk_pr, &idr);
         verify_signature_auth(trust, &m.certs, &peer_id, auth.data, &octets)
     } else {
         Err(CertRefusal::UnsupportedAlgorithm)
@@ -410,7 +410,7 @@ impl IkeSa {
         let verified = verify_psk_auth(
             keys.prf,
             psk.as_slice(),
-            &hs.init_request,
+            (&hs.init_request, &hs.int_auth),
             &hs.nr,
             sk_pi,
             &idi,
@@ -442,7 +442,7 @@ impl IkeSa {
             return Err(Unverified::Drop);
         };
         let checked = if auth.method == AuthMethod::DIGITAL_SIGNATURE {
-            let octets = signed_octets(keys.prf, &hs.init_request, &hs.nr, sk_pi, &idi);
+            let octets = signed_octets(keys.prf, (&hs.init_request, &hs.int_auth), &hs.nr, sk_pi, &idi);
             verify_signature_auth(trust, &m.certs, peer_id, auth.data, &octets)
         } else {
             Err(CertRefusal::UnsupportedAlgorithm)
@@ -498,7 +498,7 @@ impl IkeSa {
         let cred = v.conn.local.credential.as_deref();
         let (method, auth) = match (cred, v.psk) {
             (Some(cred), _) => {
-                let octets = signed_octets(keys.prf, &hs.init_response, &hs.ni, sk_pr, &idr);
+                let octets = signed_octets(keys.prf, (&hs.init_response, &hs.int_auth), &hs.ni, sk_pr, &idr);
                 match cred.key().auth_data(ctx.rng, &octets) {
                     Ok(a) => (AuthMethod::DIGITAL_SIGNATURE, a),
                     Err(e) => {
@@ -508,7 +508,7 @@ impl IkeSa {
                 }
             }
             (None, Some(psk)) => {
-                let a = psk_auth(keys.prf, psk.as_slice(), &hs.init_response, &hs.ni, sk_pr, &idr);
+                let a = psk_auth(keys.prf, psk.as_slice(), (&hs.init_response, &hs.int_auth), &hs.ni, sk_pr, &idr);
                 (AuthMethod::SHARED_KEY_MIC, a.as_slice().to_vec())
             }
             (None, None) => {
