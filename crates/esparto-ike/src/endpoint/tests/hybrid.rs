@@ -113,3 +113,49 @@ fn the_hybrid_ike_sa_rekeys_with_the_classical_group() {
     assert!(rekeyed, "the IKE SA rekey completes");
     let _ = Reason::Rekeyed;
 }
+
+/// A hybrid pair after IKE_SA_INIT only: the initiator's own
+/// IKE_INTERMEDIATE (message 1) is dropped, so a test can send its own.
+fn after_init() -> Pair {
+    let mut p = Pair {
+        i: endpoint_with(1, MOON, SUN, "@moon", "@sun", hybrid),
+        r: endpoint_with(2, SUN, MOON, "@sun", "@moon", hybrid),
+        now: Instant::now(),
+        ike: IkeSaId(0),
+    };
+    p.ike = p.i.initiate(p.now, "gw", None).unwrap();
+    let init = p.i.poll_transmit().unwrap();
+    p.r.handle_datagram(p.now, wall_clock(), init.remote, init.local, &init.data);
+    let resp = p.r.poll_transmit().unwrap();
+    p.i.handle_datagram(p.now, wall_clock(), resp.remote, resp.local, &resp.data);
+    while p.i.poll_transmit().is_some() {}
+    p
+}
+
+/// The responder answers `inner` in message 1 of `ex` with INVALID_SYNTAX
+/// and drops the half-open IKE SA, counting the refusal.
+fn refused(ex: ExchangeType, inner: &[PayloadRepr<'_>]) {
+    let mut p = after_init();
+    let data = request(&mut p, ex, inner, false, -1);
+    let out = send(&mut p, &data);
+    let answer = out.first().expect("an answer");
+    assert!(notifies(&p, answer).iter().any(|(n, _)| *n == NotifyType::INVALID_SYNTAX), "{ex:?}");
+    assert_eq!(p.r.ike_sa_count(), 0, "{ex:?}: nothing kept");
+    assert_eq!(p.r.stats().intermediate_refused, 1, "{ex:?}");
+    assert_eq!(p.r.child_sa_count(), 0);
+}
+
+#[test]
+fn bad_intermediate_requests_are_refused_with_invalid_syntax() {
+    let ek = [7u8; 1184];
+    // A KE payload of a method that was not negotiated.
+    let other = [0u8; 1568];
+    refused(ExchangeType::IKE_INTERMEDIATE, &[PayloadRepr::Ke(KeRepr { group: 37, data: &other })]);
+    // An encapsulation key one octet short.
+    refused(ExchangeType::IKE_INTERMEDIATE, &[PayloadRepr::Ke(KeRepr { group: 36, data: &ek[1..] })]);
+    // No KE payload at all.
+    refused(ExchangeType::IKE_INTERMEDIATE, &[]);
+    // IKE_AUTH before the additional exchange.
+    let idi = esparto_wire::ike::IdRepr { id_type: esparto_wire::ike::IdType::FQDN, data: b"moon" };
+    refused(ExchangeType::IKE_AUTH, &[PayloadRepr::IdI(idi)]);
+}
